@@ -1,0 +1,92 @@
+"""The loss-strategy interface: every contrastive loss reads one similarity matrix.
+
+A method (SimCLR, MoCo, memory bank) turns images into three tensors and hands them to a
+strategy; the strategy never needs to know where the candidates came from:
+
+    sim       [N, M] float  cosine similarities of N anchors to M candidates (not divided by τ)
+    pos_mask  [N, M] bool   True where candidate j is a positive of anchor i
+    neg_mask  [N, M] bool   True where candidate j is a negative of anchor i
+                            (an entry in neither mask, e.g. the anchor itself, is ignored)
+
+Strategies report what they did to the negatives through ``last_stats``, a dict of detached
+scalar tensors refreshed by every forward call; methods log it under ``loss/<key>``.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from ssl_app.errors import ConfigError
+
+
+class ContrastiveLoss(nn.Module):
+    """Base class of the loss strategies.
+
+    Subclasses implement ``forward(sim, pos_mask, neg_mask) -> Tensor`` (a scalar, the mean
+    over anchors that have at least one positive) and fill ``self.last_stats``.
+
+    Class attribute ``uses_labels``: when True, the method builds ``pos_mask`` from class
+    labels (every candidate with the anchor's label, except the anchor itself) instead of
+    from instance identity. SupCon sets it.
+    """
+
+    uses_labels: bool = False
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.last_stats: dict[str, Tensor] = {}
+
+    @staticmethod
+    def check_inputs(sim: Tensor, pos_mask: Tensor, neg_mask: Tensor) -> None:
+        """Raise a ``ValueError`` naming the argument if shapes or dtypes do not fit."""
+        if sim.dim() != 2:
+            raise ValueError(f"sim must be a 2-D [anchors, candidates] matrix, got shape {tuple(sim.shape)}")
+        for name, mask in (("pos_mask", pos_mask), ("neg_mask", neg_mask)):
+            if mask.shape != sim.shape:
+                raise ValueError(f"{name} must have the shape of sim {tuple(sim.shape)}, got {tuple(mask.shape)}")
+            if mask.dtype != torch.bool:
+                raise ValueError(f"{name} must be a bool tensor, got {mask.dtype}")
+
+    def extra_repr(self) -> str:
+        return ", ".join(f"{k}={v}" for k, v in self.hparams().items())
+
+    def hparams(self) -> dict[str, object]:
+        """The strategy's hyper-parameters, for reprs and run reports."""
+        return {}
+
+
+def check_temperature(temperature: float) -> float:
+    if not isinstance(temperature, (int, float)) or not temperature > 0:
+        raise ConfigError(f"loss temperature must be > 0, got {temperature!r}")
+    return float(temperature)
+
+
+def masked_mean(values: Tensor, mask: Tensor) -> Tensor:
+    """Mean of ``values`` where ``mask`` is True (0 where it is nowhere True), without a host sync."""
+    mask = mask.to(values.dtype)
+    return (values * mask).sum() / mask.sum().clamp_min(1.0)
+
+
+def negative_stats(logits: Tensor, sim: Tensor, pos_mask: Tensor, neg_mask: Tensor) -> dict[str, Tensor]:
+    """Diagnostics of one step, detached and free of host syncs.
+
+    - ``effective_negatives``: ``exp(H(r_i))`` averaged over anchors that have negatives, where
+      ``r_i(j) = exp(l_ij) / Σ_{k∈neg(i)} exp(l_ik)`` is the relative penalty on negative j
+      (PAPER.md, with ``l = s/τ`` for InfoNCE). It equals the number of negatives when all
+      penalties are equal (τ → ∞, or Simple) and tends to 1 as τ → 0.
+    - ``pos_sim`` / ``neg_sim``: mean positive and negative cosine similarity.
+    """
+    with torch.no_grad():
+        logits = logits.detach().float()
+        sim = sim.detach().float()
+        has_neg = neg_mask.any(dim=1)
+        neg_logits = logits.masked_fill(~neg_mask, float("-inf"))
+        neg_logits = neg_logits.masked_fill(~has_neg[:, None], 0.0)
+        log_r = torch.log_softmax(neg_logits, dim=1)
+        entropy = -(log_r.exp() * log_r).masked_fill(~neg_mask, 0.0).sum(dim=1)
+        return {
+            "effective_negatives": masked_mean(entropy.exp(), has_neg),
+            "pos_sim": masked_mean(sim, pos_mask),
+            "neg_sim": masked_mean(sim, neg_mask),
+        }
