@@ -1,0 +1,56 @@
+"""``python -m ssl_app {fit,validate,test} --config X.yaml``: LightningCLI in subclass mode.
+
+Any method (``--model ssl_app.methods.SimCLR``) and any datamodule
+(``--data datamodules.CIFAR10DataModule``) is chosen by class path, from YAML or the command
+line. Every run gets a ``ModelCheckpoint`` that also keeps ``last.ckpt`` (options under
+``--checkpoint.*``), a learning-rate monitor, and a TensorBoard logger writing to
+``runs/<name>/version_<n>/``.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Optional
+
+from lightning.pytorch import LightningDataModule
+from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint
+from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
+
+from ssl_app.errors import ConfigError
+from ssl_app.methods import ContrastiveMethod
+
+DEFAULT_RUN_DIR = "runs"
+
+
+class SSLCLI(LightningCLI):
+    def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
+        parser.add_lightning_class_args(ModelCheckpoint, "checkpoint")
+        parser.set_defaults({"checkpoint.save_last": True, "checkpoint.filename": "epoch{epoch:03d}-step{step}", "checkpoint.auto_insert_metric_name": False})
+
+
+def trainer_defaults() -> dict:
+    return {
+        "logger": {
+            "class_path": "lightning.pytorch.loggers.TensorBoardLogger",
+            "init_args": {"save_dir": DEFAULT_RUN_DIR, "name": "default"},
+        },
+        "callbacks": [LearningRateMonitor(logging_interval="step")],
+    }
+
+
+def main(args: Optional[list[str]] = None) -> None:
+    """Run the CLI; a ``ConfigError`` becomes one ``error: ...`` line and exit status 2."""
+    try:
+        SSLCLI(
+            ContrastiveMethod,
+            LightningDataModule,
+            subclass_mode_model=True,
+            subclass_mode_data=True,
+            auto_configure_optimizers=False,
+            trainer_defaults=trainer_defaults(),
+            save_config_kwargs={"overwrite": True},
+            args=args,
+        )
+    except ConfigError as error:
+        print(f"error: {error}", file=sys.stderr)
+        sys.exit(2)

@@ -1,0 +1,6 @@
+"""Contrastive methods: each turns a batch into (sim, pos_mask, neg_mask) for a loss strategy."""
+
+from ssl_app.methods.base import Contrast, ContrastiveMethod
+from ssl_app.methods.simclr import SimCLR
+
+__all__ = ["Contrast", "ContrastiveMethod", "SimCLR"]

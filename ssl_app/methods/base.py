@@ -1,0 +1,122 @@
+"""What every contrastive method shares: encoder, projection head, loss strategy, optimiser.
+
+A method's only job is ``contrast(batch) -> Contrast``: turn a batch into the similarity
+matrix and masks that every loss strategy reads (see ``ssl_app.losses.base``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+import lightning as L
+import torch
+import torch.nn.functional as F
+from jsonargparse import lazy_instance
+from torch import Tensor
+
+from ssl_app.errors import ConfigError
+from ssl_app.losses import ContrastiveLoss, InfoNCE
+from ssl_app.models import BackboneName, build_backbone, build_projection_head
+from ssl_app.models.backbones import NormName
+from ssl_app.optim import Optimization
+
+
+@dataclass
+class Contrast:
+    """The method → loss hand-over: ``sim`` [N, M] raw cosine similarities and bool masks."""
+
+    sim: Tensor
+    pos_mask: Tensor
+    neg_mask: Tensor
+
+
+class ContrastiveMethod(L.LightningModule):
+    """Base LightningModule: ``images → backbone → projection head → L2-normalised z``.
+
+    Batches are ``((view_1, view_2, ...), labels, indices)`` as the ``datamodules`` yield them.
+
+    Args:
+        loss: the loss strategy (any ``ssl_app.losses`` class, chosen by class path).
+        backbone: ``small_cnn``, ``resnet18_cifar`` (3×3 stem, no max-pool), ``resnet18``, ``resnet50``.
+        backbone_norm: normalisation inside ``small_cnn`` (``batch``, ``group`` or ``none``).
+        proj_dim: dimension of the embedding z (the paper: 128).
+        proj_hidden_dim: hidden width of an MLP head.
+        proj_layers: 1 = linear head (the paper's), 2 = SimCLR's MLP.
+        proj_batch_norm: BatchNorm inside an MLP head.
+        optim: optimiser and learning-rate schedule (``ssl_app.optim.Optimization``).
+    """
+
+    def __init__(
+        self,
+        loss: ContrastiveLoss = lazy_instance(InfoNCE, temperature=0.5),
+        backbone: BackboneName = "resnet18_cifar",
+        backbone_norm: NormName = "batch",
+        proj_dim: int = 128,
+        proj_hidden_dim: int = 512,
+        proj_layers: int = 2,
+        proj_batch_norm: bool = True,
+        optim: Optimization = Optimization(),
+    ) -> None:
+        super().__init__()
+        if not isinstance(loss, ContrastiveLoss):
+            raise ConfigError(f"model.loss must be an ssl_app.losses strategy, got {type(loss).__name__}")
+        self.save_hyperparameters(ignore=["loss"])
+        self.loss = loss
+        self.optim = dataclasses.replace(optim)  # a copy: the default instance is shared
+        self.backbone, self.feature_dim = build_backbone(backbone, backbone_norm)
+        self.projection_head = build_projection_head(self.feature_dim, proj_hidden_dim, proj_dim, proj_layers, proj_batch_norm)
+
+    # --- encoders -------------------------------------------------------------------------
+    def forward(self, images: Tensor) -> Tensor:
+        """Backbone features [B, feature_dim] (what linear and kNN evaluation read)."""
+        return self.backbone(images)
+
+    def embed(self, images: Tensor) -> Tensor:
+        """L2-normalised projections z [B, proj_dim] (what the loss and the metrics read)."""
+        return F.normalize(self.projection_head(self.backbone(images)), dim=1)
+
+    # --- the one method-specific piece -----------------------------------------------------
+    def contrast(self, batch: Any) -> Contrast:
+        raise NotImplementedError
+
+    # --- Lightning hooks ------------------------------------------------------------------
+    def _step(self, batch: Any, stage: str) -> Tensor:
+        contrast = self.contrast(batch)
+        loss = self.loss(contrast.sim, contrast.pos_mask, contrast.neg_mask)
+        batch_size = contrast.sim.shape[0]
+        on_step = stage == "train"
+        self.log(f"{stage}/loss", loss, prog_bar=True, on_step=on_step, on_epoch=True, sync_dist=not on_step, batch_size=batch_size)
+        if stage == "train":
+            stats = {f"loss/{key}": value for key, value in self.loss.last_stats.items()}
+            self.log_dict(stats, on_step=True, on_epoch=False, batch_size=batch_size)
+        return loss
+
+    def training_step(self, batch: Any, batch_idx: int) -> Tensor:
+        return self._step(batch, "train")
+
+    def validation_step(self, batch: Any, batch_idx: int) -> Tensor:
+        return self._step(batch, "val")
+
+    def test_step(self, batch: Any, batch_idx: int) -> Tensor:
+        return self._step(batch, "test")
+
+    def configure_optimizers(self) -> dict:
+        trainer = self.trainer
+        per_process_batch = getattr(trainer.datamodule, "batch_size", None) or self.optim.reference_batch_size
+        global_batch = per_process_batch * trainer.world_size * trainer.accumulate_grad_batches
+        total_steps = int(trainer.estimated_stepping_batches)
+        epochs = trainer.max_epochs if trainer.max_epochs and trainer.max_epochs > 0 else 1
+        steps_per_epoch = max(total_steps // epochs, 1)
+        return self.optim.build(self.parameters(), global_batch, steps_per_epoch, total_steps)
+
+
+def similarity(anchors: Tensor, candidates: Tensor) -> Tensor:
+    """Cosine similarities of normalised rows, computed in float32 even under autocast.
+
+    A bf16 matmul would round s to ~3 significant digits, which at τ = 0.01 is an error of
+    ~0.4 in the logits; the [N, M] product is cheap next to the encoder.
+    """
+    with torch.autocast(device_type=anchors.device.type, enabled=False):
+        return anchors.float() @ candidates.float().T

@@ -1,0 +1,70 @@
+"""Backbones by name: torchvision ResNets (with the CIFAR stem) and a small CNN for CPU runs.
+
+Each builder returns ``(module, feature_dim)``; the module maps images [B, 3, H, W] to pooled
+features [B, feature_dim].
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Literal, get_args
+
+from torch import nn
+from torchvision.models import resnet18, resnet50
+
+from ssl_app.errors import ConfigError
+
+BackboneName = Literal["small_cnn", "resnet18_cifar", "resnet18", "resnet50"]
+NormName = Literal["batch", "group", "none"]
+
+
+def _norm_layer(norm: NormName, channels: int) -> nn.Module:
+    if norm == "batch":
+        return nn.BatchNorm2d(channels)
+    if norm == "group":
+        return nn.GroupNorm(num_groups=min(8, channels), num_channels=channels)
+    return nn.Identity()
+
+
+def small_cnn(norm: NormName = "batch") -> tuple[nn.Module, int]:
+    """Four 3×3 conv blocks (32-64-128-256 channels), global average pool: ~0.4M parameters.
+
+    Fast enough to train on a laptop CPU; the quickstart's backbone.
+    """
+    channels = [3, 32, 64, 128, 256]
+    layers: list[nn.Module] = []
+    for i, (c_in, c_out) in enumerate(zip(channels[:-1], channels[1:])):
+        layers += [nn.Conv2d(c_in, c_out, 3, padding=1, bias=norm == "none"), _norm_layer(norm, c_out), nn.ReLU(inplace=True)]
+        if i < len(channels) - 2:
+            layers.append(nn.MaxPool2d(2))
+    layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten()]
+    return nn.Sequential(*layers), channels[-1]
+
+
+def _torchvision_resnet(builder: Callable[..., nn.Module], feature_dim: int, cifar_stem: bool) -> tuple[nn.Module, int]:
+    net = builder(weights=None)
+    if cifar_stem:
+        # 32×32 inputs: a 3×3 stride-1 stem and no max-pool keep the spatial resolution.
+        net.conv1 = nn.Conv2d(3, 64, kernel_size=3, stride=1, padding=1, bias=False)
+        net.maxpool = nn.Identity()
+    net.fc = nn.Identity()
+    return net, feature_dim
+
+
+BACKBONES: dict[str, Callable[..., tuple[nn.Module, int]]] = {
+    "small_cnn": small_cnn,
+    "resnet18_cifar": lambda norm="batch": _torchvision_resnet(resnet18, 512, cifar_stem=True),
+    "resnet18": lambda norm="batch": _torchvision_resnet(resnet18, 512, cifar_stem=False),
+    "resnet50": lambda norm="batch": _torchvision_resnet(resnet50, 2048, cifar_stem=False),
+}
+assert set(BACKBONES) == set(get_args(BackboneName))
+
+
+def build_backbone(name: str, norm: NormName = "batch") -> tuple[nn.Module, int]:
+    """Build a backbone by name; ``norm`` applies to ``small_cnn`` (ResNets use BatchNorm)."""
+    if name not in BACKBONES:
+        raise ConfigError(f"unknown backbone {name!r}; choose one of {sorted(BACKBONES)}")
+    if norm not in get_args(NormName):
+        raise ConfigError(f"backbone_norm must be one of {list(get_args(NormName))}, got {norm!r}")
+    if name != "small_cnn" and norm != "batch":
+        raise ConfigError(f"backbone_norm={norm!r} is only available for small_cnn; {name} uses BatchNorm")
+    return BACKBONES[name](norm=norm)

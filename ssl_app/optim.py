@@ -1,0 +1,104 @@
+"""Optimiser and learning-rate schedule, configured as one nested group (``model.optim.*``).
+
+The schedule is a per-step multiplier on the base learning rate:
+
+    warm-up (linear, 0 → 1 over ``warmup_epochs``), then
+    cosine:     ½ (1 + cos(π · progress))            progress ∈ [0, 1] after warm-up
+    multistep:  gamma ** (number of milestones (in epochs) already passed)
+    constant:   1
+
+With ``scale_lr`` the base rate is multiplied by ``global_batch / reference_batch_size``
+("linear", Goyal et al. 2017) or its square root ("sqrt"), where the global batch is the
+per-process batch × processes × gradient-accumulation steps.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Iterable, Literal
+
+import torch
+from lightly.utils.lars import LARS
+from torch.optim.lr_scheduler import LambdaLR
+
+from ssl_app.errors import ConfigError
+
+
+@dataclass
+class Optimization:
+    """Optimiser and schedule settings.
+
+    Args:
+        optimizer: ``sgd`` (with momentum), ``adamw``, or ``lars`` (lightly's LARS, for large batches).
+        lr: base learning rate (before ``scale_lr``).
+        momentum: SGD/LARS momentum.
+        weight_decay: L2 weight decay.
+        schedule: ``cosine``, ``multistep`` or ``constant``, stepped every optimiser step.
+        milestones: epochs at which ``multistep`` multiplies the rate by ``gamma``.
+        gamma: the ``multistep`` factor.
+        warmup_epochs: linear warm-up length in epochs (may be fractional).
+        scale_lr: ``none``, ``linear`` or ``sqrt`` scaling by global batch / ``reference_batch_size``.
+        reference_batch_size: the batch size at which ``lr`` is meant.
+    """
+
+    optimizer: Literal["sgd", "adamw", "lars"] = "sgd"
+    lr: float = 0.03
+    momentum: float = 0.9
+    weight_decay: float = 5e-4
+    schedule: Literal["cosine", "multistep", "constant"] = "cosine"
+    milestones: list[int] = field(default_factory=lambda: [160, 190])
+    gamma: float = 0.1
+    warmup_epochs: float = 0.0
+    scale_lr: Literal["none", "linear", "sqrt"] = "none"
+    reference_batch_size: int = 256
+
+    def __post_init__(self) -> None:
+        checks = [
+            (self.lr > 0, f"optim.lr must be > 0, got {self.lr}"),
+            (self.momentum >= 0, f"optim.momentum must be >= 0, got {self.momentum}"),
+            (self.weight_decay >= 0, f"optim.weight_decay must be >= 0, got {self.weight_decay}"),
+            (0 < self.gamma <= 1, f"optim.gamma must be in (0, 1], got {self.gamma}"),
+            (self.warmup_epochs >= 0, f"optim.warmup_epochs must be >= 0, got {self.warmup_epochs}"),
+            (self.reference_batch_size >= 1, f"optim.reference_batch_size must be >= 1, got {self.reference_batch_size}"),
+            (all(m >= 0 for m in self.milestones), f"optim.milestones must be epochs >= 0, got {self.milestones}"),
+            (self.optimizer in ("sgd", "adamw", "lars"), f"optim.optimizer must be sgd, adamw or lars, got {self.optimizer!r}"),
+            (self.schedule in ("cosine", "multistep", "constant"), f"optim.schedule must be cosine, multistep or constant, got {self.schedule!r}"),
+            (self.scale_lr in ("none", "linear", "sqrt"), f"optim.scale_lr must be none, linear or sqrt, got {self.scale_lr!r}"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise ConfigError(message)
+
+    def scaled_lr(self, global_batch_size: int) -> float:
+        ratio = global_batch_size / self.reference_batch_size
+        return self.lr * {"none": 1.0, "linear": ratio, "sqrt": math.sqrt(ratio)}[self.scale_lr]
+
+    def lr_factor(self, step: int, steps_per_epoch: int, total_steps: int) -> float:
+        """The schedule's multiplier at optimiser step ``step`` (0-based)."""
+        warmup_steps = round(self.warmup_epochs * steps_per_epoch)
+        if step < warmup_steps:
+            return (step + 1) / warmup_steps
+        if self.schedule == "cosine":
+            span = max(total_steps - warmup_steps, 1)
+            progress = min((step - warmup_steps) / span, 1.0)
+            return 0.5 * (1.0 + math.cos(math.pi * progress))
+        if self.schedule == "multistep":
+            epoch = step / max(steps_per_epoch, 1)
+            return self.gamma ** sum(epoch >= m for m in self.milestones)
+        return 1.0
+
+    def build(
+        self, params: Iterable[torch.nn.Parameter], global_batch_size: int, steps_per_epoch: int, total_steps: int
+    ) -> dict:
+        """Return Lightning's ``configure_optimizers`` dict (the schedule steps every optimiser step)."""
+        lr = self.scaled_lr(global_batch_size)
+        if self.optimizer == "sgd":
+            opt: torch.optim.Optimizer = torch.optim.SGD(params, lr=lr, momentum=self.momentum, weight_decay=self.weight_decay)
+        elif self.optimizer == "adamw":
+            opt = torch.optim.AdamW(params, lr=lr, weight_decay=self.weight_decay)
+        else:
+            opt = LARS(params, lr=lr, momentum=self.momentum, weight_decay=self.weight_decay)
+        steps_per_epoch = max(steps_per_epoch, 1)
+        scheduler = LambdaLR(opt, lambda step: self.lr_factor(step, steps_per_epoch, total_steps))
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": scheduler, "interval": "step", "name": "lr"}}

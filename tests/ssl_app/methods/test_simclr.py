@@ -1,0 +1,81 @@
+import pytest
+import torch
+from lightly.loss import NTXentLoss
+
+from ssl_app.errors import ConfigError
+from ssl_app.losses import InfoNCE
+from ssl_app.methods import SimCLR
+from ssl_app.methods.simclr import simclr_masks
+
+
+@pytest.mark.parametrize("rank,world", [(0, 1), (0, 2), (1, 2), (2, 3)])
+def test_masks_pick_the_other_view_on_this_rank(rank, world):
+    batch = 4
+    is_self, positive = simclr_masks(batch, 2, rank, world, torch.device("cpu"))
+    n = 2 * batch
+    assert is_self.shape == positive.shape == (n, world * n)
+    assert torch.equal(is_self.sum(1), torch.ones(n, dtype=torch.long))
+    assert torch.equal(positive.sum(1), torch.ones(n, dtype=torch.long))
+    assert not (is_self & positive).any()
+    for anchor in range(n):
+        assert is_self[anchor].nonzero().item() == rank * n + anchor
+        assert positive[anchor].nonzero().item() == rank * n + (anchor + batch) % n
+
+
+def test_three_views_have_two_positives():
+    _, positive = simclr_masks(3, 3, 0, 1, torch.device("cpu"))
+    assert torch.equal(positive.sum(1), torch.full((9,), 2))
+    assert positive[0].nonzero().flatten().tolist() == [3, 6]
+
+
+def small_simclr(**kwargs) -> SimCLR:
+    torch.manual_seed(0)
+    return SimCLR(backbone="small_cnn", proj_hidden_dim=32, proj_dim=16, **kwargs)
+
+
+def batch(size=8, image=16):
+    g = torch.Generator().manual_seed(0)
+    views = (torch.randn(size, 3, image, image, generator=g), torch.randn(size, 3, image, image, generator=g))
+    return views, torch.arange(size) % 3, torch.arange(size)
+
+
+def test_simclr_infonce_equals_lightly_ntxent():
+    model = small_simclr(loss=InfoNCE(temperature=0.3)).eval()
+    views, labels, index = batch()
+    contrast = model.contrast((views, labels, index))
+    ours = model.loss(contrast.sim, contrast.pos_mask, contrast.neg_mask)
+    with torch.no_grad():
+        z1, z2 = model.embed(views[0]), model.embed(views[1])
+    reference = NTXentLoss(temperature=0.3)(z1, z2)
+    torch.testing.assert_close(ours, reference, atol=1e-5, rtol=0)
+
+
+def test_label_based_loss_gets_class_positives():
+    class LabelLoss(InfoNCE):
+        uses_labels = True
+
+    model = small_simclr(loss=LabelLoss(temperature=0.3)).eval()
+    views, labels, index = batch()
+    contrast = model.contrast((views, labels, index))
+    all_labels = labels.repeat(2)
+    expected = (all_labels[:, None] == all_labels[None, :]) & ~torch.eye(16, dtype=torch.bool)
+    assert torch.equal(contrast.pos_mask, expected)
+    assert torch.equal(contrast.neg_mask, all_labels[:, None] != all_labels[None, :])
+
+
+def test_similarity_is_float32_under_bf16_autocast():
+    model = small_simclr()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        contrast = model.contrast(batch())
+    assert contrast.sim.dtype == torch.float32
+    assert contrast.sim.diagonal().sub(1).abs().max() < 1e-2  # bf16 encoder, fp32 product of its unit rows
+
+
+def test_loss_must_be_a_strategy():
+    with pytest.raises(ConfigError, match="model.loss"):
+        SimCLR(loss=torch.nn.MSELoss(), backbone="small_cnn")
+
+
+def test_unknown_backbone_names_the_choices():
+    with pytest.raises(ConfigError, match="unknown backbone 'resnet9'"):
+        SimCLR(backbone="resnet9")

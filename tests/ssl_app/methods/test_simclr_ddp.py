@@ -1,0 +1,104 @@
+"""DDP equivalence with real processes: 2 ranks × B equals 1 rank × 2B (loss and gradients).
+
+The encoder is BatchNorm-free (``small_cnn`` with GroupNorm, no BN in the head): per-rank
+BatchNorm statistics differ from whole-batch ones by design, which is what SyncBN is for.
+Gradients are averaged across ranks exactly as DistributedDataParallel does.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from ssl_app.losses import InfoNCE
+from ssl_app.methods import SimCLR
+
+BATCH_PER_RANK = 6
+WORLD = 2
+
+
+def make_model() -> SimCLR:
+    torch.manual_seed(0)
+    return SimCLR(
+        loss=InfoNCE(temperature=0.2),
+        backbone="small_cnn",
+        backbone_norm="group",
+        proj_layers=2,
+        proj_hidden_dim=32,
+        proj_dim=16,
+        proj_batch_norm=False,
+    )
+
+
+def make_batch(size: int) -> tuple:
+    generator = torch.Generator().manual_seed(1)
+    view_1 = torch.randn(size, 3, 16, 16, generator=generator)
+    view_2 = torch.randn(size, 3, 16, 16, generator=generator)
+    labels = torch.randint(0, 3, (size,), generator=generator)
+    return (view_1, view_2), labels, torch.arange(size)
+
+
+def loss_and_grads(model: SimCLR, batch: tuple) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    contrast = model.contrast(batch)
+    loss = model.loss(contrast.sim, contrast.pos_mask, contrast.neg_mask)
+    loss.backward()
+    return loss.detach(), {name: p.grad.detach().clone() for name, p in model.named_parameters()}
+
+
+def rank_slice(batch: tuple, rank: int) -> tuple:
+    (view_1, view_2), labels, index = batch
+    part = slice(rank * BATCH_PER_RANK, (rank + 1) * BATCH_PER_RANK)
+    return (view_1[part], view_2[part]), labels[part], index[part]
+
+
+LOSSES = ("InfoNCE", "SupCon")
+
+
+def make_loss(name: str):
+    from ssl_app import losses
+
+    return getattr(losses, name)(temperature=0.2)
+
+
+def _worker(rank: int, init_file: str, out_file: str) -> None:
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=WORLD)
+    try:
+        results = {}
+        for name in LOSSES:
+            model = make_model()
+            model.loss = make_loss(name)
+            loss, grads = loss_and_grads(model, rank_slice(make_batch(WORLD * BATCH_PER_RANK), rank))
+            dist.all_reduce(loss)
+            loss /= WORLD
+            for grad in grads.values():  # what DDP does: average the gradients over ranks
+                dist.all_reduce(grad)
+                grad /= WORLD
+            results[name] = {"loss": loss, "grads": grads}
+        if rank == 0:
+            torch.save(results, out_file)
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.fixture(scope="module")
+def two_rank_results(tmp_path_factory):
+    tmp_path = tmp_path_factory.mktemp("ddp")
+    out_file = str(tmp_path / "rank0.pt")
+    mp.spawn(_worker, args=(str(tmp_path / "init"), out_file), nprocs=WORLD, join=True)
+    return torch.load(out_file)
+
+
+@pytest.mark.parametrize("loss_name", LOSSES)
+def test_two_ranks_equal_one_rank_with_double_batch(two_rank_results, loss_name):
+    model = make_model()
+    model.loss = make_loss(loss_name)
+    single_loss, single_grads = loss_and_grads(model, make_batch(WORLD * BATCH_PER_RANK))
+    distributed = two_rank_results[loss_name]
+
+    torch.testing.assert_close(distributed["loss"], single_loss, atol=1e-5, rtol=0)
+    assert single_grads.keys() == distributed["grads"].keys()
+    for name, grad in single_grads.items():
+        assert grad.abs().sum() > 0, f"{name} received no gradient"
+        torch.testing.assert_close(distributed["grads"][name], grad, atol=1e-5, rtol=1e-4, msg=name)
