@@ -14,6 +14,8 @@ scalar tensors refreshed by every forward call; methods log it under ``loss/<key
 
 from __future__ import annotations
 
+import numbers
+
 import torch
 from torch import Tensor, nn
 
@@ -56,37 +58,73 @@ class ContrastiveLoss(nn.Module):
         return {}
 
 
-def check_temperature(temperature: float) -> float:
-    if not isinstance(temperature, (int, float)) or not temperature > 0:
-        raise ConfigError(f"loss temperature must be > 0, got {temperature!r}")
+def check_temperature(temperature: float, owner: str = "loss") -> float:
+    """Return τ as a float; raise ``ConfigError`` unless it is a finite number > 0."""
+    if (
+        isinstance(temperature, bool)
+        or not isinstance(temperature, numbers.Real)
+        or not 0 < temperature < float("inf")
+    ):
+        raise ConfigError(f"{owner}: temperature must be > 0 and finite, got {temperature!r}")
     return float(temperature)
 
 
+def check_num_negatives(num_negatives: int, owner: str) -> int:
+    """Return K; raise ``ConfigError`` unless it is an int >= 1."""
+    if isinstance(num_negatives, bool) or not isinstance(num_negatives, numbers.Integral) or num_negatives < 1:
+        raise ConfigError(f"{owner}: num_negatives must be an int >= 1, got {num_negatives!r}")
+    return int(num_negatives)
+
+
 def masked_mean(values: Tensor, mask: Tensor) -> Tensor:
-    """Mean of ``values`` where ``mask`` is True (0 where it is nowhere True), without a host sync."""
-    mask = mask.to(values.dtype)
-    return (values * mask).sum() / mask.sum().clamp_min(1.0)
+    """Mean of ``values`` where ``mask`` is True (0 where it is nowhere True), without a host sync.
+
+    Entries outside the mask are never read, so an inf or NaN there does not leak in.
+    """
+    selected = torch.where(mask, values, torch.zeros((), dtype=values.dtype, device=values.device))
+    return selected.sum() / mask.sum().to(values.dtype).clamp_min(1.0)
 
 
-def negative_stats(logits: Tensor, sim: Tensor, pos_mask: Tensor, neg_mask: Tensor) -> dict[str, Tensor]:
+def negative_stats(
+    logits: Tensor | None,
+    sim: Tensor,
+    pos_mask: Tensor,
+    neg_mask: Tensor,
+    used_mask: Tensor | None = None,
+) -> dict[str, Tensor]:
     """Diagnostics of one step, detached and free of host syncs.
 
-    - ``effective_negatives``: ``exp(H(r_i))`` averaged over anchors that have negatives, where
-      ``r_i(j) = exp(l_ij) / Σ_{k∈neg(i)} exp(l_ik)`` is the relative penalty on negative j
-      (PAPER.md, with ``l = s/τ`` for InfoNCE). It equals the number of negatives when all
+    ``neg_mask`` holds all the anchor's negatives; ``used_mask`` (default: ``neg_mask``) the
+    ones that enter the loss (a hard loss keeps only some). ``logits=None`` means that every
+    used negative gets the same penalty (Simple, HardSimple).
+
+    - ``effective_negatives``: ``exp(H(r_i))`` averaged over anchors that use negatives, where
+      ``r_i(j) = exp(l_ij) / Σ_{k∈used(i)} exp(l_ik)`` is the relative penalty on negative j
+      (PAPER.md, with ``l = s/τ`` for InfoNCE). It equals the number of used negatives when all
       penalties are equal (τ → ∞, or Simple) and tends to 1 as τ → 0.
-    - ``pos_sim`` / ``neg_sim``: mean positive and negative cosine similarity.
+    - ``used_negatives``: mean number of negatives that enter the loss, over the same anchors.
+    - ``pos_sim`` / ``neg_sim``: mean positive and negative cosine similarity (all negatives).
+    - ``used_neg_sim``: mean cosine similarity of the negatives that enter the loss.
     """
+    if used_mask is None:
+        used_mask = neg_mask
     with torch.no_grad():
-        logits = logits.detach().float()
         sim = sim.detach().float()
-        has_neg = neg_mask.any(dim=1)
-        neg_logits = logits.masked_fill(~neg_mask, float("-inf"))
-        neg_logits = neg_logits.masked_fill(~has_neg[:, None], 0.0)
-        log_r = torch.log_softmax(neg_logits, dim=1)
-        entropy = -(log_r.exp() * log_r).masked_fill(~neg_mask, 0.0).sum(dim=1)
+        has_used = used_mask.any(dim=1)
+        count = used_mask.sum(dim=1).float()
+        if logits is None:
+            effective = count
+        else:
+            logits = logits.detach().float()
+            neg_logits = logits.masked_fill(~used_mask, float("-inf"))
+            neg_logits = neg_logits.masked_fill(~has_used[:, None], 0.0)
+            log_r = torch.log_softmax(neg_logits, dim=1)
+            entropy = -(log_r.exp() * log_r).masked_fill(~used_mask, 0.0).sum(dim=1)
+            effective = entropy.exp()
         return {
-            "effective_negatives": masked_mean(entropy.exp(), has_neg),
+            "effective_negatives": masked_mean(effective, has_used),
+            "used_negatives": masked_mean(count, has_used),
             "pos_sim": masked_mean(sim, pos_mask),
             "neg_sim": masked_mean(sim, neg_mask),
+            "used_neg_sim": masked_mean(sim, used_mask),
         }

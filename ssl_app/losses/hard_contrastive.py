@@ -1,0 +1,131 @@
+"""Hard contrastive loss: InfoNCE whose denominator keeps only each anchor's hardest negatives."""
+
+from __future__ import annotations
+
+import numbers
+from fractions import Fraction
+
+import torch
+from torch import Tensor
+
+from ssl_app.errors import ConfigError
+from ssl_app.losses.base import ContrastiveLoss, check_num_negatives, check_temperature, negative_stats
+from ssl_app.losses.info_nce import masked_info_nce, mean_over_anchors
+
+# A quantile is read as the nearest fraction with at most this denominator, so that the
+# per-anchor count ceil(q · n) is computed in exact integer arithmetic on the device.
+_QUANTILE_MAX_DENOMINATOR = 10**6
+
+
+def top_k_negatives(scores: Tensor, neg_mask: Tensor, k: int) -> Tensor:
+    """Bool mask [N, M] of each anchor's ``min(k, n_i)`` highest-scoring negatives.
+
+    ``n_i`` is the anchor's number of negatives; ties are broken arbitrarily, so exactly
+    ``min(k, n_i)`` entries are kept per row. Sync-free: non-negatives are pushed to -inf,
+    ``topk`` picks k columns per row, and the result is ANDed with ``neg_mask`` so a row with
+    fewer than k negatives keeps all of them and nothing else.
+    """
+    if k >= scores.shape[1]:
+        return neg_mask
+    masked = scores.detach().masked_fill(~neg_mask, float("-inf"))
+    index = masked.topk(k, dim=1, sorted=False).indices
+    keep = torch.zeros_like(neg_mask).scatter_(1, index, True)
+    return keep & neg_mask
+
+
+def upper_quantile_negatives(scores: Tensor, neg_mask: Tensor, numerator: int, denominator: int) -> Tensor:
+    """Bool mask [N, M] of the negatives at or above each anchor's upper-q quantile, q = num/den.
+
+    For anchor i with n_i ≥ 1 negatives, let k_i = max(1, ceil(q · n_i)) and t_i the k_i-th
+    largest negative score; the kept negatives are those with score ≥ t_i (so ties with t_i are
+    all kept, and at least k_i are). Rows without negatives keep nothing. Sync-free: sort the
+    masked row, count negatives per row, gather the threshold.
+    """
+    num_candidates = scores.shape[1]
+    if num_candidates == 0:
+        return neg_mask
+    masked = scores.detach().masked_fill(~neg_mask, float("-inf"))
+    ordered = masked.sort(dim=1, descending=True).values
+    n = neg_mask.sum(dim=1)
+    k = ((n * numerator + (denominator - 1)) // denominator).clamp(min=1)
+    threshold = ordered.gather(1, (k - 1).clamp(max=num_candidates - 1)[:, None])
+    return neg_mask & (scores.detach() >= threshold)
+
+
+class HardContrastive(ContrastiveLoss):
+    """Hard contrastive loss (Wang & Liu 2021): InfoNCE over the informative negatives only.
+
+    For anchor i with positive similarity s_ii and kept negatives H(i) ⊆ neg(i):
+
+        L_i = -log( exp(s_ii/τ) / (exp(s_ii/τ) + Σ_{k∈H(i)} exp(s_ik/τ)) )
+
+    and the loss is the mean over anchors (several positives are averaged as in InfoNCE).
+    H(i) is chosen by exactly one of:
+
+    - ``num_negatives`` = K: the K most similar negatives of the anchor (all of them if it has
+      fewer; the paper used K = 4095 out of a 50,000-entry memory bank). With K ≥ the number
+      of negatives this is InfoNCE exactly.
+    - ``quantile`` = q ∈ (0, 1): with n_i negatives, k_i = max(1, ceil(q · n_i)) and t_i the
+      k_i-th largest negative similarity; H(i) = {k ∈ neg(i) : s_ik ≥ t_i}. So q = 0.1 keeps
+      the top 10% (rounded up, at least one, ties with t_i included). q is read as the
+      nearest fraction with denominator ≤ 10^6, so 0.3 means exactly 3/10.
+
+    The selection is not differentiated through (the excluded negatives get zero gradient);
+    everything runs in float32 even under autocast, without host syncs.
+    ``last_stats`` adds ``used_negatives`` / ``used_neg_sim`` for the kept negatives.
+
+    Args:
+        temperature: τ > 0.
+        num_negatives: K ≥ 1, the number of hardest negatives kept per anchor.
+        quantile: q ∈ (0, 1), the upper fraction of each anchor's negatives kept.
+
+    Example:
+        >>> loss_fn = HardContrastive(temperature=0.5, num_negatives=4095)
+        >>> loss = loss_fn(sim, pos_mask, neg_mask)
+        >>> loss_fn = HardContrastive(temperature=0.5, quantile=0.1)  # top 10% per anchor
+    """
+
+    def __init__(
+        self,
+        temperature: float = 0.5,
+        num_negatives: int | None = None,
+        quantile: float | None = None,
+    ) -> None:
+        super().__init__()
+        self.temperature = check_temperature(temperature, "HardContrastive")
+        if (num_negatives is None) == (quantile is None):
+            raise ConfigError(
+                "HardContrastive: give exactly one of num_negatives or quantile, "
+                f"got num_negatives={num_negatives!r}, quantile={quantile!r}"
+            )
+        self.num_negatives = None if num_negatives is None else check_num_negatives(num_negatives, "HardContrastive")
+        self.quantile: float | None = None
+        self._fraction: tuple[int, int] | None = None
+        if quantile is not None:
+            if isinstance(quantile, bool) or not isinstance(quantile, numbers.Real) or not 0 < quantile < 1:
+                raise ConfigError(f"HardContrastive: quantile must be in (0, 1), got {quantile!r}")
+            fraction = Fraction(float(quantile)).limit_denominator(_QUANTILE_MAX_DENOMINATOR)
+            self.quantile = float(quantile)
+            self._fraction = (fraction.numerator, fraction.denominator)
+
+    def hparams(self) -> dict[str, object]:
+        if self.num_negatives is not None:
+            return {"temperature": self.temperature, "num_negatives": self.num_negatives}
+        return {"temperature": self.temperature, "quantile": self.quantile}
+
+    def select_negatives(self, sim: Tensor, neg_mask: Tensor) -> Tensor:
+        """The bool mask [N, M] of the negatives that enter the loss."""
+        if self.num_negatives is not None:
+            return top_k_negatives(sim, neg_mask, self.num_negatives)
+        assert self._fraction is not None
+        return upper_quantile_negatives(sim, neg_mask, *self._fraction)
+
+    def forward(self, sim: Tensor, pos_mask: Tensor, neg_mask: Tensor) -> Tensor:
+        self.check_inputs(sim, pos_mask, neg_mask)
+        with torch.autocast(device_type=sim.device.type, enabled=False):
+            sim32 = sim.float()
+            logits = sim32 / self.temperature
+            kept = self.select_negatives(sim32, neg_mask)
+            per_anchor, has_pos = masked_info_nce(logits, pos_mask, kept)
+            self.last_stats = negative_stats(logits, sim, pos_mask, neg_mask, used_mask=kept)
+            return mean_over_anchors(per_anchor, has_pos)

@@ -1,0 +1,109 @@
+"""Simple and HardSimple: the linear losses of Wang & Liu 2021, with no hardness-awareness."""
+
+from __future__ import annotations
+
+import math
+import numbers
+
+import torch
+from torch import Tensor
+
+from ssl_app.errors import ConfigError
+from ssl_app.losses.base import ContrastiveLoss, check_num_negatives, negative_stats
+from ssl_app.losses.hard_contrastive import top_k_negatives
+from ssl_app.losses.info_nce import mean_over_anchors
+
+
+def linear_contrast(sim: Tensor, pos_mask: Tensor, neg_mask: Tensor, lam: float | None) -> tuple[Tensor, Tensor]:
+    """Per-anchor ``-mean_{p∈P(i)} s_ip + λ_i Σ_{k∈neg(i)} s_ik`` in float32, sync-free.
+
+    ``lam=None`` means λ_i = 1 / |neg(i)| (the mean over the anchor's negatives; 0 terms for an
+    anchor without negatives). Returns ``(L [N], has_positive [N] bool)``; anchors without a
+    positive get L_i = 0 and zero gradient.
+    """
+    sim = sim.float()
+    has_pos = pos_mask.any(dim=1)
+    num_pos = pos_mask.sum(dim=1).clamp_min(1).to(sim.dtype)
+    positive_term = sim.masked_fill(~pos_mask, 0.0).sum(dim=1) / num_pos
+    negative_sum = sim.masked_fill(~neg_mask, 0.0).sum(dim=1)
+    if lam is None:
+        negative_term = negative_sum / neg_mask.sum(dim=1).clamp_min(1).to(sim.dtype)
+    else:
+        negative_term = lam * negative_sum
+    per_anchor = negative_term - positive_term
+    return per_anchor.masked_fill(~has_pos, 0.0), has_pos
+
+
+class Simple(ContrastiveLoss):
+    """The Simple loss (Wang & Liu 2021): a linear pull on positives, push on negatives.
+
+    Per anchor i, with positives P(i) and negatives neg(i):
+
+        L_i = -1/|P(i)| Σ_{p∈P(i)} s_ip + λ Σ_{k∈neg(i)} s_ik
+
+    and the loss is the mean over anchors with a positive. ``lam=None`` (the authors' code)
+    means λ = 1/|neg(i)|, i.e. the mean negative similarity. There is no temperature and no
+    hardness-awareness: the gradient w.r.t. every similarity is a constant (-1/|P(i)| on
+    positives, λ on negatives), so every negative is pushed equally (``effective_negatives``
+    is the number of negatives). The paper shows it gives a far less uniform embedding.
+
+    Args:
+        lam: λ > 0, or None for the mean over negatives.
+
+    Example:
+        >>> loss_fn = Simple()
+        >>> loss = loss_fn(sim, pos_mask, neg_mask)
+    """
+
+    def __init__(self, lam: float | None = None) -> None:
+        super().__init__()
+        if lam is not None and (
+            isinstance(lam, bool) or not isinstance(lam, numbers.Real) or not 0 < lam < math.inf
+        ):
+            raise ConfigError(f"Simple: lam must be > 0 and finite (or None for the mean over negatives), got {lam!r}")
+        self.lam = None if lam is None else float(lam)
+
+    def hparams(self) -> dict[str, object]:
+        return {"lam": self.lam}
+
+    def forward(self, sim: Tensor, pos_mask: Tensor, neg_mask: Tensor) -> Tensor:
+        self.check_inputs(sim, pos_mask, neg_mask)
+        with torch.autocast(device_type=sim.device.type, enabled=False):
+            per_anchor, has_pos = linear_contrast(sim, pos_mask, neg_mask, self.lam)
+            self.last_stats = negative_stats(None, sim, pos_mask, neg_mask)
+            return mean_over_anchors(per_anchor, has_pos)
+
+
+class HardSimple(ContrastiveLoss):
+    """HardSimple (Wang & Liu 2021): Simple restricted to each anchor's K hardest negatives.
+
+    Per anchor i, with H(i) the min(K, |neg(i)|) negatives of highest similarity:
+
+        L_i = -1/|P(i)| Σ_{p∈P(i)} s_ip + 1/|H(i)| Σ_{k∈H(i)} s_ik
+
+    and the loss is the mean over anchors with a positive. The selection is not differentiated
+    through; the kept negatives get the constant gradient 1/|H(i)|, the others zero.
+
+    Args:
+        num_negatives: K ≥ 1, the number of hardest negatives averaged per anchor.
+
+    Example:
+        >>> loss_fn = HardSimple(num_negatives=4095)
+        >>> loss = loss_fn(sim, pos_mask, neg_mask)
+    """
+
+    def __init__(self, num_negatives: int) -> None:
+        super().__init__()
+        self.num_negatives = check_num_negatives(num_negatives, "HardSimple")
+
+    def hparams(self) -> dict[str, object]:
+        return {"num_negatives": self.num_negatives}
+
+    def forward(self, sim: Tensor, pos_mask: Tensor, neg_mask: Tensor) -> Tensor:
+        self.check_inputs(sim, pos_mask, neg_mask)
+        with torch.autocast(device_type=sim.device.type, enabled=False):
+            sim32 = sim.float()
+            kept = top_k_negatives(sim32, neg_mask, self.num_negatives)
+            per_anchor, has_pos = linear_contrast(sim32, pos_mask, kept, None)
+            self.last_stats = negative_stats(None, sim, pos_mask, neg_mask, used_mask=kept)
+            return mean_over_anchors(per_anchor, has_pos)

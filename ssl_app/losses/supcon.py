@@ -1,0 +1,56 @@
+"""SupCon: the supervised contrastive loss (Khosla et al. 2020) over a similarity matrix."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from ssl_app.losses.base import ContrastiveLoss, check_temperature, masked_mean, negative_stats
+from ssl_app.losses.info_nce import masked_info_nce, mean_over_anchors
+
+
+class SupCon(ContrastiveLoss):
+    """Supervised contrastive loss ("L_out" form) with temperature τ.
+
+    Every candidate with the anchor's label is a positive: the method builds
+    ``pos_mask`` = same label and not the anchor itself, ``neg_mask`` = different label
+    (``uses_labels = True`` tells it to). Per anchor i, with A(i) = P(i) ∪ N(i) (all
+    candidates but the anchor):
+
+        L_i = -1/|P(i)| Σ_{p∈P(i)} log( exp(s_ip/τ) / Σ_{a∈A(i)} exp(s_ia/τ) )
+
+    and the loss is the mean over anchors with at least one positive; an anchor without one
+    (a class seen once in the batch) contributes nothing and gets zero, not NaN, gradient.
+    Runs in float32 even under autocast. ``last_stats`` adds ``num_positives`` (mean |P(i)|)
+    and ``has_positive`` (fraction of anchors with a positive).
+
+    Args:
+        temperature: τ > 0 (the paper: 0.1).
+
+    Example:
+        >>> loss_fn = SupCon(temperature=0.1)
+        >>> same = labels[:, None] == candidate_labels[None, :]
+        >>> loss = loss_fn(sim, same & ~is_self, ~same & ~is_self)
+    """
+
+    uses_labels = True
+
+    def __init__(self, temperature: float = 0.1) -> None:
+        super().__init__()
+        self.temperature = check_temperature(temperature, "SupCon")
+
+    def hparams(self) -> dict[str, object]:
+        return {"temperature": self.temperature}
+
+    def forward(self, sim: Tensor, pos_mask: Tensor, neg_mask: Tensor) -> Tensor:
+        self.check_inputs(sim, pos_mask, neg_mask)
+        with torch.autocast(device_type=sim.device.type, enabled=False):
+            logits = sim.float() / self.temperature
+            per_anchor, has_pos = masked_info_nce(logits, pos_mask, neg_mask)
+            stats = negative_stats(logits, sim, pos_mask, neg_mask)
+            with torch.no_grad():
+                all_anchors = torch.ones_like(has_pos)
+                stats["num_positives"] = masked_mean(pos_mask.sum(dim=1).float(), all_anchors)
+                stats["has_positive"] = masked_mean(has_pos.float(), all_anchors)
+            self.last_stats = stats
+            return mean_over_anchors(per_anchor, has_pos)

@@ -1,0 +1,189 @@
+"""HardContrastive: InfoNCE over each anchor's hardest negatives (top-K or upper quantile)."""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from ssl_app.errors import ConfigError
+from ssl_app.losses import HardContrastive, InfoNCE
+
+
+def ragged_inputs(seed: int = 0, n: int = 7, m: int = 15):
+    """Positives at column i; rows with many, few (1, 2) and no negatives; ignored entries."""
+    g = torch.Generator().manual_seed(seed)
+    sim = torch.rand(n, m, generator=g) * 2 - 1
+    pos = torch.zeros(n, m, dtype=torch.bool)
+    pos[torch.arange(n), torch.arange(n)] = True
+    neg = (torch.rand(n, m, generator=g) < 0.8) & ~pos
+    neg[1] = False
+    neg[1, 10] = True  # exactly one negative
+    neg[2] = False
+    neg[2, [3, 12]] = True  # two
+    neg[3] = False  # none: loss -log(1) = 0
+    pos[4, 9] = True  # two positives
+    neg[4, 9] = False
+    return sim, pos, neg
+
+
+def reference(sim, pos, keep, tau):
+    """Direct loop over anchors in float64."""
+    losses = []
+    for i in range(sim.shape[0]):
+        positives = [j for j in range(sim.shape[1]) if pos[i, j]]
+        if not positives:
+            continue
+        candidates = positives + [j for j in range(sim.shape[1]) if keep[i, j]]
+        lse = math.log(sum(math.exp(float(sim[i, a]) / tau) for a in candidates))
+        losses.append(-sum(float(sim[i, p]) / tau - lse for p in positives) / len(positives))
+    return sum(losses) / len(losses)
+
+
+def top_k_loop(sim, neg, k):
+    keep = torch.zeros_like(neg)
+    for i in range(sim.shape[0]):
+        cols = [j for j in range(sim.shape[1]) if neg[i, j]]
+        cols.sort(key=lambda j: -float(sim[i, j]))
+        keep[i, cols[:k]] = True
+    return keep
+
+
+def quantile_loop(sim, neg, q):
+    """k_i = max(1, ceil(q·n_i)) in exact arithmetic; keep every negative ≥ the k_i-th largest."""
+    frac = Fraction(q).limit_denominator(10**6)
+    keep = torch.zeros_like(neg)
+    for i in range(sim.shape[0]):
+        values = sorted((float(sim[i, j]) for j in range(sim.shape[1]) if neg[i, j]), reverse=True)
+        if not values:
+            continue
+        k = max(1, math.ceil(frac * len(values)))
+        for j in range(sim.shape[1]):
+            keep[i, j] = bool(neg[i, j]) and float(sim[i, j]) >= values[k - 1]
+    return keep
+
+
+@pytest.mark.parametrize("extra", [0, 1, 100])
+def test_k_at_least_all_negatives_is_exactly_info_nce(extra):
+    sim, pos, neg = ragged_inputs()
+    k = int(neg.sum(dim=1).max()) + extra
+    sim_a = sim.clone().requires_grad_(True)
+    sim_b = sim.clone().requires_grad_(True)
+    hard = HardContrastive(0.2, num_negatives=k)(sim_a, pos, neg)
+    plain = InfoNCE(0.2)(sim_b, pos, neg)
+    assert torch.equal(hard, plain)
+    hard.backward()
+    plain.backward()
+    assert torch.equal(sim_a.grad, sim_b.grad)
+
+
+def test_k_one_is_the_hardest_negative_only():
+    sim, pos, neg = ragged_inputs(1)
+    pos[4, 9], neg[4, 9] = False, True  # single positive everywhere for the closed form
+    tau = 0.3
+    loss = HardContrastive(tau, num_negatives=1)(sim, pos, neg)
+    terms = []
+    for i in range(sim.shape[0]):
+        if neg[i].any():
+            hardest = sim[i][neg[i]].max()
+            terms.append(F.softplus((hardest - sim[i, i]) / tau))  # -log(e^{s_ii/τ} / (e^{s_ii/τ} + e^{s_max/τ}))
+        else:
+            terms.append(torch.tensor(0.0))
+    assert torch.allclose(loss, torch.stack(terms).mean(), atol=1e-6)
+
+
+@pytest.mark.parametrize("k", [2, 3, 5])
+def test_top_k_against_loop(k):
+    sim, pos, neg = ragged_inputs(2)
+    tau = 0.25
+    loss = HardContrastive(tau, num_negatives=k)(sim, pos, neg)
+    expected = reference(sim, pos, top_k_loop(sim, neg, k), tau)
+    assert abs(loss.item() - expected) < 1e-5
+
+
+@pytest.mark.parametrize("q", [0.1, 0.25, 0.3, 0.5, 0.7, 0.9])
+def test_quantile_against_loop(q):
+    sim, pos, neg = ragged_inputs(3, n=9, m=40)
+    tau = 0.4
+    loss_fn = HardContrastive(tau, quantile=q)
+    loss = loss_fn(sim, pos, neg)
+    keep = quantile_loop(sim, neg, q)
+    assert abs(loss.item() - reference(sim, pos, keep, tau)) < 1e-5
+    has = keep.any(dim=1)
+    assert torch.allclose(loss_fn.last_stats["used_negatives"], keep.sum(dim=1)[has].float().mean())
+
+
+def test_quantile_counts_are_exact_and_keep_ties():
+    # 10 negatives: q = 0.3 keeps exactly 3 (a float ceil(0.3*10) would give 4)
+    sim = torch.tensor([[0.9] + [0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1, 0.0, -0.1]])
+    pos = torch.zeros_like(sim, dtype=torch.bool)
+    pos[0, 0] = True
+    loss_fn = HardContrastive(0.5, quantile=0.3)
+    loss_fn(sim, pos, ~pos)
+    assert loss_fn.last_stats["used_negatives"].item() == 3
+    # ties with the threshold are all kept: k = 1, but three negatives share the top value
+    sim = torch.tensor([[0.9, 0.5, 0.5, 0.5, 0.1, 0.0, -0.2]])
+    pos = torch.zeros_like(sim, dtype=torch.bool)
+    pos[0, 0] = True
+    loss_fn = HardContrastive(0.5, quantile=0.1)
+    loss_fn(sim, pos, ~pos)
+    assert loss_fn.last_stats["used_negatives"].item() == 3
+
+
+@pytest.mark.parametrize("kwargs", [{"num_negatives": 2}, {"quantile": 0.3}])
+def test_excluded_negatives_get_no_gradient(kwargs):
+    sim, pos, neg = ragged_inputs(4, n=6, m=20)
+    sim.requires_grad_(True)
+    loss_fn = HardContrastive(0.2, **kwargs)
+    loss = loss_fn(sim, pos, neg)
+    (grad,) = torch.autograd.grad(loss, sim)
+    kept = loss_fn.select_negatives(sim.detach(), neg)
+    assert (kept & ~neg).sum() == 0
+    assert (neg & ~kept).sum() > 10  # the test exercises exclusion
+    assert torch.all(grad[neg & ~kept] == 0)
+    assert torch.all(grad[kept] > 0)
+    assert torch.all(grad[~pos & ~neg] == 0)
+
+
+def test_last_stats_with_k_five():
+    torch.manual_seed(0)
+    z = F.normalize(torch.randn(12, 8), dim=1)
+    sim = z @ z.T
+    pos = torch.zeros(12, 12, dtype=torch.bool)
+    idx = torch.arange(12)
+    pos[idx, (idx + 6) % 12] = True
+    neg = ~pos & ~torch.eye(12, dtype=torch.bool)
+    loss_fn = HardContrastive(0.5, num_negatives=5)
+    loss_fn(sim, pos, neg)
+    stats = loss_fn.last_stats
+    assert {"effective_negatives", "pos_sim", "neg_sim", "used_negatives", "used_neg_sim"} <= stats.keys()
+    assert 1 <= stats["effective_negatives"].item() <= 5
+    assert stats["used_negatives"].item() == 5
+    assert stats["used_neg_sim"] > stats["neg_sim"]  # the kept ones are the hardest
+    assert torch.allclose(stats["neg_sim"], sim[neg].mean())
+
+
+@pytest.mark.parametrize(
+    "kwargs, name",
+    [
+        ({}, "give exactly one of num_negatives or quantile"),
+        ({"num_negatives": 5, "quantile": 0.1}, "give exactly one of num_negatives or quantile"),
+        ({"num_negatives": 0}, "num_negatives"),
+        ({"num_negatives": -3}, "num_negatives"),
+        ({"num_negatives": 2.5}, "num_negatives"),
+        ({"num_negatives": True}, "num_negatives"),
+        ({"quantile": 0.0}, "quantile"),
+        ({"quantile": 1.0}, "quantile"),
+        ({"quantile": -0.2}, "quantile"),
+        ({"quantile": 1.5}, "quantile"),
+        ({"quantile": float("nan")}, "quantile"),
+        ({"temperature": 0, "num_negatives": 5}, "temperature"),
+        ({"temperature": -1.0, "quantile": 0.1}, "temperature"),
+    ],
+)
+def test_bad_arguments(kwargs, name):
+    with pytest.raises(ConfigError, match=f"^HardContrastive: {name}"):
+        HardContrastive(**kwargs)
