@@ -10,16 +10,28 @@ line. Every run gets a ``ModelCheckpoint`` that also keeps ``last.ckpt`` (option
 from __future__ import annotations
 
 import sys
-from typing import Optional
+from typing import Any, NoReturn, Optional
 
 from lightning.pytorch import LightningDataModule
 from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
+from ssl_app import __version__
 from ssl_app.errors import ConfigError
 from ssl_app.methods import ContrastiveMethod
 
 DEFAULT_RUN_DIR = "runs"
+
+
+class _Parser(LightningArgumentParser):
+    """A parser whose errors are the message alone, not the 80-line usage that precedes it."""
+
+    def error(self, message: str, ex: Optional[Exception] = None) -> NoReturn:
+        if not self.exit_on_error:
+            super().error(message, ex)
+        prog = self.prog.replace(" [options]", "")
+        sys.stderr.write(f"error: {message}\n(options: {prog} --help)\n")
+        sys.exit(2)
 
 
 class SSLCLI(LightningCLI):
@@ -50,6 +62,8 @@ def main(args: Optional[list[str]] = None) -> None:
             trainer_defaults=trainer_defaults(),
             save_config_kwargs={"overwrite": True},
             args=args,
+            parser_class=_Parser,
+            parser_kwargs={"prog": "python -m ssl_app", "dump_header": [f"ssl_app {__version__}"]},
         )
     except ConfigError as error:
         print(f"error: {error}", file=sys.stderr)
