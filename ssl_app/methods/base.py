@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Optional, Union
 
 import lightning as L
 import torch
@@ -25,11 +25,17 @@ from ssl_app.optim import Optimization
 
 @dataclass
 class Contrast:
-    """The method → loss hand-over: ``sim`` [N, M] raw cosine similarities and bool masks."""
+    """The method → loss hand-over: ``sim`` [N, M] raw cosine similarities and bool masks.
+
+    ``views`` optionally carries the online encoder's normalised embeddings of each local view
+    ([B, d] each, in batch order); validation returns them so the metric callbacks need no
+    second forward pass.
+    """
 
     sim: Tensor
     pos_mask: Tensor
     neg_mask: Tensor
+    views: Optional[tuple[Tensor, ...]] = None
 
 
 class ContrastiveMethod(L.LightningModule):
@@ -82,7 +88,7 @@ class ContrastiveMethod(L.LightningModule):
         raise NotImplementedError
 
     # --- Lightning hooks ------------------------------------------------------------------
-    def _step(self, batch: Any, stage: str) -> Tensor:
+    def _step(self, batch: Any, stage: str) -> Union[Tensor, dict[str, Any]]:
         contrast = self.contrast(batch)
         loss = self.loss(contrast.sim, contrast.pos_mask, contrast.neg_mask)
         batch_size = contrast.sim.shape[0]
@@ -91,15 +97,17 @@ class ContrastiveMethod(L.LightningModule):
         if stage == "train":
             stats = {f"loss/{key}": value for key, value in self.loss.last_stats.items()}
             self.log_dict(stats, on_step=True, on_epoch=False, batch_size=batch_size)
-        return loss
+            return loss
+        # Validation/test: hand the view embeddings to callbacks (see ``Contrast.views``).
+        return {"loss": loss, "embeddings": contrast.views}
 
     def training_step(self, batch: Any, batch_idx: int) -> Tensor:
         return self._step(batch, "train")
 
-    def validation_step(self, batch: Any, batch_idx: int) -> Tensor:
+    def validation_step(self, batch: Any, batch_idx: int) -> dict[str, Any]:
         return self._step(batch, "val")
 
-    def test_step(self, batch: Any, batch_idx: int) -> Tensor:
+    def test_step(self, batch: Any, batch_idx: int) -> dict[str, Any]:
         return self._step(batch, "test")
 
     def configure_optimizers(self) -> dict:

@@ -53,4 +53,4 @@ class SimCLR(ContrastiveMethod):
             candidate_labels = distributed.gather(anchor_labels)
             positive = (anchor_labels[:, None] == candidate_labels[None, :]) & ~is_self
         negative = ~positive & ~is_self
-        return Contrast(sim, positive, negative)
+        return Contrast(sim, positive, negative, views=tuple(z.detach().chunk(len(views))))
