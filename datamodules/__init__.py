@@ -1,0 +1,20 @@
+"""LightningDataModules yielding ``((view_1, view_2), labels, indices)`` batches."""
+
+from datamodules.augment import ViewAugmentation
+from datamodules.base import ContrastiveDataModule
+from datamodules.image_folder import ImageFolderDataModule
+from datamodules.multiview import MultiViewDataset
+from datamodules.synthetic import SyntheticDataModule
+from datamodules.torchvision_sets import CIFAR10DataModule, CIFAR100DataModule, STL10DataModule, SVHNDataModule
+
+__all__ = [
+    "CIFAR10DataModule",
+    "CIFAR100DataModule",
+    "ContrastiveDataModule",
+    "ImageFolderDataModule",
+    "MultiViewDataset",
+    "STL10DataModule",
+    "SVHNDataModule",
+    "SyntheticDataModule",
+    "ViewAugmentation",
+]

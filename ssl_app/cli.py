@@ -65,6 +65,21 @@ def main(args: Optional[list[str]] = None) -> None:
             parser_class=_Parser,
             parser_kwargs={"prog": "python -m ssl_app", "dump_header": [f"ssl_app {__version__}"]},
         )
-    except ConfigError as error:
-        print(f"error: {error}", file=sys.stderr)
+    except Exception as error:
+        config_error = _find_config_error(error)
+        if config_error is None:
+            raise
+        print(f"error: {config_error}", file=sys.stderr)
         sys.exit(2)
+
+
+def _find_config_error(error: BaseException) -> Optional[ConfigError]:
+    """The ConfigError behind ``error``: jsonargparse wraps errors raised while instantiating."""
+    seen: set[int] = set()
+    current: Optional[BaseException] = error
+    while current is not None and id(current) not in seen:
+        if isinstance(current, ConfigError):
+            return current
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return None

@@ -102,3 +102,8 @@ class Optimization:
         steps_per_epoch = max(steps_per_epoch, 1)
         scheduler = LambdaLR(opt, lambda step: self.lr_factor(step, steps_per_epoch, total_steps))
         return {"optimizer": opt, "lr_scheduler": {"scheduler": scheduler, "interval": "step", "name": "lr"}}
+
+
+# Checkpoints store the hyper-parameters, this dataclass among them; let torch's default
+# ``weights_only`` loading (used by Trainer(ckpt_path=...)) accept it.
+torch.serialization.add_safe_globals([Optimization])

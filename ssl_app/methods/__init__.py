@@ -4,3 +4,8 @@ from ssl_app.methods.base import Contrast, ContrastiveMethod
 from ssl_app.methods.simclr import SimCLR
 
 __all__ = ["Contrast", "ContrastiveMethod", "SimCLR"]
+
+from ssl_app.methods.memory_bank import MemoryBank  # noqa: E402
+from ssl_app.methods.moco import MoCo  # noqa: E402
+
+__all__ += ["MemoryBank", "MoCo"]

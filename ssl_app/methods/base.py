@@ -6,6 +6,7 @@ matrix and masks that every loss strategy reads (see ``ssl_app.losses.base``).
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from dataclasses import dataclass
 from typing import Any, Optional, Union
@@ -69,7 +70,8 @@ class ContrastiveMethod(L.LightningModule):
         if not isinstance(loss, ContrastiveLoss):
             raise ConfigError(f"model.loss must be an ssl_app.losses strategy, got {type(loss).__name__}")
         self.save_hyperparameters(ignore=["loss"])
-        self.loss = loss
+        # A copy: the lazy default is one object shared by every model built without a loss.
+        self.loss = copy.deepcopy(loss)
         self.optim = dataclasses.replace(optim)  # a copy: the default instance is shared
         self.backbone, self.feature_dim = build_backbone(backbone, backbone_norm)
         self.projection_head = build_projection_head(self.feature_dim, proj_hidden_dim, proj_dim, proj_layers, proj_batch_norm)

@@ -1,0 +1,128 @@
+"""View augmentations of the SimCLR / MoCo-v2 family, built from torchvision's v2 transforms.
+
+The paper's CIFAR setup (Wang & Liu 2021) is RandomResizedCrop(32, scale 0.2-1), colour jitter,
+random grayscale (p 0.2) and a horizontal flip; :class:`ViewAugmentation` defaults to that, with
+the milder hue jitter (0.1) of MoCo v2. Gaussian blur (the ImageNet recipes) is off by default.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torchvision.transforms import v2
+
+from ssl_app.errors import ConfigError
+
+CIFAR10_MEAN = (0.4914, 0.4822, 0.4465)
+CIFAR10_STD = (0.2470, 0.2435, 0.2616)
+CIFAR100_MEAN = (0.5071, 0.4865, 0.4409)
+CIFAR100_STD = (0.2673, 0.2564, 0.2762)
+SVHN_MEAN = (0.4377, 0.4438, 0.4728)
+SVHN_STD = (0.1980, 0.2010, 0.1970)
+STL10_MEAN = (0.4467, 0.4398, 0.4066)
+STL10_STD = (0.2603, 0.2566, 0.2713)
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+
+
+@dataclass(frozen=True)
+class ViewAugmentation:
+    """Settings of the random view pipeline and of the matching deterministic eval pipeline.
+
+    Both pipelines accept PIL images or uint8 ``[3, H, W]`` tensors and return a float32
+    ``[3, crop_size, crop_size]`` tensor normalised with ``mean``/``std``.
+
+    Args:
+        crop_size: side of the square output, in pixels.
+        min_scale: lower bound of the area fraction kept by RandomResizedCrop (upper bound 1).
+        brightness, contrast, saturation: ColorJitter strengths (0 disables each).
+        hue: ColorJitter hue strength, in [0, 0.5].
+        jitter_prob: probability of applying the colour jitter.
+        grayscale_prob: probability of converting a view to grayscale (kept 3-channel).
+        hflip_prob: probability of a horizontal flip.
+        blur_prob: probability of a Gaussian blur (kernel about 10% of the crop, sigma 0.1-2).
+        mean, std: per-channel normalisation, after scaling pixels to [0, 1].
+        eval_crop_fraction: the eval pipeline resizes the shorter side to
+            ``crop_size / eval_crop_fraction`` and centre-crops ``crop_size`` (0.875 is the usual
+            ImageNet 256 -> 224; 1.0 keeps the whole image).
+    """
+
+    crop_size: int = 32
+    min_scale: float = 0.2
+    brightness: float = 0.4
+    contrast: float = 0.4
+    saturation: float = 0.4
+    hue: float = 0.1
+    jitter_prob: float = 0.8
+    grayscale_prob: float = 0.2
+    hflip_prob: float = 0.5
+    blur_prob: float = 0.0
+    mean: tuple[float, float, float] = CIFAR10_MEAN
+    std: tuple[float, float, float] = CIFAR10_STD
+    eval_crop_fraction: float = 1.0
+
+    def __post_init__(self) -> None:
+        # Coerce lists (from YAML) to tuples so the frozen dataclass stays hashable.
+        object.__setattr__(self, "mean", tuple(float(m) for m in self.mean))
+        object.__setattr__(self, "std", tuple(float(s) for s in self.std))
+        _check(isinstance(self.crop_size, int) and self.crop_size >= 1, "crop_size", "an integer >= 1", self.crop_size)
+        _check(0.0 < self.min_scale <= 1.0, "min_scale", "in (0, 1]", self.min_scale)
+        for name in ("brightness", "contrast", "saturation"):
+            _check(getattr(self, name) >= 0.0, name, ">= 0", getattr(self, name))
+        _check(0.0 <= self.hue <= 0.5, "hue", "in [0, 0.5]", self.hue)
+        for name in ("jitter_prob", "grayscale_prob", "hflip_prob", "blur_prob"):
+            value = getattr(self, name)
+            _check(0.0 <= value <= 1.0, name, "a probability in [0, 1]", value)
+        _check(len(self.mean) == 3, "mean", "3 values (R, G, B)", list(self.mean))
+        _check(len(self.std) == 3 and all(s > 0 for s in self.std), "std", "3 positive values", list(self.std))
+        _check(0.0 < self.eval_crop_fraction <= 1.0, "eval_crop_fraction", "in (0, 1]", self.eval_crop_fraction)
+
+    @property
+    def blur_kernel_size(self) -> int:
+        """Odd Gaussian-blur kernel of about 10% of the crop (at least 3)."""
+        size = max(3, int(round(0.1 * self.crop_size)))
+        return size if size % 2 == 1 else size + 1
+
+    def train_transform(self) -> v2.Compose:
+        """The random view pipeline: crop, flip, colour jitter, grayscale, optional blur."""
+        # No ToImage first: the geometric and colour ops run on PIL images when given them,
+        # several times faster than torch's per-image kernels on 32×32 inputs.
+        steps: list[v2.Transform] = [
+            v2.RandomResizedCrop(self.crop_size, scale=(self.min_scale, 1.0), antialias=True),
+            v2.RandomHorizontalFlip(p=self.hflip_prob),
+        ]
+        if self.jitter_prob > 0 and max(self.brightness, self.contrast, self.saturation, self.hue) > 0:
+            jitter = v2.ColorJitter(self.brightness, self.contrast, self.saturation, self.hue)
+            steps.append(v2.RandomApply([jitter], p=self.jitter_prob))
+        if self.grayscale_prob > 0:
+            steps.append(v2.RandomGrayscale(p=self.grayscale_prob))
+        if self.blur_prob > 0:
+            blur = v2.GaussianBlur(self.blur_kernel_size, sigma=(0.1, 2.0))
+            steps.append(v2.RandomApply([blur], p=self.blur_prob))
+        steps += self._to_normalised_tensor()
+        return v2.Compose(steps)
+
+    def eval_transform(self) -> v2.Compose:
+        """The deterministic pipeline: resize the shorter side, centre-crop, normalise."""
+        resize = int(math.floor(self.crop_size / self.eval_crop_fraction + 1e-6))
+        steps: list[v2.Transform] = [
+            v2.Resize(resize, antialias=True),
+            v2.CenterCrop(self.crop_size),
+            *self._to_normalised_tensor(),
+        ]
+        return v2.Compose(steps)
+
+    def _to_normalised_tensor(self) -> list[v2.Transform]:
+        return [
+            v2.ToImage(),
+            v2.ToDtype(torch.float32, scale=True),
+            v2.Normalize(mean=list(self.mean), std=list(self.std)),
+            v2.ToPureTensor(),
+        ]
+
+
+def _check(ok: bool, name: str, expected: str, value: object) -> None:
+    if not ok:
+        raise ConfigError(f"augmentation.{name} must be {expected}, got {value!r}")

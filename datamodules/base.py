@@ -1,0 +1,185 @@
+"""The base class of every datamodule: splits in, multi-view dataloaders out."""
+
+from __future__ import annotations
+
+from typing import Literal, Optional, get_args
+
+import torch
+from lightning import LightningDataModule
+from torch.utils.data import DataLoader, Dataset, Subset
+
+from datamodules.augment import ViewAugmentation
+from datamodules.multiview import MultiViewDataset
+from ssl_app.errors import ConfigError
+
+Split = Literal["train", "val", "test"]
+SPLITS: tuple[str, ...] = get_args(Split)
+
+# Which splits each Trainer stage needs (``None``: every split).
+_STAGE_SPLITS: dict[Optional[str], tuple[str, ...]] = {
+    "fit": ("train", "val"),
+    "validate": ("val",),
+    "test": ("test",),
+    "predict": ("test",),
+    None: SPLITS,
+}
+
+
+class ContrastiveDataModule(LightningDataModule):
+    """Multi-view dataloaders over the ``train``/``val``/``test`` splits of a labelled image set.
+
+    Subclasses implement :meth:`build_split` (an ``(image, label)`` dataset per split, images
+    as PIL or uint8 ``[3, H, W]`` tensors) and :attr:`num_classes`; they may override
+    :meth:`prepare_data` to download.
+
+    Every dataloader yields ``(views, labels, indices)``: ``views`` a list of float
+    ``[B, 3, crop, crop]`` tensors, ``labels`` int64 ``[B]`` (-1 where unlabeled) and
+    ``indices`` int64 ``[B]``, each sample's index in its split (what a memory bank keys on).
+
+    - ``train_dataloader``: 2 random views, shuffled, ``drop_last=True``.
+    - ``val_dataloader`` / ``test_dataloader``: 2 augmented views that are a fixed function of
+      ``(val_seed, index)``, in order, nothing dropped, so metrics are reproducible and equal
+      under any number of DDP ranks or workers.
+    - :meth:`embedding_dataloader`: what callbacks need outside the Trainer's loops.
+
+    Lightning adds the DistributedSampler to the three hook dataloaders under DDP;
+    ``batch_size`` is per process.
+
+    Args:
+        batch_size: samples per batch and per process.
+        num_workers: DataLoader worker processes (0: load in the main process).
+        augmentation: the view pipeline (and the matching eval pipeline).
+        val_seed: seed of the deterministic val/test views.
+        pin_memory: pin host memory for faster GPU copies; ``None``: when CUDA is available.
+    """
+
+    def __init__(
+        self,
+        batch_size: int = 256,
+        num_workers: int = 2,
+        augmentation: ViewAugmentation = ViewAugmentation(),
+        val_seed: int = 0,
+        pin_memory: Optional[bool] = None,
+    ) -> None:
+        super().__init__()
+        name = type(self).__name__
+        if batch_size < 1:
+            raise ConfigError(f"{name}: batch_size must be >= 1, got {batch_size}")
+        if num_workers < 0:
+            raise ConfigError(f"{name}: num_workers must be >= 0, got {num_workers}")
+        if val_seed < 0:
+            raise ConfigError(f"{name}: val_seed must be >= 0, got {val_seed}")
+        self.batch_size = batch_size
+        self.num_workers = num_workers
+        self.augmentation = augmentation
+        self.val_seed = val_seed
+        self.pin_memory = torch.cuda.is_available() if pin_memory is None else pin_memory
+        self._datasets: dict[str, Dataset] = {}
+
+    # --- what subclasses provide -------------------------------------------------------------
+    @property
+    def num_classes(self) -> int:
+        """Number of classes (labels are ``0 .. num_classes - 1``, or -1 if unlabeled)."""
+        raise NotImplementedError
+
+    def build_split(self, split: Split) -> Dataset:
+        """Build the ``(image, label)`` dataset of ``split``; raise ConfigError if unavailable."""
+        raise NotImplementedError
+
+    # --- splits ------------------------------------------------------------------------------
+    def dataset(self, split: Split) -> Dataset:
+        """The (cached) un-augmented ``(image, label)`` dataset of ``split``."""
+        if split not in SPLITS:
+            raise ConfigError(f"{type(self).__name__}: unknown split {split!r}, expected one of {SPLITS}")
+        if split not in self._datasets:
+            self._datasets[split] = self.build_split(split)
+        return self._datasets[split]
+
+    def num_samples(self, split: Split = "train") -> int:
+        """Number of samples in ``split`` (builds the split if needed, so it works before fit)."""
+        return len(self.dataset(split))  # type: ignore[arg-type]
+
+    def setup(self, stage: Optional[str] = None) -> None:
+        # Build the splits the stage needs now, so missing or broken data fails before training.
+        for split in _STAGE_SPLITS.get(stage, SPLITS):
+            self.dataset(split)  # type: ignore[arg-type]
+
+    # --- dataloaders -------------------------------------------------------------------------
+    def train_dataloader(self) -> DataLoader:
+        data = MultiViewDataset(self.dataset("train"), self.augmentation.train_transform(), num_views=2)
+        world_size = self.trainer.world_size if self.trainer is not None else 1
+        if len(data) // world_size < self.batch_size:
+            # drop_last would leave no batch at all and training would silently do nothing.
+            raise ConfigError(
+                f"{type(self).__name__}: batch_size {self.batch_size} is larger than the train split "
+                f"per process ({len(data)} samples / {world_size} process(es)); lower batch_size"
+            )
+        return self._loader(data, shuffle=True, drop_last=True)
+
+    def val_dataloader(self) -> DataLoader:
+        return self._loader(self._deterministic_views("val"), shuffle=False, drop_last=False)
+
+    def test_dataloader(self) -> DataLoader:
+        return self._loader(self._deterministic_views("test"), shuffle=False, drop_last=False)
+
+    def embedding_dataloader(
+        self,
+        split: Split,
+        views: int = 1,
+        augment: bool = False,
+        *,
+        batch_size: Optional[int] = None,
+        rank: int = 0,
+        world_size: int = 1,
+    ) -> DataLoader:
+        """An in-order dataloader over ``split`` for embedding it outside the Trainer's loops.
+
+        Args:
+            split: ``"train"``, ``"val"`` or ``"test"``.
+            views: views per sample (1 or 2).
+            augment: ``False``: the deterministic eval pipeline (e.g. kNN features of the train
+                split); ``True``: augmented views, a fixed function of ``(val_seed, index)``
+                (e.g. alignment over two views of the val split).
+            batch_size: defaults to the datamodule's ``batch_size``.
+            rank, world_size: keep only the samples ``rank, rank + world_size, ...`` so that DDP
+                ranks embed disjoint shards covering the split exactly once (no padding, unlike
+                a DistributedSampler); the batch's ``indices`` are still split indices.
+        """
+        if views not in (1, 2):
+            raise ConfigError(f"embedding_dataloader: views must be 1 or 2, got {views}")
+        if not 0 <= rank < world_size:
+            raise ValueError(f"embedding_dataloader: need 0 <= rank < world_size, got {rank}, {world_size}")
+        if augment:
+            transform = self.augmentation.train_transform()
+        else:
+            transform = self.augmentation.eval_transform()
+        data: Dataset = MultiViewDataset(self.dataset(split), transform, num_views=views, seed=self.val_seed)
+        if world_size > 1:
+            data = Subset(data, range(rank, len(data), world_size))  # type: ignore[arg-type]
+        return self._loader(data, shuffle=False, drop_last=False, batch_size=batch_size, persistent=False)
+
+    def _deterministic_views(self, split: Split) -> MultiViewDataset:
+        return MultiViewDataset(
+            self.dataset(split), self.augmentation.train_transform(), num_views=2, seed=self.val_seed
+        )
+
+    def _loader(
+        self,
+        data: Dataset,
+        *,
+        shuffle: bool,
+        drop_last: bool,
+        batch_size: Optional[int] = None,
+        persistent: bool = True,
+    ) -> DataLoader:
+        workers = self.num_workers
+        return DataLoader(
+            data,
+            batch_size=batch_size or self.batch_size,
+            shuffle=shuffle,
+            drop_last=drop_last,
+            num_workers=workers,
+            pin_memory=self.pin_memory,
+            # Callbacks' one-off loaders would otherwise keep idle workers alive all run long.
+            persistent_workers=persistent and workers > 0,
+        )

@@ -1,0 +1,69 @@
+"""A dataset wrapper that turns ``(image, label)`` samples into ``(views, label, index)``."""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Optional
+
+import torch
+from torch.utils.data import Dataset
+
+# Large prime spreading (seed, index) pairs so that nearby seeds do not share per-sample streams.
+_SEED_STRIDE = 1_000_003
+_SEED_MODULUS = 2**63
+
+
+def sample_seed(seed: int, index: int) -> int:
+    """The RNG seed used for sample ``index`` of a dataset seeded with ``seed``."""
+    return (seed * _SEED_STRIDE + index) % _SEED_MODULUS
+
+
+class MultiViewDataset(Dataset):
+    """Applies ``transform`` ``num_views`` times to each sample of ``base``.
+
+    Every item is ``((view_1, ..., view_n), label, index)``: a tuple of views (always a tuple,
+    also for ``num_views=1``), the label as a Python ``int`` (-1 for unlabeled samples) and the
+    sample's index in ``base``. After default collation a batch is ``(views, labels, indices)``
+    with ``views`` a list of ``[B, C, H, W]`` tensors and ``labels``/``indices`` int64 ``[B]``.
+
+    Args:
+        base: a map-style dataset yielding ``(image, label)``; ``label`` may be ``None``.
+        transform: applied independently to produce each view.
+        num_views: number of views per sample (>= 1).
+        seed: if given, the views of sample ``i`` are drawn from an RNG seeded with
+            ``(seed, i)`` only, so they are identical on every call, in every process and in
+            every DataLoader worker (validation under 1 or N DDP ranks sees the same views).
+            The global RNG state is left untouched. ``None``: fresh random views every call.
+    """
+
+    def __init__(
+        self,
+        base: Dataset,
+        transform: Callable[[Any], torch.Tensor],
+        num_views: int = 2,
+        seed: Optional[int] = None,
+    ) -> None:
+        if num_views < 1:
+            raise ValueError(f"num_views must be >= 1, got {num_views}")
+        self.base = base
+        self.transform = transform
+        self.num_views = num_views
+        self.seed = seed
+
+    def __len__(self) -> int:
+        return len(self.base)  # type: ignore[arg-type]
+
+    def __getitem__(self, index: int) -> tuple[tuple[torch.Tensor, ...], int, int]:
+        image, label = self.base[index]
+        label = -1 if label is None else int(label)
+        if self.seed is None:
+            views = self._views(image)
+        else:
+            with torch.random.fork_rng(devices=[]):
+                # Only the CPU generator: torch.manual_seed would also reseed CUDA, which
+                # fork_rng(devices=[]) does not restore.
+                torch.default_generator.manual_seed(sample_seed(self.seed, index))
+                views = self._views(image)
+        return views, label, int(index)
+
+    def _views(self, image: Any) -> tuple[torch.Tensor, ...]:
+        return tuple(self.transform(image) for _ in range(self.num_views))

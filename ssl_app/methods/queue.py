@@ -1,0 +1,144 @@
+"""Stored candidates with labels: MoCo's ring-buffer queue and the memory bank of every image.
+
+Both are ``nn.Module`` s whose state is persistent buffers, so they are saved in checkpoints,
+restored on resume and moved to the device with the model. Neither talks to other processes:
+the methods gather what every rank produced first and hand the *same* global tensors to
+every rank's store, so all ranks hold bit-identical copies without broadcasting them (which
+is why the methods list them in ``_ddp_params_and_buffers_to_ignore``). Updates are
+device-side tensor operations only (no host synchronisation).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from ssl_app.errors import ConfigError
+
+# Initial contents are drawn from a fixed generator so that every process (and every run)
+# starts from the same store, whatever the global random state.
+_INIT_SEED = 0
+
+
+def random_unit_vectors(n: int, dim: int, seed: int = _INIT_SEED) -> Tensor:
+    """``n`` points drawn uniformly on the unit sphere S^{dim-1}, deterministically from ``seed``."""
+    generator = torch.Generator().manual_seed(seed)
+    return F.normalize(torch.randn(n, dim, generator=generator), dim=1)
+
+
+class LabelledQueue(nn.Module):
+    """A FIFO ring buffer of ``size`` unit vectors and their labels (MoCo's queue).
+
+    Buffers (all persistent): ``features`` [size, dim] float32, ``labels`` [size] int64
+    (-1 where nothing was written yet), ``ptr`` (the slot the next vector goes to) and
+    ``filled`` (how many slots hold an enqueued vector, at most ``size``).
+
+    The slots are filled in order from 0, so the valid slots are exactly ``0 .. filled - 1``;
+    before that they hold random unit vectors that :meth:`valid` marks unusable. Enqueueing
+    ``E`` vectors writes them at ``ptr, ptr + 1, ...`` modulo ``size`` (so ``size`` need not
+    be a multiple of ``E``); if ``E > size`` only the last ``size`` are kept. Either way the
+    queue holds exactly the ``min(size, total)`` most recently enqueued vectors, and
+    ``ptr == total % size``.
+    """
+
+    def __init__(self, size: int, dim: int) -> None:
+        super().__init__()
+        self.size = size
+        self.register_buffer("features", random_unit_vectors(size, dim))
+        self.register_buffer("labels", torch.full((size,), -1, dtype=torch.long))
+        self.register_buffer("ptr", torch.zeros((), dtype=torch.long))
+        self.register_buffer("filled", torch.zeros((), dtype=torch.long))
+
+    def valid(self) -> Tensor:
+        """Bool [size]: True on the slots that hold an enqueued vector."""
+        return torch.arange(self.size, device=self.features.device) < self.filled
+
+    @torch.no_grad()
+    def enqueue(self, features: Tensor, labels: Tensor) -> None:
+        """Append ``features`` [E, dim] and ``labels`` [E] in order, overwriting the oldest."""
+        total = features.shape[0]
+        keep = min(total, self.size)
+        features, labels = features[total - keep :], labels[total - keep :]
+        start = self.ptr + (total - keep)
+        slots = (start + torch.arange(keep, device=self.features.device)) % self.size
+        self.features.index_copy_(0, slots, features.detach().to(self.features.dtype))
+        self.labels.index_copy_(0, slots, labels.to(self.labels.dtype))
+        self.ptr.copy_((self.ptr + total) % self.size)
+        self.filled.copy_((self.filled + total).clamp(max=self.size))
+
+    def extra_repr(self) -> str:
+        return f"size={self.size}, dim={self.features.shape[1]}"
+
+
+class LabelledBank(nn.Module):
+    """One unit vector per training sample, addressed by the sample's dataset index (Wu et al. 2018).
+
+    Buffers (persistent): ``features`` [size, dim] float32, initialised uniformly on the sphere,
+    and ``labels`` [size] int64 (-1 until the sample was first seen). The size may be 0 at
+    construction and set later with :meth:`resize` (e.g. from the datamodule in ``setup``);
+    loading a state dict into an empty bank takes the size from the state dict, so a
+    checkpoint can be loaded without knowing the data.
+    """
+
+    def __init__(self, size: int, dim: int) -> None:
+        super().__init__()
+        self.dim = dim
+        self.register_buffer("features", random_unit_vectors(size, dim))
+        self.register_buffer("labels", torch.full((size,), -1, dtype=torch.long))
+
+    @property
+    def size(self) -> int:
+        return self.features.shape[0]
+
+    def resize(self, size: int) -> None:
+        """Re-create the bank with ``size`` fresh random entries (on the bank's device)."""
+        device = self.features.device
+        self.features = random_unit_vectors(size, self.dim).to(device)
+        self.labels = torch.full((size,), -1, dtype=torch.long, device=device)
+
+    @torch.no_grad()
+    def update(self, indices: Tensor, features: Tensor, labels: Tensor, momentum: float) -> None:
+        """``bank[i] ← normalise(m · bank[i] + (1 − m) · z_i)`` and ``labels[i] ← y_i``.
+
+        ``indices`` [G], ``features`` [G, dim] (unit vectors), ``labels`` [G]. If an index
+        occurs several times (a DistributedSampler pads the last shards with repeats), its
+        ``z`` is the mean of its occurrences, so the result does not depend on write order.
+        Without repeats that mean is ``z`` itself, exactly.
+        """
+        features = features.detach().to(self.features.dtype)
+        same = (indices[:, None] == indices[None, :]).to(features.dtype)
+        z = (same @ features) / same.sum(dim=1, keepdim=True)
+        new = F.normalize(momentum * self.features.index_select(0, indices) + (1.0 - momentum) * z, dim=1)
+        self.features.index_copy_(0, indices, new)
+        self.labels.index_copy_(0, indices, labels.to(self.labels.dtype))
+
+    def _load_from_state_dict(
+        self,
+        state_dict: dict[str, Any],
+        prefix: str,
+        local_metadata: dict,
+        strict: bool,
+        missing_keys: list[str],
+        unexpected_keys: list[str],
+        error_msgs: list[str],
+    ) -> None:
+        saved = state_dict.get(prefix + "features")
+        if saved is not None and tuple(saved.shape) != tuple(self.features.shape):
+            if saved.dim() != 2 or saved.shape[1] != self.dim:
+                raise ConfigError(
+                    f"the checkpoint's memory bank has shape {tuple(saved.shape)}, but this model's "
+                    f"entries have {self.dim} dimensions (model.proj_dim)"
+                )
+            if self.size != 0:
+                raise ConfigError(
+                    f"the checkpoint's memory bank has {saved.shape[0]} entries but this run's has "
+                    f"{self.size} (model.bank_size, or the size of the datamodule's train split)"
+                )
+            self.resize(saved.shape[0])
+        super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs)
+
+    def extra_repr(self) -> str:
+        return f"size={self.size}, dim={self.dim}"
