@@ -50,10 +50,10 @@ def trainer_defaults() -> dict:
     }
 
 
-def main(args: Optional[list[str]] = None) -> None:
-    """Run the CLI; a ``ConfigError`` becomes one ``error: ...`` line and exit status 2."""
+def main(args: Optional[list[str]] = None) -> LightningCLI:
+    """Run the CLI and return it; a ``ConfigError`` becomes one ``error: ...`` line and exit 2."""
     try:
-        SSLCLI(
+        return SSLCLI(
             ContrastiveMethod,
             LightningDataModule,
             subclass_mode_model=True,

@@ -39,6 +39,12 @@ def only_version_dir(run_root: Path) -> Path:
     return versions[0]
 
 
+def scalar_values(log_dir: Path, tag: str) -> list[float]:
+    events = EventAccumulator(str(log_dir))
+    events.Reload()
+    return [event.value for event in events.Scalars(tag)]
+
+
 def scalar_tags(log_dir: Path) -> set[str]:
     events = EventAccumulator(str(log_dir))
     events.Reload()

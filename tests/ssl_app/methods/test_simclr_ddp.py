@@ -53,13 +53,19 @@ def rank_slice(batch: tuple, rank: int) -> tuple:
     return (view_1[part], view_2[part]), labels[part], index[part]
 
 
-LOSSES = ("InfoNCE", "SupCon")
+LOSSES = {
+    "InfoNCE": {"temperature": 0.2},
+    "HardContrastive": {"temperature": 0.2, "num_negatives": 5},
+    "Simple": {},
+    "HardSimple": {"num_negatives": 5},
+    "SupCon": {"temperature": 0.2},
+}
 
 
 def make_loss(name: str):
     from ssl_app import losses
 
-    return getattr(losses, name)(temperature=0.2)
+    return getattr(losses, name)(**LOSSES[name])
 
 
 def _worker(rank: int, init_file: str, out_file: str) -> None:

@@ -1,0 +1,49 @@
+"""Every loss strategy trains the quickstart through the CLI: one process, and 2-rank DDP."""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+
+import pytest
+
+from ssl_app.cli import main
+from tests.ssl_app.test_cli import QUICKSTART, TINY, only_version_dir, scalar_tags, scalar_values
+
+STRATEGIES = {
+    "InfoNCE": ["--model.init_args.loss.init_args.temperature=0.1"],
+    "HardContrastive": ["--model.init_args.loss.init_args.temperature=0.3", "--model.init_args.loss.init_args.num_negatives=16"],
+    "Simple": [],
+    "HardSimple": ["--model.init_args.loss.init_args.num_negatives=16"],
+    "SupCon": ["--model.init_args.loss.init_args.temperature=0.1"],
+}
+
+
+def loss_args(name: str) -> list[str]:
+    return [f"--model.init_args.loss=ssl_app.losses.{name}", *STRATEGIES[name]]
+
+
+@pytest.mark.parametrize("name", STRATEGIES)
+def test_strategy_trains_through_the_cli(name, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    cli = main(["fit", "--config", QUICKSTART, *TINY, "--trainer.max_epochs=1", *loss_args(name)])
+    assert type(cli.model.loss).__name__ == name
+    loss = cli.trainer.callback_metrics["train/loss_epoch"].item()
+    assert math.isfinite(loss)
+    tags = scalar_tags(only_version_dir(tmp_path / "runs"))
+    assert {"loss/effective_negatives", "loss/pos_sim", "loss/neg_sim"} <= tags
+
+
+def test_quantile_hard_negatives_on_two_processes(tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-m", "ssl_app", "fit", "--config", QUICKSTART, *TINY, "--trainer.max_epochs=1",
+         "--model.init_args.loss=ssl_app.losses.HardContrastive", "--model.init_args.loss.init_args.quantile=0.1",
+         "--trainer.accelerator=cpu", "--trainer.devices=2", "--trainer.strategy=ddp"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    run = only_version_dir(tmp_path / "runs")
+    assert (run / "checkpoints" / "last.ckpt").is_file()
+    losses = scalar_values(run, "train/loss_epoch")
+    assert losses and all(math.isfinite(value) for value in losses)
