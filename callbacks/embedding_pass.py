@@ -1,0 +1,87 @@
+"""Embedding a whole split outside the Trainer's loops, as the monitor callbacks need it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, Literal, Optional
+
+import lightning as L
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from callbacks.gather import SampleBuffer
+from ssl_app.errors import ConfigError
+
+Features = Literal["projection", "backbone"]
+
+
+def require_embedding_dataloader(trainer: "L.Trainer", who: str) -> Any:
+    """The trainer's datamodule if it offers ``embedding_dataloader``; a ConfigError otherwise."""
+    datamodule = getattr(trainer, "datamodule", None)
+    if datamodule is not None and callable(getattr(datamodule, "embedding_dataloader", None)):
+        return datamodule
+    found = "no datamodule (dataloaders passed directly)" if datamodule is None else type(datamodule).__name__
+    raise ConfigError(
+        f"{who} needs a datamodule with embedding_dataloader(split, views, augment, rank=, world_size=) "
+        f"(any datamodules.ContrastiveDataModule); got {found}"
+    )
+
+
+@contextmanager
+def evaluation_mode(module: torch.nn.Module) -> Iterator[None]:
+    """Eval mode and no_grad inside; afterwards every submodule gets back its own train/eval flag."""
+    modes = [(m, m.training) for m in module.modules()]
+    module.eval()
+    try:
+        with torch.no_grad():
+            yield
+    finally:
+        for m, training in modes:
+            m.training = training
+
+
+def encoder(pl_module: "L.LightningModule", features: Features) -> Callable[[Tensor], Tensor]:
+    """``projection``: ``pl_module.embed`` (z); ``backbone``: the L2-normalised ``pl_module(images)``."""
+    if features == "projection":
+        return pl_module.embed
+    if features == "backbone":
+        return lambda images: F.normalize(pl_module(images), dim=1)
+    raise ConfigError(f"features must be 'projection' or 'backbone', got {features!r}")
+
+
+def embed_split(
+    trainer: "L.Trainer",
+    pl_module: "L.LightningModule",
+    split: str,
+    *,
+    views: int,
+    augment: bool,
+    features: Features = "projection",
+    max_samples: Optional[int] = None,
+    batch_size: Optional[int] = None,
+    who: str = "callback",
+) -> SampleBuffer:
+    """This rank's disjoint shard of ``split``, embedded in eval mode (a ``SampleBuffer``).
+
+    Uses ``datamodule.embedding_dataloader(split, views, augment, rank=, world_size=)``, whose
+    shards are in index order, so with ``max_samples`` the pass stops at the first batch past it.
+    """
+    datamodule = require_embedding_dataloader(trainer, who)
+    loader = datamodule.embedding_dataloader(
+        split, views=views, augment=augment, batch_size=batch_size, rank=trainer.global_rank, world_size=trainer.world_size
+    )
+    buffer = SampleBuffer(max_samples)
+    encode = encoder(pl_module, features)
+    device = pl_module.device
+    with evaluation_mode(pl_module), trainer.precision_plugin.forward_context():
+        for images, labels, indices in loader:
+            mask = buffer.keep_mask(indices)  # indices are still on the host: no device sync
+            if mask is not None:
+                if not mask.any():
+                    break
+                images, labels, indices = [v[mask] for v in images], labels[mask], indices[mask]
+            embedded = [encode(v.to(device, non_blocking=True)) for v in images]
+            buffer.add(indices.to(device), labels.to(device), embedded)
+    return buffer

@@ -1,0 +1,130 @@
+"""Per-sample rows collected batch by batch on each rank, gathered to every rank without duplicates.
+
+A ``DistributedSampler`` gives each rank ``ceil(N / world)`` samples and pads the last ranks
+with repeats of the first samples, so the ranks hold different numbers of rows and a few rows
+twice. Gathering therefore (1) all-gathers the row counts, (2) pads every rank's rows to the
+longest and all-gathers them, (3) drops the padding rows, and (4) sorts the union by sample
+index and keeps the first row of each index. The result is the same N rows in the same order
+on every rank and for any number of ranks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+import torch.distributed as dist
+from torch import Tensor
+
+from ssl_app import distributed
+
+
+@dataclass
+class Samples:
+    """``indices`` [N] int64, ``labels`` [N] int64 and ``features`` [N, views, d] float32."""
+
+    indices: Tensor
+    labels: Tensor
+    features: Tensor
+
+    def __len__(self) -> int:
+        return self.indices.shape[0]
+
+    def view(self, i: int) -> Tensor:
+        """The [N, d] features of view ``i``."""
+        return self.features[:, i]
+
+
+class SampleBuffer:
+    """Accumulates ``(index, label, view features)`` rows on this rank.
+
+    Args:
+        max_samples: keep only the samples whose index is ``< max_samples`` (a fixed subset,
+            the same under any number of ranks); ``None``: keep everything.
+    """
+
+    def __init__(self, max_samples: Optional[int] = None) -> None:
+        if max_samples is not None and (not isinstance(max_samples, int) or max_samples < 1):
+            raise ValueError(f"max_samples must be an int >= 1 or None, got {max_samples!r}")
+        self.max_samples = max_samples
+        self._indices: list[Tensor] = []
+        self._labels: list[Tensor] = []
+        self._features: list[Tensor] = []
+
+    def keep_mask(self, indices: Tensor) -> Optional[Tensor]:
+        """Bool mask of the rows to keep, or ``None`` when every row is kept."""
+        return None if self.max_samples is None else indices < self.max_samples
+
+    def add(self, indices: Tensor, labels: Tensor, views: Sequence[Tensor]) -> None:
+        """Append a batch: ``indices``/``labels`` [B], each view [B, d] (detached, stored as float32).
+
+        Nothing is filtered here, so a batch costs no host-device synchronisation; rows past
+        ``max_samples`` are dropped once, in ``local``.
+        """
+        features = torch.stack([v.detach().float() for v in views], dim=1)
+        self._indices.append(indices.to(features.device, torch.long))
+        self._labels.append(labels.to(features.device, torch.long))
+        self._features.append(features)
+
+    def local(self) -> Samples:
+        """This rank's rows in arrival order (possibly with DistributedSampler repeats)."""
+        if not self._indices:
+            empty = torch.empty(0, dtype=torch.long)
+            return Samples(empty, empty.clone(), torch.empty(0, 0, 0))
+        samples = Samples(torch.cat(self._indices), torch.cat(self._labels), torch.cat(self._features))
+        mask = self.keep_mask(samples.indices)
+        if mask is not None:
+            samples = Samples(samples.indices[mask], samples.labels[mask], samples.features[mask])
+        return samples
+
+    def gather(self, device: Optional[torch.device] = None) -> Samples:
+        """Every rank's rows, one per sample index, sorted by index (a collective under DDP).
+
+        ``device`` places the result of a rank that collected nothing (default: where the rows are).
+        """
+        local = self.local()
+        if device is not None:
+            local = Samples(local.indices.to(device), local.labels.to(device), local.features.to(device))
+        if distributed.world_size() > 1:
+            local = _all_gather_samples(local)
+        return unique_by_index(local)
+
+
+def unique_by_index(samples: Samples) -> Samples:
+    """Sort rows by sample index and keep the first row of every index."""
+    order = torch.argsort(samples.indices, stable=True)
+    sorted_indices = samples.indices[order]
+    first = torch.ones_like(sorted_indices, dtype=torch.bool)
+    first[1:] = sorted_indices[1:] != sorted_indices[:-1]
+    keep = order[first]
+    return Samples(samples.indices[keep], samples.labels[keep], samples.features[keep])
+
+
+def _all_gather_samples(local: Samples) -> Samples:
+    n, views, dim = local.features.shape
+    device = local.features.device
+    shapes = _all_gather_equal(torch.tensor([n, views, dim], device=device)).view(-1, 3).tolist()
+    views, dim = max(s[1] for s in shapes), max(s[2] for s in shapes)  # a rank with no rows sends 0 × 0
+    counts = [s[0] for s in shapes]
+    features = local.features.reshape(n, views * dim)
+    ids = torch.stack([local.indices, local.labels], dim=1)
+    ids = _all_gather_varlen(ids.to(device), counts)
+    features = _all_gather_varlen(features, counts)
+    return Samples(ids[:, 0], ids[:, 1], features.view(-1, views, dim))
+
+
+def _all_gather_equal(tensor: Tensor) -> Tensor:
+    parts = [torch.empty_like(tensor) for _ in range(distributed.world_size())]
+    dist.all_gather(parts, tensor.contiguous())
+    return torch.cat(parts)
+
+
+def _all_gather_varlen(rows: Tensor, counts: list[int]) -> Tensor:
+    """Concatenate every rank's ``rows`` [counts[r], ...] in rank order (padded to the longest)."""
+    padded = rows.new_zeros((max(counts), *rows.shape[1:]))
+    padded[: rows.shape[0]] = rows
+    parts = [torch.empty_like(padded) for _ in counts]
+    dist.all_gather(parts, padded)
+    return torch.cat([part[:count] for part, count in zip(parts, counts)])

@@ -1,0 +1,97 @@
+"""The weighted kNN monitor: how well the current embeddings classify, without training a probe."""
+
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import lightning as L
+from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.trainer.states import TrainerFn
+from lightning.pytorch.utilities import rank_zero_warn
+
+from callbacks.embedding_pass import Features, embed_split, encoder, require_embedding_dataloader
+from ssl_app.metrics import WeightedKNNAccuracy
+
+
+class KNNMonitor(Callback):
+    """Weighted kNN accuracy (Wu et al. 2018) of the evaluation split against the train split.
+
+    Every ``every_n_epochs`` validation epoch of ``fit`` (and on ``validate``/``test``) it embeds
+    the train split (the bank) and the evaluation split (val; test during ``test``), one view
+    each with the deterministic eval transform, through the datamodule's
+    ``embedding_dataloader``: each rank embeds a disjoint shard, the bank is gathered to every
+    rank, each rank classifies its own queries, and ``WeightedKNNAccuracy`` sums the counts
+    over ranks. Each query's k most similar bank rows vote with weight ``exp(s/σ)``; the result
+    is logged as ``metrics/knn_acc``. The module is in eval mode, without gradients, meanwhile.
+
+    Args:
+        k: neighbours that vote (Wu et al.: 200).
+        temperature: σ of the vote weights (Wu et al.: 0.07).
+        every_n_epochs: during ``fit``, evaluate after epochs n, 2n, ... (``validate``/``test``: always).
+        max_train_samples: bank = the train samples with index < max_train_samples (``None``: all).
+        features: ``projection``: the normalised embedding z (``pl_module.embed``);
+            ``backbone``: the normalised backbone features ``pl_module(images)``.
+        batch_size: batch size of the embedding passes (default: the datamodule's).
+        chunk_size: query rows per similarity block (default: 2^24 similarities per block).
+    """
+
+    def __init__(
+        self,
+        k: int = 200,
+        temperature: float = 0.07,
+        every_n_epochs: int = 1,
+        max_train_samples: Optional[int] = None,
+        features: Features = "projection",
+        batch_size: Optional[int] = None,
+        chunk_size: Optional[int] = None,
+    ) -> None:
+        super().__init__()
+        if not isinstance(every_n_epochs, int) or every_n_epochs < 1:
+            raise ValueError(f"KNNMonitor: every_n_epochs must be an int >= 1, got {every_n_epochs!r}")
+        if max_train_samples is not None and (not isinstance(max_train_samples, int) or max_train_samples < 1):
+            raise ValueError(f"KNNMonitor: max_train_samples must be an int >= 1 or None, got {max_train_samples!r}")
+        WeightedKNNAccuracy(1, k, temperature, chunk_size)  # validates k, temperature, chunk_size now
+        self.k = k
+        self.temperature = temperature
+        self.every_n_epochs = every_n_epochs
+        self.max_train_samples = max_train_samples
+        self.features = features
+        self.batch_size = batch_size
+        self.chunk_size = chunk_size
+
+    def setup(self, trainer: "L.Trainer", pl_module: "L.LightningModule", stage: str) -> None:
+        require_embedding_dataloader(trainer, "KNNMonitor")  # fail before training, not after an epoch
+        encoder(pl_module, self.features)
+
+    def on_validation_epoch_end(self, trainer: "L.Trainer", pl_module: "L.LightningModule") -> None:
+        if trainer.sanity_checking:
+            return
+        if trainer.state.fn == TrainerFn.FITTING and (trainer.current_epoch + 1) % self.every_n_epochs:
+            return
+        self.evaluate(trainer, pl_module, "val")
+
+    def on_test_epoch_end(self, trainer: "L.Trainer", pl_module: "L.LightningModule") -> None:
+        self.evaluate(trainer, pl_module, "test")
+
+    def evaluate(self, trainer: "L.Trainer", pl_module: "L.LightningModule", split: str) -> Optional[float]:
+        """Embed, classify and log ``metrics/knn_acc`` for ``split``; returns the accuracy (or None)."""
+        common = dict(views=1, augment=False, features=self.features, batch_size=self.batch_size, who="KNNMonitor")
+        bank = embed_split(trainer, pl_module, "train", max_samples=self.max_train_samples, **common)
+        bank = bank.gather(device=pl_module.device)
+        labelled = bank.labels >= 0
+        if not bool(labelled.any()):
+            rank_zero_warn("KNNMonitor: the train split has no labels; metrics/knn_acc is not logged")
+            return None
+        queries = embed_split(trainer, pl_module, split, **common).local()
+        # The classes a bank can vote for are the ones it holds; same on every rank (gathered).
+        num_classes = int(bank.labels.max()) + 1
+        metric = WeightedKNNAccuracy(num_classes, self.k, self.temperature, self.chunk_size).to(pl_module.device)
+        query_features = queries.view(0) if len(queries) else bank.view(0)[:0]  # a rank may get no rows
+        metric.update(query_features.to(pl_module.device), queries.labels.to(pl_module.device), bank.view(0), bank.labels)
+        accuracy = float(metric.compute())  # sums correct/total over the ranks
+        if math.isnan(accuracy):
+            rank_zero_warn(f"KNNMonitor: the {split} split has no labels; metrics/knn_acc is not logged")
+            return None
+        pl_module.log("metrics/knn_acc", accuracy, sync_dist=False)  # identical on every rank
+        return accuracy

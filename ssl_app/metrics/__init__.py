@@ -1,0 +1,32 @@
+"""Exact, chunked, DDP-sharded embedding-space metrics (PAPER.md, "Metrics").
+
+    alignment(za, zb, alpha=2.0)                    mean ||za_i − zb_i||^alpha
+    uniformity(z, t=2.0)                            −log mean_{i<j} exp(−t ||z_i − z_j||²)
+    tolerance(z, labels)                            mean z_i·z_j over same-label pairs i ≠ j
+    positive_and_topk_negatives(za, zb, k=10)       s_ii and the k largest s_ij, j ≠ i
+
+Pure tensor functions; callbacks gather embeddings and call them on every rank.
+"""
+
+from ssl_app.metrics.embedding import (
+    PositiveAndNegatives,
+    alignment,
+    positive_and_topk_negatives,
+    tolerance,
+    uniformity,
+)
+from ssl_app.metrics.sharding import resolve_world, row_range
+
+__all__ = [
+    "PositiveAndNegatives",
+    "alignment",
+    "positive_and_topk_negatives",
+    "resolve_world",
+    "row_range",
+    "tolerance",
+    "uniformity",
+]
+
+from ssl_app.metrics.knn import WeightedKNNAccuracy, weighted_knn_predict  # noqa: E402
+
+__all__ += ["WeightedKNNAccuracy", "weighted_knn_predict"]

@@ -1,0 +1,179 @@
+"""EmbeddingMetrics: what reaches TensorBoard, that it equals ssl_app.metrics, DDP, the collapse alarm."""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from callbacks import EmbeddingMetrics, embedding_report
+from callbacks.collapse import CollapseCriteria
+from ssl_app.cli import main
+from ssl_app.methods import SimCLR
+from ssl_app.metrics import alignment, positive_and_topk_negatives, tolerance, uniformity
+from tests.callbacks import ddp_worker
+from tests.callbacks.helpers import EPOCHS, VAL_SIZE, RecordingLogger, events, embed_views, last_scalars, tiny_data, tiny_model, tiny_trainer
+
+REPO = Path(__file__).resolve().parents[2]
+QUICKSTART = str(REPO / "configs" / "quickstart.yaml")
+SCALARS = ["alignment", "uniformity", "tolerance", "pos_sim", "top10_neg_sim", "collapsed"]
+
+
+# --------------------------------------------------------------------------- one tiny fit
+def test_every_tag_is_logged_every_epoch(tiny_run):
+    _, _, _, log_dir = tiny_run
+    logged = events(log_dir)
+    for name in SCALARS:
+        assert len(logged.Scalars(f"metrics/{name}")) == EPOCHS, name
+    positive = logged.Histograms("similarity/positive")
+    negative = logged.Histograms("similarity/top10_negative")
+    assert [h.histogram_value.num for h in positive] == [VAL_SIZE] * EPOCHS  # each sample once
+    assert [h.histogram_value.num for h in negative] == [10 * VAL_SIZE] * EPOCHS
+    figures = logged.Images("similarity/positive_vs_top10_negative")
+    assert len(figures) == EPOCHS and figures[0].width > 100
+    assert [e.value for e in logged.Scalars("metrics/collapsed")] == [0.0] * EPOCHS  # a healthy model
+
+
+def test_logged_values_equal_the_metric_functions(tiny_run):
+    trainer, model, data, log_dir = tiny_run
+    indices, labels, za, zb = embed_views(model, data.val_dataloader())
+    assert torch.equal(indices, torch.arange(VAL_SIZE))
+    sims = positive_and_topk_negatives(za, zb, k=10)
+    expected = {
+        "metrics/alignment": alignment(za, zb),
+        "metrics/uniformity": uniformity(za),
+        "metrics/tolerance": tolerance(za, labels),
+        "metrics/pos_sim": sims.positive.mean(),
+        "metrics/top10_neg_sim": sims.negatives.mean(),
+    }
+    logged = last_scalars(log_dir)
+    for name, value in expected.items():
+        assert logged[name] == pytest.approx(float(value), abs=1e-5), name
+        assert float(trainer.callback_metrics[name]) == pytest.approx(float(value), abs=1e-5), name
+
+
+class SimCLRWithoutEmbeddings(SimCLR):
+    """A method whose validation_step hands no embeddings over (like MoCo)."""
+
+    def validation_step(self, batch, batch_idx):
+        return {"loss": super().validation_step(batch, batch_idx)["loss"], "embeddings": None}
+
+
+def test_embeds_the_views_itself_and_keeps_the_first_max_samples(caplog):
+    model, data = tiny_model(SimCLRWithoutEmbeddings), tiny_data()
+    logger = RecordingLogger()
+    with pytest.warns(UserWarning, match="no TensorBoardLogger") as warned:
+        tiny_trainer([EmbeddingMetrics(max_samples=20)], logger=logger).validate(model, data, verbose=False)
+    assert sum("no TensorBoardLogger" in str(w.message) for w in warned) == 1
+    _, labels, za, zb = embed_views(model, data.val_dataloader())
+    report = embedding_report(za[:20], zb[:20], labels[:20])
+    assert logger.values("metrics/uniformity") == [pytest.approx(float(report.uniformity), abs=1e-5)]
+    assert logger.values("metrics/alignment") == [pytest.approx(float(report.alignment), abs=1e-5)]
+    assert logger.values("metrics/collapsed") == [0.0]  # an untrained small CNN is not collapsed
+    assert "collapse" not in caplog.text
+
+
+# --------------------------------------------------------------------------- 2 ranks
+def test_two_ranks_gather_each_sample_once(ddp_results):
+    za, zb, labels = ddp_worker.views_and_labels()
+    expected = embedding_report(za, zb, labels)
+    assert [r["local_rows"] for r in ddp_results] == [23, 23]  # 45 samples: one padding repeat
+    for result in ddp_results:
+        assert torch.equal(result["indices"], torch.arange(ddp_worker.N))
+        assert torch.equal(result["labels"], labels)
+        torch.testing.assert_close(result["features"], torch.stack([za, zb], dim=1))
+        for field in ("alignment", "uniformity", "tolerance"):
+            assert float(getattr(result["report"], field)) == pytest.approx(float(getattr(expected, field)), abs=1e-6)
+        torch.testing.assert_close(result["report"].negatives, expected.negatives)
+        assert torch.equal(result["subset_indices"], torch.arange(ddp_worker.MAX_SAMPLES))
+        assert torch.equal(result["lonely_indices"], torch.tensor([0]))  # rank 1 contributed nothing
+        assert result["lonely_shape"] == (1, 2, ddp_worker.DIM)
+
+
+@pytest.mark.slow
+def test_validate_logs_the_same_metrics_on_one_and_two_processes(tmp_path, monkeypatch):
+    sizes = ["--data.init_args.train_size=96", "--data.init_args.val_size=101", "--data.init_args.test_size=32",
+             "--data.init_args.batch_size=32", "--data.init_args.image_size=16", "--trainer.enable_progress_bar=false"]
+    monkeypatch.chdir(tmp_path)
+    main(["fit", "--config", QUICKSTART, *sizes, "--trainer.max_steps=2", "--trainer.limit_val_batches=0"])
+    checkpoint = tmp_path / "runs" / "quickstart" / "version_0" / "checkpoints" / "last.ckpt"
+    validate = ["validate", "--config", QUICKSTART, *sizes, f"--ckpt_path={checkpoint}"]
+    main(validate)
+    single = last_scalars(tmp_path / "runs" / "quickstart" / "version_1")
+    ddp_dir = tmp_path / "ddp"
+    ddp_dir.mkdir()
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    result = subprocess.run(
+        [sys.executable, "-m", "ssl_app", *validate, "--trainer.accelerator=cpu", "--trainer.devices=2", "--trainer.strategy=ddp"],
+        cwd=ddp_dir, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    double = last_scalars(ddp_dir / "runs" / "quickstart" / "version_0")
+    names = {f"metrics/{name}" for name in SCALARS} | {"metrics/knn_acc"}
+    assert names <= set(single) and set(single) == set(double)
+    for name in names:
+        assert double[name] == pytest.approx(single[name], abs=1e-4), name
+
+
+# --------------------------------------------------------------------------- collapse
+class ConstantSimCLR(SimCLR):
+    """Every image gets the same embedding (the parameters stay in the graph, with zero gradient)."""
+
+    def embed(self, images):
+        z = self.projection_head(self.backbone(images))
+        return F.normalize(0 * z + torch.ones_like(z), dim=1)
+
+
+def collapse_warnings(caplog) -> list[str]:
+    return [r.getMessage() for r in caplog.records if "Representation collapse" in r.getMessage()]
+
+
+def test_a_constant_encoder_is_reported_once_and_logged_every_time(caplog):
+    logger = RecordingLogger()
+    callback = EmbeddingMetrics(log_histograms=False)
+    trainer = tiny_trainer([callback], logger=logger)
+    model, data = tiny_model(ConstantSimCLR), tiny_data()
+    with caplog.at_level(logging.WARNING):
+        for _ in range(2):
+            trainer.validate(model, data, verbose=False)
+    assert logger.values("metrics/collapsed") == [1.0, 1.0]
+    messages = collapse_warnings(caplog)
+    assert len(messages) == 1, messages
+    assert messages[0].startswith("Representation collapse at epoch 0: uniformity 0.0000 (random points: ~3.51)")
+    assert "continues" in messages[0] and callback.collapsed_at == 0
+
+
+def test_stop_on_collapse_ends_training_after_the_first_epoch(caplog):
+    logger = RecordingLogger()
+    callback = EmbeddingMetrics(stop_on_collapse=True, log_histograms=False)
+    with caplog.at_level(logging.WARNING):
+        trainer = tiny_trainer([callback], logger=logger, max_epochs=3)
+        trainer.fit(tiny_model(ConstantSimCLR), tiny_data())
+    assert trainer.current_epoch == 1 and trainer.global_step == 2
+    assert logger.values("metrics/collapsed") == [1.0]
+    messages = collapse_warnings(caplog)
+    assert len(messages) == 1 and "Stopping training" in messages[0]
+
+
+@pytest.mark.parametrize(
+    "values,collapsed",
+    [
+        ((0.0, 0.0, 1.0, 1.0), True),  # a single point
+        ((0.05, 0.01, 0.97, 0.99), True),  # uniformity under 0.05
+        ((5e-4, 0.5, 0.9998, 0.9), True),  # views coincide, set bunched
+        ((0.01, 2.1, 0.995, 0.999), True),  # collapse onto a few points: uniformity stays high
+        ((0.026, 0.07, 0.987, 0.992), False),  # random ResNet-18 (measured)
+        ((0.19, 0.56, 0.90, 0.98), False),  # random small CNN: hardest negatives above positives
+        ((0.0, 3.5, 1.0, 0.6), False),  # perfectly invariant, uniform: healthy
+        ((0.4, 3.0, 0.8, 0.7), False),  # trained
+    ],
+)
+def test_collapse_criteria(values, collapsed):
+    assert bool(CollapseCriteria().reasons(*values)) is collapsed
+    assert CollapseCriteria(None, None, 1.0, None).reasons(*values) == []  # all disabled
