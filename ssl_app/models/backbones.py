@@ -26,11 +26,11 @@ def _norm_layer(norm: NormName, channels: int) -> nn.Module:
 
 
 def small_cnn(norm: NormName = "batch") -> tuple[nn.Module, int]:
-    """Four 3×3 conv blocks (32-64-128-256 channels), global average pool: ~0.4M parameters.
+    """Four 3×3 conv blocks (16-32-64-128 channels), global average pool: ~0.1M parameters.
 
     Fast enough to train on a laptop CPU; the quickstart's backbone.
     """
-    channels = [3, 32, 64, 128, 256]
+    channels = [3, 16, 32, 64, 128]
     layers: list[nn.Module] = []
     for i, (c_in, c_out) in enumerate(zip(channels[:-1], channels[1:])):
         layers += [nn.Conv2d(c_in, c_out, 3, padding=1, bias=norm == "none"), _norm_layer(norm, c_out), nn.ReLU(inplace=True)]
