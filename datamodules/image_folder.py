@@ -14,8 +14,12 @@ from datamodules.base import ContrastiveDataModule, Split
 from ssl_app.errors import ConfigError
 
 
-class CorruptImageError(ValueError):
-    """An image file that PIL cannot read; the message names the file."""
+class CorruptImageError(ConfigError):
+    """An image file that PIL cannot read; the message names the file.
+
+    A ConfigError (bad input data), so the CLI prints it as one line when raised in the main
+    process; from a DataLoader worker the message also carries the worker's traceback.
+    """
 
 
 def load_rgb(path: str) -> Image.Image:
@@ -23,7 +27,7 @@ def load_rgb(path: str) -> Image.Image:
     try:
         with Image.open(path) as image:
             return image.convert("RGB")
-    except (UnidentifiedImageError, OSError, SyntaxError) as error:
+    except (UnidentifiedImageError, OSError, SyntaxError, ValueError, Image.DecompressionBombError) as error:
         raise CorruptImageError(f"corrupted or unreadable image: {path} ({error})") from None
 
 
@@ -43,7 +47,8 @@ class ImageFolderDataModule(ContrastiveDataModule):
         root: the data set's folder.
         train_dir, val_dir, test_dir: the split folders under ``root``.
         batch_size, num_workers, augmentation, val_seed, pin_memory: see ``ContrastiveDataModule``
-            (the default augmentation crops 224×224 with ImageNet statistics).
+            (the default augmentation crops 224×224 with ImageNet statistics; its eval pipeline
+            resizes to 256 and centre-crops 224).
     """
 
     def __init__(
@@ -54,7 +59,9 @@ class ImageFolderDataModule(ContrastiveDataModule):
         test_dir: str = "test",
         batch_size: int = 256,
         num_workers: int = 2,
-        augmentation: ViewAugmentation = ViewAugmentation(crop_size=224, mean=IMAGENET_MEAN, std=IMAGENET_STD),
+        augmentation: ViewAugmentation = ViewAugmentation(
+            crop_size=224, mean=IMAGENET_MEAN, std=IMAGENET_STD, eval_crop_fraction=0.875
+        ),
         val_seed: int = 0,
         pin_memory: Optional[bool] = None,
     ) -> None:

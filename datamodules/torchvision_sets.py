@@ -1,20 +1,25 @@
 """CIFAR-10, CIFAR-100, SVHN and STL-10 through torchvision, with a ``download`` option.
 
-Without ``download: true`` the data must already be under ``root`` in torchvision's layout; a
-missing or incomplete copy fails at ``setup`` with one line naming ``root``, before training.
-Only the first process of each machine downloads (Lightning's ``prepare_data``).
+As usual in self-supervised papers, ``val`` and ``test`` are both the official test set. Without
+``download: true`` the data must already be under ``root`` in torchvision's layout: a missing copy
+fails when the datamodule is built (before any process is launched), an incomplete or corrupted
+one at ``setup``, both with one line naming ``root``. Only the first process of each machine
+downloads (Lightning's ``prepare_data``).
+
+Each subclass spells out its own default ``augmentation`` (crop size, statistics) in its
+signature, so that overriding one field from YAML or the command line
+(``--data.init_args.augmentation.min_scale=0.1``) keeps the data set's other defaults.
 """
 
 from __future__ import annotations
 
-from typing import Literal, Optional
+import os
+from typing import ClassVar, Literal, Optional
 
 from torch.utils.data import Dataset
 from torchvision import datasets
 
 from datamodules.augment import (
-    CIFAR10_MEAN,
-    CIFAR10_STD,
     CIFAR100_MEAN,
     CIFAR100_STD,
     STL10_MEAN,
@@ -28,15 +33,17 @@ from ssl_app.errors import ConfigError
 
 
 class TorchvisionDataModule(ContrastiveDataModule):
-    """Shared plumbing: ``root``/``download``, and one torchvision dataset per split.
+    """Shared plumbing: ``root``/``download``, the missing-data check, readable errors.
 
     Subclasses set ``title`` (for messages), ``folder`` (what must exist under ``root``),
-    ``_num_classes`` and implement :meth:`make` (the torchvision dataset of a split).
+    ``NUM_CLASSES``, and implement :meth:`make` (the torchvision dataset of a split).
     """
 
-    title = ""
-    folder = ""
-    _num_classes = 0
+    title: ClassVar[str] = ""
+    folder: ClassVar[str] = ""
+    NUM_CLASSES: ClassVar[int] = 0
+    #: Splits whose torchvision dataset, built with ``download=True``, fetches every file needed.
+    download_splits: ClassVar[tuple[Split, ...]] = ("test",)
 
     def __init__(
         self,
@@ -44,96 +51,158 @@ class TorchvisionDataModule(ContrastiveDataModule):
         download: bool = False,
         batch_size: int = 256,
         num_workers: int = 2,
-        augmentation: Optional[ViewAugmentation] = None,
+        augmentation: ViewAugmentation = ViewAugmentation(),
         val_seed: int = 0,
         pin_memory: Optional[bool] = None,
     ) -> None:
-        super().__init__(batch_size, num_workers, augmentation or self.default_augmentation(), val_seed, pin_memory)
-        self.root = root
+        super().__init__(batch_size, num_workers, augmentation, val_seed, pin_memory)
+        self.root = os.path.expanduser(root)
         self.download = download
-
-    @classmethod
-    def default_augmentation(cls) -> ViewAugmentation:
-        return ViewAugmentation()
+        if not download and not self.data_present():
+            raise ConfigError(
+                f"{type(self).__name__}: no {self.title} data under {root!r} (pass "
+                f"--data.init_args.download=true, or set root to the folder that holds {self.folder})"
+            )
 
     @property
     def num_classes(self) -> int:
-        return self._num_classes
+        return self.NUM_CLASSES
+
+    def data_present(self) -> bool:
+        """Cheap presence check; file integrity is torchvision's job when a split is built."""
+        return os.path.exists(os.path.join(self.root, self.folder))
 
     def make(self, split: Split, download: bool) -> Dataset:
         raise NotImplementedError
 
     def prepare_data(self) -> None:
         if self.download:
-            for split in ("train", "test"):
-                self.make(split, download=True)  # type: ignore[arg-type]
+            for split in self.download_splits:
+                self._make_checked(split, download=True)
 
     def build_split(self, split: Split) -> Dataset:
+        return self._make_checked(split, download=False)
+
+    def _make_checked(self, split: Split, download: bool) -> Dataset:
+        name = type(self).__name__
         try:
-            return self.make(split, download=False)
+            return self.make(split, download)
         except RuntimeError as error:  # torchvision: "Dataset not found or corrupted ..."
+            if download:
+                raise ConfigError(f"{name}: downloading {self.title} to {self.root!r} failed: {error}") from None
             raise ConfigError(
-                f"{type(self).__name__}: no {self.title} data under {self.root!r} ({error}); pass "
-                f"--data.init_args.download=true, or set root to the folder that holds {self.folder}"
+                f"{name}: the {self.title} data under {self.root!r} is incomplete or corrupted ({error}); "
+                f"delete it and pass --data.init_args.download=true, or set root to a complete copy of {self.folder}"
             ) from None
+        except OSError as error:  # no network during a download, unreadable files
+            action = "downloading" if download else "reading"
+            raise ConfigError(f"{name}: {action} {self.title} under {self.root!r} failed: {error}") from None
 
 
 class CIFAR10DataModule(TorchvisionDataModule):
-    """CIFAR-10 (50k train / 10k test, 32×32). val and test are both the test set, as in the papers.
+    """CIFAR-10 (50k train / 10k test, 32×32, 10 classes); val and test are both the test set.
 
     Args:
         root: folder that holds (or will hold) ``cifar-10-batches-py``.
-        download: download the data if it is missing (needs internet).
+        download: download the data if it is missing (needs internet, 170 MB).
         batch_size, num_workers, augmentation, val_seed, pin_memory: see ``ContrastiveDataModule``.
     """
 
-    title, folder, _num_classes = "CIFAR-10", "cifar-10-batches-py", 10
+    title, folder, NUM_CLASSES = "CIFAR-10", "cifar-10-batches-py", 10
 
-    @classmethod
-    def default_augmentation(cls) -> ViewAugmentation:
-        return ViewAugmentation(crop_size=32, mean=CIFAR10_MEAN, std=CIFAR10_STD)
+    def __init__(
+        self,
+        root: str = "data",
+        download: bool = False,
+        batch_size: int = 256,
+        num_workers: int = 2,
+        augmentation: ViewAugmentation = ViewAugmentation(),
+        val_seed: int = 0,
+        pin_memory: Optional[bool] = None,
+    ) -> None:
+        super().__init__(root, download, batch_size, num_workers, augmentation, val_seed, pin_memory)
 
     def make(self, split: Split, download: bool) -> Dataset:
         return datasets.CIFAR10(self.root, train=split == "train", download=download)
 
 
 class CIFAR100DataModule(TorchvisionDataModule):
-    """CIFAR-100 (100 classes); otherwise as ``CIFAR10DataModule`` (``root`` holds ``cifar-100-python``)."""
+    """CIFAR-100 (100 fine classes); otherwise as ``CIFAR10DataModule``.
 
-    title, folder, _num_classes = "CIFAR-100", "cifar-100-python", 100
+    Args:
+        root: folder that holds (or will hold) ``cifar-100-python``.
+        download: download the data if it is missing (needs internet, 170 MB).
+        batch_size, num_workers, augmentation, val_seed, pin_memory: see ``ContrastiveDataModule``.
+    """
 
-    @classmethod
-    def default_augmentation(cls) -> ViewAugmentation:
-        return ViewAugmentation(crop_size=32, mean=CIFAR100_MEAN, std=CIFAR100_STD)
+    title, folder, NUM_CLASSES = "CIFAR-100", "cifar-100-python", 100
+
+    def __init__(
+        self,
+        root: str = "data",
+        download: bool = False,
+        batch_size: int = 256,
+        num_workers: int = 2,
+        augmentation: ViewAugmentation = ViewAugmentation(mean=CIFAR100_MEAN, std=CIFAR100_STD),
+        val_seed: int = 0,
+        pin_memory: Optional[bool] = None,
+    ) -> None:
+        super().__init__(root, download, batch_size, num_workers, augmentation, val_seed, pin_memory)
 
     def make(self, split: Split, download: bool) -> Dataset:
         return datasets.CIFAR100(self.root, train=split == "train", download=download)
 
 
 class SVHNDataModule(TorchvisionDataModule):
-    """SVHN digits (73k train / 26k test, 32×32); ``root`` holds ``train_32x32.mat`` and ``test_32x32.mat``."""
+    """SVHN digits (73k train / 26k test, 32×32, 10 classes); val and test are both the test set.
 
-    title, folder, _num_classes = "SVHN", "train_32x32.mat and test_32x32.mat", 10
+    Reading SVHN's ``.mat`` files uses scipy (a dependency). The default augmentation
+    has no horizontal flip: digits are not mirror-symmetric.
 
-    @classmethod
-    def default_augmentation(cls) -> ViewAugmentation:
-        # Digits are not mirror-symmetric: no horizontal flip.
-        return ViewAugmentation(crop_size=32, hflip_prob=0.0, mean=SVHN_MEAN, std=SVHN_STD)
+    Args:
+        root: folder that holds (or will hold) ``train_32x32.mat`` and ``test_32x32.mat``.
+        download: download the data if it is missing (needs internet, 240 MB).
+        batch_size, num_workers, augmentation, val_seed, pin_memory: see ``ContrastiveDataModule``.
+    """
+
+    title, folder, NUM_CLASSES = "SVHN", "train_32x32.mat and test_32x32.mat", 10
+    download_splits = ("train", "test")  # one file per split
+
+    def __init__(
+        self,
+        root: str = "data",
+        download: bool = False,
+        batch_size: int = 256,
+        num_workers: int = 2,
+        augmentation: ViewAugmentation = ViewAugmentation(hflip_prob=0.0, mean=SVHN_MEAN, std=SVHN_STD),
+        val_seed: int = 0,
+        pin_memory: Optional[bool] = None,
+    ) -> None:
+        super().__init__(root, download, batch_size, num_workers, augmentation, val_seed, pin_memory)
+
+    def data_present(self) -> bool:
+        files = [datasets.SVHN.split_list[s][1] for s in ("train", "test")]
+        return all(os.path.isfile(os.path.join(self.root, f)) for f in files)
 
     def make(self, split: Split, download: bool) -> Dataset:
         return datasets.SVHN(self.root, split="train" if split == "train" else "test", download=download)
 
 
 class STL10DataModule(TorchvisionDataModule):
-    """STL-10 (96×96): self-supervised training on ``train_split`` (default: the 5k labelled
-    training images plus the 100k unlabeled ones, label -1), val and test on the 8k test images.
+    """STL-10 (96×96, 10 classes): training on ``train_split``, val and test on the 8k test images.
+
+    The default ``train+unlabeled`` is the 5k labelled training images plus the 100k unlabeled
+    ones (label -1); it holds about 2.8 GB of pixels in memory per process.
 
     Args:
-        train_split: ``train+unlabeled``, ``unlabeled`` or ``train``.
         root: folder that holds (or will hold) ``stl10_binary``.
+        download: download the data if it is missing (needs internet, 2.6 GB).
+        train_split: ``train+unlabeled``, ``unlabeled`` or ``train``.
+        batch_size, num_workers, augmentation, val_seed, pin_memory: see ``ContrastiveDataModule``
+            (the default augmentation crops 96×96).
     """
 
-    title, folder, _num_classes = "STL-10", "stl10_binary", 10
+    title, folder, NUM_CLASSES = "STL-10", "stl10_binary", 10
 
     def __init__(
         self,
@@ -142,18 +211,16 @@ class STL10DataModule(TorchvisionDataModule):
         train_split: Literal["train+unlabeled", "unlabeled", "train"] = "train+unlabeled",
         batch_size: int = 256,
         num_workers: int = 2,
-        augmentation: Optional[ViewAugmentation] = None,
+        augmentation: ViewAugmentation = ViewAugmentation(crop_size=96, mean=STL10_MEAN, std=STL10_STD),
         val_seed: int = 0,
         pin_memory: Optional[bool] = None,
     ) -> None:
-        super().__init__(root, download, batch_size, num_workers, augmentation, val_seed, pin_memory)
         if train_split not in ("train+unlabeled", "unlabeled", "train"):
-            raise ConfigError(f"STL10DataModule: train_split must be train+unlabeled, unlabeled or train, got {train_split!r}")
+            raise ConfigError(
+                f"STL10DataModule: train_split must be train+unlabeled, unlabeled or train, got {train_split!r}"
+            )
         self.train_split = train_split
-
-    @classmethod
-    def default_augmentation(cls) -> ViewAugmentation:
-        return ViewAugmentation(crop_size=96, mean=STL10_MEAN, std=STL10_STD)
+        super().__init__(root, download, batch_size, num_workers, augmentation, val_seed, pin_memory)
 
     def make(self, split: Split, download: bool) -> Dataset:
         name = self.train_split if split == "train" else "test"

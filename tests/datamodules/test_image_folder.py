@@ -56,6 +56,12 @@ def test_corrupted_image_names_the_file(tmp_path):
     position = [path for path, _ in data.samples].index(str(broken))
     with pytest.raises(CorruptImageError, match=f"corrupted or unreadable image: {broken}"):
         data[position]
+    # Also from a DataLoader worker, and as a ConfigError (which the CLI prints as an error line).
+    with_worker = ImageFolderDataModule(
+        str(tmp_path), batch_size=7, num_workers=1, augmentation=ViewAugmentation(crop_size=16)
+    )
+    with pytest.raises(ConfigError, match=f"corrupted or unreadable image: {broken}"):
+        list(with_worker.embedding_dataloader("train"))
 
 
 def test_val_labels_follow_the_train_classes(tmp_path):

@@ -57,7 +57,7 @@ def test_class_lives_in_the_shape_not_the_colour():
     colour_acc = nearest_mean_accuracy(colour(train), train_y, colour(test), test_y, 10)
     shape_acc = nearest_mean_accuracy(shape_signature(train), train_y, shape_signature(test), test_y, 10)
     assert colour_acc < 0.2, colour_acc  # chance is 0.1
-    assert shape_acc > 0.3, shape_acc
+    assert shape_acc > 0.5, shape_acc  # 0.65 with these seeds; chance is 0.1
 
 
 @pytest.mark.parametrize("kwargs,option", [({"num_classes": 11}, "num_classes"), ({"train_size": 0}, "train_size"), ({"image_size": 4}, "image_size")])

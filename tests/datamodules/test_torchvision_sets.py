@@ -1,44 +1,95 @@
 import pickle
+import urllib.error
 
 import numpy as np
 import pytest
+import torch
 import torchvision.datasets.cifar as tv_cifar
+from jsonargparse import ArgumentParser
+from lightning import LightningDataModule
 
 from datamodules import CIFAR10DataModule, CIFAR100DataModule, STL10DataModule, SVHNDataModule
 from ssl_app.errors import ConfigError
 
+MODULES = [
+    CIFAR10DataModule,
+    CIFAR100DataModule,
+    SVHNDataModule,
+    STL10DataModule,
+]
 
-@pytest.mark.parametrize("module", [CIFAR10DataModule, CIFAR100DataModule, SVHNDataModule, STL10DataModule])
-def test_missing_data_without_download_names_the_root(module, tmp_path):
-    dm = module(root=str(tmp_path / "nowhere"), num_workers=0)
-    with pytest.raises(ConfigError, match=f"no .* data under '{tmp_path / 'nowhere'}'.*download=true"):
+
+@pytest.mark.parametrize("module", MODULES)
+def test_missing_data_without_download_fails_at_construction_naming_the_root(module, tmp_path):
+    nowhere = tmp_path / "nowhere"
+    with pytest.raises(ConfigError, match=f"{module.__name__}: no .* data under '{nowhere}'.*download=true"):
+        module(root=str(nowhere), num_workers=0)
+
+
+def write_fake_cifar(root, hundred=False, per_batch=4):
+    """A tiny copy of torchvision's CIFAR layout: pickled dicts of uint8 rows and labels."""
+    rng = np.random.default_rng(0)
+    if hundred:
+        folder, names, label_key, meta = root / "cifar-100-python", ["train", "test"], "fine_labels", "meta"
+        meta_content = {"fine_label_names": [f"class{i}" for i in range(100)]}
+    else:
+        folder, label_key, meta = root / "cifar-10-batches-py", "labels", "batches.meta"
+        names = [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]
+        meta_content = {"label_names": [f"class{i}" for i in range(10)]}
+    folder.mkdir(parents=True)
+    for name in names:
+        batch = {"data": rng.integers(0, 256, (per_batch, 3072), dtype=np.uint8), label_key: list(range(per_batch))}
+        with open(folder / name, "wb") as f:
+            pickle.dump(batch, f)
+    with open(folder / meta, "wb") as f:
+        pickle.dump(meta_content, f)
+
+
+@pytest.mark.parametrize("module,train_size", [(CIFAR10DataModule, 20), (CIFAR100DataModule, 4)])
+def test_cifar_loads_torchvision_layout(module, train_size, tmp_path, monkeypatch):
+    # The real files are 170 MB behind a download; a tiny copy in the same layout checks our
+    # wiring. Only torchvision's md5 check of the real files is bypassed.
+    monkeypatch.setattr(tv_cifar, "check_integrity", lambda *args, **kwargs: True)
+    write_fake_cifar(tmp_path, hundred=module is CIFAR100DataModule)
+    dm = module(root=str(tmp_path), batch_size=4, num_workers=0)
+    dm.setup("fit")
+    assert dm.num_samples("train") == train_size and dm.num_samples("val") == 4 and dm.num_samples("test") == 4
+    views, labels, index = next(iter(dm.train_dataloader()))
+    assert views[0].shape == (4, 3, 32, 32) and views[0].dtype == torch.float32
+    assert labels.max() < dm.num_classes and index.max() < train_size
+    val_views, val_labels, val_index = next(iter(dm.val_dataloader()))
+    assert val_labels.tolist() == [0, 1, 2, 3] and val_index.tolist() == [0, 1, 2, 3]
+
+
+def test_corrupted_cifar_is_named_at_setup(tmp_path):
+    write_fake_cifar(tmp_path)  # present, but torchvision's md5 check fails on the fake files
+    dm = CIFAR10DataModule(root=str(tmp_path), num_workers=0)
+    with pytest.raises(ConfigError, match=f"CIFAR-10 data under '{tmp_path}' is incomplete or corrupted"):
         dm.setup("fit")
 
 
-def write_fake_cifar10(root, per_batch=4):
-    folder = root / "cifar-10-batches-py"
-    folder.mkdir(parents=True)
-    rng = np.random.default_rng(0)
-    for name in [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]:
-        batch = {"data": rng.integers(0, 256, (per_batch, 3072), dtype=np.uint8), "labels": list(range(per_batch))}
-        with open(folder / name, "wb") as f:
-            pickle.dump(batch, f)
-    with open(folder / "batches.meta", "wb") as f:
-        pickle.dump({"label_names": [f"class{i}" for i in range(10)]}, f)
+def test_failed_download_is_one_readable_error(tmp_path, monkeypatch):
+    def no_network(*args, **kwargs):
+        raise urllib.error.URLError("no network")
 
-
-def test_cifar10_loads_torchvision_layout(tmp_path, monkeypatch):
-    # The real files are 170 MB behind a download; a tiny copy in the same layout checks our
-    # wiring. Only torchvision's md5 check of the real archive is bypassed.
-    monkeypatch.setattr(tv_cifar, "check_integrity", lambda *args, **kwargs: True)
-    write_fake_cifar10(tmp_path)
-    dm = CIFAR10DataModule(root=str(tmp_path), batch_size=4, num_workers=0)
-    dm.setup("fit")
-    assert dm.num_samples("train") == 20 and dm.num_samples("val") == 4 and dm.num_classes == 10
-    views, labels, index = next(iter(dm.train_dataloader()))
-    assert views[0].shape == (4, 3, 32, 32) and labels.max() < 10
+    monkeypatch.setattr(tv_cifar, "download_and_extract_archive", no_network)
+    dm = CIFAR10DataModule(root=str(tmp_path), download=True, num_workers=0)  # nothing there: fine
+    with pytest.raises(ConfigError, match=f"downloading CIFAR-10 under '{tmp_path}' failed: .*no network"):
+        dm.prepare_data()
 
 
 def test_stl10_train_split_is_checked():
     with pytest.raises(ConfigError, match="train_split"):
-        STL10DataModule(train_split="everything")
+        STL10DataModule(train_split="everything", download=True)
+
+
+@pytest.mark.parametrize(
+    "module,crop,mean0", [("STL10DataModule", 96, 0.4467), ("CIFAR100DataModule", 32, 0.5071)]
+)
+def test_overriding_one_augmentation_field_keeps_the_data_sets_defaults(module, crop, mean0):
+    # What the CLI does with --data.init_args.augmentation.min_scale=0.5 (parsing only, no data).
+    parser = ArgumentParser(exit_on_error=False)
+    parser.add_argument("--data", type=LightningDataModule)
+    config = parser.parse_args([f"--data=datamodules.{module}", "--data.augmentation.min_scale=0.5"])
+    augmentation = config.data.init_args.augmentation
+    assert augmentation.min_scale == 0.5 and augmentation.crop_size == crop and augmentation.mean[0] == mean0
