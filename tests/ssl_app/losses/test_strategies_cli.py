@@ -35,11 +35,19 @@ def test_strategy_trains_through_the_cli(name, tmp_path, monkeypatch):
     assert {"loss/effective_negatives", "loss/pos_sim", "loss/neg_sim"} <= tags
 
 
-def test_quantile_hard_negatives_on_two_processes(tmp_path):
+TWO_PROCESS_RUNS = {
+    **{name: loss_args(name) for name in STRATEGIES},
+    "HardContrastive-quantile": [
+        "--model.init_args.loss=ssl_app.losses.HardContrastive", "--model.init_args.loss.init_args.quantile=0.1",
+    ],
+}
+
+
+@pytest.mark.parametrize("name", TWO_PROCESS_RUNS)
+def test_strategy_trains_on_two_processes(name, tmp_path):
     result = subprocess.run(
         [sys.executable, "-m", "ssl_app", "fit", "--config", QUICKSTART, *TINY, "--trainer.max_epochs=1",
-         "--model.init_args.loss=ssl_app.losses.HardContrastive", "--model.init_args.loss.init_args.quantile=0.1",
-         "--trainer.accelerator=cpu", "--trainer.devices=2", "--trainer.strategy=ddp"],
+         *TWO_PROCESS_RUNS[name], "--trainer.accelerator=cpu", "--trainer.devices=2", "--trainer.strategy=ddp"],
         cwd=tmp_path, capture_output=True, text=True, timeout=300,
     )
     assert result.returncode == 0, result.stderr[-3000:]
@@ -47,3 +55,4 @@ def test_quantile_hard_negatives_on_two_processes(tmp_path):
     assert (run / "checkpoints" / "last.ckpt").is_file()
     losses = scalar_values(run, "train/loss_epoch")
     assert losses and all(math.isfinite(value) for value in losses)
+    assert "loss/effective_negatives" in scalar_tags(run)
