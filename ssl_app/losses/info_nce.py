@@ -58,7 +58,7 @@ class InfoNCE(ContrastiveLoss):
 
     def __init__(self, temperature: float = 0.5) -> None:
         super().__init__()
-        self.temperature = check_temperature(temperature, "InfoNCE")
+        self.temperature = check_temperature(temperature, type(self).__name__)
 
     def hparams(self) -> dict[str, object]:
         return {"temperature": self.temperature}

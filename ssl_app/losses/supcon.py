@@ -5,11 +5,11 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ssl_app.losses.base import ContrastiveLoss, check_temperature, masked_mean, negative_stats
-from ssl_app.losses.info_nce import masked_info_nce, mean_over_anchors
+from ssl_app.losses.base import masked_mean
+from ssl_app.losses.info_nce import InfoNCE
 
 
-class SupCon(ContrastiveLoss):
+class SupCon(InfoNCE):
     """Supervised contrastive loss ("L_out" form) with temperature τ.
 
     Every candidate with the anchor's label is a positive: the method builds
@@ -36,21 +36,14 @@ class SupCon(ContrastiveLoss):
     uses_labels = True
 
     def __init__(self, temperature: float = 0.1) -> None:
-        super().__init__()
-        self.temperature = check_temperature(temperature, "SupCon")
-
-    def hparams(self) -> dict[str, object]:
-        return {"temperature": self.temperature}
+        super().__init__(temperature)
 
     def forward(self, sim: Tensor, pos_mask: Tensor, neg_mask: Tensor) -> Tensor:
-        self.check_inputs(sim, pos_mask, neg_mask)
-        with torch.autocast(device_type=sim.device.type, enabled=False):
-            logits = sim.float() / self.temperature
-            per_anchor, has_pos = masked_info_nce(logits, pos_mask, neg_mask)
-            stats = negative_stats(logits, sim, pos_mask, neg_mask)
-            with torch.no_grad():
-                all_anchors = torch.ones_like(has_pos)
-                stats["num_positives"] = masked_mean(pos_mask.sum(dim=1).float(), all_anchors)
-                stats["has_positive"] = masked_mean(has_pos.float(), all_anchors)
-            self.last_stats = stats
-            return mean_over_anchors(per_anchor, has_pos)
+        # InfoNCE already averages over several positives and skips anchors without one.
+        loss = super().forward(sim, pos_mask, neg_mask)
+        with torch.no_grad():
+            has_pos = pos_mask.any(dim=1)
+            all_anchors = torch.ones_like(has_pos)
+            self.last_stats["num_positives"] = masked_mean(pos_mask.sum(dim=1).float(), all_anchors)
+            self.last_stats["has_positive"] = masked_mean(has_pos.float(), all_anchors)
+        return loss

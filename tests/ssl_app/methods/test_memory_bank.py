@@ -14,6 +14,7 @@ from ssl_app import losses
 from ssl_app.errors import ConfigError
 from ssl_app.methods import MemoryBank
 from ssl_app.methods.queue import LabelledBank
+from tests.ssl_app.methods.helpers import tiny_data, tiny_trainer
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -42,38 +43,6 @@ def batch(indices, image=8, seed=0, labels=None):
     views = (torch.randn(size, 3, image, image, generator=g), torch.randn(size, 3, image, image, generator=g))
     labels = indices % 3 if labels is None else torch.as_tensor(labels)
     return views, labels, indices
-
-
-def tiny_data(batch_size=8, train_size=48):
-    from datamodules.augment import ViewAugmentation
-    from datamodules.synthetic import SYNTHETIC_MEAN, SYNTHETIC_STD, SyntheticDataModule
-
-    return SyntheticDataModule(
-        num_classes=3,
-        train_size=train_size,
-        val_size=16,
-        test_size=16,
-        image_size=8,
-        batch_size=batch_size,
-        num_workers=0,
-        augmentation=ViewAugmentation(crop_size=8, mean=SYNTHETIC_MEAN, std=SYNTHETIC_STD),
-    )
-
-
-def tiny_trainer(tmp_path, **kwargs) -> L.Trainer:
-    options = dict(
-        accelerator="cpu",
-        devices=1,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        limit_val_batches=0,
-        num_sanity_val_steps=0,
-        default_root_dir=str(tmp_path),
-    )
-    options.update(kwargs)
-    return L.Trainer(**options)
 
 
 def bank_state(model) -> dict[str, torch.Tensor]:
