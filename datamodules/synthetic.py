@@ -45,6 +45,13 @@ SHAPE_NAMES: tuple[str, ...] = tuple(SHAPES)
 
 SYNTHETIC_MEAN = (0.5, 0.5, 0.5)
 SYNTHETIC_STD = (0.29, 0.29, 0.29)
+# Colours are drawn at random per image, so the only instance cue a colour-blind encoder can use
+# is the shape: strong hue/saturation jitter and grayscale take colour away as a shortcut, and a
+# larger minimum crop keeps the shape in both views. (With the CIFAR defaults, kNN accuracy of
+# the quickstart stayed near chance, 0.14 after 10 epochs; with these it reached 0.42 after 5.)
+SYNTHETIC_AUGMENTATION = ViewAugmentation(
+    min_scale=0.4, saturation=0.8, hue=0.5, grayscale_prob=0.5, mean=SYNTHETIC_MEAN, std=SYNTHETIC_STD
+)
 
 _CHUNK = 4096  # images rendered at once; bounds the memory of the coordinate grids
 
@@ -144,7 +151,7 @@ class SyntheticDataModule(ContrastiveDataModule):
         seed: int = 0,
         batch_size: int = 256,
         num_workers: int = 2,
-        augmentation: ViewAugmentation = ViewAugmentation(mean=SYNTHETIC_MEAN, std=SYNTHETIC_STD),
+        augmentation: ViewAugmentation = SYNTHETIC_AUGMENTATION,
         val_seed: int = 0,
         pin_memory: Optional[bool] = None,
     ) -> None:
