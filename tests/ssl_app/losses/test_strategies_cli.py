@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from ssl_app.cli import main
-from tests.ssl_app.test_cli import QUICKSTART, TINY, only_version_dir, scalar_tags, scalar_values
+from tests.ssl_app.test_cli import QUICKSTART, REPO, TINY, only_version_dir, scalar_tags, scalar_values
 
 STRATEGIES = {
     "InfoNCE": ["--model.init_args.loss.init_args.temperature=0.1"],
@@ -33,6 +33,16 @@ def test_strategy_trains_through_the_cli(name, tmp_path, monkeypatch):
     assert math.isfinite(loss)
     tags = scalar_tags(only_version_dir(tmp_path / "runs"))
     assert {"loss/effective_negatives", "loss/pos_sim", "loss/neg_sim"} <= tags
+
+
+@pytest.mark.parametrize("method", ["moco", "memory_bank"])
+@pytest.mark.parametrize("name", STRATEGIES)
+def test_strategy_trains_with_moco_and_the_memory_bank(method, name, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    config = str(REPO / "configs" / f"{method}.yaml")
+    cli = main(["fit", "--config", config, *TINY, "--trainer.max_epochs=1", "--trainer.limit_val_batches=0", *loss_args(name)])
+    assert type(cli.model.loss).__name__ == name
+    assert math.isfinite(cli.trainer.callback_metrics["train/loss_epoch"].item())
 
 
 TWO_PROCESS_RUNS = {
