@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from ssl_app.metrics import alignment, positive_and_topk_negatives, tolerance, uniformity
+from ssl_app.metrics import alignment, embedding, positive_and_topk_negatives, tolerance, uniformity
 
 N, D = 2000, 128
 
@@ -30,6 +30,13 @@ def test_alignment_matches_direct_formula(alpha):
     ua, ub = unit64(za), unit64(zb)
     expected = ((ua - ub) ** 2).sum(dim=1).pow(alpha / 2).mean()
     assert alignment(za, zb, alpha=alpha).item() == pytest.approx(expected.item(), abs=1e-5)
+
+
+def test_alignment_in_chunks_that_do_not_divide_n(monkeypatch):
+    za, zb = embeddings(1001, seed=0), embeddings(1001, seed=1)
+    whole = alignment(za, zb).item()
+    monkeypatch.setattr(embedding, "_ROW_CHUNK", 97)
+    assert alignment(za, zb).item() == pytest.approx(whole, abs=1e-9)
 
 
 def test_alignment_of_identical_and_opposite_views():
