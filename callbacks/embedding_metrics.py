@@ -6,7 +6,7 @@ import logging
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Literal, Optional
 
 import lightning as L
 import torch
@@ -16,8 +16,10 @@ from lightning.pytorch.utilities import rank_zero_only, rank_zero_warn
 from torch import Tensor
 
 from callbacks.collapse import CollapseCriteria, random_points_uniformity
+from callbacks.embedding_pass import embed_split
 from callbacks.gather import SampleBuffer
 from callbacks.plots import find_tensorboard, similarity_figure
+from ssl_app.errors import ConfigError
 from ssl_app.metrics import alignment, positive_and_topk_negatives, tolerance, uniformity
 
 log = logging.getLogger(__name__)
@@ -88,7 +90,14 @@ class EmbeddingMetrics(Callback):
     A collapse (see ``CollapseCriteria``) is reported once, as a console warning naming the
     epoch and the values.
 
+    With ``split`` set (``train``, ``val`` or ``test``), the callback instead embeds that split
+    itself at the end of each due validation/test epoch, two augmented views per sample that
+    are a fixed function of the sample index (``datamodule.embedding_dataloader``), each rank
+    a disjoint shard.
+
     Args:
+        split: ``None``: the loop's own split and batches (no extra pass); otherwise the split
+            to embed in an own pass, e.g. ``train`` to watch the training set.
         every_n_epochs: during ``fit``, evaluate after epochs n, 2n, ... (``validate``/``test``: always).
         max_samples: use only the samples with index < max_samples (``None``: the whole split).
         top_k: hardest negatives per anchor (Wang & Liu: 10).
@@ -104,6 +113,7 @@ class EmbeddingMetrics(Callback):
 
     def __init__(
         self,
+        split: Optional[Literal["train", "val", "test"]] = None,
         every_n_epochs: int = 1,
         max_samples: Optional[int] = None,
         top_k: int = 10,
@@ -121,6 +131,9 @@ class EmbeddingMetrics(Callback):
             raise ValueError(f"EmbeddingMetrics: top_k must be an int >= 1, got {top_k!r}")
         if max_samples is not None and (not isinstance(max_samples, int) or max_samples < 2):
             raise ValueError(f"EmbeddingMetrics: max_samples must be an int >= 2 or None, got {max_samples!r}")
+        if split not in (None, "train", "val", "test"):
+            raise ConfigError(f"EmbeddingMetrics: split must be null, train, val or test, got {split!r}")
+        self.split = split
         self.every_n_epochs = every_n_epochs
         self.max_samples = max_samples
         self.top_k = top_k
@@ -135,10 +148,10 @@ class EmbeddingMetrics(Callback):
 
     # --- collecting ------------------------------------------------------------------------
     def on_validation_epoch_start(self, trainer: "L.Trainer", pl_module: "L.LightningModule") -> None:
-        self._buffer = SampleBuffer(self.max_samples) if self._due(trainer) else None
+        self._buffer = SampleBuffer(self.max_samples) if self._due(trainer) and self.split is None else None
 
     def on_test_epoch_start(self, trainer: "L.Trainer", pl_module: "L.LightningModule") -> None:
-        self._buffer = SampleBuffer(self.max_samples)
+        self._buffer = SampleBuffer(self.max_samples) if self.split is None else None
 
     def on_validation_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0) -> None:
         self._collect(trainer, pl_module, outputs, batch, dataloader_idx)
@@ -147,10 +160,19 @@ class EmbeddingMetrics(Callback):
         self._collect(trainer, pl_module, outputs, batch, dataloader_idx)
 
     def on_validation_epoch_end(self, trainer: "L.Trainer", pl_module: "L.LightningModule") -> None:
+        if self.split is not None and self._due(trainer):
+            self._embed_own_split(trainer, pl_module)
         self._evaluate(trainer, pl_module)
 
     def on_test_epoch_end(self, trainer: "L.Trainer", pl_module: "L.LightningModule") -> None:
+        if self.split is not None:
+            self._embed_own_split(trainer, pl_module)
         self._evaluate(trainer, pl_module)
+
+    def _embed_own_split(self, trainer: "L.Trainer", pl_module: "L.LightningModule") -> None:
+        self._buffer = embed_split(
+            trainer, pl_module, self.split, views=2, augment=True, max_samples=self.max_samples, who="EmbeddingMetrics"
+        )
 
     def _due(self, trainer: "L.Trainer") -> bool:
         if trainer.sanity_checking:

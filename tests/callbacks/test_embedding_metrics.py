@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from callbacks import EmbeddingMetrics, embedding_report
 from callbacks.collapse import CollapseCriteria
 from ssl_app.cli import main
+from ssl_app.errors import ConfigError
 from ssl_app.methods import SimCLR
 from ssl_app.metrics import alignment, positive_and_topk_negatives, tolerance, uniformity
 from tests.callbacks import ddp_worker
@@ -77,6 +78,24 @@ def test_embeds_the_views_itself_and_keeps_the_first_max_samples(caplog):
     assert logger.values("metrics/alignment") == [pytest.approx(float(report.alignment), abs=1e-5)]
     assert logger.values("metrics/collapsed") == [0.0]  # an untrained small CNN is not collapsed
     assert "collapse" not in caplog.text
+
+
+def test_split_option_embeds_the_train_split_in_an_own_pass():
+    model, data = tiny_model(), tiny_data()
+    logger = RecordingLogger()
+    callback = EmbeddingMetrics(split="train", max_samples=50, log_histograms=False)
+    tiny_trainer([callback], logger=logger).validate(model, data, verbose=False)
+    loader = data.embedding_dataloader("train", views=2, augment=True)
+    _, labels, za, zb = embed_views(model, loader)
+    assert len(labels) == 64  # the train split, not the 45 validation samples
+    report = embedding_report(za[:50], zb[:50], labels[:50])
+    assert logger.values("metrics/uniformity") == [pytest.approx(float(report.uniformity), abs=1e-5)]
+    assert logger.values("metrics/tolerance") == [pytest.approx(float(report.tolerance), abs=1e-5)]
+
+
+def test_unknown_split_is_named():
+    with pytest.raises(ConfigError, match="split must be"):
+        EmbeddingMetrics(split="holdout")
 
 
 # --------------------------------------------------------------------------- 2 ranks
