@@ -73,6 +73,17 @@ def test_fit_writes_checkpoints_and_tensorboard_logs(trained_run):
     assert {"loss/effective_negatives", "loss/pos_sim", "loss/neg_sim"} <= tags, tags
 
 
+def test_quickstart_logs_every_metric_tag_every_epoch(trained_run):
+    events = EventAccumulator(str(trained_run), size_guidance={"scalars": 0, "histograms": 0, "images": 0})
+    events.Reload()
+    epochs = 2  # TINY's max_epochs
+    for name in ["alignment", "uniformity", "tolerance", "pos_sim", "top10_neg_sim", "collapsed", "knn_acc"]:
+        assert len(events.Scalars(f"metrics/{name}")) == epochs, name
+    for tag in ["similarity/positive", "similarity/top10_negative"]:
+        assert len(events.Histograms(tag)) == epochs, tag
+    assert len(events.Images("similarity/positive_vs_top10_negative")) == epochs
+
+
 @pytest.mark.parametrize("subcommand", ["validate", "test"])
 def test_validate_and_test_on_the_checkpoint(trained_run, subcommand, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
