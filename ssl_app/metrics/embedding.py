@@ -29,7 +29,7 @@ from ssl_app.metrics.sharding import all_gather_rows, all_logsumexp, all_reduce_
 
 # Column tile of the uniformity blocks. On CPU, ~1000 × 4000 float32 tiles (16 MB) ran mm + exp +
 # sum ~1.5x faster per pair than 1000 × 25,000 ones (cache), and 2.5x faster than 1024 × 4096:
-# a power-of-two row stride makes sgemm's stores collide in the same cache sets.
+# a power-of-two row stride (likely cache-set conflicts in sgemm).
 _TILE_COLS = 4000
 # Anchor rows per block for uniformity (blocks are rows × _TILE_COLS).
 _UNIFORMITY_CHUNK = 1024
