@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import math
 from dataclasses import dataclass
 from typing import Any, Optional, Union
 
@@ -116,9 +117,14 @@ class ContrastiveMethod(L.LightningModule):
         trainer = self.trainer
         per_process_batch = getattr(trainer.datamodule, "batch_size", None) or self.optim.reference_batch_size
         global_batch = per_process_batch * trainer.world_size * trainer.accumulate_grad_batches
-        total_steps = int(trainer.estimated_stepping_batches)
-        epochs = trainer.max_epochs if trainer.max_epochs and trainer.max_epochs > 0 else 1
-        steps_per_epoch = max(total_steps // epochs, 1)
+        total_steps = int(trainer.estimated_stepping_batches)  # also sizes the train dataloader
+        # Optimiser steps per epoch from the dataloader, not total / max_epochs: a run bounded by
+        # max_steps would otherwise place multistep milestones and warm-up at the wrong step.
+        batches = trainer.num_training_batches
+        if math.isfinite(batches):
+            steps_per_epoch = max(math.ceil(batches / trainer.accumulate_grad_batches), 1)
+        else:  # an iterable dataloader without a length
+            steps_per_epoch = max(total_steps // max(trainer.max_epochs or 1, 1), 1)
         return self.optim.build(self.parameters(), global_batch, steps_per_epoch, total_steps)
 
 

@@ -79,3 +79,20 @@ def test_loss_must_be_a_strategy():
 def test_unknown_backbone_names_the_choices():
     with pytest.raises(ConfigError, match="unknown backbone 'resnet9'"):
         SimCLR(backbone="resnet9")
+
+
+def test_epoch_milestones_hold_for_a_run_bounded_by_max_steps():
+    """4 batches an epoch, max_steps=6: the epoch-1 milestone must apply after step 4."""
+    import lightning as L
+
+    from datamodules import SyntheticDataModule
+    from ssl_app.optim import Optimization
+
+    model = small_simclr(optim=Optimization(schedule="multistep", milestones=[1], lr=0.1))
+    data = SyntheticDataModule(train_size=64, val_size=16, test_size=16, image_size=16, batch_size=16, num_workers=0)
+    trainer = L.Trainer(
+        max_steps=6, max_epochs=-1, accelerator="cpu", logger=False, enable_checkpointing=False,
+        enable_progress_bar=False, enable_model_summary=False, limit_val_batches=0,
+    )
+    trainer.fit(model, data)
+    assert trainer.optimizers[0].param_groups[0]["lr"] == pytest.approx(0.01)
