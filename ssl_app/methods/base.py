@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+from abc import ABC, abstractmethod
 import math
 from dataclasses import dataclass
 from typing import Any, Optional, Union
@@ -27,11 +28,12 @@ from ssl_app.optim import Optimization
 
 @dataclass
 class Contrast:
-    """The method → loss hand-over: ``sim`` [N, M] raw cosine similarities and bool masks.
+    """The method → loss hand-over: similarities plus masks.
 
-    ``views`` optionally carries the online encoder's normalised embeddings of each local view
-    ([B, d] each, in batch order); validation returns them so the metric callbacks need no
-    second forward pass.
+    ``sim`` [N, M] raw cosine similarities of N anchors to M candidates, ``pos_mask`` and
+    ``neg_mask`` [N, M] bool (build them with ``ssl_app.methods.masks``). ``views``: the
+    online encoder's normalised embeddings of each local view ([B, d] each, in batch order);
+    fill it outside training, so the metric callbacks need no second forward pass.
     """
 
     sim: Tensor
@@ -40,10 +42,14 @@ class Contrast:
     views: Optional[tuple[Tensor, ...]] = None
 
 
-class ContrastiveMethod(L.LightningModule):
+class ContrastiveMethod(L.LightningModule, ABC):
     """Base LightningModule: ``images → backbone → projection head → L2-normalised z``.
 
-    Batches are ``((view_1, view_2, ...), labels, indices)`` as the ``datamodules`` yield them.
+    Batches are ``((view_1, view_2, ...), labels, indices)`` as the ``datamodules`` yield them;
+    ``train_views`` says how many views a training batch needs (the datamodule builds that many).
+    A new method subclasses this, implements :meth:`contrast`, and states in its constructor
+    only its own options and the defaults it changes, passing the rest on as ``**kwargs``
+    (README, "Writing a method", has a complete example).
 
     Args:
         loss: the loss strategy (any ``ssl_app.losses`` class, chosen by class path).
@@ -55,6 +61,8 @@ class ContrastiveMethod(L.LightningModule):
         proj_batch_norm: BatchNorm inside an MLP head.
         optim: optimiser and learning-rate schedule (``ssl_app.optim.Optimization``).
     """
+
+    train_views: int = 2
 
     def __init__(
         self,
@@ -74,6 +82,7 @@ class ContrastiveMethod(L.LightningModule):
         # A copy: the lazy default is one object shared by every model built without a loss.
         self.loss = copy.deepcopy(loss)
         self.optim = dataclasses.replace(optim)  # a copy: the default instance is shared
+        self.embedding_dim = proj_dim
         self.backbone, self.feature_dim = build_backbone(backbone, backbone_norm)
         self.projection_head = build_projection_head(self.feature_dim, proj_hidden_dim, proj_dim, proj_layers, proj_batch_norm)
 
@@ -87,8 +96,18 @@ class ContrastiveMethod(L.LightningModule):
         return F.normalize(self.projection_head(self.backbone(images)), dim=1)
 
     # --- the one method-specific piece -----------------------------------------------------
+    @abstractmethod
     def contrast(self, batch: Any) -> Contrast:
-        raise NotImplementedError
+        """Turn a batch ``(views, labels, indices)`` into anchors × candidates similarities and masks.
+
+        Called by every train/val/test step; the loss strategy then reads ``(sim, pos_mask,
+        neg_mask)``. Use ``self.embed`` for the trained embeddings, ``similarity`` for ``sim``
+        (float32 even under autocast), ``ssl_app.distributed`` to gather candidates from every
+        rank and ``ssl_app.methods.masks`` for the masks. Outside training (``not
+        self.training``) fill ``Contrast.views`` with the normalised embeddings of the first two
+        views, which the metric callbacks read. State updates that must wait for backward
+        (queues, banks) belong in ``on_train_batch_end``.
+        """
 
     # --- Lightning hooks ------------------------------------------------------------------
     def _step(self, batch: Any, stage: str) -> Union[Tensor, dict[str, Any]]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import numbers
 from typing import Any, Optional
 
 import torch
@@ -10,15 +9,12 @@ from jsonargparse import lazy_instance
 from torch import Tensor
 
 from ssl_app import distributed
+from ssl_app.checks import check_momentum, check_optional_int
 from ssl_app.errors import ConfigError
 from ssl_app.losses import ContrastiveLoss, InfoNCE
 from ssl_app.methods.base import Contrast, ContrastiveMethod, similarity
-from ssl_app.methods.moco import check_momentum
-from ssl_app.methods.queue import LabelledBank
-from ssl_app.models import BackboneName
-from ssl_app.models.backbones import NormName
-from ssl_app.optim import Optimization
-
+from ssl_app.methods.masks import Members, contrast_masks, gathered_views, unmatched, views_of
+from ssl_app.methods.stores import LabelledBank
 
 class MemoryBank(ContrastiveMethod):
     """Instance discrimination against a memory bank, the setup of Wang & Liu 2021 (PAPER.md).
@@ -27,8 +23,7 @@ class MemoryBank(ContrastiveMethod):
     per training image, addressed by the sample index the datamodule yields, initialised
     uniformly at random on the sphere. Each training step:
 
-    - anchors: the embeddings z of the first view of the local batch (Wu et al. use one view
-      per image and step; the second view is only used by validation);
+    - anchors: the embeddings z of the one training view of the local batch (Wu et al.);
     - candidates: every bank entry (the current, not yet updated ones), or, with
       ``num_negatives = K``, the batch's own entries followed by K entries drawn uniformly
       without replacement for the whole batch each step (then an anchor's negatives are
@@ -52,37 +47,33 @@ class MemoryBank(ContrastiveMethod):
     ``validate``/``test`` with ``--ckpt_path`` need neither. The bank is persistent state.
 
     Args:
-        loss, backbone, backbone_norm, proj_dim, proj_hidden_dim, proj_layers,
-            proj_batch_norm, optim: see ``ContrastiveMethod``. The defaults here are the
-            paper's: InfoNCE with τ = 0.07 and a linear 128-d head.
+        loss: the loss strategy (default: the paper's InfoNCE with τ = 0.07).
+        proj_layers: the paper's linear 128-d head by default.
         bank_momentum: m ∈ [0, 1) of the entry update (the paper: 0.5).
         bank_size: number of entries (= training images); None: the train split's size.
         num_negatives: K random bank entries per step as the negatives (None: all entries).
+        **kwargs: every other option of ``ContrastiveMethod`` (backbone, head, optim).
     """
+
+    train_views = 1  # one view per image and step (Wu et al.); validation still uses two
 
     def __init__(
         self,
         loss: ContrastiveLoss = lazy_instance(InfoNCE, temperature=0.07),
-        backbone: BackboneName = "resnet18_cifar",
-        backbone_norm: NormName = "batch",
-        proj_dim: int = 128,
-        proj_hidden_dim: int = 512,
         proj_layers: int = 1,
-        proj_batch_norm: bool = True,
-        optim: Optimization = Optimization(),
         bank_momentum: float = 0.5,
         bank_size: Optional[int] = None,
         num_negatives: Optional[int] = None,
+        **kwargs: Any,
     ) -> None:
         bank_momentum = check_momentum(bank_momentum, "MemoryBank: bank_momentum")
-        for option, value in (("bank_size", bank_size), ("num_negatives", num_negatives)):
-            if value is not None and (isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1):
-                raise ConfigError(f"MemoryBank: {option} must be an int >= 1 (or null), got {value!r}")
-        super().__init__(loss, backbone, backbone_norm, proj_dim, proj_hidden_dim, proj_layers, proj_batch_norm, optim)
+        bank_size = check_optional_int(bank_size, "MemoryBank: bank_size")
+        num_negatives = check_optional_int(num_negatives, "MemoryBank: num_negatives")
+        super().__init__(loss=loss, proj_layers=proj_layers, **kwargs)
         self.bank_momentum = bank_momentum
-        self.bank_size = None if bank_size is None else int(bank_size)
-        self.num_negatives = None if num_negatives is None else int(num_negatives)
-        self.bank = LabelledBank(self.bank_size or 0, proj_dim)
+        self.bank_size = bank_size
+        self.num_negatives = num_negatives
+        self.bank = LabelledBank(bank_size or 0, self.embedding_dim)
         # Every rank applies the same gathered update, so DDP must not broadcast the bank.
         self._ddp_params_and_buffers_to_ignore = [f"bank.{name}" for name, _ in self.bank.named_buffers()]
         self._pending: Optional[tuple[Tensor, Tensor, Tensor]] = None
@@ -103,29 +94,24 @@ class MemoryBank(ContrastiveMethod):
         if self.num_negatives is not None and self.num_negatives >= size:
             raise ConfigError(f"MemoryBank: num_negatives ({self.num_negatives}) must be smaller than the bank ({size} entries)")
         z = self.embed(views[0])
-        features, bank_labels = self.bank.features, self.bank.labels
+        device = z.device
+        # Bank entries are keyed by dataset index, so an anchor's own entry shares its instance id.
+        anchors = Members(indices, torch.zeros_like(indices), labels)
         if self.num_negatives is None:
-            sim = similarity(z, features)
-            own = torch.arange(size, device=z.device)[None, :] == indices[:, None]
-            pos_mask = own
-            if self.loss.uses_labels:
-                pos_mask = own | ((labels[:, None] == bank_labels[None, :]) & (labels[:, None] >= 0))
-            neg_mask = ~pos_mask
+            entries = torch.arange(size, device=device)
+            usable = None
         else:
-            local_size = z.shape[0]
-            sample = torch.randperm(size, device=z.device)[: self.num_negatives]
-            candidates = torch.cat([indices, sample])
-            sim = similarity(z, features.index_select(0, candidates))
-            own = torch.zeros(local_size, candidates.shape[0], dtype=torch.bool, device=z.device)
-            own[:, :local_size] = torch.eye(local_size, dtype=torch.bool, device=z.device)
-            drawn = torch.zeros_like(own)
-            drawn[:, local_size:] = True
-            drawn &= candidates[None, :] != indices[:, None]  # the own entry drawn again: neither
-            pos_mask = own
-            if self.loss.uses_labels:
-                same = (labels[:, None] == bank_labels[candidates][None, :]) & (labels[:, None] >= 0)
-                pos_mask = own | (drawn & same)
-            neg_mask = drawn & ~pos_mask
+            # The batch's own entries, then K entries drawn for the whole batch; an anchor uses
+            # its own entry and the drawn ones (its own entry drawn again: neither).
+            drawn = torch.randperm(size, device=device)[: self.num_negatives]
+            entries = torch.cat([indices, drawn])
+            local = indices.shape[0]
+            usable = torch.cat(
+                [torch.eye(local, dtype=torch.bool, device=device), drawn[None, :] != indices[:, None]], dim=1
+            )
+        candidates = Members(entries, torch.ones_like(entries), self.bank.labels[entries])
+        pos_mask, neg_mask = contrast_masks(anchors, candidates, self.loss.uses_labels, usable)
+        sim = similarity(z, self.bank.features[entries])
         self._pending = (indices, z.detach(), labels)
         return Contrast(sim, pos_mask, neg_mask)
 
@@ -133,19 +119,19 @@ class MemoryBank(ContrastiveMethod):
         views, labels, _ = batch
         if len(views) < 2:
             raise ValueError(f"MemoryBank validation needs 2 views per sample, got {len(views)}")
-        local_size = views[0].shape[0]
-        rank = distributed.rank()
-        anchors = self.embed(views[0])
-        others = distributed.gather(self.embed(views[1]))
+        batch_size, device = views[0].shape[0], views[0].device
+        anchors, seconds = self.embed(views[0]), self.embed(views[1])
+        others = distributed.gather(seconds)
         other_labels = distributed.gather(labels)
+        # Anchors: view 0 of this rank's samples; candidates: view 1 of the global batch, then the bank.
+        candidates = Members.cat(
+            gathered_views(batch_size, 1, other_labels, distributed.world_size(), device, first_view=1),
+            unmatched(self.bank.size, self.bank.labels, device),
+        )
+        anchor_members = views_of(distributed.rank() * batch_size, batch_size, 1, labels, device)
+        pos_mask, neg_mask = contrast_masks(anchor_members, candidates, self.loss.uses_labels)
         sim = similarity(anchors, torch.cat([others, self.bank.features], dim=0))
-        positive = torch.zeros(local_size, others.shape[0], dtype=torch.bool, device=anchors.device)
-        positive[:, rank * local_size : (rank + 1) * local_size] = torch.eye(local_size, dtype=torch.bool, device=anchors.device)
-        candidate_labels = torch.cat([other_labels, self.bank.labels])
-        pos_mask = torch.cat([positive, torch.zeros(local_size, self.bank.size, dtype=torch.bool, device=anchors.device)], dim=1)
-        if self.loss.uses_labels:
-            pos_mask |= (labels[:, None] == candidate_labels[None, :]) & (labels[:, None] >= 0)
-        return Contrast(sim, pos_mask, ~pos_mask)
+        return Contrast(sim, pos_mask, neg_mask, views=(anchors.detach(), seconds.detach()))
 
     # --- Lightning hooks ------------------------------------------------------------------
     def setup(self, stage: str) -> None:

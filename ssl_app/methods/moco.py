@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-import numbers
 from typing import Any, Literal, Optional
 
 import torch
@@ -16,127 +15,81 @@ from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor, nn
 
 from ssl_app import distributed
+from ssl_app.checks import check_int, check_momentum
 from ssl_app.errors import ConfigError
 from ssl_app.losses import ContrastiveLoss, InfoNCE
 from ssl_app.methods.base import Contrast, ContrastiveMethod, similarity
-from ssl_app.methods.queue import LabelledQueue
-from ssl_app.methods.simclr import simclr_masks
-from ssl_app.models import BackboneName
-from ssl_app.models.backbones import NormName
-from ssl_app.optim import Optimization
+from ssl_app.methods.masks import Members, contrast_masks, gathered_views, unmatched, views_of
+from ssl_app.methods.stores import LabelledQueue
+from ssl_app.models.split_batchnorm import convert_to_split_batchnorm, has_batch_norm
 
 MomentumSchedule = Literal["constant", "cosine"]
-KeyBatchNorm = Literal["shuffle", "sync", "none"]
+KeyBatchNorm = Literal["auto", "split", "shuffle", "sync", "none"]
+KEY_BN_MODES = ("auto", "split", "shuffle", "sync", "none")
 
 
-def check_momentum(value: float, option: str) -> float:
-    """Return ``value`` as a float; raise ``ConfigError`` naming ``option`` unless it is in [0, 1)."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0.0 <= value < 1.0:
-        raise ConfigError(f"{option} must be in [0, 1), got {value!r}")
-    return float(value)
-
-
-def has_batch_norm(*modules: nn.Module) -> bool:
-    return any(isinstance(m, nn.modules.batchnorm._BatchNorm) for module in modules for m in module.modules())
+def resolve_key_bn(key_bn: str, world_size: int, has_bn: bool) -> str:
+    """``auto``: ``none`` without BatchNorm, ``shuffle`` under DDP, ``split`` in one process."""
+    if key_bn != "auto":
+        return key_bn
+    if not has_bn:
+        return "none"
+    return "shuffle" if world_size > 1 else "split"
 
 
 class MoCo(ContrastiveMethod):
-    """MoCo (v2 by default) with any loss strategy.
+    """MoCo (v2 by default) with any loss strategy (README, "MoCo", has the background).
 
-    The *query* encoder is the base's backbone + projection head, trained by the optimiser.
-    The *key* encoder (``key_backbone`` + ``key_projection_head``) is a copy that receives no
-    gradient and follows the query encoder by an exponential moving average,
-    ``θ_k ← m·θ_k + (1 − m)·θ_q``, once per **optimiser** step (in ``optimizer_step``, so with
-    ``accumulate_grad_batches = n`` it runs once every n batches; BatchNorm running statistics
-    of the key encoder come from its own forward passes, as in MoCo).
-
-    Anchors and candidates (``sim`` = anchors × candidates):
-
-    - anchors: the queries of view 1 of the local batch (``symmetric``: of both views);
-    - candidates: the keys of view 2 (``symmetric``: of both views) of the **global** batch,
-      gathered from every DDP rank (rank-major), followed by the queue. Using the whole
-      global batch (not only the local keys) makes N processes × B samples the same loss as
-      one process with N·B samples (BatchNorm aside), and gives the current batch's other
-      keys as fresh negatives on top of the queue.
-    - positive: the key of the other view of the same image; every other key and every
-      *filled* queue slot is a negative. With ``symmetric``, the query's key of its *own* view
-      (a momentum copy of itself) is in neither mask: it is the positive of the other view's
-      query, and pushing a query away from its own near-copy would be meaningless.
-    - label-based losses (``loss.uses_labels``, SupCon): the positives are the key of the
-      other view plus every key and queue entry with the anchor's label (labels < 0 mean
-      "unlabelled" and never match); the negatives are the rest.
-
-    The queue (``queue.features``, ``queue.labels``, ``queue.ptr``, ``queue.filled``) holds the
-    last ``queue_size`` keys and their labels. After each training batch the keys
-    of the *global* batch are appended in rank-major order, so every rank holds the identical
-    queue. ``queue_size`` need not be a multiple of the keys per step (the ring wraps exactly,
-    see :class:`~ssl_app.methods.queue.LabelledQueue`). The queue starts with random unit
-    vectors, but the slots never written are masked out of both masks (``queue.filled``), so
-    early steps contrast against real keys only. Validation and test compute the same loss
-    without touching the queue. Queue and key encoder are persistent state (checkpoints).
-
-    BatchNorm leakage (``key_bn``): with BatchNorm in the encoder, a query and its key
-    computed in the same BatchNorm batch can "communicate" through the batch statistics and
-    the task becomes easy without learning (He et al. 2020, "Shuffling BN").
-
-    - ``shuffle`` (the default, MoCo v1/v2's remedy): under DDP, gather the key encoder's
-      inputs from every rank, permute them with one permutation shared by all ranks, encode
-      this rank's shard, gather the keys and undo the permutation. A key's BatchNorm batch is
-      then a random subset of the global batch, unrelated to its query's. In a single process
-      a permutation cannot change BatchNorm statistics, so it does nothing (and is skipped):
-      the leakage is not prevented on one device. It is also skipped when the key encoder has
-      no BatchNorm (e.g. ``backbone_norm: group`` with ``proj_batch_norm: false``).
-    - ``sync``: the key encoder's BatchNorm layers become ``SyncBatchNorm`` (statistics over
-      the global batch, MoCo v3's choice). PyTorch implements it on GPUs only, so more than
-      one CPU process is rejected with a ``ConfigError``.
-    - ``none``: keys are encoded per rank with ordinary BatchNorm.
-
-    (``--trainer.sync_batchnorm=true`` converts every BatchNorm of the model, the key encoder's
-    included, to ``SyncBatchNorm``; shuffling is then pointless but harmless.)
+    Query encoder: the base's backbone + head, trained. Key encoder: a copy without gradient,
+    ``θ_k ← m·θ_k + (1 − m)·θ_q`` once per optimiser step. Anchors are the queries of view 1
+    (``symmetric``: of both views); candidates are the keys of view 2 (``symmetric``: both) of
+    the **global** batch, rank-major, followed by the queue of the last ``queue_size`` keys. The
+    positive is the other view's key; with ``symmetric`` the query's key of its own view is in
+    neither mask; queue slots never written are in neither mask; label-based losses add the
+    keys and queue entries of the anchor's class (``masks``). After each training batch the
+    global keys join the queue, so every rank holds the same queue.
 
     Args:
-        loss, backbone, backbone_norm, proj_dim, proj_hidden_dim, proj_layers,
-            proj_batch_norm, optim: see ``ContrastiveMethod`` (the default loss here is
-            InfoNCE with τ = 0.2, MoCo v2's).
-        queue_size: number of past keys kept as extra candidates (MoCo: 65536 on ImageNet,
-            4096 on CIFAR).
-        momentum: the key encoder's EMA coefficient m ∈ [0, 1) (0.99 for CIFAR-size runs,
-            0.999 in the ImageNet paper).
-        momentum_schedule: ``constant``, or ``cosine`` from ``momentum`` at the first optimiser
-            step to 1 at the last (BYOL / MoCo v3).
-        key_bn: ``shuffle``, ``sync`` or ``none`` (above).
-        symmetric: use both views as queries (each with the other view's key as positive),
-            doubling anchors and keys per step.
+        loss: the loss strategy (default InfoNCE, τ = 0.2, MoCo v2's).
+        queue_size: past keys kept as extra candidates (4096 on CIFAR, 65536 on ImageNet).
+        momentum: the EMA coefficient m ∈ [0, 1) (0.99 for CIFAR-size runs, 0.999 on ImageNet).
+        momentum_schedule: ``constant``, or ``cosine`` from ``momentum`` to 1 over training.
+        key_bn: how to stop a query and its key from meeting through BatchNorm statistics:
+            ``split`` (one process: BatchNorm over ``split_bn_groups`` sub-batches in both
+            encoders, key batch shuffled before the key encoder), ``shuffle`` (DDP: each rank
+            encodes a random shard of the global key batch), ``sync`` (SyncBatchNorm in the key
+            encoder, GPUs only), ``none``, or ``auto`` (the default: ``shuffle`` under DDP,
+            ``split`` in one process, ``none`` without BatchNorm; logged at the start).
+        split_bn_groups: S, the sub-batches of ``split`` (the per-process batch must be a
+            multiple of S with at least 2 samples per group).
+        symmetric: use both views as queries, doubling anchors and keys per step.
+        **kwargs: every option of ``ContrastiveMethod`` (backbone, head, optim).
     """
 
     def __init__(
         self,
         loss: ContrastiveLoss = lazy_instance(InfoNCE, temperature=0.2),
-        backbone: BackboneName = "resnet18_cifar",
-        backbone_norm: NormName = "batch",
-        proj_dim: int = 128,
-        proj_hidden_dim: int = 512,
-        proj_layers: int = 2,
-        proj_batch_norm: bool = True,
-        optim: Optimization = Optimization(),
         queue_size: int = 4096,
         momentum: float = 0.99,
         momentum_schedule: MomentumSchedule = "constant",
-        key_bn: KeyBatchNorm = "shuffle",
+        key_bn: KeyBatchNorm = "auto",
+        split_bn_groups: int = 8,
         symmetric: bool = False,
+        **kwargs: Any,
     ) -> None:
-        if isinstance(queue_size, bool) or not isinstance(queue_size, numbers.Integral) or queue_size < 1:
-            raise ConfigError(f"MoCo: queue_size must be an int >= 1, got {queue_size!r}")
+        queue_size = check_int(queue_size, "MoCo: queue_size")
         momentum = check_momentum(momentum, "MoCo: momentum")
+        split_bn_groups = check_int(split_bn_groups, "MoCo: split_bn_groups", minimum=2)
         if momentum_schedule not in ("constant", "cosine"):
             raise ConfigError(f"MoCo: momentum_schedule must be 'constant' or 'cosine', got {momentum_schedule!r}")
-        if key_bn not in ("shuffle", "sync", "none"):
-            raise ConfigError(f"MoCo: key_bn must be 'shuffle', 'sync' or 'none', got {key_bn!r}")
-        super().__init__(loss, backbone, backbone_norm, proj_dim, proj_hidden_dim, proj_layers, proj_batch_norm, optim)
-        self.queue_size = int(queue_size)
+        if key_bn not in KEY_BN_MODES:
+            raise ConfigError(f"MoCo: key_bn must be one of {', '.join(KEY_BN_MODES)}, got {key_bn!r}")
+        super().__init__(loss=loss, **kwargs)
+        self.queue_size = queue_size
         self.momentum = momentum
         self.momentum_schedule = momentum_schedule
         self.key_bn = key_bn
+        self.split_bn_groups = split_bn_groups
         self.symmetric = bool(symmetric)
 
         self.key_backbone = copy.deepcopy(self.backbone)
@@ -146,14 +99,30 @@ class MoCo(ContrastiveMethod):
             self.key_projection_head = nn.SyncBatchNorm.convert_sync_batchnorm(self.key_projection_head)
         deactivate_requires_grad(self.key_backbone)
         deactivate_requires_grad(self.key_projection_head)
-        self._key_has_bn = has_batch_norm(self.key_backbone, self.key_projection_head)
+        self._has_bn = has_batch_norm(self.key_backbone, self.key_projection_head)
+        self.resolved_key_bn: Optional[str] = None
+        if key_bn != "auto":
+            self._apply_key_bn(resolve_key_bn(key_bn, 1, self._has_bn))
 
-        self.queue = LabelledQueue(self.queue_size, proj_dim)
+        self.queue = LabelledQueue(queue_size, self.embedding_dim)
         # Every rank applies the same gathered update, so DDP must not broadcast the queue
         # from rank 0 before each forward (it would cost queue_size × proj_dim per step).
         self._ddp_params_and_buffers_to_ignore = [f"queue.{name}" for name, _ in self.queue.named_buffers()]
         self._pending: Optional[tuple[Tensor, Tensor]] = None
         self._total_steps: Optional[int] = None
+
+    # --- BatchNorm leakage ------------------------------------------------------------------
+    def _apply_key_bn(self, mode: str) -> None:
+        """Fix the key-BatchNorm mode; ``split`` converts both encoders' BatchNorms (once)."""
+        if mode == "split" and self.resolved_key_bn != "split":
+            for module in (self.backbone, self.projection_head, self.key_backbone, self.key_projection_head):
+                convert_to_split_batchnorm(module, self.split_bn_groups)
+        self.resolved_key_bn = mode
+
+    def _key_bn_mode(self) -> str:
+        if self.resolved_key_bn is None:  # used without a Trainer: resolve from the process group
+            self._apply_key_bn(resolve_key_bn(self.key_bn, distributed.world_size(), self._has_bn))
+        return self.resolved_key_bn
 
     # --- key encoder ----------------------------------------------------------------------
     def key_embed(self, images: Tensor) -> Tensor:
@@ -165,31 +134,34 @@ class MoCo(ContrastiveMethod):
     def global_keys(self, images: Tensor) -> Tensor:
         """Keys of every rank's ``images``, concatenated rank-major [world·B, proj_dim].
 
-        In training with ``key_bn='shuffle'`` on several ranks (and BatchNorm in the key
-        encoder), each rank encodes a random shard of the global batch (one permutation,
-        broadcast from rank 0), and the keys are put back in the original order.
+        In training, ``split`` encodes a random permutation of the local batch (so a key's
+        BatchNorm group differs from its query's) and ``shuffle`` on several ranks encodes a
+        random shard of the global batch (one permutation, broadcast from rank 0); either way
+        the keys come back in the original order.
         """
+        mode = self._key_bn_mode() if self.training else "none"
         world = distributed.world_size()
-        if not (self.training and self.key_bn == "shuffle" and world > 1 and self._key_has_bn):
+        if mode == "split":
+            return distributed.gather(self._encode_permuted(images, torch.randperm(images.shape[0], device=images.device)))
+        if not (mode == "shuffle" and world > 1 and self._has_bn):
             return distributed.gather(self.key_embed(images).float())
         all_images = distributed.gather(images)
         permutation = torch.randperm(all_images.shape[0], device=all_images.device)
         dist.broadcast(permutation, src=0)
         shard = permutation.view(world, -1)[distributed.rank()]
         shuffled_keys = distributed.gather(self.key_embed(all_images[shard]).float())
-        # shuffled_keys[p] is the key of image permutation[p]
-        keys = torch.empty_like(shuffled_keys)
-        keys[permutation] = shuffled_keys
-        return keys
+        return _unpermute(shuffled_keys, permutation)
+
+    def _encode_permuted(self, images: Tensor, permutation: Tensor) -> Tensor:
+        return _unpermute(self.key_embed(images[permutation]).float(), permutation)
 
     def momentum_at(self, step: int) -> float:
         """The EMA coefficient of optimiser step ``step`` (0-based)."""
         if self.momentum_schedule == "constant":
             return self.momentum
+        if self._total_steps is None:
+            self._total_steps = int(self.trainer.estimated_stepping_batches)
         total = self._total_steps
-        if total is None:
-            total = int(self.trainer.estimated_stepping_batches)
-            self._total_steps = total
         return cosine_schedule(min(step, total), total, self.momentum, 1.0)
 
     @torch.no_grad()
@@ -203,39 +175,32 @@ class MoCo(ContrastiveMethod):
         views, labels, _ = batch
         if len(views) < 2:
             raise ValueError(f"MoCo needs 2 views per sample, got {len(views)}")
-        view_1, view_2 = views[0], views[1]
-        local_size = view_1.shape[0]
+        batch_size, device = views[0].shape[0], views[0].device
         world, rank = distributed.world_size(), distributed.rank()
+        query_views = 2 if self.symmetric else 1
         if self.symmetric:
-            queries = self.embed(torch.cat([view_1, view_2], dim=0))
-            keys = self.global_keys(torch.cat([view_1, view_2], dim=0))
-            # Same layout as SimCLR's candidates: rank blocks of [keys of view 1; keys of view 2].
-            own_key, positive = simclr_masks(local_size, 2, rank, world, queries.device)
-            anchor_labels = labels.repeat(2)
+            both = torch.cat([views[0], views[1]], dim=0)
+            queries, keys = self.embed(both), self.global_keys(both)
         else:
-            queries = self.embed(view_1)
-            keys = self.global_keys(view_2)
-            positive = torch.zeros(local_size, keys.shape[0], dtype=torch.bool, device=queries.device)
-            positive[:, rank * local_size : (rank + 1) * local_size] = torch.eye(local_size, dtype=torch.bool, device=queries.device)
-            own_key = torch.zeros_like(positive)
-            anchor_labels = labels
+            queries, keys = self.embed(views[0]), self.global_keys(views[1])
+        anchor_labels = labels.repeat(query_views)
         key_labels = distributed.gather(anchor_labels)
-
+        # Asymmetric: queries are view 0, keys view 1; symmetric: own-view keys are "self".
+        key_view = 0 if self.symmetric else 1
+        candidates = Members.cat(
+            gathered_views(batch_size, query_views, key_labels, world, device, first_view=key_view),
+            unmatched(self.queue_size, self.queue.labels, device),
+        )
+        usable = torch.cat([torch.ones(keys.shape[0], dtype=torch.bool, device=device), self.queue.valid()])
+        pos_mask, neg_mask = contrast_masks(
+            views_of(rank * batch_size, batch_size, query_views, labels, device), candidates, self.loss.uses_labels, usable
+        )
         sim = similarity(queries, torch.cat([keys, self.queue.features], dim=0))
-        queue_valid = self.queue.valid()[None, :].expand(queries.shape[0], -1)
-        if self.loss.uses_labels:
-            labelled = anchor_labels[:, None] >= 0
-            key_same = (anchor_labels[:, None] == key_labels[None, :]) & labelled & ~own_key
-            queue_same = (anchor_labels[:, None] == self.queue.labels[None, :]) & labelled & queue_valid
-            pos_mask = torch.cat([positive | key_same, queue_same], dim=1)
-        else:
-            pos_mask = torch.cat([positive, torch.zeros_like(queue_valid)], dim=1)
-        usable = torch.cat([~own_key, queue_valid], dim=1)
-        neg_mask = usable & ~pos_mask
-
         if self.training:
             self._pending = (keys, key_labels)
-        return Contrast(sim, pos_mask, neg_mask)
+            return Contrast(sim, pos_mask, neg_mask)
+        second = queries.chunk(2)[1] if self.symmetric else self.embed(views[1])
+        return Contrast(sim, pos_mask, neg_mask, views=(queries[:batch_size].detach(), second.detach()))
 
     # --- Lightning hooks ------------------------------------------------------------------
     def setup(self, stage: str) -> None:
@@ -245,12 +210,38 @@ class MoCo(ContrastiveMethod):
         if self.key_bn == "sync" and trainer.world_size > 1 and trainer.strategy.root_device.type == "cpu":
             raise ConfigError(
                 "MoCo: key_bn='sync' needs GPUs (PyTorch's SyncBatchNorm has no CPU implementation); "
-                "use key_bn='shuffle' for several CPU processes"
+                "use key_bn='shuffle' (or auto) for several CPU processes"
             )
-        if stage == "fit" and self.key_bn == "shuffle" and trainer.world_size == 1 and self._key_has_bn:
-            rank_zero_info(
-                "MoCo: key_bn='shuffle' has no effect in a single process (BatchNorm statistics do not "
-                "depend on the order of the batch); it prevents BatchNorm leakage only across several processes."
+        mode = resolve_key_bn(self.key_bn, trainer.world_size, self._has_bn)
+        self._apply_key_bn(mode)
+        if stage != "fit":
+            return
+        if mode == "split":
+            self._check_split_batch(trainer)
+        rank_zero_info(f"MoCo: key_bn={self.key_bn} -> {self._describe_key_bn(mode, trainer.world_size)}")
+
+    def _describe_key_bn(self, mode: str, world_size: int) -> str:
+        if mode == "split":
+            return f"split (BatchNorm over {self.split_bn_groups} sub-batches, key batch shuffled)"
+        if mode == "shuffle" and world_size == 1 and self._has_bn:
+            return "shuffle, which has NO effect in one process: queries and keys share BatchNorm statistics (use split or auto)"
+        if mode == "shuffle" and not self._has_bn:
+            return "shuffle, which does nothing here: the encoder has no BatchNorm"
+        if mode == "none" and self._has_bn:
+            return "none: queries and keys share BatchNorm statistics (BatchNorm leakage is not prevented)"
+        return mode
+
+    def _check_split_batch(self, trainer: Any) -> None:
+        batch_size = getattr(getattr(trainer, "datamodule", None), "batch_size", None)
+        if batch_size is None:
+            return  # checked at the first step by SplitBatchNorm itself
+        encoded = batch_size * (2 if self.symmetric else 1)
+        groups = self.split_bn_groups
+        if encoded % groups != 0 or encoded // groups < 2:
+            raise ConfigError(
+                f"MoCo: key_bn=split needs the per-process batch ({encoded} images per encoder pass, "
+                f"data.batch_size={batch_size}) to be a multiple of model.split_bn_groups={groups} with "
+                "at least 2 per group; change either"
             )
 
     def on_train_start(self) -> None:
@@ -270,3 +261,10 @@ class MoCo(ContrastiveMethod):
             keys, labels = self._pending
             self._pending = None
             self.queue.enqueue(keys, labels)
+
+
+def _unpermute(encoded: Tensor, permutation: Tensor) -> Tensor:
+    """Rows back in the original order: ``encoded[p]`` belongs to item ``permutation[p]``."""
+    restored = torch.empty_like(encoded)
+    restored[permutation] = encoded
+    return restored

@@ -14,7 +14,7 @@ import torch
 from ssl_app import losses
 from ssl_app.errors import ConfigError
 from ssl_app.methods import MoCo
-from ssl_app.methods.queue import LabelledQueue
+from ssl_app.methods.stores import LabelledQueue
 from tests.ssl_app.methods.helpers import tiny_data, tiny_trainer
 
 REPO = Path(__file__).resolve().parents[3]
@@ -33,7 +33,7 @@ def one_thread():
 # --- helpers ---------------------------------------------------------------------------------
 def small_moco(**kwargs) -> MoCo:
     torch.manual_seed(0)
-    options = dict(backbone="small_cnn", proj_hidden_dim=32, proj_dim=16, queue_size=40)
+    options = dict(backbone="small_cnn", proj_hidden_dim=32, proj_dim=16, queue_size=40, split_bn_groups=2)
     options.update(kwargs)
     return MoCo(**options)
 
@@ -81,7 +81,7 @@ def test_queue_starts_with_random_unit_vectors_marked_unusable():
 
 # --- masks -----------------------------------------------------------------------------------
 def test_masks_positive_is_the_other_views_key_and_empty_slots_are_ignored():
-    model = small_moco(queue_size=10)
+    model = small_moco(queue_size=10, key_bn="none")  # keys then equal key_embed of the plain batch
     model.queue.enqueue(torch.nn.functional.normalize(torch.randn(3, 16), dim=1), torch.tensor([0, 1, 2]))
     contrast = model.contrast(batch(4))
     assert contrast.sim.shape == (4, 4 + 10)

@@ -102,7 +102,7 @@ def drive(model, rank: int, world: int, steps: int) -> dict:
 def shuffle_check(rank: int) -> dict:
     """``global_keys`` with shuffle-BN, on a stand-in key encoder that records its input."""
     model = make_moco()
-    model._key_has_bn = True  # force the shuffle path
+    model._has_bn = True  # force the shuffle path
     seen = []
 
     def key_embed(images):
@@ -120,7 +120,7 @@ def shuffle_check(rank: int) -> dict:
 def batch_norm_keys(rank: int) -> torch.Tensor:
     """A real BatchNorm key encoder with shuffle-BN: every rank must end up with the same global keys."""
     model = make_moco(norm="batch")
-    assert model._key_has_bn
+    assert model._has_bn
     data = rank_slice(global_batch(0), rank)
     contrast = model.contrast(data)
     assert torch.isfinite(model.loss(contrast.sim, contrast.pos_mask, contrast.neg_mask))

@@ -5,27 +5,6 @@ from lightly.loss import NTXentLoss
 from ssl_app.errors import ConfigError
 from ssl_app.losses import InfoNCE
 from ssl_app.methods import SimCLR
-from ssl_app.methods.simclr import simclr_masks
-
-
-@pytest.mark.parametrize("rank,world", [(0, 1), (0, 2), (1, 2), (2, 3)])
-def test_masks_pick_the_other_view_on_this_rank(rank, world):
-    batch = 4
-    is_self, positive = simclr_masks(batch, 2, rank, world, torch.device("cpu"))
-    n = 2 * batch
-    assert is_self.shape == positive.shape == (n, world * n)
-    assert torch.equal(is_self.sum(1), torch.ones(n, dtype=torch.long))
-    assert torch.equal(positive.sum(1), torch.ones(n, dtype=torch.long))
-    assert not (is_self & positive).any()
-    for anchor in range(n):
-        assert is_self[anchor].nonzero().item() == rank * n + anchor
-        assert positive[anchor].nonzero().item() == rank * n + (anchor + batch) % n
-
-
-def test_three_views_have_two_positives():
-    _, positive = simclr_masks(3, 3, 0, 1, torch.device("cpu"))
-    assert torch.equal(positive.sum(1), torch.full((9,), 2))
-    assert positive[0].nonzero().flatten().tolist() == [3, 6]
 
 
 def small_simclr(**kwargs) -> SimCLR:

@@ -1,0 +1,109 @@
+"""BatchNorm over sub-batches: several "devices" of BatchNorm statistics inside one process.
+
+MoCo on one device leaks through BatchNorm: a query and its positive key are normalised with
+statistics of the same images, so the network can match them through those statistics instead
+of their content. Splitting the batch into S groups that each use their own statistics — and
+shuffling the key batch before the key encoder — gives a key different group-mates than its
+query, as Shuffling BN across S GPUs would (He et al. 2020; the remedy of MoCo's CIFAR demo).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from ssl_app.errors import ConfigError
+
+
+class SplitBatchNorm(nn.modules.batchnorm._BatchNorm):
+    """BatchNorm whose training statistics come from ``num_splits`` contiguous sub-batches.
+
+    In training, a batch of N = S·G samples is cut into S groups of G consecutive samples;
+    group g is normalised with its own mean and variance (samples ``g·G .. g·G + G − 1``) and
+    the running statistics move towards the mean over groups of their statistics. In eval
+    mode it is ordinary BatchNorm over the running statistics. Parameters and buffers have
+    BatchNorm's names and shapes, so state dicts load both ways.
+
+    Works for [N, C] and [N, C, ...] inputs (the 1-d and 2-d BatchNorms it replaces).
+    """
+
+    def __init__(self, num_features: int, num_splits: int, **kwargs) -> None:
+        super().__init__(num_features, **kwargs)
+        self.num_splits = num_splits
+
+    def _check_input_dim(self, input: Tensor) -> None:
+        if input.dim() < 2:
+            raise ValueError(f"SplitBatchNorm expects [N, C, ...] input, got shape {tuple(input.shape)}")
+
+    def forward(self, input: Tensor) -> Tensor:
+        if not self.training:
+            return super().forward(input)
+        self._check_input_dim(input)
+        n, c, s = input.shape[0], input.shape[1], self.num_splits
+        if n % s != 0 or n // s < 2:
+            raise ConfigError(
+                f"key_bn='split': a training batch of {n} cannot be split into {s} BatchNorm groups of "
+                f"at least 2 samples; make the per-process batch size a multiple of model.split_bn_groups "
+                f"(now {s}) or lower split_bn_groups"
+            )
+        rest = input.shape[2:]
+        # [S, G, C, ...] -> [G, S·C, ...]: channel block g holds group g, so one batch_norm call
+        # computes S independent sets of statistics.
+        grouped = input.reshape(s, n // s, c, *rest).transpose(0, 1).reshape(n // s, s * c, *rest)
+        factor = self._average_factor()
+        tracking = self.track_running_stats and self.running_mean is not None
+        mean = self.running_mean.repeat(s) if tracking else None
+        var = self.running_var.repeat(s) if tracking else None
+        weight = self.weight.repeat(s) if self.affine else None
+        bias = self.bias.repeat(s) if self.affine else None
+        out = F.batch_norm(grouped, mean, var, weight, bias, True, factor, self.eps)
+        if tracking:
+            with torch.no_grad():
+                self.running_mean.copy_(mean.view(s, c).mean(dim=0))
+                self.running_var.copy_(var.view(s, c).mean(dim=0))
+        return out.reshape(n // s, s, c, *rest).transpose(0, 1).reshape(input.shape)
+
+    def _average_factor(self) -> float:
+        """The running-statistics momentum of this step, as ``nn.BatchNorm`` computes it."""
+        if not self.track_running_stats or self.num_batches_tracked is None:
+            return 0.0 if self.momentum is None else self.momentum
+        self.num_batches_tracked.add_(1)
+        if self.momentum is None:  # cumulative moving average
+            return 1.0 / float(self.num_batches_tracked)
+        return self.momentum
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, num_splits={self.num_splits}"
+
+
+def convert_to_split_batchnorm(module: nn.Module, num_splits: int) -> nn.Module:
+    """Replace every ``BatchNorm1d/2d/3d`` in ``module`` by a :class:`SplitBatchNorm` in place.
+
+    The new layers take over the old ones' parameter and buffer *objects*, so an optimiser
+    built before the conversion still updates them. Returns ``module`` (or the replacement
+    when ``module`` itself is a BatchNorm).
+    """
+    if isinstance(module, (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d)):
+        split = SplitBatchNorm(
+            module.num_features, num_splits, eps=module.eps, momentum=module.momentum,
+            affine=module.affine, track_running_stats=module.track_running_stats,
+        )  # fmt: skip
+        split = split.to(next(iter(module.buffers()), torch.empty(0)).device)
+        if module.affine:
+            split.weight, split.bias = module.weight, module.bias
+        if module.track_running_stats:
+            split.running_mean, split.running_var = module.running_mean, module.running_var
+            split.num_batches_tracked = module.num_batches_tracked
+        split.train(module.training)
+        return split
+    for name, child in module.named_children():
+        replacement = convert_to_split_batchnorm(child, num_splits)
+        if replacement is not child:
+            setattr(module, name, replacement)
+    return module
+
+
+def has_batch_norm(*modules: nn.Module) -> bool:
+    """True if any of ``modules`` contains a BatchNorm layer (of any kind)."""
+    return any(isinstance(m, nn.modules.batchnorm._BatchNorm) for module in modules for m in module.modules())
