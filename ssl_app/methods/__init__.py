@@ -1,9 +1,9 @@
 """Contrastive methods: each turns a batch into (sim, pos_mask, neg_mask) for a loss strategy."""
 
-from ssl_app.methods.base import Contrast, ContrastiveMethod
+from ssl_app.methods.base import MaskedSimilarities, ContrastiveMethod
 from ssl_app.methods.simclr import SimCLR
 
-__all__ = ["Contrast", "ContrastiveMethod", "SimCLR"]
+__all__ = ["MaskedSimilarities", "ContrastiveMethod", "SimCLR"]
 
 from ssl_app.methods.memory_bank import MemoryBank  # noqa: E402
 from ssl_app.methods.moco import MoCo  # noqa: E402

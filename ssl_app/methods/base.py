@@ -1,6 +1,6 @@
 """What every contrastive method shares: encoder, projection head, loss strategy, optimiser.
 
-A method's only job is ``contrast(batch) -> Contrast``: turn a batch into the similarity
+A method's only job is ``contrast(batch) -> MaskedSimilarities``: turn a batch into the similarity
 matrix and masks that every loss strategy reads (see ``ssl_app.losses.base``).
 """
 
@@ -17,6 +17,7 @@ import lightning as L
 import torch
 import torch.nn.functional as F
 from jsonargparse import lazy_instance
+from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor
 
 from ssl_app.errors import ConfigError
@@ -27,7 +28,7 @@ from ssl_app.optim import Optimization
 
 
 @dataclass
-class Contrast:
+class MaskedSimilarities:
     """The method → loss hand-over: similarities plus masks.
 
     ``sim`` [N, M] raw cosine similarities of N anchors to M candidates, ``pos_mask`` and
@@ -97,14 +98,14 @@ class ContrastiveMethod(L.LightningModule, ABC):
 
     # --- the one method-specific piece -----------------------------------------------------
     @abstractmethod
-    def contrast(self, batch: Any) -> Contrast:
+    def contrast(self, batch: Any) -> MaskedSimilarities:
         """Turn a batch ``(views, labels, indices)`` into anchors × candidates similarities and masks.
 
         Called by every train/val/test step; the loss strategy then reads ``(sim, pos_mask,
         neg_mask)``. Use ``self.embed`` for the trained embeddings, ``similarity`` for ``sim``
         (float32 even under autocast), ``ssl_app.distributed`` to gather candidates from every
         rank and ``ssl_app.methods.masks`` for the masks. Outside training (``not
-        self.training``) fill ``Contrast.views`` with the normalised embeddings of the first two
+        self.training``) fill ``MaskedSimilarities.views`` with the normalised embeddings of the first two
         views, which the metric callbacks read. State updates that must wait for backward
         (queues, banks) belong in ``on_train_batch_end``.
         """
@@ -120,8 +121,37 @@ class ContrastiveMethod(L.LightningModule, ABC):
             stats = {f"loss/{key}": value for key, value in self.loss.last_stats.items()}
             self.log_dict(stats, on_step=True, on_epoch=False, batch_size=batch_size)
             return loss
-        # Validation/test: hand the view embeddings to callbacks (see ``Contrast.views``).
+        # Validation/test: hand the view embeddings to callbacks (see ``MaskedSimilarities.views``).
         return {"loss": loss, "embeddings": contrast.views}
+
+    def negatives_per_anchor(self, batch_size: int, world_size: int) -> Optional[int]:
+        """How many negatives one anchor has in a training step (``None``: unknown); for warnings."""
+        return None
+
+    def ignored_options(self) -> list[str]:
+        """Options set to a non-default value that this configuration does not use."""
+        ignored = []
+        if self.hparams.get("proj_layers") == 1:
+            for name, default in (("proj_hidden_dim", 512), ("proj_batch_norm", True)):
+                if self.hparams.get(name, default) != default:
+                    ignored.append(f"{name} (a linear head, proj_layers=1, has no hidden layer)")
+        return ignored
+
+    def on_train_start(self) -> None:
+        """Name the settings that silently do nothing, once, before the first step."""
+        trainer = self.trainer
+        batch_size = getattr(trainer.datamodule, "batch_size", None) if trainer.datamodule is not None else None
+        kept = getattr(self.loss, "num_negatives", None)
+        available = None if batch_size is None else self.negatives_per_anchor(batch_size, trainer.world_size)
+        if kept is not None and available is not None and kept >= available:
+            same_as = "Simple" if type(self.loss).__name__ == "HardSimple" else "InfoNCE"
+            rank_zero_warn(
+                f"{type(self.loss).__name__}: num_negatives={kept} keeps every negative: an anchor of "
+                f"{type(self).__name__} has {available} negatives (batch {batch_size} per process × "
+                f"{trainer.world_size} process(es)), so this loss is exactly {same_as}; lower num_negatives"
+            )
+        for option in self.ignored_options():
+            rank_zero_warn(f"{type(self).__name__}: model.{option} is ignored")
 
     def training_step(self, batch: Any, batch_idx: int) -> Tensor:
         return self._step(batch, "train")

@@ -12,7 +12,7 @@ from ssl_app import distributed
 from ssl_app.checks import check_momentum, check_optional_int
 from ssl_app.errors import ConfigError
 from ssl_app.losses import ContrastiveLoss, InfoNCE
-from ssl_app.methods.base import Contrast, ContrastiveMethod, similarity
+from ssl_app.methods.base import MaskedSimilarities, ContrastiveMethod, similarity
 from ssl_app.methods.masks import Members, contrast_masks, gathered_views, unmatched, views_of
 from ssl_app.methods.stores import LabelledBank
 
@@ -78,13 +78,18 @@ class MemoryBank(ContrastiveMethod):
         self._ddp_params_and_buffers_to_ignore = [f"bank.{name}" for name, _ in self.bank.named_buffers()]
         self._pending: Optional[tuple[Tensor, Tensor, Tensor]] = None
 
+    def negatives_per_anchor(self, batch_size: int, world_size: int) -> Optional[int]:
+        if self.num_negatives is not None:
+            return self.num_negatives
+        return self.bank.size - 1 if self.bank.size else None
+
     # --- the contrast ---------------------------------------------------------------------
-    def contrast(self, batch: Any) -> Contrast:
+    def contrast(self, batch: Any) -> MaskedSimilarities:
         if self.training:
             return self._train_contrast(batch)
         return self._eval_contrast(batch)
 
-    def _train_contrast(self, batch: Any) -> Contrast:
+    def _train_contrast(self, batch: Any) -> MaskedSimilarities:
         views, labels, indices = batch
         size = self.bank.size
         if size == 0:
@@ -113,9 +118,9 @@ class MemoryBank(ContrastiveMethod):
         pos_mask, neg_mask = contrast_masks(anchors, candidates, self.loss.uses_labels, usable)
         sim = similarity(z, self.bank.features[entries])
         self._pending = (indices, z.detach(), labels)
-        return Contrast(sim, pos_mask, neg_mask)
+        return MaskedSimilarities(sim, pos_mask, neg_mask)
 
-    def _eval_contrast(self, batch: Any) -> Contrast:
+    def _eval_contrast(self, batch: Any) -> MaskedSimilarities:
         views, labels, _ = batch
         if len(views) < 2:
             raise ValueError(f"MemoryBank validation needs 2 views per sample, got {len(views)}")
@@ -131,7 +136,7 @@ class MemoryBank(ContrastiveMethod):
         anchor_members = views_of(distributed.rank() * batch_size, batch_size, 1, labels, device)
         pos_mask, neg_mask = contrast_masks(anchor_members, candidates, self.loss.uses_labels)
         sim = similarity(anchors, torch.cat([others, self.bank.features], dim=0))
-        return Contrast(sim, pos_mask, neg_mask, views=(anchors.detach(), seconds.detach()))
+        return MaskedSimilarities(sim, pos_mask, neg_mask, views=(anchors.detach(), seconds.detach()))
 
     # --- Lightning hooks ------------------------------------------------------------------
     def setup(self, stage: str) -> None:

@@ -11,14 +11,14 @@ import torch.nn.functional as F
 from jsonargparse import lazy_instance
 from lightly.models.utils import deactivate_requires_grad, update_momentum
 from lightly.utils.scheduler import cosine_schedule
-from lightning.pytorch.utilities import rank_zero_info
+from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from torch import Tensor, nn
 
 from ssl_app import distributed
 from ssl_app.checks import check_int, check_momentum
 from ssl_app.errors import ConfigError
 from ssl_app.losses import ContrastiveLoss, InfoNCE
-from ssl_app.methods.base import Contrast, ContrastiveMethod, similarity
+from ssl_app.methods.base import MaskedSimilarities, ContrastiveMethod, similarity
 from ssl_app.methods.masks import Members, contrast_masks, gathered_views, unmatched, views_of
 from ssl_app.methods.stores import LabelledQueue
 from ssl_app.models.split_batchnorm import convert_to_split_batchnorm, has_batch_norm
@@ -170,8 +170,19 @@ class MoCo(ContrastiveMethod):
         update_momentum(self.backbone, self.key_backbone, momentum)
         update_momentum(self.projection_head, self.key_projection_head, momentum)
 
+    def negatives_per_anchor(self, batch_size: int, world_size: int) -> int:
+        """Once the queue is full: the other keys of the global batch plus the queue."""
+        views = 2 if self.symmetric else 1
+        return views * (batch_size * world_size - 1) + self.queue_size
+
+    def ignored_options(self) -> list[str]:
+        ignored = super().ignored_options()
+        if self.resolved_key_bn not in (None, "split") and self.split_bn_groups != 8:
+            ignored.append(f"split_bn_groups (key_bn resolved to {self.resolved_key_bn}, not split)")
+        return ignored
+
     # --- the contrast ---------------------------------------------------------------------
-    def contrast(self, batch: Any) -> Contrast:
+    def contrast(self, batch: Any) -> MaskedSimilarities:
         views, labels, _ = batch
         if len(views) < 2:
             raise ValueError(f"MoCo needs 2 views per sample, got {len(views)}")
@@ -198,9 +209,9 @@ class MoCo(ContrastiveMethod):
         sim = similarity(queries, torch.cat([keys, self.queue.features], dim=0))
         if self.training:
             self._pending = (keys, key_labels)
-            return Contrast(sim, pos_mask, neg_mask)
+            return MaskedSimilarities(sim, pos_mask, neg_mask)
         second = queries.chunk(2)[1] if self.symmetric else self.embed(views[1])
-        return Contrast(sim, pos_mask, neg_mask, views=(queries[:batch_size].detach(), second.detach()))
+        return MaskedSimilarities(sim, pos_mask, neg_mask, views=(queries[:batch_size].detach(), second.detach()))
 
     # --- Lightning hooks ------------------------------------------------------------------
     def setup(self, stage: str) -> None:
@@ -218,18 +229,22 @@ class MoCo(ContrastiveMethod):
             return
         if mode == "split":
             self._check_split_batch(trainer)
-        rank_zero_info(f"MoCo: key_bn={self.key_bn} -> {self._describe_key_bn(mode, trainer.world_size)}")
+        problem = self._key_bn_problem(mode, trainer.world_size)
+        if problem is None:
+            detail = f" (BatchNorm over {self.split_bn_groups} sub-batches, key batch shuffled)" if mode == "split" else ""
+            rank_zero_info(f"MoCo: key_bn={self.key_bn} -> {mode}{detail}")
+        else:
+            rank_zero_warn(f"MoCo: key_bn={self.key_bn} -> {mode}: {problem}")
 
-    def _describe_key_bn(self, mode: str, world_size: int) -> str:
-        if mode == "split":
-            return f"split (BatchNorm over {self.split_bn_groups} sub-batches, key batch shuffled)"
+    def _key_bn_problem(self, mode: str, world_size: int) -> Optional[str]:
+        """Why the resolved mode does not do what its name says here (``None``: it does)."""
         if mode == "shuffle" and world_size == 1 and self._has_bn:
-            return "shuffle, which has NO effect in one process: queries and keys share BatchNorm statistics (use split or auto)"
-        if mode == "shuffle" and not self._has_bn:
-            return "shuffle, which does nothing here: the encoder has no BatchNorm"
+            return "has no effect in one process, so queries and keys share BatchNorm statistics (use split or auto)"
+        if mode in ("shuffle", "split", "sync") and not self._has_bn:
+            return "does nothing: the encoder has no BatchNorm"
         if mode == "none" and self._has_bn:
-            return "none: queries and keys share BatchNorm statistics (BatchNorm leakage is not prevented)"
-        return mode
+            return "queries and keys share BatchNorm statistics; BatchNorm leakage is not prevented"
+        return None
 
     def _check_split_batch(self, trainer: Any) -> None:
         batch_size = getattr(getattr(trainer, "datamodule", None), "batch_size", None)
@@ -245,6 +260,7 @@ class MoCo(ContrastiveMethod):
             )
 
     def on_train_start(self) -> None:
+        super().on_train_start()
         self._total_steps = int(self.trainer.estimated_stepping_batches)
 
     def optimizer_step(self, epoch: int, batch_idx: int, optimizer: Any, optimizer_closure: Any = None) -> None:

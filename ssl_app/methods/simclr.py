@@ -7,7 +7,7 @@ from typing import Any
 import torch
 
 from ssl_app import distributed
-from ssl_app.methods.base import Contrast, ContrastiveMethod, similarity
+from ssl_app.methods.base import MaskedSimilarities, ContrastiveMethod, similarity
 from ssl_app.methods.masks import contrast_masks, gathered_views, views_of
 
 
@@ -23,7 +23,10 @@ class SimCLR(ContrastiveMethod):
     All constructor arguments are those of ``ContrastiveMethod``.
     """
 
-    def contrast(self, batch: Any) -> Contrast:
+    def negatives_per_anchor(self, batch_size: int, world_size: int) -> int:
+        return self.train_views * (batch_size * world_size - 1)
+
+    def contrast(self, batch: Any) -> MaskedSimilarities:
         views, labels, _ = batch
         batch_size, num_views = views[0].shape[0], len(views)
         world, rank = distributed.world_size(), distributed.rank()
@@ -36,4 +39,4 @@ class SimCLR(ContrastiveMethod):
             gathered_views(batch_size, num_views, candidate_labels, world, z.device),
             uses_labels,
         )
-        return Contrast(sim, pos_mask, neg_mask, views=tuple(z.detach().chunk(num_views)))
+        return MaskedSimilarities(sim, pos_mask, neg_mask, views=tuple(z.detach().chunk(num_views)))

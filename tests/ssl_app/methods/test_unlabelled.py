@@ -86,3 +86,15 @@ def test_unlabelled_anchors_have_only_their_own_positive_on_two_ranks(tmp_path):
         found = torch.load(tmp_path / f"rank{rank}.pt")
         for name, positives in found.items():
             assert positives == expected(name, 2, rank), (name, rank)
+
+
+def test_every_method_hands_its_view_embeddings_to_the_callbacks_outside_training():
+    """Metric callbacks read ``views`` instead of re-embedding; they must be the online encoder's z."""
+    batch = local_batch(0, 1)
+    for name, model in methods().items():
+        model.eval()
+        with torch.no_grad():
+            views = model.contrast(batch).views
+            assert views is not None and len(views) == 2, name
+            for view, images in zip(views, batch[0]):
+                torch.testing.assert_close(view, model.embed(images), msg=name)

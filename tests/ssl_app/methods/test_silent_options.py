@@ -1,0 +1,60 @@
+"""Settings that silently do nothing are named once, at the start of training."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+
+from ssl_app.losses import HardContrastive, HardSimple, InfoNCE
+from ssl_app.methods import MemoryBank, MoCo, SimCLR
+from tests.ssl_app.methods.helpers import tiny_data, tiny_trainer
+
+SMALL = dict(backbone="small_cnn", backbone_norm="group", proj_batch_norm=False, proj_hidden_dim=16, proj_dim=8)
+
+
+def start_warnings(model, tmp_path, batch_size=8) -> list[str]:
+    torch.manual_seed(0)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        tiny_trainer(tmp_path, max_steps=1).fit(model, datamodule=tiny_data(batch_size=batch_size))
+    return [str(w.message) for w in caught]
+
+
+@pytest.mark.parametrize(
+    "model,negatives",
+    [
+        (SimCLR(loss=HardContrastive(num_negatives=14), **SMALL), 14),  # 2·(8 − 1): every negative
+        (MoCo(loss=HardSimple(num_negatives=40), queue_size=33, **SMALL), 40),  # 8 − 1 + 33
+        (MemoryBank(loss=HardContrastive(num_negatives=47), **SMALL), 47),  # bank of 48 − 1
+    ],
+    ids=["simclr", "moco", "memory_bank"],
+)
+def test_a_hard_loss_keeping_every_negative_is_named(model, negatives, tmp_path):
+    messages = [m for m in start_warnings(model, tmp_path) if "keeps every negative" in m]
+    assert len(messages) == 1
+    assert f"num_negatives={model.loss.num_negatives}" in messages[0] and f"has {negatives} negatives" in messages[0]
+    assert ("exactly Simple" if isinstance(model.loss, HardSimple) else "exactly InfoNCE") in messages[0]
+
+
+def test_a_hard_loss_with_fewer_negatives_is_silent(tmp_path):
+    model = SimCLR(loss=HardContrastive(num_negatives=13), **SMALL)  # one fewer than the 14 negatives
+    assert not [m for m in start_warnings(model, tmp_path) if "keeps every negative" in m]
+
+
+def test_head_options_a_linear_head_ignores_are_named(tmp_path):
+    model = MemoryBank(loss=InfoNCE(0.1), **{**SMALL, "proj_hidden_dim": 64})
+    messages = start_warnings(model, tmp_path)
+    assert any("model.proj_hidden_dim" in m and "ignored" in m for m in messages)
+    quiet = MemoryBank(loss=InfoNCE(0.1), backbone="small_cnn", backbone_norm="group", proj_dim=8)
+    assert not [m for m in start_warnings(quiet, tmp_path) if "ignored" in m]
+
+
+def test_moco_names_a_key_bn_that_cannot_work(tmp_path):
+    model = MoCo(loss=InfoNCE(0.2), queue_size=16, key_bn="shuffle", backbone="small_cnn", proj_hidden_dim=16, proj_dim=8)
+    messages = start_warnings(model, tmp_path)
+    assert any("key_bn=shuffle -> shuffle: has no effect in one process" in m for m in messages)
+    no_bn = MoCo(loss=InfoNCE(0.2), queue_size=16, split_bn_groups=4, **SMALL)
+    messages = start_warnings(no_bn, tmp_path)
+    assert any("model.split_bn_groups" in m for m in messages)
