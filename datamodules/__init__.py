@@ -3,6 +3,7 @@
 from datamodules.augment import ViewAugmentation
 from datamodules.base import ContrastiveDataModule
 from datamodules.image_folder import ImageFolderDataModule
+from datamodules.linear_eval import LinearEvalDataModule
 from datamodules.multiview import MultiViewDataset
 from datamodules.synthetic import SyntheticDataModule
 from datamodules.torchvision_sets import CIFAR10DataModule, CIFAR100DataModule, STL10DataModule, SVHNDataModule
@@ -12,6 +13,7 @@ __all__ = [
     "CIFAR100DataModule",
     "ContrastiveDataModule",
     "ImageFolderDataModule",
+    "LinearEvalDataModule",
     "MultiViewDataset",
     "STL10DataModule",
     "SVHNDataModule",

@@ -1,0 +1,151 @@
+"""``(image, label)`` batches for the linear evaluation of a frozen encoder (``ssl_app.evaluation``)."""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Optional
+
+import torch
+from lightning import LightningDataModule
+from torch.utils.data import DataLoader, Dataset, Subset, TensorDataset
+from torchvision.transforms import v2
+
+from datamodules.base import ContrastiveDataModule
+from ssl_app.errors import ConfigError
+
+
+class Labelled(Dataset):
+    """``(transform(image), label)`` of an ``(image, label)`` dataset; a missing label becomes -1."""
+
+    def __init__(self, base: Dataset, transform: Callable[[Any], torch.Tensor]) -> None:
+        self.base, self.transform = base, transform
+
+    def __len__(self) -> int:
+        return len(self.base)  # type: ignore[arg-type]
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
+        image, label = self.base[index]
+        return self.transform(image), -1 if label is None else int(label)
+
+
+class LinearEvalDataModule(LightningDataModule):
+    """The splits of a contrastive datamodule, one view each, for a linear probe.
+
+    - train: the training split less a held-out fraction, horizontally flipped at random (the
+      paper's flip-only augmentation) and otherwise through the eval pipeline (resize,
+      centre crop, normalise) of ``data.augmentation``;
+    - validation: two loaders, ``val`` (the held-out ``val_fraction`` of the training split,
+      fixed by ``split_seed``) and ``test`` (the test split), both through the eval pipeline;
+      ``val_loader_names`` says which is which. ``val_fraction = 0``: the test loader only.
+    - test: the test split.
+
+    When the probe caches features (``LinearProbe.cache_features``), the loaders yield
+    ``(features, label)`` from tensors computed once with the probe's frozen backbone.
+
+    Args:
+        data: the datamodule whose splits to read (its ``batch_size``/views are not used).
+        val_fraction: fraction of the training split held out for ``linear/val_top1``, in [0, 1).
+        batch_size: per process.
+        num_workers: DataLoader workers (``None``: those of ``data``).
+        split_seed: seed of the held-out split.
+    """
+
+    def __init__(
+        self,
+        data: ContrastiveDataModule,
+        val_fraction: float = 0.1,
+        batch_size: int = 256,
+        num_workers: Optional[int] = None,
+        split_seed: int = 0,
+    ) -> None:
+        super().__init__()
+        if not isinstance(data, ContrastiveDataModule):
+            raise ConfigError(f"LinearEvalDataModule: data must be a datamodules.* datamodule, got {type(data).__name__}")
+        if not 0.0 <= val_fraction < 1.0:
+            raise ConfigError(f"LinearEvalDataModule: val_fraction must be in [0, 1), got {val_fraction!r}")
+        if batch_size < 1:
+            raise ConfigError(f"LinearEvalDataModule: batch_size must be >= 1, got {batch_size}")
+        self.data = data
+        self.val_fraction = val_fraction
+        self.batch_size = batch_size
+        self.num_workers = data.num_workers if num_workers is None else num_workers
+        self.split_seed = split_seed
+        self._splits: dict[str, Dataset] = {}
+        self._cache: dict[str, TensorDataset] = {}
+
+    @property
+    def num_classes(self) -> int:
+        return self.data.num_classes
+
+    @property
+    def val_loader_names(self) -> tuple[str, ...]:
+        return ("val", "test") if self.val_fraction > 0 else ("test",)
+
+    def setup(self, stage: Optional[str] = None) -> None:
+        if self._splits:
+            return
+        eval_transform = self.data.augmentation.eval_transform()
+        train = self.data.dataset("train")
+        order = torch.randperm(len(train), generator=torch.Generator().manual_seed(self.split_seed)).tolist()
+        held_out = int(round(self.val_fraction * len(train)))
+        if self.val_fraction > 0 and not 1 <= held_out < len(train):
+            raise ConfigError(
+                f"LinearEvalDataModule: val_fraction={self.val_fraction} of {len(train)} training samples holds out "
+                f"{held_out}; need at least 1 and fewer than all"
+            )
+        self._splits = {
+            "train": Labelled(Subset(train, sorted(order[held_out:])), v2.Compose([v2.RandomHorizontalFlip(), eval_transform])),
+            "train_clean": Labelled(Subset(train, sorted(order[held_out:])), eval_transform),
+            "train_flipped": Labelled(Subset(train, sorted(order[held_out:])), v2.Compose([v2.RandomHorizontalFlip(p=1.0), eval_transform])),
+            "val": Labelled(Subset(train, sorted(order[:held_out])), eval_transform),
+            "test": Labelled(self.data.dataset("test"), eval_transform),
+        }
+
+    # --- loaders ---------------------------------------------------------------------------
+    def train_dataloader(self) -> DataLoader:
+        mode = self._cache_mode()
+        if mode == "none":
+            return self._loader(self._splits["train"], shuffle=True)
+        parts = ["train_clean"] + (["train_flipped"] if mode == "flips" else [])
+        return self._loader(self._cached(*parts), shuffle=True)
+
+    def val_dataloader(self) -> list[DataLoader]:
+        return [self._eval_loader(name) for name in self.val_loader_names]
+
+    def test_dataloader(self) -> DataLoader:
+        return self._eval_loader("test")
+
+    def _eval_loader(self, name: str) -> DataLoader:
+        data = self._splits[name] if self._cache_mode() == "none" else self._cached(name)
+        return self._loader(data, shuffle=False)
+
+    def _loader(self, data: Dataset, shuffle: bool) -> DataLoader:
+        cached = isinstance(data, TensorDataset)
+        workers = 0 if cached else self.num_workers
+        return DataLoader(
+            data, batch_size=self.batch_size, shuffle=shuffle, num_workers=workers,
+            persistent_workers=workers > 0, pin_memory=self.data.pin_memory and not cached,
+        )  # fmt: skip
+
+    # --- cached features ----------------------------------------------------------------------
+    def _cache_mode(self) -> str:
+        module = self.trainer.lightning_module if self.trainer is not None else None
+        return getattr(module, "cache_features", "none")
+
+    def _cached(self, *names: str) -> TensorDataset:
+        """Features and labels of the named splits, encoded once by the probe's frozen backbone."""
+        key = "+".join(names)
+        if key not in self._cache:
+            parts = [self._encode(self._splits[name]) for name in names]
+            self._cache[key] = TensorDataset(torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts]))
+        return self._cache[key]
+
+    @torch.no_grad()
+    def _encode(self, data: Dataset) -> tuple[torch.Tensor, torch.Tensor]:
+        module = self.trainer.lightning_module
+        device = module.device
+        features, labels = [], []
+        with self.trainer.precision_plugin.forward_context():
+            for images, targets in self._loader(data, shuffle=False):
+                features.append(module.features(images.to(device)).float().cpu())
+                labels.append(targets)
+        return torch.cat(features), torch.cat(labels)

@@ -1,0 +1,170 @@
+"""Linear evaluation: a linear classifier on the frozen, pooled backbone feature of a trained method.
+
+The protocol of Wang & Liu (PAPER.md): the backbone of a contrastive checkpoint is frozen, a
+linear layer on its pooled feature is trained with cross-entropy for 100 epochs, SGD lr 30
+(momentum 0.9, no weight decay), ×0.2 at epochs 40, 60 and 80, on horizontally flipped
+training images. Top-1 (and top-5) accuracy is reported on the test split; ``linear/val_top1``
+comes from a split held out of the training set, so nothing is chosen on the test set.
+
+Two paths, the same model and metrics (pair it with ``datamodules.LinearEvalDataModule``):
+
+- ``cache_features: none`` (the protocol): every step encodes a flipped-or-not image.
+- ``cache_features: flips``: the backbone encodes every training image and its mirror image once
+  (the whole support of a flip-only augmentation), and the linear layer trains on those cached
+  features; ``clean``: only the unflipped images. The backbone runs once instead of once per
+  epoch, so 100 epochs take about as long as one epoch of the slow path.
+"""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+from typing import Any, Literal, Optional
+
+import lightning as L
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torchmetrics.classification import MulticlassAccuracy
+
+from ssl_app.errors import ConfigError
+from ssl_app.optim import Optimization
+
+FeatureCache = Literal["none", "clean", "flips"]
+
+
+def paper_linear_optim() -> Optimization:
+    """SGD lr 30, momentum 0.9, no weight decay, ×0.2 at epochs 40/60/80 (Wang & Liu)."""
+    return Optimization(
+        optimizer="sgd", lr=30.0, momentum=0.9, weight_decay=0.0, schedule="multistep", milestones=[40, 60, 80], gamma=0.2
+    )
+
+
+def load_method(checkpoint: str) -> L.LightningModule:
+    """The contrastive method saved in ``checkpoint`` (written by ``python -m ssl_app fit``), on the CPU.
+
+    The method's class comes from the checkpoint's hyper-parameters (``_class_path``, which
+    LightningCLI stores); it must be a ``ContrastiveMethod``.
+    """
+    from ssl_app.methods import ContrastiveMethod  # methods import losses; keep this module light
+
+    if not Path(checkpoint).is_file():
+        raise ConfigError(f"LinearProbe: checkpoint {checkpoint} does not exist")
+    try:
+        saved = torch.load(checkpoint, map_location="cpu", weights_only=False)
+        class_path = saved["hyper_parameters"]["_class_path"]
+    except Exception as error:  # noqa: BLE001 - any unreadable file gets the same one-line error
+        raise ConfigError(
+            f"LinearProbe: {checkpoint} is not a checkpoint written by python -m ssl_app fit ({type(error).__name__}: {error})"
+        ) from error
+    module_name, _, class_name = class_path.rpartition(".")
+    method_class = getattr(importlib.import_module(module_name), class_name, None)
+    if not (isinstance(method_class, type) and issubclass(method_class, ContrastiveMethod)):
+        raise ConfigError(f"LinearProbe: {checkpoint} holds a {class_path}, not an ssl_app contrastive method")
+    return method_class.load_from_checkpoint(checkpoint, map_location="cpu")
+
+
+class LinearProbe(L.LightningModule):
+    """A linear layer on the frozen backbone of a trained contrastive method.
+
+    ``logits = W · f(x) + b`` with ``f`` the method's pooled backbone feature (512-d for
+    ResNet-18), never updated: the backbone stays in eval mode (BatchNorm uses its running
+    statistics) and receives no gradient. Loss: cross-entropy.
+
+    Logs ``linear/train_loss`` every step; with the validation loaders of
+    ``LinearEvalDataModule``: ``linear/val_top1`` (held-out part of the training split),
+    ``linear/top1`` and ``linear/top5`` (test split) every validation epoch.
+
+    Args:
+        checkpoint: a checkpoint written by ``python -m ssl_app fit`` (any method).
+        num_classes: classes of the classifier; ``None``: the datamodule's ``num_classes``.
+        optim: optimiser and schedule (default: the paper's protocol, above).
+        cache_features: ``none``, ``clean`` or ``flips`` (module docstring).
+    """
+
+    def __init__(
+        self,
+        checkpoint: str,
+        num_classes: Optional[int] = None,
+        optim: Optimization = paper_linear_optim(),
+        cache_features: FeatureCache = "none",
+    ) -> None:
+        super().__init__()
+        if cache_features not in ("none", "clean", "flips"):
+            raise ConfigError(f"LinearProbe: cache_features must be none, clean or flips, got {cache_features!r}")
+        if num_classes is not None and (not isinstance(num_classes, int) or num_classes < 2):
+            raise ConfigError(f"LinearProbe: num_classes must be an int >= 2 or null, got {num_classes!r}")
+        self.save_hyperparameters()
+        method = load_method(checkpoint)
+        self.backbone = method.backbone
+        self.feature_dim = method.feature_dim
+        self.backbone.requires_grad_(False)
+        self.backbone.eval()
+        self.optim = optim
+        self.cache_features = cache_features
+        self.num_classes = num_classes
+        self.classifier: Optional[nn.Linear] = None
+        if num_classes is not None:
+            self._build_classifier(num_classes)
+
+    def _build_classifier(self, num_classes: int) -> None:
+        self.num_classes = num_classes
+        self.classifier = nn.Linear(self.feature_dim, num_classes)
+        top5 = min(5, num_classes)
+        self.val_top1 = MulticlassAccuracy(num_classes, top_k=1, average="micro", ignore_index=-1)
+        self.test_top1 = MulticlassAccuracy(num_classes, top_k=1, average="micro", ignore_index=-1)
+        self.test_top5 = MulticlassAccuracy(num_classes, top_k=top5, average="micro", ignore_index=-1)
+
+    def setup(self, stage: str) -> None:
+        if self.classifier is None:
+            found = getattr(getattr(self.trainer, "datamodule", None), "num_classes", None)
+            if not isinstance(found, int) or found < 2:
+                raise ConfigError("LinearProbe: set model.num_classes (the datamodule does not say how many classes it has)")
+            self._build_classifier(found)
+
+    def train(self, mode: bool = True) -> "LinearProbe":
+        super().train(mode)
+        self.backbone.eval()  # frozen: BatchNorm keeps the statistics the method learned
+        return self
+
+    @torch.no_grad()
+    def features(self, images: Tensor) -> Tensor:
+        """The frozen pooled backbone feature [B, feature_dim]."""
+        return self.backbone(images)
+
+    def forward(self, inputs: Tensor) -> Tensor:
+        """Logits [B, num_classes] of images [B, 3, H, W] or of cached features [B, feature_dim]."""
+        feats = inputs if inputs.dim() == 2 else self.features(inputs)
+        return self.classifier(feats.float())
+
+    def training_step(self, batch: Any, batch_idx: int) -> Tensor:
+        inputs, labels = batch
+        loss = F.cross_entropy(self(inputs), labels, ignore_index=-1)  # unlabelled samples
+        self.log("linear/train_loss", loss, on_step=True, on_epoch=True, prog_bar=True, batch_size=labels.shape[0])
+        return loss
+
+    def validation_step(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
+        inputs, labels = batch
+        logits = self(inputs)
+        if self._loader_name(dataloader_idx) == "val":
+            self.val_top1.update(logits, labels)
+            self.log("linear/val_top1", self.val_top1, on_epoch=True, add_dataloader_idx=False, batch_size=labels.shape[0])
+        else:
+            self.test_top1.update(logits, labels)
+            self.test_top5.update(logits, labels)
+            self.log("linear/top1", self.test_top1, on_epoch=True, add_dataloader_idx=False, batch_size=labels.shape[0])
+            self.log("linear/top5", self.test_top5, on_epoch=True, add_dataloader_idx=False, batch_size=labels.shape[0])
+
+    def test_step(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
+        self.validation_step(batch, batch_idx, dataloader_idx=1)  # the test loader is always "test"
+
+    def _loader_name(self, dataloader_idx: int) -> str:
+        names = getattr(getattr(self.trainer, "datamodule", None), "val_loader_names", ("test",))
+        return names[dataloader_idx]
+
+    def configure_optimizers(self) -> dict:
+        trainer = self.trainer
+        batch_size = getattr(trainer.datamodule, "batch_size", None) or self.optim.reference_batch_size
+        total_steps = int(trainer.estimated_stepping_batches)
+        steps_per_epoch = max(int(trainer.num_training_batches), 1) if trainer.num_training_batches != float("inf") else 1
+        return self.optim.build(self.classifier.parameters(), batch_size * trainer.world_size, steps_per_epoch, total_steps)

@@ -1,0 +1,99 @@
+"""Linear probe: learns on a frozen backbone, both paths, and never changes the backbone."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import lightning as L
+import pytest
+import torch
+
+from datamodules import LinearEvalDataModule, SyntheticDataModule
+from ssl_app.cli import main
+from ssl_app.errors import ConfigError
+from ssl_app.evaluation import LinearProbe
+from ssl_app.optim import Optimization
+from tests.ssl_app.test_cli import QUICKSTART, TINY
+
+CLASSES = 4  # few classes: a barely trained encoder still separates them above chance
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory) -> Path:
+    """A quickstart checkpoint from a one-step CLI run (the probe's mechanics, not the encoder, are tested)."""
+    workdir = tmp_path_factory.mktemp("pretrain")
+    cwd = os.getcwd()
+    os.chdir(workdir)
+    try:
+        main(["fit", "--config", QUICKSTART, *TINY, "--trainer.max_steps=1", "--trainer.limit_val_batches=0"])
+    finally:
+        os.chdir(cwd)
+    (path,) = workdir.glob("runs/quickstart/version_0/checkpoints/last.ckpt")
+    return path
+
+
+def eval_data(val_fraction=0.2) -> LinearEvalDataModule:
+    shapes = SyntheticDataModule(num_classes=CLASSES, train_size=400, val_size=50, test_size=200, num_workers=0)
+    return LinearEvalDataModule(shapes, val_fraction=val_fraction, batch_size=64)
+
+
+def probe(checkpoint: Path, cache: str) -> LinearProbe:
+    torch.manual_seed(0)
+    optim = Optimization(optimizer="sgd", lr=10.0, momentum=0.9, weight_decay=0.0, schedule="constant")
+    return LinearProbe(str(checkpoint), optim=optim, cache_features=cache)
+
+
+def fit(model: LinearProbe, tmp_path: Path, epochs: int = 20) -> dict[str, float]:
+    trainer = L.Trainer(
+        accelerator="cpu", max_epochs=epochs, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+        enable_model_summary=False, num_sanity_val_steps=0, default_root_dir=str(tmp_path), check_val_every_n_epoch=epochs,
+    )  # fmt: skip
+    trainer.fit(model, datamodule=eval_data())
+    return {k: float(v) for k, v in trainer.callback_metrics.items()}
+
+
+@pytest.mark.parametrize("cache", ["none", "flips"])
+def test_the_probe_learns_and_leaves_the_backbone_unchanged(checkpoint, cache, tmp_path):
+    model = probe(checkpoint, cache)
+    before = {k: v.clone() for k, v in model.backbone.state_dict().items()}
+    metrics = fit(model, tmp_path)
+    after = model.backbone.state_dict()
+    assert all(torch.equal(before[k], after[k]) for k in before)  # weights and BatchNorm statistics
+    chance = 1 / CLASSES
+    assert metrics["linear/top1"] > chance + 0.05 and metrics["linear/val_top1"] > chance + 0.05, metrics
+    assert metrics["linear/top5"] >= metrics["linear/top1"]
+
+
+def test_the_fast_path_agrees_with_the_protocol(checkpoint, tmp_path):
+    slow = fit(probe(checkpoint, "none"), tmp_path)
+    fast = fit(probe(checkpoint, "flips"), tmp_path)
+    assert abs(slow["linear/top1"] - fast["linear/top1"]) <= 0.1, (slow, fast)
+
+
+def test_the_cache_encodes_each_image_once(checkpoint, tmp_path):
+    model = probe(checkpoint, "flips")
+    seen = []
+    model.backbone.register_forward_hook(lambda module, inputs, output: seen.append(inputs[0].shape[0]))
+    fit(model, tmp_path, epochs=3)
+    # train (320 shapes) twice: clean and mirrored; held-out val (80) and test (200) once each
+    assert sum(seen) == 2 * 320 + 80 + 200
+
+
+def test_the_held_out_split_is_disjoint_and_fixed_by_the_seed():
+    first, second = eval_data(), eval_data()
+    first.setup("fit")
+    second.setup("fit")
+    train, val = first._splits["train"].base.indices, first._splits["val"].base.indices
+    assert not set(train) & set(val) and len(train) + len(val) == 400 and len(val) == 80
+    assert val == second._splits["val"].base.indices
+    assert first.val_loader_names == ("val", "test") and eval_data(0.0).val_loader_names == ("test",)
+
+
+def test_bad_inputs_name_what_is_wrong(tmp_path):
+    with pytest.raises(ConfigError, match="does not exist"):
+        LinearProbe(str(tmp_path / "missing.ckpt"))
+    with pytest.raises(ConfigError, match="cache_features"):
+        LinearProbe(str(tmp_path / "missing.ckpt"), cache_features="all")
+    with pytest.raises(ConfigError, match="val_fraction"):
+        LinearEvalDataModule(SyntheticDataModule(num_workers=0), val_fraction=1.0)
