@@ -200,7 +200,7 @@ class EmbeddingMetrics(Callback):
         if len(samples) < 2:
             rank_zero_warn(f"EmbeddingMetrics: {len(samples)} sample(s) to evaluate, need at least 2; nothing logged")
             return
-        report = embedding_report(samples.view(0), samples.view(1), samples.labels, self.top_k)
+        report = embedding_report(samples.view_features(0), samples.view_features(1), samples.labels, self.top_k)
         scalars = report.scalars(self.top_k)
         reasons = self.criteria.reasons(
             scalars["metrics/alignment"], scalars["metrics/uniformity"],

@@ -60,7 +60,7 @@ def worker(rank: int, init_file: str, out_dir: str) -> None:
     try:
         local = _collect(rank, None)
         gathered = local.gather()
-        report = embedding_report(gathered.view(0), gathered.view(1), gathered.labels)
+        report = embedding_report(gathered.view_features(0), gathered.view_features(1), gathered.labels)
         subset = _collect(rank, MAX_SAMPLES).gather()
         lonely = _collect(rank, 1, skip_adds=rank == 1).gather()  # rank 1 holds no rows at all
 
