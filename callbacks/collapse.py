@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
-from typing import Any, Optional
+from typing import Any
 
 from ssl_app.errors import ConfigError
 
@@ -58,11 +58,11 @@ class CollapseCriteria:
       embeddings before a fall counts; a healthy run's uniformity does not lose 75% of its best.
     """
 
-    uniformity_below: Optional[float] = 0.05
-    alignment_below: Optional[float] = 1e-3
+    uniformity_below: float | None = 0.05
+    alignment_below: float | None = 1e-3
     alignment_uniformity_below: float = 1.0
-    similarity_above: Optional[float] = 0.995
-    uniformity_drop: Optional[float] = 0.75
+    similarity_above: float | None = 0.995
+    uniformity_drop: float | None = 0.75
     drop_min_best: float = 1.0
     drop_similarity: float = 0.99
 
@@ -118,8 +118,8 @@ class CollapseAlarm:
         self.criteria = criteria
         self.history: list[dict[str, float]] = []  # one entry per recorded evaluation
         self.best_uniformity = math.nan
-        self.best_epoch: Optional[int] = None
-        self.collapsed_at: Optional[int] = None
+        self.best_epoch: int | None = None
+        self.collapsed_at: int | None = None
 
     def check(self, evidence: CollapseEvidence, epoch: int, record: bool = True) -> list[str]:
         reasons = self.criteria.reasons(evidence, self.best_uniformity)

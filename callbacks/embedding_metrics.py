@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Mapping
-from typing import Any, Literal, Optional
+from typing import Any, Literal
 
 import lightning as L
 import torch
@@ -31,8 +31,8 @@ def embedding_report(
     zb: Tensor,
     labels: Tensor,
     top_k: int = 10,
-    clean: Optional[Tensor] = None,
-    clean_labels: Optional[Tensor] = None,
+    clean: Tensor | None = None,
+    clean_labels: Tensor | None = None,
 ) -> EmbeddingReport:
     """Every registered metric of N samples' two view embeddings ``za``, ``zb`` [N, d].
 
@@ -131,17 +131,17 @@ class EmbeddingMetrics(Callback):
 
     def __init__(
         self,
-        split: Optional[Literal["train", "val", "test"]] = None,
+        split: Literal["train", "val", "test"] | None = None,
         every_n_epochs: int = 1,
-        max_samples: Optional[int] = None,
+        max_samples: int | None = None,
         top_k: int = 10,
         uniformity_inputs: UniformityInputs = "clean",
         log_histograms: bool = True,
-        collapse_uniformity: Optional[float] = 0.05,
-        collapse_alignment: Optional[float] = 1e-3,
+        collapse_uniformity: float | None = 0.05,
+        collapse_alignment: float | None = 1e-3,
         collapse_alignment_uniformity: float = 1.0,
-        collapse_similarity: Optional[float] = 0.995,
-        collapse_uniformity_drop: Optional[float] = 0.75,
+        collapse_similarity: float | None = 0.995,
+        collapse_uniformity_drop: float | None = 0.75,
         collapse_drop_min_best: float = 1.0,
         collapse_drop_similarity: float = 0.99,
         stop_on_collapse: bool = False,
@@ -170,7 +170,7 @@ class EmbeddingMetrics(Callback):
         self.log_histograms = log_histograms
         self.alarm = CollapseAlarm(criteria)
         self.stop_on_collapse = stop_on_collapse
-        self._buffer: Optional[SampleBuffer] = None
+        self._buffer: SampleBuffer | None = None
         self._warned_no_tensorboard = False
         self._described_inputs = False
 
@@ -179,7 +179,7 @@ class EmbeddingMetrics(Callback):
         return self.alarm.criteria
 
     @property
-    def collapsed_at(self) -> Optional[int]:
+    def collapsed_at(self) -> int | None:
         """The first epoch found collapsed (``None``: never)."""
         return self.alarm.collapsed_at
 
@@ -196,17 +196,17 @@ class EmbeddingMetrics(Callback):
             return
         self.alarm.load_state_dict(state_dict)
 
-    def setup(self, trainer: "L.Trainer", pl_module: "L.LightningModule", stage: str) -> None:
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         if self.uniformity_inputs == "clean":  # fail before training, not after an epoch
             require_embedding_dataloader(trainer, "EmbeddingMetrics with uniformity_inputs=clean (or set uniformity_inputs: augmented)")
         elif self.split is not None:
             require_embedding_dataloader(trainer, f"EmbeddingMetrics with split={self.split}")
 
     # --- collecting ------------------------------------------------------------------------
-    def on_validation_epoch_start(self, trainer: "L.Trainer", pl_module: "L.LightningModule") -> None:
+    def on_validation_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._buffer = SampleBuffer(self.max_samples) if self._due(trainer) and self.split is None else None
 
-    def on_test_epoch_start(self, trainer: "L.Trainer", pl_module: "L.LightningModule") -> None:
+    def on_test_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._buffer = SampleBuffer(self.max_samples) if self.split is None else None
 
     def on_validation_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0) -> None:
@@ -215,27 +215,27 @@ class EmbeddingMetrics(Callback):
     def on_test_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0) -> None:
         self._collect(trainer, pl_module, outputs, batch, dataloader_idx)
 
-    def on_validation_epoch_end(self, trainer: "L.Trainer", pl_module: "L.LightningModule") -> None:
+    def on_validation_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if self.split is not None and self._due(trainer):
             self._embed_own_split(trainer, pl_module)
         self._evaluate(trainer, pl_module, self.split or "val")
 
-    def on_test_epoch_end(self, trainer: "L.Trainer", pl_module: "L.LightningModule") -> None:
+    def on_test_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if self.split is not None:
             self._embed_own_split(trainer, pl_module)
         self._evaluate(trainer, pl_module, self.split or "test")
 
-    def _embed_own_split(self, trainer: "L.Trainer", pl_module: "L.LightningModule") -> None:
+    def _embed_own_split(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._buffer = embed_split(
             trainer, pl_module, self.split, views=2, augment=True, max_samples=self.max_samples, who="EmbeddingMetrics"
         )
 
-    def _due(self, trainer: "L.Trainer") -> bool:
+    def _due(self, trainer: L.Trainer) -> bool:
         if trainer.sanity_checking:
             return False
         return trainer.state.fn != TrainerFn.FITTING or (trainer.current_epoch + 1) % self.every_n_epochs == 0
 
-    def _collect(self, trainer: "L.Trainer", pl_module: "L.LightningModule", outputs: Any, batch: Any, dataloader_idx: int) -> None:
+    def _collect(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, dataloader_idx: int) -> None:
         if self._buffer is None or dataloader_idx != 0:
             return
         views, labels, indices = batch
@@ -247,7 +247,7 @@ class EmbeddingMetrics(Callback):
             raise ValueError(f"EmbeddingMetrics needs two views per sample, got {len(embeddings)}")
         self._buffer.add(indices, labels, embeddings[:2])
 
-    def clean_samples(self, trainer: "L.Trainer", pl_module: "L.LightningModule", split: str, views: Samples) -> Samples:
+    def clean_samples(self, trainer: L.Trainer, pl_module: L.LightningModule, split: str, views: Samples) -> Samples:
         """The eval-transform embeddings of the samples in ``views`` (a collective under DDP).
 
         Each rank embeds its disjoint shard of ``split`` (indices < ``max_samples``); the
@@ -261,7 +261,7 @@ class EmbeddingMetrics(Callback):
         keep = torch.isin(clean.indices, views.indices)
         return Samples(clean.indices[keep], clean.labels[keep], clean.features[keep])
 
-    def measure(self, trainer: "L.Trainer", pl_module: "L.LightningModule", split: str, views: Samples) -> EmbeddingReport:
+    def measure(self, trainer: L.Trainer, pl_module: L.LightningModule, split: str, views: Samples) -> EmbeddingReport:
         """Every registered metric of the gathered ``views`` (and, for ``clean``, an own pass of ``split``)."""
         za, zb = views.view_features(0), views.view_features(1)
         if self.uniformity_inputs == "clean":
@@ -270,7 +270,7 @@ class EmbeddingMetrics(Callback):
         return embedding_report(za, zb, views.labels, self.top_k)
 
     # --- evaluating ------------------------------------------------------------------------
-    def _evaluate(self, trainer: "L.Trainer", pl_module: "L.LightningModule", split: str) -> None:
+    def _evaluate(self, trainer: L.Trainer, pl_module: L.LightningModule, split: str) -> None:
         if self._buffer is None:
             return
         views = self._buffer.gather(device=pl_module.device)
@@ -299,7 +299,7 @@ class EmbeddingMetrics(Callback):
         if reasons:
             self._on_collapse(trainer, evidence, reasons, best_before, dim=views.features.shape[-1])
 
-    def _tensorboard(self, trainer: "L.Trainer"):
+    def _tensorboard(self, trainer: L.Trainer):
         tensorboard = find_tensorboard(trainer)
         if tensorboard is None and not self._warned_no_tensorboard:
             self._warned_no_tensorboard = True
@@ -307,7 +307,7 @@ class EmbeddingMetrics(Callback):
         return tensorboard
 
     @rank_zero_only
-    def _describe_inputs(self, trainer: "L.Trainer") -> None:
+    def _describe_inputs(self, trainer: L.Trainer) -> None:
         if self._described_inputs:
             return
         tensorboard = find_tensorboard(trainer)
@@ -317,7 +317,7 @@ class EmbeddingMetrics(Callback):
             tensorboard.experiment.add_text("metrics/inputs", table, trainer.global_step)
 
     @rank_zero_only
-    def _log_distributions(self, trainer: "L.Trainer", report: EmbeddingReport) -> None:
+    def _log_distributions(self, trainer: L.Trainer, report: EmbeddingReport) -> None:
         tensorboard = self._tensorboard(trainer)
         positive, negatives = report["pos_sim"], report["neg_sim"]
         if tensorboard is None or negatives.dim() != 2 or negatives.numel() == 0:
@@ -331,7 +331,7 @@ class EmbeddingMetrics(Callback):
         experiment.add_figure(f"similarity/positive_vs_top{self.top_k}_negative", figure, step, close=True)
 
     def _on_collapse(
-        self, trainer: "L.Trainer", e: CollapseEvidence, reasons: list[str], best_before: float, dim: int
+        self, trainer: L.Trainer, e: CollapseEvidence, reasons: list[str], best_before: float, dim: int
     ) -> None:
         stop = self.stop_on_collapse and trainer.state.fn == TrainerFn.FITTING
         if stop:

@@ -32,7 +32,7 @@ def effective_rank(
     MPS), ``chunk_size`` rows at a time; under DDP each rank sums its ``row_range`` of the
     gathered rows and the partial Gram matrices are all-reduced, so every rank decomposes the
     same matrix. The eigen-decomposition runs on the CPU in float64 (d × d is small), so the
-    result does not depend on the device.
+    result does not depend on the device; it is returned as a 0-d float64 CPU tensor.
 
     Args:
         z: [N, d] embeddings, N ≥ 1 (gathered from every rank under DDP).

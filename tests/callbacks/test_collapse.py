@@ -92,9 +92,9 @@ def test_default_criteria_on_measured_points(values, expected):
 
 
 # --------------------------------------------------------------------------- histories
-def first_alarm(history: list[tuple[float, float]], criteria: CollapseCriteria = CollapseCriteria()):
+def first_alarm(history: list[tuple[float, float]], criteria: CollapseCriteria | None = None):
     """Feed (uniformity, top-k negative similarity) per epoch; the first epoch that alarms, or None."""
-    alarm = CollapseAlarm(criteria)
+    alarm = CollapseAlarm(criteria or CollapseCriteria())
     for epoch, (uniformity, neg_sim) in enumerate(history):
         e = evidence(uniformity=uniformity, alignment=0.05, pos_sim=0.97, neg_sim=neg_sim)
         if alarm.check(e, epoch):
