@@ -5,7 +5,9 @@ Reference points, measured on the synthetic shapes' validation views:
 - a *randomly initialised* encoder is already bunched but not collapsed: small CNN uniformity
   0.14 – 0.56, alignment 0.05 – 0.19; ResNet-18 uniformity 0.07, alignment 0.026, positive
   similarity 0.987. At initialisation the mean top-10 negative similarity is *above* the mean
-  positive one (0.98 vs 0.95), so "negatives as close as positives" alone is no alarm;
+  positive one (0.98 vs 0.95), so "negatives as close as positives" alone is no alarm. On clean
+  (eval-transform) inputs, 500 validation shapes at 32 px, d = 128: small CNN uniformity 0.26,
+  ResNet-18 0.067 (top-10 negatives 0.988 / 0.994, effective rank 20 / 17);
 - trained models: uniformity 2.5 – 3.9 (Simple loss: ~1.4), random points on S^{d−1}: ~3.94;
 - a collapse (loss stuck at log(1 + K)): all similarities equal to ~1e-3, uniformity ≲ 0.01;
 - a *slow* collapse on real CIFAR-10: uniformity fell by more than 90% from its best within
@@ -54,8 +56,10 @@ class CollapseCriteria:
     - the slow collapse, from the run's history: ``uniformity < (1 − uniformity_drop) · best``
       where ``best ≥ drop_min_best`` is the best uniformity of the run so far, and the mean
       top-k negative similarity ``≥ drop_similarity``. ``drop_min_best`` (1.0) lies above every
-      freshly initialised network measured (≤ 0.56), so a run must first have spread its
-      embeddings before a fall counts; a healthy run's uniformity does not lose 75% of its best.
+      freshly initialised network measured (≤ 0.56, augmented or clean), so a run must first
+      have spread its embeddings before a fall counts, and a fresh network's early wobble never
+      does; the top-k negatives must also sit near 1, which they do not in a healthy run whose
+      uniformity merely wobbles.
     """
 
     uniformity_below: float | None = 0.05

@@ -139,12 +139,17 @@ def drop_nonfinite(inputs: EmbeddingInputs) -> tuple[EmbeddingInputs, int, int]:
     """``(inputs without non-finite rows, how many embeddings were non-finite, how many in all)``.
 
     A ``clean`` row goes with its label; a sample of ``views`` goes when either view is
-    non-finite. Counts are of embedding vectors: N clean rows plus 2M view rows.
+    non-finite. Counts are of embedding vectors: N clean rows plus 2M view rows, except that a
+    ``clean`` that *is* ``view_a`` (the same tensor: clean inputs taken from the first view)
+    is counted once, as the views.
     """
     clean_ok = torch.isfinite(inputs.clean).all(dim=1)
     view_a_ok, view_b_ok = torch.isfinite(inputs.view_a).all(dim=1), torch.isfinite(inputs.view_b).all(dim=1)
-    total = inputs.clean.shape[0] + 2 * inputs.view_a.shape[0]
-    bad = total - int(clean_ok.sum()) - int(view_a_ok.sum()) - int(view_b_ok.sum())
+    total = 2 * inputs.view_a.shape[0]
+    bad = total - int(view_a_ok.sum()) - int(view_b_ok.sum())
+    if inputs.clean is not inputs.view_a:
+        total += inputs.clean.shape[0]
+        bad += inputs.clean.shape[0] - int(clean_ok.sum())
     if bad == 0:
         return inputs, 0, total
     pair_ok = view_a_ok & view_b_ok

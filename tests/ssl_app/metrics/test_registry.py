@@ -126,6 +126,15 @@ def test_nonfinite_rows_are_dropped_and_counted():
     assert all(math.isfinite(v) for v in report.scalars().values())
 
 
+def test_clean_rows_taken_from_the_first_view_are_counted_once():
+    x = inputs()
+    view_a = x.view_a.clone()
+    view_a[5, 1] = float("nan")
+    kept, bad, total = drop_nonfinite(inputs(clean=view_a, view_a=view_a))
+    assert (bad, total) == (1, 80)
+    assert kept.clean.shape[0] == kept.view_a.shape[0] == 39
+
+
 def test_a_new_metric_is_one_function_and_one_registration(monkeypatch):
     monkeypatch.setattr(registry, "EMBEDDING_METRICS", dict(registry.EMBEDDING_METRICS))
 
