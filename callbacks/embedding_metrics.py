@@ -1,12 +1,11 @@
-"""Alignment, uniformity, tolerance and positive-vs-hardest-negative similarities, every epoch."""
+"""The registered embedding metrics (``ssl_app.metrics.registry``) of the evaluation split, every epoch."""
 
 from __future__ import annotations
 
 import logging
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any, Literal, Optional
+from typing import Any, Literal
 
 import lightning as L
 import torch
@@ -15,92 +14,106 @@ from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities import rank_zero_only, rank_zero_warn
 from torch import Tensor
 
-from callbacks.collapse import CollapseCriteria, random_points_uniformity
-from callbacks.embedding_pass import embed_split
-from callbacks.gather import SampleBuffer
+from callbacks.collapse import CollapseAlarm, CollapseCriteria, CollapseEvidence, random_points_uniformity
+from callbacks.embedding_pass import embed_split, require_embedding_dataloader
+from callbacks.gather import SampleBuffer, Samples
 from callbacks.plots import find_tensorboard, similarity_figure
 from ssl_app.errors import ConfigError
-from ssl_app.metrics import alignment, positive_and_topk_negatives, tolerance, uniformity
+from ssl_app.metrics import EMBEDDING_METRICS, EmbeddingInputs, EmbeddingReport, evaluate_metrics
 
 log = logging.getLogger(__name__)
 
+UniformityInputs = Literal["clean", "augmented"]
 
-@dataclass
-class EmbeddingReport:
-    """What one evaluation of the embedding space found (scalars as 0-d tensors).
 
-    ``positive`` [N] is ``s_ii`` and ``negatives`` [N, k] the k largest ``s_ij`` (j ≠ i) of each
-    anchor; ``tolerance`` is NaN without two labelled samples of one class.
+def embedding_report(
+    za: Tensor,
+    zb: Tensor,
+    labels: Tensor,
+    top_k: int = 10,
+    clean: Tensor | None = None,
+    clean_labels: Tensor | None = None,
+) -> EmbeddingReport:
+    """Every registered metric of N samples' two view embeddings ``za``, ``zb`` [N, d].
+
+    ``clean`` [N', d] with ``clean_labels`` are the one-per-sample embeddings that uniformity,
+    tolerance and the effective rank read; ``None``: the first views ``za`` with ``labels``
+    (the ``uniformity_inputs: augmented`` behaviour). Pass the same gathered tensors on every
+    rank: the functions shard their work and return the single-process values everywhere.
     """
-
-    alignment: Tensor
-    uniformity: Tensor
-    tolerance: Tensor
-    positive: Tensor
-    negatives: Tensor
-
-    def scalars(self, top_k: int) -> dict[str, float]:
-        values = {
-            "metrics/alignment": float(self.alignment),
-            "metrics/uniformity": float(self.uniformity),
-            "metrics/tolerance": float(self.tolerance),
-            "metrics/pos_sim": float(self.positive.mean()),
-            f"metrics/top{top_k}_neg_sim": float(self.negatives.mean()),
-        }
-        return {name: value for name, value in values.items() if not math.isnan(value)}
+    if clean is None:
+        clean, clean_labels = za, labels
+    elif clean_labels is None:
+        raise ValueError("embedding_report: clean needs clean_labels")
+    return evaluate_metrics(EmbeddingInputs(clean, clean_labels, za, zb, top_k))
 
 
-def embedding_report(za: Tensor, zb: Tensor, labels: Tensor, top_k: int = 10) -> EmbeddingReport:
-    """The PAPER.md metrics of N samples' two view embeddings ``za``, ``zb`` [N, d] (N ≥ 2).
-
-    - alignment: ``mean_i ||za_i − zb_i||²`` (the two views of each sample);
-    - uniformity: ``−log mean_{i<j} exp(−2 ||za_i − za_j||²)`` over the first views;
-    - tolerance: mean ``za_i·za_j`` over same-label pairs (labels < 0, unlabelled, are left out);
-    - positives ``za_i·zb_i`` and the ``min(top_k, N − 1)`` largest negatives ``za_i·zb_j``.
-
-    Pass the same gathered tensors on every rank: the functions shard their work over the
-    default process group and return the single-process values everywhere.
-    """
-    labelled = labels >= 0
-    k = min(top_k, za.shape[0] - 1)
-    sims = positive_and_topk_negatives(za, zb, k=k)
-    return EmbeddingReport(
-        alignment=alignment(za, zb),
-        uniformity=uniformity(za),
-        tolerance=tolerance(za[labelled], labels[labelled]) if labelled.any() else za.new_tensor(float("nan")),
-        positive=sims.positive,
-        negatives=sims.negatives,
+def collapse_evidence(report: EmbeddingReport) -> CollapseEvidence:
+    """The typed values the collapse alarm reads (every registered field is in every report)."""
+    return CollapseEvidence(
+        uniformity=report.value("uniformity"),
+        alignment=report.value("alignment"),
+        pos_sim=report.value("pos_sim"),
+        neg_sim=report.value("neg_sim"),
+        effective_rank=report.value("effective_rank"),
+        nonfinite=report.nonfinite,
+        total=report.total,
     )
+
+
+def inputs_table(top_k: int, uniformity_inputs: UniformityInputs) -> str:
+    """A markdown table: each logged tag, its formula and the inputs it was computed on."""
+    clean = "clean (eval-transform) embeddings" if uniformity_inputs == "clean" else "first augmented view"
+    words = {"clean": clean, "views": "two augmented views", "labels": "labels"}
+    rows = ["| tag | formula | inputs |", "|---|---|---|"]
+    for metric in EMBEDDING_METRICS.values():
+        inputs = " + ".join(words[name] for name in metric.reads)
+        rows += [f"| metrics/{metric.tag(name, top_k)} | {metric.formula} | {inputs} |" for name in metric.tags]
+    rows.append("| metrics/nonfinite | embeddings with a NaN/inf entry (left out of the rest) | all |")
+    return "\n".join(rows)
 
 
 class EmbeddingMetrics(Callback):
     """Embedding-space metrics of the evaluation split, logged every ``every_n_epochs``.
 
-    During validation (and ``validate``/``test``) it collects both view embeddings of each batch
-    of the loop's split (val, or test during ``test``): the ``"embeddings"`` a method's
-    ``validation_step``/``test_step`` returns, else ``pl_module.embed(view)``. At epoch end the
-    rows are gathered from every rank, DistributedSampler repeats dropped by sample index, and
-    ``embedding_report`` is logged:
+    Every metric registered in ``ssl_app.metrics.registry`` is computed and each of its fields
+    logged as ``metrics/<field>``. Which inputs (PAPER.md, "Which inputs"):
 
-    - scalars ``metrics/alignment``, ``metrics/uniformity``, ``metrics/tolerance``,
-      ``metrics/pos_sim``, ``metrics/top{k}_neg_sim``, ``metrics/collapsed`` (0/1);
-    - TensorBoard histograms ``similarity/positive``, ``similarity/top{k}_negative`` and the
-      figure ``similarity/positive_vs_top{k}_negative`` (rank 0; needs a TensorBoardLogger).
+    - **two augmented views** of each sample: ``metrics/alignment`` (mean ‖z_a − z_b‖²),
+      ``metrics/pos_sim`` (mean s_ii = z_a·z_b) and ``metrics/top{k}_neg_sim`` (mean of each
+      anchor's k largest z_a,i·z_b,j, j ≠ i). During validation/test they are the ``"embeddings"``
+      a method's ``validation_step``/``test_step`` returns, else ``pl_module.embed(view)`` of the
+      loop's batch; with ``split`` set, an own pass (two augmented views per sample that are a
+      fixed function of the sample index).
+    - **clean** embeddings, one per sample: ``metrics/uniformity`` (−log mean_{i<j}
+      exp(−2‖z_i − z_j‖²)), ``metrics/tolerance`` (mean z_i·z_j over same-label pairs) and
+      ``metrics/effective_rank`` (RankMe: exp of the entropy of the normalised singular values).
+      With ``uniformity_inputs: clean`` (default) these are the evaluation-transform embeddings
+      of the same samples (an own pass through ``datamodule.embedding_dataloader(split,
+      views=1, augment=False)``, each rank a disjoint shard), the quantity of Wang & Liu's
+      Table 1. With ``augmented`` they are the first augmented view (lower uniformity and
+      tolerance than the clean values, and no extra pass, but a different quantity).
 
-    A collapse (see ``CollapseCriteria``) is reported once, as a console warning naming the
-    epoch and the values.
+    Rows are gathered from every rank (DistributedSampler repeats dropped by sample index), so
+    every value equals the single-process one. Also logged: ``metrics/nonfinite`` (how many
+    embeddings, clean rows plus view rows, had a NaN/inf entry; they are left out of the other
+    metrics, warned about, and mark the evaluation collapsed), ``metrics/collapsed`` (0/1, see
+    ``CollapseCriteria``), TensorBoard histograms ``similarity/positive`` and
+    ``similarity/top{k}_negative``, the figure ``similarity/positive_vs_top{k}_negative`` and,
+    once, the text ``metrics/inputs`` listing each tag's formula and inputs (rank 0; needs a
+    TensorBoardLogger).
 
-    With ``split`` set (``train``, ``val`` or ``test``), the callback instead embeds that split
-    itself at the end of each due validation/test epoch, two augmented views per sample that
-    are a fixed function of the sample index (``datamodule.embedding_dataloader``), each rank
-    a disjoint shard.
+    A collapse is reported once, as a console warning naming the epoch and the values. The
+    history the slow-collapse rule needs (best uniformity so far) is saved in checkpoints.
 
     Args:
-        split: ``None``: the loop's own split and batches (no extra pass); otherwise the split
+        split: ``None``: the loop's own split and batches for the views; otherwise the split
             to embed in an own pass, e.g. ``train`` to watch the training set.
         every_n_epochs: during ``fit``, evaluate after epochs n, 2n, ... (``validate``/``test``: always).
         max_samples: use only the samples with index < max_samples (``None``: the whole split).
         top_k: hardest negatives per anchor (Wang & Liu: 10).
+        uniformity_inputs: ``clean`` or ``augmented``: what uniformity, tolerance and the
+            effective rank are computed on (see above).
         log_histograms: log the histograms and the figure.
         collapse_uniformity: collapsed if uniformity is below this (``None``: off).
         collapse_alignment: collapsed if alignment is below this while uniformity is below
@@ -108,49 +121,92 @@ class EmbeddingMetrics(Callback):
         collapse_alignment_uniformity: see ``collapse_alignment``.
         collapse_similarity: collapsed if the mean positive and the mean top-k negative
             similarities both reach this (``None``: off).
+        collapse_uniformity_drop: collapsed if uniformity falls below ``(1 − this) ×`` the best
+            uniformity of the run so far, once that best reached ``collapse_drop_min_best``, while
+            the mean top-k negative similarity is ≥ ``collapse_drop_similarity`` (``None``: off).
+        collapse_drop_min_best: see ``collapse_uniformity_drop``.
+        collapse_drop_similarity: see ``collapse_uniformity_drop``.
         stop_on_collapse: stop training (``trainer.should_stop``) when collapsed.
     """
 
     def __init__(
         self,
-        split: Optional[Literal["train", "val", "test"]] = None,
+        split: Literal["train", "val", "test"] | None = None,
         every_n_epochs: int = 1,
-        max_samples: Optional[int] = None,
+        max_samples: int | None = None,
         top_k: int = 10,
+        uniformity_inputs: UniformityInputs = "clean",
         log_histograms: bool = True,
-        collapse_uniformity: Optional[float] = 0.05,
-        collapse_alignment: Optional[float] = 1e-3,
+        collapse_uniformity: float | None = 0.05,
+        collapse_alignment: float | None = 1e-3,
         collapse_alignment_uniformity: float = 1.0,
-        collapse_similarity: Optional[float] = 0.995,
+        collapse_similarity: float | None = 0.995,
+        collapse_uniformity_drop: float | None = 0.75,
+        collapse_drop_min_best: float = 1.0,
+        collapse_drop_similarity: float = 0.99,
         stop_on_collapse: bool = False,
     ) -> None:
         super().__init__()
         if not isinstance(every_n_epochs, int) or every_n_epochs < 1:
-            raise ValueError(f"EmbeddingMetrics: every_n_epochs must be an int >= 1, got {every_n_epochs!r}")
+            raise ConfigError(f"EmbeddingMetrics: every_n_epochs must be an int >= 1, got {every_n_epochs!r}")
         if not isinstance(top_k, int) or top_k < 1:
-            raise ValueError(f"EmbeddingMetrics: top_k must be an int >= 1, got {top_k!r}")
+            raise ConfigError(f"EmbeddingMetrics: top_k must be an int >= 1, got {top_k!r}")
         if max_samples is not None and (not isinstance(max_samples, int) or max_samples < 2):
-            raise ValueError(f"EmbeddingMetrics: max_samples must be an int >= 2 or None, got {max_samples!r}")
+            raise ConfigError(f"EmbeddingMetrics: max_samples must be an int >= 2 or None, got {max_samples!r}")
         if split not in (None, "train", "val", "test"):
             raise ConfigError(f"EmbeddingMetrics: split must be null, train, val or test, got {split!r}")
+        if uniformity_inputs not in ("clean", "augmented"):
+            raise ConfigError(f"EmbeddingMetrics: uniformity_inputs must be clean or augmented, got {uniformity_inputs!r}")
+        criteria = CollapseCriteria(
+            collapse_uniformity, collapse_alignment, collapse_alignment_uniformity, collapse_similarity,
+            collapse_uniformity_drop, collapse_drop_min_best, collapse_drop_similarity,
+        )  # fmt: skip
+        criteria.validate()
         self.split = split
         self.every_n_epochs = every_n_epochs
         self.max_samples = max_samples
         self.top_k = top_k
+        self.uniformity_inputs = uniformity_inputs
         self.log_histograms = log_histograms
-        self.criteria = CollapseCriteria(
-            collapse_uniformity, collapse_alignment, collapse_alignment_uniformity, collapse_similarity
-        )
+        self.alarm = CollapseAlarm(criteria)
         self.stop_on_collapse = stop_on_collapse
-        self.collapsed_at: Optional[int] = None  # the first epoch found collapsed
-        self._buffer: Optional[SampleBuffer] = None
+        self._buffer: SampleBuffer | None = None
         self._warned_no_tensorboard = False
+        self._described_inputs = False
+
+    @property
+    def criteria(self) -> CollapseCriteria:
+        return self.alarm.criteria
+
+    @property
+    def collapsed_at(self) -> int | None:
+        """The first epoch found collapsed (``None``: never)."""
+        return self.alarm.collapsed_at
+
+    @property
+    def state_key(self) -> str:
+        return self._generate_state_key(split=self.split, uniformity_inputs=self.uniformity_inputs)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"uniformity_inputs": self.uniformity_inputs, **self.alarm.state_dict()}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        if state_dict.get("uniformity_inputs", self.uniformity_inputs) != self.uniformity_inputs:
+            rank_zero_warn("EmbeddingMetrics: the checkpoint's collapse history used other uniformity_inputs; starting a new one")
+            return
+        self.alarm.load_state_dict(state_dict)
+
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        if self.uniformity_inputs == "clean":  # fail before training, not after an epoch
+            require_embedding_dataloader(trainer, "EmbeddingMetrics with uniformity_inputs=clean (or set uniformity_inputs: augmented)")
+        elif self.split is not None:
+            require_embedding_dataloader(trainer, f"EmbeddingMetrics with split={self.split}")
 
     # --- collecting ------------------------------------------------------------------------
-    def on_validation_epoch_start(self, trainer: "L.Trainer", pl_module: "L.LightningModule") -> None:
+    def on_validation_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._buffer = SampleBuffer(self.max_samples) if self._due(trainer) and self.split is None else None
 
-    def on_test_epoch_start(self, trainer: "L.Trainer", pl_module: "L.LightningModule") -> None:
+    def on_test_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._buffer = SampleBuffer(self.max_samples) if self.split is None else None
 
     def on_validation_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0) -> None:
@@ -159,27 +215,27 @@ class EmbeddingMetrics(Callback):
     def on_test_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0) -> None:
         self._collect(trainer, pl_module, outputs, batch, dataloader_idx)
 
-    def on_validation_epoch_end(self, trainer: "L.Trainer", pl_module: "L.LightningModule") -> None:
+    def on_validation_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if self.split is not None and self._due(trainer):
             self._embed_own_split(trainer, pl_module)
-        self._evaluate(trainer, pl_module)
+        self._evaluate(trainer, pl_module, self.split or "val")
 
-    def on_test_epoch_end(self, trainer: "L.Trainer", pl_module: "L.LightningModule") -> None:
+    def on_test_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if self.split is not None:
             self._embed_own_split(trainer, pl_module)
-        self._evaluate(trainer, pl_module)
+        self._evaluate(trainer, pl_module, self.split or "test")
 
-    def _embed_own_split(self, trainer: "L.Trainer", pl_module: "L.LightningModule") -> None:
+    def _embed_own_split(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._buffer = embed_split(
             trainer, pl_module, self.split, views=2, augment=True, max_samples=self.max_samples, who="EmbeddingMetrics"
         )
 
-    def _due(self, trainer: "L.Trainer") -> bool:
+    def _due(self, trainer: L.Trainer) -> bool:
         if trainer.sanity_checking:
             return False
         return trainer.state.fn != TrainerFn.FITTING or (trainer.current_epoch + 1) % self.every_n_epochs == 0
 
-    def _collect(self, trainer: "L.Trainer", pl_module: "L.LightningModule", outputs: Any, batch: Any, dataloader_idx: int) -> None:
+    def _collect(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, dataloader_idx: int) -> None:
         if self._buffer is None or dataloader_idx != 0:
             return
         views, labels, indices = batch
@@ -191,59 +247,105 @@ class EmbeddingMetrics(Callback):
             raise ValueError(f"EmbeddingMetrics needs two views per sample, got {len(embeddings)}")
         self._buffer.add(indices, labels, embeddings[:2])
 
+    def clean_samples(self, trainer: L.Trainer, pl_module: L.LightningModule, split: str, views: Samples) -> Samples:
+        """The eval-transform embeddings of the samples in ``views`` (a collective under DDP).
+
+        Each rank embeds its disjoint shard of ``split`` (indices < ``max_samples``); the
+        gathered rows are then restricted to the indices the views hold, so both inputs describe
+        the same samples even when the loop saw only part of the split.
+        """
+        buffer = embed_split(
+            trainer, pl_module, split, views=1, augment=False, max_samples=self.max_samples, who="EmbeddingMetrics"
+        )
+        clean = buffer.gather(device=pl_module.device)
+        keep = torch.isin(clean.indices, views.indices)
+        return Samples(clean.indices[keep], clean.labels[keep], clean.features[keep])
+
+    def measure(self, trainer: L.Trainer, pl_module: L.LightningModule, split: str, views: Samples) -> EmbeddingReport:
+        """Every registered metric of the gathered ``views`` (and, for ``clean``, an own pass of ``split``)."""
+        za, zb = views.view_features(0), views.view_features(1)
+        if self.uniformity_inputs == "clean":
+            clean = self.clean_samples(trainer, pl_module, split, views)
+            return embedding_report(za, zb, views.labels, self.top_k, clean.view_features(0), clean.labels)
+        return embedding_report(za, zb, views.labels, self.top_k)
+
     # --- evaluating ------------------------------------------------------------------------
-    def _evaluate(self, trainer: "L.Trainer", pl_module: "L.LightningModule") -> None:
+    def _evaluate(self, trainer: L.Trainer, pl_module: L.LightningModule, split: str) -> None:
         if self._buffer is None:
             return
-        samples = self._buffer.gather(device=pl_module.device)
+        views = self._buffer.gather(device=pl_module.device)
         self._buffer = None
-        if len(samples) < 2:
-            rank_zero_warn(f"EmbeddingMetrics: {len(samples)} sample(s) to evaluate, need at least 2; nothing logged")
+        if len(views) < 2:
+            rank_zero_warn(f"EmbeddingMetrics: {len(views)} sample(s) to evaluate, need at least 2; nothing logged")
             return
-        report = embedding_report(samples.view(0), samples.view(1), samples.labels, self.top_k)
-        scalars = report.scalars(self.top_k)
-        reasons = self.criteria.reasons(
-            scalars["metrics/alignment"], scalars["metrics/uniformity"],
-            scalars["metrics/pos_sim"], scalars[f"metrics/top{self.top_k}_neg_sim"],
-        )  # fmt: skip
+        report = self.measure(trainer, pl_module, split, views)
+        evidence = collapse_evidence(report)
+        fitting = trainer.state.fn == TrainerFn.FITTING
+        best_before = self.alarm.best_uniformity
+        reasons = self.alarm.check(evidence, trainer.current_epoch, record=fitting)
+        scalars = {f"metrics/{tag}": value for tag, value in report.scalars().items()}
+        scalars["metrics/nonfinite"] = float(report.nonfinite)
         scalars["metrics/collapsed"] = float(bool(reasons))
         for name, value in scalars.items():
             pl_module.log(name, value, sync_dist=False)  # identical on every rank
+        if report.nonfinite:
+            rank_zero_warn(
+                f"EmbeddingMetrics: {report.nonfinite} of {report.total} embeddings are non-finite (diverged) "
+                f"at epoch {trainer.current_epoch}; the metrics use the finite ones"
+            )
+        self._describe_inputs(trainer)
         if self.log_histograms:
             self._log_distributions(trainer, report)
         if reasons:
-            self._on_collapse(trainer, scalars, reasons, dim=samples.features.shape[-1])
+            self._on_collapse(trainer, evidence, reasons, best_before, dim=views.features.shape[-1])
+
+    def _tensorboard(self, trainer: L.Trainer):
+        tensorboard = find_tensorboard(trainer)
+        if tensorboard is None and not self._warned_no_tensorboard:
+            self._warned_no_tensorboard = True
+            rank_zero_warn("EmbeddingMetrics: no TensorBoardLogger, so the similarity histograms and figure are not logged")
+        return tensorboard
 
     @rank_zero_only
-    def _log_distributions(self, trainer: "L.Trainer", report: EmbeddingReport) -> None:
-        tensorboard = find_tensorboard(trainer)
-        if tensorboard is None:
-            if not self._warned_no_tensorboard:
-                self._warned_no_tensorboard = True
-                rank_zero_warn("EmbeddingMetrics: no TensorBoardLogger, so the similarity histograms and figure are not logged")
+    def _describe_inputs(self, trainer: L.Trainer) -> None:
+        if self._described_inputs:
             return
-        step, k = trainer.global_step, self.top_k
-        experiment = tensorboard.experiment
-        experiment.add_histogram("similarity/positive", report.positive.float().cpu(), step)
-        experiment.add_histogram(f"similarity/top{k}_negative", report.negatives.float().cpu().flatten(), step)
-        title = f"epoch {trainer.current_epoch}: positive vs top-{k} negative similarity"
-        figure = similarity_figure(report.positive, report.negatives, k, title)
-        experiment.add_figure(f"similarity/positive_vs_top{k}_negative", figure, step, close=True)
+        tensorboard = find_tensorboard(trainer)
+        if tensorboard is not None:
+            self._described_inputs = True
+            table = inputs_table(self.top_k, self.uniformity_inputs)
+            tensorboard.experiment.add_text("metrics/inputs", table, trainer.global_step)
 
-    def _on_collapse(self, trainer: "L.Trainer", scalars: dict[str, float], reasons: list[str], dim: int) -> None:
+    @rank_zero_only
+    def _log_distributions(self, trainer: L.Trainer, report: EmbeddingReport) -> None:
+        tensorboard = self._tensorboard(trainer)
+        positive, negatives = report["pos_sim"], report["neg_sim"]
+        if tensorboard is None or negatives.dim() != 2 or negatives.numel() == 0:
+            return
+        step, k = trainer.global_step, negatives.shape[1]
+        experiment = tensorboard.experiment
+        experiment.add_histogram("similarity/positive", positive.float().cpu(), step)
+        experiment.add_histogram(f"similarity/top{self.top_k}_negative", negatives.float().cpu().flatten(), step)
+        title = f"epoch {trainer.current_epoch}: positive vs top-{k} negative similarity"
+        figure = similarity_figure(positive, negatives, k, title)
+        experiment.add_figure(f"similarity/positive_vs_top{self.top_k}_negative", figure, step, close=True)
+
+    def _on_collapse(
+        self, trainer: L.Trainer, e: CollapseEvidence, reasons: list[str], best_before: float, dim: int
+    ) -> None:
         stop = self.stop_on_collapse and trainer.state.fn == TrainerFn.FITTING
         if stop:
             trainer.should_stop = True  # every rank computed the same values, so every rank stops
-        if self.collapsed_at is not None:
+        if self.alarm.collapsed_at is not None:
             return
-        self.collapsed_at = trainer.current_epoch
-        k = self.top_k
+        self.alarm.collapsed_at = trainer.current_epoch
+        best = f", best so far {best_before:.4f}" if math.isfinite(best_before) else ""
         message = (
             f"Representation collapse at epoch {trainer.current_epoch}: "
-            f"uniformity {max(scalars['metrics/uniformity'], 0.0):.4f} (random points: ~{random_points_uniformity(dim):.2f}), "
-            f"alignment {scalars['metrics/alignment']:.2e}, positive similarity {scalars['metrics/pos_sim']:.4f}, "
-            f"top-{k} negative similarity {scalars[f'metrics/top{k}_neg_sim']:.4f} ({'; '.join(reasons)}). "
+            f"uniformity {max(e.uniformity, 0.0):.4f} (random points: ~{random_points_uniformity(dim):.2f}{best}), "
+            f"alignment {e.alignment:.2e}, positive similarity {e.pos_sim:.4f}, "
+            f"top-{self.top_k} negative similarity {e.neg_sim:.4f}, effective rank {e.effective_rank:.2f} of {dim} "
+            f"({'; '.join(reasons)}). "
             + ("Stopping training (stop_on_collapse=True)." if stop else "Training continues; this is reported once.")
         )
         rank_zero_only(log.warning)(message)
-

@@ -32,7 +32,7 @@ class Samples:
     def __len__(self) -> int:
         return self.indices.shape[0]
 
-    def view(self, i: int) -> Tensor:
+    def view_features(self, i: int) -> Tensor:
         """The [N, d] features of view ``i``."""
         return self.features[:, i]
 

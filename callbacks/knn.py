@@ -87,8 +87,8 @@ class KNNMonitor(Callback):
         # The classes a bank can vote for are the ones it holds; same on every rank (gathered).
         num_classes = int(bank.labels.max()) + 1
         metric = WeightedKNNAccuracy(num_classes, self.k, self.temperature, self.chunk_size).to(pl_module.device)
-        query_features = queries.view(0) if len(queries) else bank.view(0)[:0]  # a rank may get no rows
-        metric.update(query_features.to(pl_module.device), queries.labels.to(pl_module.device), bank.view(0), bank.labels)
+        query_features = queries.view_features(0) if len(queries) else bank.view_features(0)[:0]  # a rank may get no rows
+        metric.update(query_features.to(pl_module.device), queries.labels.to(pl_module.device), bank.view_features(0), bank.labels)
         accuracy = float(metric.compute())  # sums correct/total over the ranks
         if math.isnan(accuracy):
             rank_zero_warn(f"KNNMonitor: the {split} split has no labels; metrics/knn_acc is not logged")

@@ -4,6 +4,10 @@
     uniformity(z, t=2.0)                            −log mean_{i<j} exp(−t ||z_i − z_j||²)
     tolerance(z, labels)                            mean z_i·z_j over same-label pairs i ≠ j
     positive_and_topk_negatives(za, zb, k=10)       s_ii and the k largest s_ij, j ≠ i
+    effective_rank(z)                               exp(entropy of σ/Σσ), σ = singular values (RankMe)
+
+``registry``: each embedding metric as one function plus one ``@register`` line, with the
+inputs it reads (clean embeddings, two augmented views, labels); ``evaluate_metrics`` runs them.
 
 Pure tensor functions; callbacks gather embeddings and call them on every rank.
 """
@@ -15,12 +19,30 @@ from ssl_app.metrics.embedding import (
     tolerance,
     uniformity,
 )
+from ssl_app.metrics.rank import effective_rank
+from ssl_app.metrics.registry import (
+    EMBEDDING_METRICS,
+    EmbeddingInputs,
+    EmbeddingMetric,
+    EmbeddingReport,
+    drop_nonfinite,
+    evaluate_metrics,
+    register,
+)
 from ssl_app.metrics.sharding import resolve_world, row_range
 
 __all__ = [
+    "EMBEDDING_METRICS",
+    "EmbeddingInputs",
+    "EmbeddingMetric",
+    "EmbeddingReport",
     "PositiveAndNegatives",
     "alignment",
+    "drop_nonfinite",
+    "effective_rank",
+    "evaluate_metrics",
     "positive_and_topk_negatives",
+    "register",
     "resolve_world",
     "row_range",
     "tolerance",

@@ -1,4 +1,5 @@
-"""What the 2-process tests run on each rank (gloo): the gather/dedupe path and the kNN Metric.
+"""What the 2-process tests run on each rank (gloo): the gather/dedupe path, the kNN Metric, and
+EmbeddingMetrics' own passes (augmented views and clean embeddings) of a tiny model.
 
 It lives in an importable module because ``torch.multiprocessing.spawn`` imports the worker in
 each child process.
@@ -6,13 +7,18 @@ each child process.
 
 from __future__ import annotations
 
+from contextlib import nullcontext
+from types import SimpleNamespace
+
 import torch
 import torch.distributed as dist
 from torch.utils.data import DistributedSampler
 
-from callbacks import embedding_report
+from callbacks import EmbeddingMetrics, embedding_report
+from callbacks.embedding_pass import embed_split
 from callbacks.gather import SampleBuffer
-from ssl_app.metrics import WeightedKNNAccuracy
+from ssl_app.metrics import WeightedKNNAccuracy, effective_rank
+from tests.callbacks.helpers import tiny_data, tiny_model
 
 WORLD = 2
 N = 45  # odd: the DistributedSampler pads rank 1 with a repeat of sample 0
@@ -54,13 +60,32 @@ def _collect(rank: int, max_samples: int | None, skip_adds: bool = False) -> Sam
     return buffer
 
 
+CALLBACK_MAX_SAMPLES = 41  # of the 45 validation samples: the shards stop at different batches
+
+
+def stub_trainer(data, rank: int, world_size: int) -> SimpleNamespace:
+    """What ``embed_split`` and ``EmbeddingMetrics.measure`` read of a Trainer."""
+    return SimpleNamespace(
+        datamodule=data, global_rank=rank, world_size=world_size, precision_plugin=SimpleNamespace(forward_context=nullcontext)
+    )
+
+
+def callback_report(rank: int, world_size: int, uniformity_inputs: str):
+    """EmbeddingMetrics(split="val")'s report of a tiny model, each rank embedding its own shard."""
+    data, model = tiny_data(), tiny_model()
+    trainer = stub_trainer(data, rank, world_size)
+    callback = EmbeddingMetrics(split="val", max_samples=CALLBACK_MAX_SAMPLES, uniformity_inputs=uniformity_inputs)
+    views = embed_split(trainer, model, "val", views=2, augment=True, max_samples=CALLBACK_MAX_SAMPLES).gather()
+    return callback.measure(trainer, model, "val", views)
+
+
 def worker(rank: int, init_file: str, out_dir: str) -> None:
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=WORLD)
     try:
         local = _collect(rank, None)
         gathered = local.gather()
-        report = embedding_report(gathered.view(0), gathered.view(1), gathered.labels)
+        report = embedding_report(gathered.view_features(0), gathered.view_features(1), gathered.labels)
         subset = _collect(rank, MAX_SAMPLES).gather()
         lonely = _collect(rank, 1, skip_adds=rank == 1).gather()  # rank 1 holds no rows at all
 
@@ -70,6 +95,9 @@ def worker(rank: int, init_file: str, out_dir: str) -> None:
         metric.update(queries[mine], query_labels[mine], bank, bank_labels)
         local_counts = (int(metric.correct), int(metric.total))
         accuracy = metric.compute()  # synchronised
+        za, _, _ = views_and_labels()
+        clean = callback_report(rank, WORLD, "clean")
+        augmented = callback_report(rank, WORLD, "augmented")
         torch.save(
             {
                 "local_rows": len(local.local()),
@@ -82,6 +110,9 @@ def worker(rank: int, init_file: str, out_dir: str) -> None:
                 "lonely_shape": tuple(lonely.features.shape),
                 "knn_local_counts": local_counts,
                 "knn_accuracy": accuracy,
+                "effective_rank": effective_rank(za),
+                "clean_scalars": clean.scalars(),
+                "augmented_scalars": augmented.scalars(),
             },
             f"{out_dir}/rank{rank}.pt",
         )

@@ -13,17 +13,16 @@ import torch
 import torch.nn.functional as F
 
 from callbacks import EmbeddingMetrics, embedding_report
-from callbacks.collapse import CollapseCriteria
 from ssl_app.cli import main
 from ssl_app.errors import ConfigError
 from ssl_app.methods import SimCLR
-from ssl_app.metrics import alignment, positive_and_topk_negatives, tolerance, uniformity
+from ssl_app.metrics import alignment, effective_rank, positive_and_topk_negatives, tolerance, uniformity
 from tests.callbacks import ddp_worker
 from tests.callbacks.helpers import EPOCHS, VAL_SIZE, RecordingLogger, events, embed_views, last_scalars, tiny_data, tiny_model, tiny_trainer
 
 REPO = Path(__file__).resolve().parents[2]
 QUICKSTART = str(REPO / "configs" / "quickstart.yaml")
-SCALARS = ["alignment", "uniformity", "tolerance", "pos_sim", "top10_neg_sim", "collapsed"]
+SCALARS = ["alignment", "uniformity", "tolerance", "pos_sim", "top10_neg_sim", "effective_rank", "nonfinite", "collapsed"]
 
 
 # --------------------------------------------------------------------------- one tiny fit
@@ -41,22 +40,69 @@ def test_every_tag_is_logged_every_epoch(tiny_run):
     assert [e.value for e in logged.Scalars("metrics/collapsed")] == [0.0] * EPOCHS  # a healthy model
 
 
+def clean_embeddings(model: SimCLR, data, split: str = "val") -> tuple[torch.Tensor, torch.Tensor]:
+    """``(labels, z)`` of the eval-transform images of ``split``, by hand."""
+    indices, labels, z, _ = embed_views(model, data.embedding_dataloader(split, views=1, augment=False))
+    assert torch.equal(indices, torch.arange(len(indices)))
+    return labels, z
+
+
 def test_logged_values_equal_the_metric_functions(tiny_run):
     trainer, model, data, log_dir = tiny_run
     indices, labels, za, zb = embed_views(model, data.val_dataloader())
     assert torch.equal(indices, torch.arange(VAL_SIZE))
+    clean_labels, clean = clean_embeddings(model, data)
+    assert torch.equal(clean_labels, labels)
     sims = positive_and_topk_negatives(za, zb, k=10)
     expected = {
-        "metrics/alignment": alignment(za, zb),
-        "metrics/uniformity": uniformity(za),
-        "metrics/tolerance": tolerance(za, labels),
+        "metrics/alignment": alignment(za, zb),  # the two augmented views
         "metrics/pos_sim": sims.positive.mean(),
         "metrics/top10_neg_sim": sims.negatives.mean(),
+        "metrics/uniformity": uniformity(clean),  # the clean (eval-transform) embeddings
+        "metrics/tolerance": tolerance(clean, labels),
+        "metrics/effective_rank": effective_rank(clean),
+        "metrics/nonfinite": torch.tensor(0.0),
     }
     logged = last_scalars(log_dir)
     for name, value in expected.items():
         assert logged[name] == pytest.approx(float(value), abs=1e-5), name
         assert float(trainer.callback_metrics[name]) == pytest.approx(float(value), abs=1e-5), name
+    # the clean inputs are a different quantity from the augmented ones
+    assert abs(logged["metrics/uniformity"] - float(uniformity(za))) > 0.05
+    assert abs(logged["metrics/effective_rank"] - float(effective_rank(za))) > 1e-3
+
+
+def test_the_inputs_of_every_tag_are_described_in_tensorboard(tiny_run):
+    _, _, _, log_dir = tiny_run
+    texts = events(log_dir).Tensors("metrics/inputs/text_summary")
+    assert len(texts) == 1  # once per run
+    table = texts[0].tensor_proto.string_val[0].decode()
+    assert "| metrics/uniformity |" in table and "clean (eval-transform) embeddings |" in table
+    assert "| metrics/alignment |" in table and "two augmented views |" in table
+    assert "| metrics/effective_rank |" in table
+
+
+def test_augmented_inputs_reproduce_the_views_only_values():
+    model, data = tiny_model(), tiny_data()
+    logger = RecordingLogger()
+    callback = EmbeddingMetrics(uniformity_inputs="augmented", log_histograms=False)
+    tiny_trainer([callback], logger=logger).validate(model, data, verbose=False)
+    _, labels, za, zb = embed_views(model, data.val_dataloader())
+    assert logger.values("metrics/uniformity") == [pytest.approx(float(uniformity(za)), abs=1e-5)]
+    assert logger.values("metrics/tolerance") == [pytest.approx(float(tolerance(za, labels)), abs=1e-5)]
+    assert logger.values("metrics/alignment") == [pytest.approx(float(alignment(za, zb)), abs=1e-5)]
+    assert logger.values("metrics/effective_rank") == [pytest.approx(float(effective_rank(za)), abs=1e-5)]
+
+
+def test_augmented_inputs_need_no_datamodule():
+    model, data = tiny_model(), tiny_data()
+    data.setup("validate")
+    logger = RecordingLogger()
+    callback = EmbeddingMetrics(uniformity_inputs="augmented", log_histograms=False)
+    tiny_trainer([callback], logger=logger).validate(model, dataloaders=data.val_dataloader(), verbose=False)
+    assert len(logger.values("metrics/uniformity")) == 1
+    with pytest.raises(ConfigError, match="uniformity_inputs"):
+        tiny_trainer([EmbeddingMetrics()]).validate(model, dataloaders=data.val_dataloader(), verbose=False)
 
 
 class SimCLRWithoutEmbeddings(SimCLR):
@@ -73,11 +119,22 @@ def test_embeds_the_views_itself_and_keeps_the_first_max_samples(caplog):
         tiny_trainer([EmbeddingMetrics(max_samples=20)], logger=logger).validate(model, data, verbose=False)
     assert sum("no TensorBoardLogger" in str(w.message) for w in warned) == 1
     _, labels, za, zb = embed_views(model, data.val_dataloader())
-    report = embedding_report(za[:20], zb[:20], labels[:20])
-    assert logger.values("metrics/uniformity") == [pytest.approx(float(report.uniformity), abs=1e-5)]
-    assert logger.values("metrics/alignment") == [pytest.approx(float(report.alignment), abs=1e-5)]
+    _, clean = clean_embeddings(model, data)
+    report = embedding_report(za[:20], zb[:20], labels[:20], clean=clean[:20], clean_labels=labels[:20])
+    assert logger.values("metrics/uniformity") == [pytest.approx(report.value("uniformity"), abs=1e-5)]
+    assert logger.values("metrics/alignment") == [pytest.approx(report.value("alignment"), abs=1e-5)]
     assert logger.values("metrics/collapsed") == [0.0]  # an untrained small CNN is not collapsed
     assert "collapse" not in caplog.text
+
+
+def test_clean_inputs_cover_only_the_samples_the_loop_saw():
+    model, data = tiny_model(), tiny_data()
+    logger = RecordingLogger()
+    tiny_trainer([EmbeddingMetrics(log_histograms=False)], logger=logger, limit_val_batches=1).validate(model, data, verbose=False)
+    labels, clean = clean_embeddings(model, data)
+    batch = data.batch_size
+    assert logger.values("metrics/uniformity") == [pytest.approx(float(uniformity(clean[:batch])), abs=1e-5)]
+    assert logger.values("metrics/tolerance") == [pytest.approx(float(tolerance(clean[:batch], labels[:batch])), abs=1e-5)]
 
 
 def test_split_option_embeds_the_train_split_in_an_own_pass():
@@ -88,9 +145,29 @@ def test_split_option_embeds_the_train_split_in_an_own_pass():
     loader = data.embedding_dataloader("train", views=2, augment=True)
     _, labels, za, zb = embed_views(model, loader)
     assert len(labels) == 64  # the train split, not the 45 validation samples
-    report = embedding_report(za[:50], zb[:50], labels[:50])
-    assert logger.values("metrics/uniformity") == [pytest.approx(float(report.uniformity), abs=1e-5)]
-    assert logger.values("metrics/tolerance") == [pytest.approx(float(report.tolerance), abs=1e-5)]
+    _, clean = clean_embeddings(model, data, "train")
+    report = embedding_report(za[:50], zb[:50], labels[:50], clean=clean[:50], clean_labels=labels[:50])
+    assert logger.values("metrics/uniformity") == [pytest.approx(report.value("uniformity"), abs=1e-5)]
+    assert logger.values("metrics/tolerance") == [pytest.approx(report.value("tolerance"), abs=1e-5)]
+    assert logger.values("metrics/alignment") == [pytest.approx(report.value("alignment"), abs=1e-5)]
+
+
+@pytest.mark.parametrize(
+    "option,value",
+    [
+        ("uniformity_inputs", "raw"),
+        ("collapse_uniformity_drop", 1.0),
+        ("collapse_uniformity_drop", 0.0),
+        ("collapse_drop_min_best", 0.0),
+        ("collapse_drop_similarity", 1.5),
+        ("top_k", 0),
+        ("every_n_epochs", 0),
+        ("max_samples", 1),
+    ],
+)
+def test_bad_options_are_config_errors_naming_the_option(option, value):
+    with pytest.raises(ConfigError, match=option):
+        EmbeddingMetrics(**{option: value})
 
 
 def test_unknown_split_is_named():
@@ -99,6 +176,23 @@ def test_unknown_split_is_named():
 
 
 # --------------------------------------------------------------------------- 2 ranks
+@pytest.mark.parametrize("inputs", ["clean", "augmented"])
+def test_two_ranks_measure_what_one_process_measures(ddp_results, inputs):
+    single = ddp_worker.callback_report(0, 1, inputs).scalars()
+    assert {"uniformity", "tolerance", "effective_rank", "alignment", "pos_sim", "top10_neg_sim"} <= set(single)
+    for result in ddp_results:
+        double = result[f"{inputs}_scalars"]
+        assert set(double) == set(single)
+        for name, value in single.items():
+            assert double[name] == pytest.approx(value, abs=1e-6), name
+
+
+def test_clean_and_augmented_callback_reports_differ(ddp_results):
+    clean, augmented = ddp_results[0]["clean_scalars"], ddp_results[0]["augmented_scalars"]
+    assert clean["alignment"] == augmented["alignment"]  # the views are the same in both
+    assert abs(clean["uniformity"] - augmented["uniformity"]) > 0.05
+
+
 def test_two_ranks_gather_each_sample_once(ddp_results):
     za, zb, labels = ddp_worker.views_and_labels()
     expected = embedding_report(za, zb, labels)
@@ -107,9 +201,10 @@ def test_two_ranks_gather_each_sample_once(ddp_results):
         assert torch.equal(result["indices"], torch.arange(ddp_worker.N))
         assert torch.equal(result["labels"], labels)
         torch.testing.assert_close(result["features"], torch.stack([za, zb], dim=1))
-        for field in ("alignment", "uniformity", "tolerance"):
-            assert float(getattr(result["report"], field)) == pytest.approx(float(getattr(expected, field)), abs=1e-6)
-        torch.testing.assert_close(result["report"].negatives, expected.negatives)
+        for field in ("alignment", "uniformity", "tolerance", "effective_rank"):
+            assert result["report"].value(field) == pytest.approx(expected.value(field), abs=1e-6), field
+        torch.testing.assert_close(result["report"]["neg_sim"], expected["neg_sim"])
+        assert float(result["effective_rank"]) == pytest.approx(float(effective_rank(za)), abs=1e-9)
         assert torch.equal(result["subset_indices"], torch.arange(ddp_worker.MAX_SAMPLES))
         assert torch.equal(result["lonely_indices"], torch.tensor([0]))  # rank 1 contributed nothing
         assert result["lonely_shape"] == (1, 2, ddp_worker.DIM)
@@ -130,7 +225,7 @@ def test_validate_logs_the_same_metrics_on_one_and_two_processes(tmp_path, monke
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     result = subprocess.run(
         [sys.executable, "-m", "ssl_app", *validate, "--trainer.accelerator=cpu", "--trainer.devices=2", "--trainer.strategy=ddp"],
-        cwd=ddp_dir, env=env, capture_output=True, text=True, timeout=300,
+        cwd=ddp_dir, env=env, capture_output=True, text=True, timeout=300, check=False,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     double = last_scalars(ddp_dir / "runs" / "quickstart" / "version_0")
@@ -178,21 +273,3 @@ def test_stop_on_collapse_ends_training_after_the_first_epoch(caplog):
     assert logger.values("metrics/collapsed") == [1.0]
     messages = collapse_warnings(caplog)
     assert len(messages) == 1 and "Stopping training" in messages[0]
-
-
-@pytest.mark.parametrize(
-    "values,collapsed",
-    [
-        ((0.0, 0.0, 1.0, 1.0), True),  # a single point
-        ((0.05, 0.01, 0.97, 0.99), True),  # uniformity under 0.05
-        ((5e-4, 0.5, 0.9998, 0.9), True),  # views coincide, set bunched
-        ((0.01, 2.1, 0.995, 0.999), True),  # collapse onto a few points: uniformity stays high
-        ((0.026, 0.07, 0.987, 0.992), False),  # random ResNet-18 (measured)
-        ((0.19, 0.56, 0.90, 0.98), False),  # random small CNN: hardest negatives above positives
-        ((0.0, 3.5, 1.0, 0.6), False),  # perfectly invariant, uniform: healthy
-        ((0.4, 3.0, 0.8, 0.7), False),  # trained
-    ],
-)
-def test_collapse_criteria(values, collapsed):
-    assert bool(CollapseCriteria().reasons(*values)) is collapsed
-    assert CollapseCriteria(None, None, 1.0, None).reasons(*values) == []  # all disabled

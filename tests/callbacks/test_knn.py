@@ -84,7 +84,7 @@ def direct_knn_accuracy(model, data, split="val", k=KNN_K, features="projection"
 
 
 def test_knn_accuracy_is_logged_every_epoch_and_equals_a_direct_computation(tiny_run):
-    trainer, model, data, log_dir = tiny_run
+    _, model, data, log_dir = tiny_run
     logged = events(log_dir).Scalars("metrics/knn_acc")
     assert len(logged) == EPOCHS
     assert logged[-1].value == pytest.approx(direct_knn_accuracy(model, data), abs=1e-6)

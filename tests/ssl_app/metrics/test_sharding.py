@@ -9,6 +9,7 @@ import torch.multiprocessing as mp
 
 from ssl_app.metrics import embedding
 from ssl_app.metrics.pairs import pair_blocks, pair_count, pair_tiles
+from ssl_app.metrics.rank import effective_rank
 from ssl_app.metrics.sharding import resolve_world, row_range
 
 WORLD = 2
@@ -86,6 +87,7 @@ def compute_all(za, zb, labels, **world):
     return {
         "uniformity": embedding.uniformity(za, chunk_size=97, **world),
         "tolerance": embedding.tolerance(za, labels, chunk_size=97, **world),
+        "effective_rank": effective_rank(za, chunk_size=97, **world),
         "positive": positive,
         "negatives": negatives,
     }
@@ -133,11 +135,11 @@ def ddp_results(tmp_path_factory):
     return [torch.load(tmp / f"rank{r}.pt") for r in range(WORLD)]
 
 
-@pytest.mark.parametrize("metric", ["uniformity", "tolerance"])
+@pytest.mark.parametrize("metric", ["uniformity", "tolerance", "effective_rank"])
 def test_every_rank_returns_the_single_process_scalar(ddp_results, metric):
-    reference = getattr(embedding, metric)
     za, _, labels = make_data()
-    expected = (reference(za) if metric == "uniformity" else reference(za, labels)).item()
+    references = {"uniformity": embedding.uniformity, "tolerance": embedding.tolerance, "effective_rank": effective_rank}
+    expected = (references[metric](za, labels) if metric == "tolerance" else references[metric](za)).item()
     for result in ddp_results:
         assert result["single"][metric].item() == pytest.approx(expected, abs=1e-7)  # other chunks/threads
         assert result["sharded"][metric].item() == pytest.approx(expected, abs=1e-6)

@@ -1,0 +1,58 @@
+"""Effective rank (RankMe, Garrido et al. 2023) of a set of embeddings, exact and DDP-sharded."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from ssl_app.metrics.embedding import _acc_dtype, _check_chunk, _check_rows, _unit
+from ssl_app.metrics.sharding import all_reduce_sum, resolve_world, row_range
+
+_ROW_CHUNK = 16384
+
+
+@torch.no_grad()
+def effective_rank(
+    z: Tensor,
+    *,
+    chunk_size: int | None = None,
+    rank: int | None = None,
+    world_size: int | None = None,
+) -> Tensor:
+    """Effective rank ``exp(H(p))``, ``p_k = σ_k / Σ_j σ_j``, of the singular values σ of U [N, d].
+
+    U is ``z`` with L2-normalised rows (the embeddings on the sphere, as every metric here);
+    ``H(p) = −Σ_k p_k log p_k`` (with 0·log 0 = 0). 1 when every row lies on one line
+    (collapse), d when the d singular values are equal (e.g. the rows of an orthogonal matrix),
+    so it measures how many directions the embeddings use (dimensional collapse). RankMe adds
+    ε = 1e-7 to ``p_k``; this is the exact value without it.
+
+    The singular values are computed from the d × d Gram matrix ``G = Uᵀ U = Σ_i u_i u_iᵀ``:
+    ``σ_k = sqrt(λ_k(G))`` (eigenvalues clamped at 0). G is accumulated in float64 (float32 on
+    MPS), ``chunk_size`` rows at a time; under DDP each rank sums its ``row_range`` of the
+    gathered rows and the partial Gram matrices are all-reduced, so every rank decomposes the
+    same matrix. The eigen-decomposition runs on the CPU in float64 (d × d is small), so the
+    result does not depend on the device; it is returned as a 0-d float64 CPU tensor.
+
+    Args:
+        z: [N, d] embeddings, N ≥ 1 (gathered from every rank under DDP).
+        chunk_size, rank, world_size: as for ``uniformity`` (see ``ssl_app.metrics.embedding``).
+    """
+    _check_rows("z", z, 1)
+    chunk = _check_chunk(chunk_size, _ROW_CHUNK)
+    rank, world_size = resolve_world(rank, world_size)
+    with torch.autocast(z.device.type, enabled=False):
+        start, stop = row_range(z.shape[0], rank, world_size)
+        gram = torch.zeros(z.shape[1], z.shape[1], dtype=_acc_dtype(z), device=z.device)
+        for a in range(start, stop, chunk):
+            rows = _unit(z[a : min(a + chunk, stop)]).to(gram.dtype)
+            gram += rows.T @ rows
+        gram = all_reduce_sum(gram, world_size)
+        return spectrum_effective_rank(torch.linalg.eigvalsh(gram.cpu().double()).clamp(min=0).sqrt())
+
+
+def spectrum_effective_rank(singular_values: Tensor) -> Tensor:
+    """``exp(−Σ p log p)`` with ``p = σ / Σσ`` (σ ≥ 0, not all 0); a 0-d float64 tensor."""
+    p = singular_values / singular_values.sum()
+    entropy = -torch.special.xlogy(p, p).sum()
+    return entropy.exp()

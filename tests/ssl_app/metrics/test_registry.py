@@ -1,0 +1,170 @@
+"""Effective rank of known matrices, and the metric registry: inputs, NaN fields, non-finite rows."""
+
+from __future__ import annotations
+
+import ast
+import math
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from ssl_app.metrics import (
+    EMBEDDING_METRICS,
+    EmbeddingInputs,
+    alignment,
+    drop_nonfinite,
+    effective_rank,
+    evaluate_metrics,
+    registry,
+    tolerance,
+    uniformity,
+)
+from ssl_app.metrics.rank import spectrum_effective_rank
+
+
+def orthogonal(d: int, seed: int = 0) -> torch.Tensor:
+    q, _ = torch.linalg.qr(torch.randn(d, d, generator=torch.Generator().manual_seed(seed), dtype=torch.float64))
+    return q
+
+
+# ------------------------------------------------------------------------------ effective rank
+def test_rank_one_embeddings_have_effective_rank_one():
+    direction = torch.randn(1, 16)
+    z = torch.cat([direction * 2.0, -direction, direction * 0.5])  # one line, both signs
+    assert effective_rank(z).item() == pytest.approx(1.0, abs=1e-6)
+
+
+@pytest.mark.parametrize("d", [1, 8, 128])
+def test_orthonormal_columns_have_effective_rank_d(d):
+    q = orthogonal(d)  # rows unit-norm, columns orthonormal: all singular values equal
+    z = torch.cat([q, q]).float()  # N = 2d rows
+    assert effective_rank(z).item() == pytest.approx(d, rel=1e-5)
+
+
+def test_effective_rank_matches_the_svd_formula_and_chunks_do_not_matter():
+    z = torch.randn(300, 12, dtype=torch.float64) * torch.linspace(0.1, 3.0, 12, dtype=torch.float64)
+    sigma = torch.linalg.svdvals(F.normalize(z, dim=1))
+    p = sigma / sigma.sum()
+    expected = math.exp(-(p * p.log()).sum().item())
+    assert effective_rank(z).item() == pytest.approx(expected, rel=1e-10)
+    assert effective_rank(z, chunk_size=7).item() == pytest.approx(expected, rel=1e-10)
+    assert 1.0 < expected < 12.0
+
+
+def test_two_equal_and_two_zero_singular_values_give_two():
+    assert spectrum_effective_rank(torch.tensor([3.0, 3.0, 0.0, 0.0], dtype=torch.float64)).item() == pytest.approx(2.0)
+
+
+def test_effective_rank_ignores_scale_and_autocast():
+    z = torch.randn(64, 8)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert effective_rank(z.bfloat16() * 5).item() == pytest.approx(effective_rank(z).item(), rel=1e-2)
+
+
+# ------------------------------------------------------------------------------ registry
+def inputs(n: int = 40, d: int = 8, seed: int = 0, **overrides) -> EmbeddingInputs:
+    g = torch.Generator().manual_seed(seed)
+    clean = torch.randn(n, d, generator=g)
+    view_a = clean + 0.3 * torch.randn(n, d, generator=g)
+    view_b = clean + 0.3 * torch.randn(n, d, generator=g)
+    values = dict(clean=clean, labels=torch.arange(n) % 3, view_a=view_a, view_b=view_b, top_k=5)
+    return EmbeddingInputs(**{**values, **overrides})
+
+
+def test_each_metric_reads_the_inputs_it_declares():
+    x = inputs()
+    report = evaluate_metrics(x)
+    assert report.value("uniformity") == pytest.approx(uniformity(x.clean).item())
+    assert report.value("tolerance") == pytest.approx(tolerance(x.clean, x.labels).item())
+    assert report.value("effective_rank") == pytest.approx(effective_rank(x.clean).item())
+    assert report.value("alignment") == pytest.approx(alignment(x.view_a, x.view_b).item())
+    assert report["neg_sim"].shape == (40, 5) and report["pos_sim"].shape == (40,)
+    declared = {name: metric.reads for name, metric in EMBEDDING_METRICS.items()}
+    assert declared["uniformity"] == ("clean",) and declared["alignment"] == ("views",)
+    assert declared["tolerance"] == ("clean", "labels") and declared["effective_rank"] == ("clean",)
+
+
+def test_scalars_are_the_logged_tags_with_k_filled_in():
+    scalars = evaluate_metrics(inputs()).scalars()
+    assert set(scalars) == {"alignment", "uniformity", "tolerance", "pos_sim", "top5_neg_sim", "effective_rank"}
+
+
+def test_unlabelled_rows_are_left_out_of_tolerance_and_no_labels_leave_it_nan():
+    x = inputs()
+    labels = x.labels.clone()
+    labels[:10] = -1
+    partly = evaluate_metrics(inputs(labels=labels))
+    assert partly.value("tolerance") == pytest.approx(tolerance(x.clean[10:], labels[10:]).item())
+    unlabelled = evaluate_metrics(inputs(labels=torch.full((40,), -1)))
+    assert math.isnan(unlabelled.value("tolerance")) and "tolerance" not in unlabelled.scalars()
+    assert "uniformity" in unlabelled.scalars()
+
+
+def test_too_few_rows_give_nan_fields_not_missing_ones():
+    report = evaluate_metrics(inputs(view_a=torch.randn(1, 8), view_b=torch.randn(1, 8)))
+    assert math.isnan(report.value("alignment")) and math.isnan(report.value("neg_sim"))
+    assert set(report.fields) == {field for metric in EMBEDDING_METRICS.values() for field in metric.tags}
+    assert "alignment" not in report.scalars() and "uniformity" in report.scalars()
+
+
+def test_nonfinite_rows_are_dropped_and_counted():
+    x = inputs()
+    clean, view_b = x.clean.clone(), x.view_b.clone()
+    clean[3, 0] = float("nan")
+    view_b[7, 2] = float("inf")
+    kept, bad, total = drop_nonfinite(inputs(clean=clean, view_b=view_b))
+    assert (bad, total) == (2, 120)
+    assert kept.clean.shape[0] == 39 and kept.labels.shape[0] == 39 and kept.view_a.shape[0] == 39
+    report = evaluate_metrics(inputs(clean=clean, view_b=view_b))
+    assert (report.nonfinite, report.total) == (2, 120)
+    keep = torch.arange(40) != 3
+    assert report.value("uniformity") == pytest.approx(uniformity(x.clean[keep]).item())
+    pairs = torch.arange(40) != 7
+    assert report.value("alignment") == pytest.approx(alignment(x.view_a[pairs], x.view_b[pairs]).item())
+    assert all(math.isfinite(v) for v in report.scalars().values())
+
+
+def test_clean_rows_taken_from_the_first_view_are_counted_once():
+    x = inputs()
+    view_a = x.view_a.clone()
+    view_a[5, 1] = float("nan")
+    kept, bad, total = drop_nonfinite(inputs(clean=view_a, view_a=view_a))
+    assert (bad, total) == (1, 80)
+    assert kept.clean.shape[0] == kept.view_a.shape[0] == 39
+
+
+def test_a_new_metric_is_one_function_and_one_registration(monkeypatch):
+    monkeypatch.setattr(registry, "EMBEDDING_METRICS", dict(registry.EMBEDDING_METRICS))
+
+    @registry.register("mean_norm", reads=("clean",), formula="mean ||z_i|| (before normalising)")
+    def _mean_norm(x: EmbeddingInputs) -> dict[str, torch.Tensor]:
+        return {"mean_norm": x.clean.norm(dim=1).mean()}
+
+    x = inputs()
+    assert evaluate_metrics(x).scalars()["mean_norm"] == pytest.approx(x.clean.norm(dim=1).mean().item())
+    with pytest.raises(ValueError, match="already registered"):
+        registry.register("mean_norm", reads=("clean",), formula="")
+    with pytest.raises(ValueError, match="reads must be"):
+        registry.register("other", reads=("pixels",), formula="")
+
+
+def test_a_metric_returning_undeclared_fields_is_an_error(monkeypatch):
+    monkeypatch.setattr(registry, "EMBEDDING_METRICS", {})
+    registry.register("bad", reads=("clean",), formula="")(lambda x: {"other": x.clean.sum()})
+    with pytest.raises(ValueError, match="declared"):
+        evaluate_metrics(inputs())
+
+
+def test_metrics_package_imports_neither_lightning_nor_callbacks():
+    package = Path(registry.__file__).parent
+    imported = set()
+    for source in package.glob("*.py"):
+        for node in ast.walk(ast.parse(source.read_text())):
+            if isinstance(node, ast.Import):
+                imported |= {alias.name.split(".")[0] for alias in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                imported.add(node.module.split(".")[0])
+    assert "torch" in imported  # the walk sees the imports
+    assert not imported & {"lightning", "pytorch_lightning", "callbacks", "datamodules"}
