@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from typing import Optional
 
 import torch
-import torch.distributed as dist
 from torch import Tensor
 
 from ssl_app import distributed
@@ -105,26 +104,10 @@ def unique_by_index(samples: Samples) -> Samples:
 def _all_gather_samples(local: Samples) -> Samples:
     n, views, dim = local.features.shape
     device = local.features.device
-    shapes = _all_gather_equal(torch.tensor([n, views, dim], device=device)).view(-1, 3).tolist()
+    shapes = distributed.gather(torch.tensor([[n, views, dim]], device=device)).tolist()
     views, dim = max(s[1] for s in shapes), max(s[2] for s in shapes)  # a rank with no rows sends 0 × 0
     counts = [s[0] for s in shapes]
     features = local.features.reshape(n, views * dim)
-    ids = torch.stack([local.indices, local.labels], dim=1)
-    ids = _all_gather_varlen(ids.to(device), counts)
-    features = _all_gather_varlen(features, counts)
+    ids = distributed.gather_uneven(torch.stack([local.indices, local.labels], dim=1).to(device), counts)
+    features = distributed.gather_uneven(features, counts)
     return Samples(ids[:, 0], ids[:, 1], features.view(-1, views, dim))
-
-
-def _all_gather_equal(tensor: Tensor) -> Tensor:
-    parts = [torch.empty_like(tensor) for _ in range(distributed.world_size())]
-    dist.all_gather(parts, tensor.contiguous())
-    return torch.cat(parts)
-
-
-def _all_gather_varlen(rows: Tensor, counts: list[int]) -> Tensor:
-    """Concatenate every rank's ``rows`` [counts[r], ...] in rank order (padded to the longest)."""
-    padded = rows.new_zeros((max(counts), *rows.shape[1:]))
-    padded[: rows.shape[0]] = rows
-    parts = [torch.empty_like(padded) for _ in counts]
-    dist.all_gather(parts, padded)
-    return torch.cat([part[:count] for part, count in zip(parts, counts)])

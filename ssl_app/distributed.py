@@ -1,6 +1,18 @@
-"""Small helpers over ``torch.distributed`` that are no-ops in a single process."""
+"""Every collective the application uses, in one place; each is a no-op in a single process.
+
+- ``gather_with_grad``: concatenate equal-shape tensors from every rank, keeping the autograd
+  graph (SimCLR's global negatives);
+- ``gather``: the same without gradient;
+- ``gather_uneven``: concatenate tensors whose first dimension differs per rank (the metric
+  callbacks' rows, the metric shards);
+- ``all_reduce_sum``: sum in place over ranks.
+
+All results are rank-major: rank 0's rows first.
+"""
 
 from __future__ import annotations
+
+from typing import Optional, Sequence
 
 import torch
 import torch.distributed as dist
@@ -30,9 +42,35 @@ def gather_with_grad(x: Tensor) -> Tensor:
 
 @torch.no_grad()
 def gather(x: Tensor) -> Tensor:
-    """Concatenate ``x`` from every rank along dim 0, rank-major, without gradient."""
+    """Concatenate ``x`` (the same shape on every rank) along dim 0, rank-major, without gradient."""
     if world_size() == 1:
         return x
     parts = [torch.empty_like(x) for _ in range(world_size())]
     dist.all_gather(parts, x.contiguous())
     return torch.cat(parts, dim=0)
+
+
+@torch.no_grad()
+def gather_uneven(rows: Tensor, counts: Optional[Sequence[int]] = None) -> Tensor:
+    """Concatenate every rank's ``rows`` [n_r, ...] along dim 0, rank-major, when the n_r differ.
+
+    ``all_gather`` needs equal shapes, so each rank pads its rows to the longest n_r and the
+    padding is dropped after the gather. ``counts`` (every rank's n_r, if the caller knows
+    them) saves the collective that exchanges them. Trailing dimensions must agree.
+    """
+    if world_size() == 1:
+        return rows
+    if counts is None:
+        counts = gather(torch.tensor([rows.shape[0]], device=rows.device)).tolist()
+    longest = max(counts)
+    padded = rows.new_zeros((longest, *rows.shape[1:]))
+    padded[: rows.shape[0]] = rows
+    gathered = gather(padded)
+    return torch.cat([gathered[r * longest : r * longest + n] for r, n in enumerate(counts)])
+
+
+def all_reduce_sum(tensor: Tensor) -> Tensor:
+    """Sum ``tensor`` over ranks in place and return it."""
+    if world_size() > 1:
+        dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
+    return tensor

@@ -15,6 +15,8 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
+from ssl_app import distributed
+
 
 def resolve_world(rank: int | None = None, world_size: int | None = None) -> tuple[int, int]:
     """Return ``(rank, world_size)`` for the metric functions' keyword arguments.
@@ -50,9 +52,7 @@ def row_range(n: int, rank: int, world_size: int) -> tuple[int, int]:
 
 def all_reduce_sum(tensor: Tensor, world_size: int) -> Tensor:
     """Sum ``tensor`` over ranks in place (a no-op when ``world_size == 1``) and return it."""
-    if world_size > 1:
-        dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
-    return tensor
+    return distributed.all_reduce_sum(tensor) if world_size > 1 else tensor
 
 
 def all_logsumexp(log_value: Tensor, world_size: int) -> Tensor:
@@ -62,26 +62,12 @@ def all_logsumexp(log_value: Tensor, world_size: int) -> Tensor:
     """
     if world_size == 1:
         return log_value
-    parts = [torch.empty(1, dtype=log_value.dtype, device=log_value.device) for _ in range(world_size)]
-    dist.all_gather(parts, log_value.reshape(1).contiguous())
-    return torch.logsumexp(torch.cat(parts), dim=0)
+    return torch.logsumexp(distributed.gather(log_value.reshape(1)), dim=0)
 
 
 def all_gather_rows(local: Tensor, n: int, world_size: int) -> Tensor:
-    """Concatenate every rank's ``row_range`` slice (``local``, [rows, ...]) into the full [n, ...].
-
-    Slices may differ in length by one, and ``all_gather`` needs equal shapes, so each slice is
-    padded to ``ceil(n / world_size)`` rows and the padding is dropped afterwards.
-    """
+    """Concatenate every rank's ``row_range`` slice (``local``, [rows, ...]) into the full [n, ...]."""
     if world_size == 1:
         return local
-    longest = -(-n // world_size)
-    padded = local.new_zeros((longest, *local.shape[1:]))
-    padded[: local.shape[0]] = local
-    parts = [torch.empty_like(padded) for _ in range(world_size)]
-    dist.all_gather(parts, padded)
-    pieces = []
-    for r, part in enumerate(parts):
-        start, stop = row_range(n, r, world_size)
-        pieces.append(part[: stop - start])
-    return torch.cat(pieces)
+    counts = [stop - start for start, stop in (row_range(n, r, world_size) for r in range(world_size))]
+    return distributed.gather_uneven(local, counts)
