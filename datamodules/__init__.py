@@ -1,4 +1,4 @@
-"""LightningDataModules yielding ``((view_1, view_2), labels, indices)`` batches."""
+"""LightningDataModules yielding ``(views, labels, indices)`` batches (as many training views as the method uses)."""
 
 from datamodules.augment import ViewAugmentation
 from datamodules.base import ContrastiveDataModule
