@@ -5,7 +5,12 @@ from datamodules.base import ContrastiveDataModule
 from datamodules.image_folder import ImageFolderDataModule
 from datamodules.multiview import MultiViewDataset
 from datamodules.synthetic import SyntheticDataModule
-from datamodules.torchvision_sets import CIFAR10DataModule, CIFAR100DataModule, STL10DataModule, SVHNDataModule
+from datamodules.torchvision_sets import (
+    CIFAR10DataModule,
+    CIFAR100DataModule,
+    STL10DataModule,
+    SVHNDataModule,
+)
 
 __all__ = [
     "CIFAR10DataModule",

@@ -11,9 +11,9 @@ import math
 from typing import Any, Callable
 
 import torch
+from PIL import Image
 from torch import Tensor
 from torch.utils.data import Dataset
-from PIL import Image
 
 from datamodules.augment import ViewAugmentation
 from datamodules.base import SPLITS, ContrastiveDataModule, Split
