@@ -1,7 +1,10 @@
 # CUDA image for training on NVIDIA GPUs.
 #   docker build -t ssl_app .
 #   docker run --gpus all --shm-size=8g -v $PWD/runs:/app/runs -v $PWD/data:/app/data ssl_app \
-#       fit --config configs/cifar10/infonce.yaml --trainer.accelerator=gpu --trainer.devices=1
+#       fit --config configs/cifar10/memory_bank.yaml --config configs/cifar10/losses/infonce_t0.3.yaml \
+#       --data.init_args.download=true --trainer.accelerator=gpu --trainer.devices=1
+# (one column of Table 1 on CIFAR-10, downloaded to the mounted data/ on first use; tests/test_docs.py
+# checks that this line parses). Without arguments the image runs the quickstart on the GPU.
 # The PyTorch base image brings a CUDA build of torch/torchvision; pip keeps them.
 FROM pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime
 

@@ -1,4 +1,4 @@
-"""LightningDataModules yielding ``((view_1, view_2), labels, indices)`` batches."""
+"""LightningDataModules yielding ``(views, labels, indices)`` batches (as many training views as the method uses)."""
 
 from datamodules.augment import ViewAugmentation
 from datamodules.base import ContrastiveDataModule
@@ -6,7 +6,12 @@ from datamodules.image_folder import ImageFolderDataModule
 from datamodules.linear_eval import LinearEvalDataModule
 from datamodules.multiview import MultiViewDataset
 from datamodules.synthetic import SyntheticDataModule
-from datamodules.torchvision_sets import CIFAR10DataModule, CIFAR100DataModule, STL10DataModule, SVHNDataModule
+from datamodules.torchvision_sets import (
+    CIFAR10DataModule,
+    CIFAR100DataModule,
+    STL10DataModule,
+    SVHNDataModule,
+)
 
 __all__ = [
     "CIFAR10DataModule",

@@ -1,8 +1,10 @@
 """View augmentations of the SimCLR / MoCo-v2 family, built from torchvision's v2 transforms.
 
-The paper's CIFAR setup (Wang & Liu 2021) is RandomResizedCrop(32, scale 0.2-1), colour jitter,
-random grayscale (p 0.2) and a horizontal flip; :class:`ViewAugmentation` defaults to that, with
-the milder hue jitter (0.1) of MoCo v2. Gaussian blur (the ImageNet recipes) is off by default.
+:class:`ViewAugmentation` defaults to MoCo v2's CIFAR recipe: RandomResizedCrop(32, scale 0.2-1),
+ColorJitter(0.4, 0.4, 0.4, 0.1) applied with p 0.8, random grayscale (p 0.2), horizontal flip.
+Wang & Liu 2021 (the Table-1 setup) jitter hue as strongly as the rest and on every view,
+ColorJitter(0.4, 0.4, 0.4, 0.4) with p 1 (``hue: 0.4, jitter_prob: 1.0``), which
+``configs/cifar10/memory_bank.yaml`` sets. Gaussian blur (the ImageNet recipes) is off by default.
 """
 
 from __future__ import annotations

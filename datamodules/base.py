@@ -13,6 +13,8 @@ from datamodules.multiview import MultiViewDataset
 from ssl_app.errors import ConfigError
 
 Split = Literal["train", "val", "test"]
+#: Training views per sample when the method does not say (``train_views``): SimCLR and MoCo use 2.
+DEFAULT_TRAIN_VIEWS = 2
 SPLITS: tuple[str, ...] = get_args(Split)
 
 # Which splits each Trainer stage needs (``None``: every split).
@@ -36,7 +38,9 @@ class ContrastiveDataModule(LightningDataModule):
     ``[B, 3, crop, crop]`` tensors, ``labels`` int64 ``[B]`` (-1 where unlabeled) and
     ``indices`` int64 ``[B]``, each sample's index in its split (what a memory bank keys on).
 
-    - ``train_dataloader``: 2 random views, shuffled, ``drop_last=True``.
+    - ``train_dataloader``: as many random views as the method consumes per step (its
+      ``train_views`` attribute, 2 when it has none or no method is attached; the memory bank
+      uses 1), shuffled, ``drop_last=True``.
     - ``val_dataloader`` / ``test_dataloader``: 2 augmented views that are a fixed function of
       ``(val_seed, index)``, in order, nothing dropped, so metrics are reproducible and equal
       under any number of DDP ranks or workers.
@@ -105,8 +109,25 @@ class ContrastiveDataModule(LightningDataModule):
             self.dataset(split)  # type: ignore[arg-type]
 
     # --- dataloaders -------------------------------------------------------------------------
+    def train_views(self) -> int:
+        """Views per training sample: the attached method's ``train_views`` (default 2).
+
+        Only what the method consumes is built: decoding and augmenting a view nobody reads is
+        most of a CPU step's data cost.
+        """
+        trainer = self.trainer
+        module = trainer.lightning_module if trainer is not None else None
+        views = getattr(module, "train_views", DEFAULT_TRAIN_VIEWS) if module is not None else DEFAULT_TRAIN_VIEWS
+        if isinstance(views, bool) or not isinstance(views, int) or views < 1:
+            raise ConfigError(
+                f"{type(self).__name__}: the method's train_views must be an integer >= 1, got {views!r}"
+            )
+        return views
+
     def train_dataloader(self) -> DataLoader:
-        data = MultiViewDataset(self.dataset("train"), self.augmentation.train_transform(), num_views=2)
+        data = MultiViewDataset(
+            self.dataset("train"), self.augmentation.train_transform(), num_views=self.train_views()
+        )
         world_size = self.trainer.world_size if self.trainer is not None else 1
         if len(data) // world_size < self.batch_size:
             # drop_last would leave no batch at all and training would silently do nothing.

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import Any
 
 from PIL import Image, UnidentifiedImageError
 from torch.utils.data import Dataset
@@ -46,9 +46,9 @@ class ImageFolderDataModule(ContrastiveDataModule):
     Args:
         root: the data set's folder.
         train_dir, val_dir, test_dir: the split folders under ``root``.
-        batch_size, num_workers, augmentation, val_seed, pin_memory: see ``ContrastiveDataModule``
-            (the default augmentation crops 224×224 with ImageNet statistics; its eval pipeline
-            resizes to 256 and centre-crops 224).
+        augmentation: the view pipeline; defaults to 224×224 crops with ImageNet statistics,
+            whose eval pipeline resizes to 256 and centre-crops 224.
+        batch_size, num_workers, val_seed, pin_memory: see ``ContrastiveDataModule``.
     """
 
     def __init__(
@@ -57,15 +57,13 @@ class ImageFolderDataModule(ContrastiveDataModule):
         train_dir: str = "train",
         val_dir: str = "val",
         test_dir: str = "test",
-        batch_size: int = 256,
-        num_workers: int = 2,
+        *,
         augmentation: ViewAugmentation = ViewAugmentation(
             crop_size=224, mean=IMAGENET_MEAN, std=IMAGENET_STD, eval_crop_fraction=0.875
         ),
-        val_seed: int = 0,
-        pin_memory: Optional[bool] = None,
+        **kwargs: Any,
     ) -> None:
-        super().__init__(batch_size, num_workers, augmentation, val_seed, pin_memory)
+        super().__init__(augmentation=augmentation, **kwargs)
         name = type(self).__name__
         self.root = Path(root)
         if not self.root.is_dir():

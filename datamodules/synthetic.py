@@ -8,12 +8,12 @@ is independent of the class, so an encoder can only separate the classes by lear
 from __future__ import annotations
 
 import math
-from typing import Callable, Optional
+from typing import Any, Callable
 
 import torch
+from PIL import Image
 from torch import Tensor
 from torch.utils.data import Dataset
-from PIL import Image
 
 from datamodules.augment import ViewAugmentation
 from datamodules.base import SPLITS, ContrastiveDataModule, Split
@@ -137,7 +137,8 @@ class SyntheticDataModule(ContrastiveDataModule):
         train_size, val_size, test_size: images per split.
         image_size: side of the square images, in pixels.
         seed: the data seed (separate from the training seed).
-        batch_size, num_workers, augmentation, val_seed, pin_memory: see
+        augmentation: the view pipeline; defaults to :data:`SYNTHETIC_AUGMENTATION`.
+        batch_size, num_workers, val_seed, pin_memory: see
             :class:`~datamodules.base.ContrastiveDataModule`.
     """
 
@@ -149,13 +150,11 @@ class SyntheticDataModule(ContrastiveDataModule):
         test_size: int = 500,
         image_size: int = 32,
         seed: int = 0,
-        batch_size: int = 256,
-        num_workers: int = 2,
+        *,
         augmentation: ViewAugmentation = SYNTHETIC_AUGMENTATION,
-        val_seed: int = 0,
-        pin_memory: Optional[bool] = None,
+        **kwargs: Any,
     ) -> None:
-        super().__init__(batch_size, num_workers, augmentation, val_seed, pin_memory)
+        super().__init__(augmentation=augmentation, **kwargs)
         name = type(self).__name__
         if not 2 <= num_classes <= len(SHAPES):
             raise ConfigError(

@@ -6,15 +6,17 @@ fails when the datamodule is built (before any process is launched), an incomple
 one at ``setup``, both with one line naming ``root``. Only the first process of each machine
 downloads (Lightning's ``prepare_data``).
 
-Each subclass spells out its own default ``augmentation`` (crop size, statistics) in its
-signature, so that overriding one field from YAML or the command line
+Each constructor states only its own options and the defaults it changes (a data set's own
+``augmentation``: crop size, statistics) and passes everything else to its base class by
+keyword; jsonargparse follows ``**kwargs`` into the base signatures, so ``--print_config`` and
+``--data.help`` still list every option with its default, and overriding one augmentation field
 (``--data.init_args.augmentation.min_scale=0.1``) keeps the data set's other defaults.
 """
 
 from __future__ import annotations
 
 import os
-from typing import ClassVar, Literal, Optional
+from typing import Any, ClassVar, Literal
 
 from torch.utils.data import Dataset
 from torchvision import datasets
@@ -45,17 +47,15 @@ class TorchvisionDataModule(ContrastiveDataModule):
     #: Splits whose torchvision dataset, built with ``download=True``, fetches every file needed.
     download_splits: ClassVar[tuple[Split, ...]] = ("test",)
 
-    def __init__(
-        self,
-        root: str = "data",
-        download: bool = False,
-        batch_size: int = 256,
-        num_workers: int = 2,
-        augmentation: ViewAugmentation = ViewAugmentation(),
-        val_seed: int = 0,
-        pin_memory: Optional[bool] = None,
-    ) -> None:
-        super().__init__(batch_size, num_workers, augmentation, val_seed, pin_memory)
+    def __init__(self, root: str = "data", download: bool = False, **kwargs: Any) -> None:
+        """
+        Args:
+            root: folder that holds (or will hold) the data set, in torchvision's layout.
+            download: download the data if it is missing (needs internet).
+            **kwargs: ``batch_size``, ``num_workers``, ``augmentation``, ``val_seed``,
+                ``pin_memory``: see ``ContrastiveDataModule``.
+        """
+        super().__init__(**kwargs)
         self.root = os.path.expanduser(root)
         self.download = download
         if not download and not self.data_present():
@@ -110,18 +110,6 @@ class CIFAR10DataModule(TorchvisionDataModule):
 
     title, folder, NUM_CLASSES = "CIFAR-10", "cifar-10-batches-py", 10
 
-    def __init__(
-        self,
-        root: str = "data",
-        download: bool = False,
-        batch_size: int = 256,
-        num_workers: int = 2,
-        augmentation: ViewAugmentation = ViewAugmentation(),
-        val_seed: int = 0,
-        pin_memory: Optional[bool] = None,
-    ) -> None:
-        super().__init__(root, download, batch_size, num_workers, augmentation, val_seed, pin_memory)
-
     def make(self, split: Split, download: bool) -> Dataset:
         return datasets.CIFAR10(self.root, train=split == "train", download=download)
 
@@ -132,22 +120,19 @@ class CIFAR100DataModule(TorchvisionDataModule):
     Args:
         root: folder that holds (or will hold) ``cifar-100-python``.
         download: download the data if it is missing (needs internet, 170 MB).
-        batch_size, num_workers, augmentation, val_seed, pin_memory: see ``ContrastiveDataModule``.
+        augmentation: the view pipeline; defaults to CIFAR-100's statistics.
+        batch_size, num_workers, val_seed, pin_memory: see ``ContrastiveDataModule``.
     """
 
     title, folder, NUM_CLASSES = "CIFAR-100", "cifar-100-python", 100
 
     def __init__(
         self,
-        root: str = "data",
-        download: bool = False,
-        batch_size: int = 256,
-        num_workers: int = 2,
+        *,
         augmentation: ViewAugmentation = ViewAugmentation(mean=CIFAR100_MEAN, std=CIFAR100_STD),
-        val_seed: int = 0,
-        pin_memory: Optional[bool] = None,
+        **kwargs: Any,
     ) -> None:
-        super().__init__(root, download, batch_size, num_workers, augmentation, val_seed, pin_memory)
+        super().__init__(augmentation=augmentation, **kwargs)
 
     def make(self, split: Split, download: bool) -> Dataset:
         return datasets.CIFAR100(self.root, train=split == "train", download=download)
@@ -162,7 +147,8 @@ class SVHNDataModule(TorchvisionDataModule):
     Args:
         root: folder that holds (or will hold) ``train_32x32.mat`` and ``test_32x32.mat``.
         download: download the data if it is missing (needs internet, 240 MB).
-        batch_size, num_workers, augmentation, val_seed, pin_memory: see ``ContrastiveDataModule``.
+        augmentation: the view pipeline; defaults to SVHN's statistics, without flips.
+        batch_size, num_workers, val_seed, pin_memory: see ``ContrastiveDataModule``.
     """
 
     title, folder, NUM_CLASSES = "SVHN", "train_32x32.mat and test_32x32.mat", 10
@@ -170,15 +156,11 @@ class SVHNDataModule(TorchvisionDataModule):
 
     def __init__(
         self,
-        root: str = "data",
-        download: bool = False,
-        batch_size: int = 256,
-        num_workers: int = 2,
+        *,
         augmentation: ViewAugmentation = ViewAugmentation(hflip_prob=0.0, mean=SVHN_MEAN, std=SVHN_STD),
-        val_seed: int = 0,
-        pin_memory: Optional[bool] = None,
+        **kwargs: Any,
     ) -> None:
-        super().__init__(root, download, batch_size, num_workers, augmentation, val_seed, pin_memory)
+        super().__init__(augmentation=augmentation, **kwargs)
 
     def data_present(self) -> bool:
         files = [datasets.SVHN.split_list[s][1] for s in ("train", "test")]
@@ -198,29 +180,25 @@ class STL10DataModule(TorchvisionDataModule):
         root: folder that holds (or will hold) ``stl10_binary``.
         download: download the data if it is missing (needs internet, 2.6 GB).
         train_split: ``train+unlabeled``, ``unlabeled`` or ``train``.
-        batch_size, num_workers, augmentation, val_seed, pin_memory: see ``ContrastiveDataModule``
-            (the default augmentation crops 96×96).
+        augmentation: the view pipeline; defaults to 96×96 crops with STL-10's statistics.
+        batch_size, num_workers, val_seed, pin_memory: see ``ContrastiveDataModule``.
     """
 
     title, folder, NUM_CLASSES = "STL-10", "stl10_binary", 10
 
     def __init__(
         self,
-        root: str = "data",
-        download: bool = False,
+        *,
         train_split: Literal["train+unlabeled", "unlabeled", "train"] = "train+unlabeled",
-        batch_size: int = 256,
-        num_workers: int = 2,
         augmentation: ViewAugmentation = ViewAugmentation(crop_size=96, mean=STL10_MEAN, std=STL10_STD),
-        val_seed: int = 0,
-        pin_memory: Optional[bool] = None,
+        **kwargs: Any,
     ) -> None:
         if train_split not in ("train+unlabeled", "unlabeled", "train"):
             raise ConfigError(
                 f"STL10DataModule: train_split must be train+unlabeled, unlabeled or train, got {train_split!r}"
             )
         self.train_split = train_split
-        super().__init__(root, download, batch_size, num_workers, augmentation, val_seed, pin_memory)
+        super().__init__(augmentation=augmentation, **kwargs)
 
     def make(self, split: Split, download: bool) -> Dataset:
         name = self.train_split if split == "train" else "test"

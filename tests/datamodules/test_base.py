@@ -1,5 +1,6 @@
 import pytest
 import torch
+from lightning import LightningModule, Trainer
 
 from datamodules import SyntheticDataModule
 from ssl_app.errors import ConfigError
@@ -84,3 +85,52 @@ def test_batch_larger_than_the_split_is_rejected():
 def test_bad_loader_values_are_named(kwargs, option):
     with pytest.raises(ConfigError, match=option):
         SyntheticDataModule(**kwargs)
+
+
+class ViewCounter(LightningModule):
+    """A stand-in method that records how many views each train/val batch carries."""
+
+    def __init__(self, **attributes):
+        super().__init__()
+        self.layer = torch.nn.Linear(1, 1)
+        self.seen = {"train": set(), "val": set()}
+        for name, value in attributes.items():
+            setattr(self, name, value)
+
+    def training_step(self, batch, batch_idx):
+        self.seen["train"].add(len(batch[0]))
+        return self.layer(batch[0][0].mean().view(1, 1)).sum()
+
+    def validation_step(self, batch, batch_idx):
+        self.seen["val"].add(len(batch[0]))
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+def fit_one_step(module, tmp_path):
+    trainer = Trainer(
+        max_epochs=1, limit_train_batches=2, limit_val_batches=1, num_sanity_val_steps=0, logger=False, enable_checkpointing=False,
+        enable_progress_bar=False, enable_model_summary=False, default_root_dir=tmp_path, accelerator="cpu",
+    )
+    trainer.fit(module, datamodule=small_module())
+    return module.seen
+
+
+@pytest.mark.parametrize("attributes,train_views", [({"train_views": 1}, 1), ({"train_views": 3}, 3), ({}, 2)])
+def test_training_builds_as_many_views_as_the_method_consumes(attributes, train_views, tmp_path):
+    # 1: the memory bank; no attribute: the default of SimCLR and MoCo. Validation keeps 2
+    # views whatever the method trains on (alignment needs two).
+    seen = fit_one_step(ViewCounter(**attributes), tmp_path)
+    assert seen == {"train": {train_views}, "val": {2}}
+
+
+def test_without_a_trainer_two_training_views():
+    views, _, _ = next(iter(small_module().train_dataloader()))
+    assert len(views) == 2
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1.5, True, "1"])
+def test_a_bad_train_views_is_named(bad, tmp_path):
+    with pytest.raises(ConfigError, match=f"train_views must be an integer >= 1, got {bad!r}"):
+        fit_one_step(ViewCounter(train_views=bad), tmp_path)

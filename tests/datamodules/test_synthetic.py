@@ -1,6 +1,5 @@
-import torch
-
 import pytest
+import torch
 
 from datamodules import SyntheticDataModule
 from datamodules.synthetic import make_shapes

@@ -1,3 +1,5 @@
+import dataclasses
+import inspect
 import pickle
 import urllib.error
 
@@ -5,10 +7,20 @@ import numpy as np
 import pytest
 import torch
 import torchvision.datasets.cifar as tv_cifar
+import yaml
 from jsonargparse import ArgumentParser
 from lightning import LightningDataModule
 
-from datamodules import CIFAR10DataModule, CIFAR100DataModule, STL10DataModule, SVHNDataModule
+from datamodules import (
+    CIFAR10DataModule,
+    CIFAR100DataModule,
+    ContrastiveDataModule,
+    STL10DataModule,
+    SVHNDataModule,
+    ViewAugmentation,
+)
+from datamodules.augment import CIFAR10_MEAN, CIFAR100_MEAN, STL10_MEAN, SVHN_MEAN
+from ssl_app.cli import main
 from ssl_app.errors import ConfigError
 
 MODULES = [
@@ -93,3 +105,85 @@ def test_overriding_one_augmentation_field_keeps_the_data_sets_defaults(module, 
     config = parser.parse_args([f"--data=datamodules.{module}", "--data.augmentation.min_scale=0.5"])
     augmentation = config.data.init_args.augmentation
     assert augmentation.min_scale == 0.5 and augmentation.crop_size == crop and augmentation.mean[0] == mean0
+
+
+# --- constructors state their own options; jsonargparse follows **kwargs to the rest ------------
+
+ALL_MODULES = {
+    "CIFAR10DataModule": {"root": "data", "download": False},
+    "CIFAR100DataModule": {"root": "data", "download": False},
+    "SVHNDataModule": {"root": "data", "download": False},
+    "STL10DataModule": {"root": "data", "download": False, "train_split": "train+unlabeled"},
+    "SyntheticDataModule": {"num_classes": 10, "train_size": 2000, "seed": 0},
+    "ImageFolderDataModule": {"train_dir": "train", "val_dir": "val", "test_dir": "test"},
+}
+# The augmentation each data set defaults to (only what differs from ViewAugmentation()).
+OWN_AUGMENTATION = {
+    "CIFAR10DataModule": {"crop_size": 32, "mean": list(CIFAR10_MEAN)},
+    "CIFAR100DataModule": {"crop_size": 32, "mean": list(CIFAR100_MEAN)},
+    "SVHNDataModule": {"hflip_prob": 0.0, "mean": list(SVHN_MEAN)},
+    "STL10DataModule": {"crop_size": 96, "mean": list(STL10_MEAN)},
+    "SyntheticDataModule": {"min_scale": 0.4, "hue": 0.5},
+    "ImageFolderDataModule": {"crop_size": 224, "eval_crop_fraction": 0.875},
+}
+
+
+def base_defaults() -> dict:
+    """Every option of ContrastiveDataModule but the augmentation, with its default."""
+    parameters = inspect.signature(ContrastiveDataModule.__init__).parameters.values()
+    defaults = {p.name: p.default for p in parameters if p.name not in ("self", "augmentation")}
+    assert {"batch_size", "num_workers", "val_seed", "pin_memory"} <= set(defaults)
+    return defaults
+
+
+def printed_data_config(capsys, name: str, *extra: str) -> dict:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["fit", "--model=ssl_app.methods.SimCLR", f"--data=datamodules.{name}", *extra, "--print_config"])
+    assert exit_info.value.code == 0
+    data = yaml.safe_load(capsys.readouterr().out)["data"]
+    assert data["class_path"] == f"datamodules.{name}"
+    return data["init_args"]
+
+
+@pytest.mark.parametrize("name", ALL_MODULES)
+def test_print_config_shows_every_option_with_its_default(name, capsys):
+    options = printed_data_config(capsys, name)
+    for option, default in {**base_defaults(), **ALL_MODULES[name]}.items():
+        assert option in options, f"{name}: --print_config lost {option}"
+        assert options[option] == default, (name, option)
+    augmentation = options["augmentation"]
+    assert set(augmentation) == {f.name for f in dataclasses.fields(ViewAugmentation)}
+    for field, value in OWN_AUGMENTATION[name].items():
+        assert augmentation[field] == pytest.approx(value), (name, field)
+
+
+@pytest.mark.parametrize("name", ALL_MODULES)
+def test_data_help_lists_every_option(name, capsys):
+    with pytest.raises(SystemExit):
+        main(["fit", "--data.help", f"datamodules.{name}"])
+    out = capsys.readouterr().out
+    for option in [*base_defaults(), *ALL_MODULES[name], "augmentation.min_scale"]:
+        assert f"--data.{option} " in out, f"{name}: --data.help lost {option}"
+
+
+@pytest.mark.parametrize("name", ALL_MODULES)
+def test_a_partial_override_keeps_the_other_defaults(name, capsys):
+    options = printed_data_config(
+        capsys, name, "--data.init_args.augmentation.min_scale=0.5", "--data.init_args.batch_size=7"
+    )
+    assert options["augmentation"]["min_scale"] == 0.5 and options["batch_size"] == 7
+    for field, value in OWN_AUGMENTATION[name].items():
+        if field != "min_scale":
+            assert options["augmentation"][field] == pytest.approx(value), (name, field)
+    assert options["num_workers"] == base_defaults()["num_workers"]
+
+
+def test_keyword_arguments_reach_the_base_class(tmp_path):
+    write_fake_cifar(tmp_path, hundred=True)
+    dm = CIFAR100DataModule(root=str(tmp_path), batch_size=3, num_workers=0, val_seed=5, pin_memory=False)
+    assert (dm.batch_size, dm.num_workers, dm.val_seed, dm.pin_memory) == (3, 0, 5, False)
+    assert dm.augmentation.mean == CIFAR100_MEAN and dm.root == str(tmp_path)
+    with pytest.raises(ConfigError, match="batch_size must be >= 1"):
+        STL10DataModule(download=True, batch_size=0)
+    with pytest.raises(TypeError):  # a typo is not swallowed by **kwargs
+        CIFAR10DataModule(download=True, batchsize=3)

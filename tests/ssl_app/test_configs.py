@@ -1,34 +1,165 @@
-"""Every shipped config parses, and the paper's loss overlays compose with the method configs."""
+"""The shipped configs: every experiment parses, fragments compose, paper setups match the papers.
+
+Layout (configs/README.md): experiments (``configs/*.yaml``, ``configs/cifar10/*.yaml``) include a
+base with ``config:`` and name their fragments (``model: model/x.yaml``); the loss overlays of
+``configs/cifar10/losses/`` compose on top with a second ``--config``.
+"""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 
+from datamodules import ViewAugmentation
+from datamodules.augment import CIFAR10_MEAN
 from ssl_app.cli import main
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
-METHOD_CONFIGS = sorted(p for p in CONFIGS.rglob("*.yaml") if p.parent.name != "losses")
+FRAGMENT_DIRS = ("base", "trainer", "callbacks", "data", "model")
 LOSS_OVERLAYS = sorted((CONFIGS / "cifar10" / "losses").glob("*.yaml"))
+FRAGMENTS = sorted(p for p in CONFIGS.rglob("*.yaml") if p.relative_to(CONFIGS).parts[0] in FRAGMENT_DIRS)
+EXPERIMENTS = sorted(
+    p for p in CONFIGS.rglob("*.yaml") if p not in FRAGMENTS and p not in LOSS_OVERLAYS
+)
+METHOD_CONFIGS = EXPERIMENTS  # the name other tests and the README knew them by
 
 
-def composed(capsys, *configs: Path) -> dict:
+def rel(path: Path) -> str:
+    return str(path.relative_to(CONFIGS))
+
+
+def composed(capsys, *configs: Path, extra: tuple[str, ...] = ()) -> dict:
+    """The config LightningCLI resolves from ``--config`` files (and extra arguments), as a dict."""
     args = ["fit"]
     for config in configs:
         args += ["--config", str(config)]
     with pytest.raises(SystemExit) as exit_info:
-        main([*args, "--print_config"])
-    assert exit_info.value.code == 0
+        main([*args, *extra, "--print_config"])
+    assert exit_info.value.code == 0, capsys.readouterr().err
     return yaml.safe_load(capsys.readouterr().out)
 
 
-@pytest.mark.parametrize("config", METHOD_CONFIGS, ids=lambda p: str(p.relative_to(CONFIGS)))
-def test_method_config_parses_with_the_metric_callbacks(config, capsys):
+def get(config: Any, dotted: str) -> Any:
+    """``config["a"]["b"][0]`` for ``"a.b.0"``; a missing key is a KeyError naming the path."""
+    node = config
+    for part in dotted.split("."):
+        try:
+            node = node[int(part)] if isinstance(node, list) else node[part]
+        except (KeyError, IndexError, TypeError, ValueError):
+            raise KeyError(f"{dotted} (missing at {part!r})") from None
+    return node
+
+
+def flatten(value: Any, prefix: str) -> dict[str, Any]:
+    if isinstance(value, dict):
+        out: dict[str, Any] = {}
+        for key, item in value.items():
+            out.update(flatten(item, f"{prefix}.{key}" if prefix else str(key)))
+        return out
+    if isinstance(value, list) and any(isinstance(item, (dict, list)) for item in value):
+        out = {}
+        for index, item in enumerate(value):
+            out.update(flatten(item, f"{prefix}.{index}"))
+        return out
+    return {prefix: value}
+
+
+def load_fragment(path: Path) -> Any:
+    """A fragment's value with the fragments it names (relative paths) loaded in their place."""
+    assert path.is_file(), f"missing fragment {path}"
+
+    def resolve(value: Any) -> Any:
+        if isinstance(value, str) and value.endswith(".yaml"):
+            return load_fragment(path.parent / value)
+        if isinstance(value, dict):
+            return {k: resolve(v) for k, v in value.items()}
+        return value
+
+    return resolve(yaml.safe_load(path.read_text()))
+
+
+def declared(path: Path) -> dict[str, Any]:
+    """Every leaf value a config declares, after its includes, as the scheme documents it:
+    ``config:`` first, then each key in order; a fragment path replaces its whole group, a
+    dotted key replaces one leaf."""
+    raw = yaml.safe_load(path.read_text())
+    flat: dict[str, Any] = {}
+    if "config" in raw:
+        flat.update(declared(path.parent / raw.pop("config")))
+    for key, value in raw.items():
+        if isinstance(value, str) and value.endswith(".yaml"):
+            value = load_fragment(path.parent / value)
+            flat = {k: v for k, v in flat.items() if k != key and not k.startswith(f"{key}.")}
+        flat.update(flatten(value, key))
+    return flat
+
+
+def assert_leaves(result: dict, expected: dict[str, Any], what: str) -> None:
+    for key, value in expected.items():
+        actual = get(result, key)
+        if isinstance(value, float) or (isinstance(value, list) and value and isinstance(value[0], float)):
+            assert actual == pytest.approx(value), f"{what}: {key} = {actual!r}, expected {value!r}"
+        else:
+            assert actual == value, f"{what}: {key} = {actual!r}, expected {value!r}"
+
+
+# --- every experiment ---------------------------------------------------------------------------
+
+
+def test_the_documented_experiments_are_all_there():
+    names = {rel(p) for p in EXPERIMENTS}
+    assert {"quickstart.yaml", "moco.yaml", "memory_bank.yaml", "cifar10/memory_bank.yaml", "cifar10/moco.yaml"} <= names
+    assert len(FRAGMENTS) >= 5 and LOSS_OVERLAYS
+
+
+@pytest.mark.parametrize("config", EXPERIMENTS, ids=rel)
+def test_experiment_parses_with_the_metric_callbacks(config, capsys):
     result = composed(capsys, config)
     callbacks = [c["class_path"] for c in result["trainer"]["callbacks"]]
     assert "callbacks.EmbeddingMetrics" in callbacks and "callbacks.KNNMonitor" in callbacks
+    # The header says where the run writes; the logger must agree.
+    where = re.search(r"runs/([\w.]+)/version_<n>", config.read_text())
+    name = result["trainer"]["logger"]["init_args"]["name"]
+    assert name == (where.group(1) if where else f"{config.parent.name}_{config.stem}"), rel(config)
+
+
+@pytest.mark.parametrize("config", EXPERIMENTS, ids=rel)
+def test_experiment_resolves_to_every_value_its_fragments_declare(config, capsys):
+    # Nothing a fragment says is lost in composition (e.g. the callbacks list, or the model's
+    # class_path when a later key touches the same group), and every override lands.
+    expected = declared(config)
+    assert any(k.startswith("trainer.callbacks.") for k in expected), "the experiment names no callbacks"
+    assert_leaves(composed(capsys, config), expected, rel(config))
+
+
+def test_every_fragment_is_used_by_some_config():
+    used: set[Path] = set()
+    for path in [*EXPERIMENTS, *FRAGMENTS]:
+        for value in re.findall(r"^\s*[\w.+]+:\s*(\S+\.yaml)\s*$", path.read_text(), flags=re.MULTILINE):
+            target = (path.parent / value).resolve()
+            assert target.is_file(), f"{rel(path)} names {value}, which does not exist"
+            used.add(target)
+    orphans = [rel(p) for p in FRAGMENTS if p.resolve() not in used]
+    assert not orphans, f"fragments no config uses: {orphans}"
+
+
+def test_a_later_command_line_value_overrides_a_fragment(capsys):
+    result = composed(
+        capsys,
+        CONFIGS / "quickstart.yaml",
+        extra=("--trainer.max_epochs=3", "--model.init_args.loss.init_args.temperature=0.2"),
+    )
+    assert result["trainer"]["max_epochs"] == 3
+    assert result["model"]["init_args"]["loss"]["init_args"]["temperature"] == 0.2
+    assert result["model"]["class_path"] == "ssl_app.methods.SimCLR"
+    assert len(result["trainer"]["callbacks"]) == 2
+
+
+# --- the loss overlays of Table 1 ---------------------------------------------------------------
 
 
 def test_paper_settings_are_all_there():
@@ -39,12 +170,142 @@ def test_paper_settings_are_all_there():
 
 
 @pytest.mark.parametrize("overlay", LOSS_OVERLAYS, ids=lambda p: p.stem)
-def test_loss_overlay_composes_with_the_memory_bank(overlay, capsys):
+@pytest.mark.parametrize("method", ["memory_bank", "moco"])
+def test_loss_overlay_composes_with_the_cifar10_methods(overlay, method, capsys):
     expected = yaml.safe_load(overlay.read_text())["model"]["init_args"]["loss"]
-    result = composed(capsys, CONFIGS / "cifar10" / "memory_bank.yaml", overlay)
+    result = composed(capsys, CONFIGS / "cifar10" / f"{method}.yaml", overlay)
     model = result["model"]
-    assert model["class_path"] == "ssl_app.methods.MemoryBank"
+    assert model["class_path"] == {"memory_bank": "ssl_app.methods.MemoryBank", "moco": "ssl_app.methods.MoCo"}[method]
     assert model["init_args"]["loss"]["class_path"] == expected["class_path"]
     for key, value in expected["init_args"].items():
         assert model["init_args"]["loss"]["init_args"][key] == value
     assert result["trainer"]["logger"]["init_args"]["name"] == f"cifar10_{overlay.stem}"
+    assert len(result["trainer"]["callbacks"]) == 2
+
+
+# --- configs that claim a paper's setup match the paper -----------------------------------------
+
+_PAPER_AUGMENTATION = {"crop_size": 32, "brightness": 0.4, "contrast": 0.4, "saturation": 0.4, "blur_prob": 0.0}
+
+# Wang & Liu 2021, "Their setup" (PAPER.md): memory bank, ResNet-18 (3×3 stem), linear 128-d head,
+# SGD lr 0.03, momentum 0.9, wd 5e-4, batch 128, 200 epochs, lr ×0.1 at 160 and 190;
+# RandomResizedCrop(32, scale 0.2–1), ColorJitter(0.4, 0.4, 0.4, 0.4) on every image,
+# RandomGrayscale(0.2), horizontal flip; kNN monitor k = 200, σ = 0.07.
+WANG_LIU_2021 = {
+    "source": "Wang & Liu",
+    "values": {
+        "model.class_path": "ssl_app.methods.MemoryBank",
+        "model.init_args.backbone": "resnet18_cifar",
+        "model.init_args.proj_dim": 128,
+        "model.init_args.proj_layers": 1,
+        "model.init_args.bank_momentum": 0.5,
+        "model.init_args.bank_size": None,  # every training image
+        "model.init_args.optim.optimizer": "sgd",
+        "model.init_args.optim.lr": 0.03,
+        "model.init_args.optim.momentum": 0.9,
+        "model.init_args.optim.weight_decay": 5e-4,
+        "model.init_args.optim.schedule": "multistep",
+        "model.init_args.optim.milestones": [160, 190],
+        "model.init_args.optim.gamma": 0.1,
+        "model.init_args.optim.warmup_epochs": 0,
+        "model.init_args.optim.scale_lr": "none",
+        "data.class_path": "datamodules.CIFAR10DataModule",
+        "data.init_args.batch_size": 128,
+        "trainer.max_epochs": 200,
+        "trainer.callbacks.1.class_path": "callbacks.KNNMonitor",
+        "trainer.callbacks.1.init_args.k": 200,
+        "trainer.callbacks.1.init_args.temperature": 0.07,
+        **{f"data.init_args.augmentation.{k}": v for k, v in _PAPER_AUGMENTATION.items()},
+        "data.init_args.augmentation.min_scale": 0.2,
+        "data.init_args.augmentation.hue": 0.4,
+        "data.init_args.augmentation.jitter_prob": 1.0,
+        "data.init_args.augmentation.grayscale_prob": 0.2,
+        "data.init_args.augmentation.hflip_prob": 0.5,
+    },
+    # Table 1's first column; the loss overlays replace it.
+    "loss": {"model.init_args.loss.class_path": "ssl_app.losses.InfoNCE", "model.init_args.loss.init_args.temperature": 0.07},
+}
+
+# MoCo v2 (Chen et al. 2020), the MoCo authors' CIFAR-10 demo: ResNet-18 (CIFAR stem), linear
+# 128-d head, queue 4096, momentum 0.99, τ = 0.1, SGD lr 0.06, momentum 0.9, wd 5e-4, cosine,
+# batch 512, 200 epochs; RandomResizedCrop(32) (scale 0.08–1), RandomApply(ColorJitter(0.4, 0.4,
+# 0.4, 0.1), p = 0.8), RandomGrayscale(0.2), flip, Normalize(CIFAR mean, (0.2023, 0.1994, 0.2010)).
+MOCO_V2_CIFAR_DEMO = {
+    "source": "MoCo v2",
+    "values": {
+        "model.class_path": "ssl_app.methods.MoCo",
+        "model.init_args.backbone": "resnet18_cifar",
+        "model.init_args.proj_dim": 128,
+        "model.init_args.proj_layers": 1,
+        "model.init_args.queue_size": 4096,
+        "model.init_args.momentum": 0.99,
+        "model.init_args.symmetric": False,
+        "model.init_args.optim.optimizer": "sgd",
+        "model.init_args.optim.lr": 0.06,
+        "model.init_args.optim.momentum": 0.9,
+        "model.init_args.optim.weight_decay": 5e-4,
+        "model.init_args.optim.schedule": "cosine",
+        "model.init_args.optim.warmup_epochs": 0,
+        "model.init_args.optim.scale_lr": "none",
+        "data.class_path": "datamodules.CIFAR10DataModule",
+        "data.init_args.batch_size": 512,
+        "trainer.max_epochs": 200,
+        **{f"data.init_args.augmentation.{k}": v for k, v in _PAPER_AUGMENTATION.items()},
+        "data.init_args.augmentation.min_scale": 0.08,
+        "data.init_args.augmentation.hue": 0.1,
+        "data.init_args.augmentation.jitter_prob": 0.8,
+        "data.init_args.augmentation.grayscale_prob": 0.2,
+        "data.init_args.augmentation.hflip_prob": 0.5,
+        "data.init_args.augmentation.mean": list(CIFAR10_MEAN),
+        "data.init_args.augmentation.std": [0.2023, 0.1994, 0.2010],
+    },
+    "loss": {"model.init_args.loss.class_path": "ssl_app.losses.InfoNCE", "model.init_args.loss.init_args.temperature": 0.1},
+}
+
+PAPER_SETUPS = {"cifar10/memory_bank.yaml": WANG_LIU_2021, "cifar10/moco.yaml": MOCO_V2_CIFAR_DEMO}
+_CLAIM = re.compile(r"setup of|following the", re.IGNORECASE)
+
+
+def header(path: Path) -> str:
+    lines = path.read_text().splitlines()
+    return "\n".join(line for line in lines[: next((i for i, l in enumerate(lines) if not l.startswith("#")), len(lines))])
+
+
+@pytest.mark.parametrize("config", [*EXPERIMENTS, *FRAGMENTS, *LOSS_OVERLAYS], ids=rel)
+def test_a_config_that_claims_a_papers_setup_names_its_source_and_is_checked(config):
+    text = header(config)
+    source = re.search(r"^# Source: (.+)$", text, flags=re.MULTILINE)
+    if rel(config) in PAPER_SETUPS:
+        assert source, f"{rel(config)}: no '# Source:' line in its header"
+        assert PAPER_SETUPS[rel(config)]["source"] in source.group(1)
+    else:
+        assert not source, f"{rel(config)} names a source but no test checks it against the paper (PAPER_SETUPS)"
+        assert not _CLAIM.search(text), f"{rel(config)} claims a setup: add it to PAPER_SETUPS"
+
+
+@pytest.mark.parametrize("overlay", [None, *LOSS_OVERLAYS], ids=lambda p: p.stem if p else "alone")
+@pytest.mark.parametrize("config", sorted(PAPER_SETUPS))
+def test_paper_setup_configs_match_the_paper(config, overlay, capsys):
+    setup = PAPER_SETUPS[config]
+    files = [CONFIGS / config] + ([overlay] if overlay else [])
+    result = composed(capsys, *files)
+    expected = dict(setup["values"])
+    if overlay is None:
+        expected.update(setup["loss"])
+    assert_leaves(result, expected, " + ".join(rel(f) for f in files))
+
+
+@pytest.mark.parametrize("config", sorted(PAPER_SETUPS))
+def test_the_paper_augmentation_reaches_the_transform(config, capsys):
+    values = composed(capsys, CONFIGS / config)["data"]["init_args"]["augmentation"]
+    steps = ViewAugmentation(**values).train_transform().transforms
+    crop = next(s for s in steps if type(s).__name__ == "RandomResizedCrop")
+    assert crop.size == [32, 32] or tuple(crop.size) == (32, 32)
+    assert crop.scale == pytest.approx((values["min_scale"], 1.0))
+    jitter_wrapper = next(s for s in steps if type(s).__name__ == "RandomApply")
+    jitter = jitter_wrapper.transforms[0]
+    assert jitter_wrapper.p == values["jitter_prob"]
+    assert jitter.hue == pytest.approx((-values["hue"], values["hue"]))
+    assert jitter.brightness == pytest.approx((0.6, 1.4))
+    grayscale = next(s for s in steps if type(s).__name__ == "RandomGrayscale")
+    assert grayscale.p == 0.2
