@@ -238,6 +238,8 @@ MOCO_V2_CIFAR_DEMO = {
         "model.init_args.proj_dim": 128,
         "model.init_args.proj_layers": 1,
         "model.init_args.queue_size": 4096,
+        "model.init_args.key_bn": "auto",  # one device: split BatchNorm into 8 groups, as the demo
+        "model.init_args.split_bn_groups": 8,
         "model.init_args.momentum": 0.99,
         "model.init_args.symmetric": False,
         "model.init_args.optim.optimizer": "sgd",
