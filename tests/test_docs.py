@@ -20,6 +20,7 @@ import yaml
 from lightning.pytorch.cli import LightningCLI
 
 from ssl_app.cli import main
+from tests.ssl_app.methods.test_readme_method import readme_example
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIGS = REPO / "configs"
@@ -124,7 +125,10 @@ def test_named_config_exists_and_parses(name, capsys, monkeypatch):
 
 
 @pytest.mark.parametrize("where,argv", ALL_COMMANDS, ids=[w for w, _ in ALL_COMMANDS])
-def test_command_parses(where, argv, capsys, monkeypatch):
+def test_command_parses(where, argv, capsys, monkeypatch, tmp_path):
+    if any("my_methods." in arg for arg in argv):  # the README's own example method, saved as it says
+        (tmp_path / "my_methods.py").write_text(readme_example())
+        monkeypatch.syspath_prepend(str(tmp_path))
     assert_parses(argv, where, capsys, monkeypatch)
 
 
