@@ -114,8 +114,9 @@ def _group_key(run: Run, settings: dict[str, Any]) -> tuple:
 
 
 def _label(configurations: list[Configuration]) -> None:
-    differing = _differing_keys([c.settings for c in configurations])
-    methods = {c.method for c in configurations}
+    configured = [c for c in configurations if c.settings]  # runs without a config say nothing
+    differing = _differing_keys([c.settings for c in configured])
+    methods = {c.method for c in configured}
     for configuration in configurations:
         settings = configuration.settings
         parts: list[tuple[str, str]] = []  # (key, text)
@@ -127,8 +128,8 @@ def _label(configurations: list[Configuration]) -> None:
             value = settings.get(LOSS_PREFIX + name)
             if value is not None:
                 parts.append((LOSS_PREFIX + name, f"{symbol}={_format(value)}"))
-        shown = {key for key, _ in parts} | {LOSS_CLASS, METHOD_CLASS}
-        others = [key for key in differing if key not in shown]
+        shown = {LOSS_CLASS, METHOD_CLASS} | {LOSS_PREFIX + name for name in LOSS_SYMBOLS}
+        others = [key for key in differing if key not in shown] if settings else []
         for key in others:
             parts.append((key, f"{_short_name(key, others)}={_format(settings.get(key))}"))
         if not parts:
