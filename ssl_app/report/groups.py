@@ -28,6 +28,11 @@ IGNORED_KEYS = ("seed_everything", "ckpt_path", "trainer.default_root_dir")
 IGNORED_PREFIXES = ("trainer.logger",)
 # Loss hyper-parameters shown in every label, with the paper's symbols, in this order.
 LOSS_SYMBOLS = {"temperature": "τ", "num_negatives": "K", "quantile": "α", "lam": "λ"}
+# Other differing settings join a label in this order of key prefix, at most MAX_EXTRA_PARTS of
+# them, and only when short (a differing callbacks list still separates rows, see `_label`).
+KEY_PRIORITY = ("model.", "data.", "trainer.")
+MAX_EXTRA_PARTS = 3
+MAX_VALUE_CHARS = 20
 # Row order of Table 1; other losses follow, by name.
 PAPER_ORDER = ("InfoNCE", "Simple", "HardContrastive", "HardSimple")
 
@@ -129,9 +134,11 @@ def _label(configurations: list[Configuration]) -> None:
             if value is not None:
                 parts.append((LOSS_PREFIX + name, f"{symbol}={_format(value)}"))
         shown = {LOSS_CLASS, METHOD_CLASS} | {LOSS_PREFIX + name for name in LOSS_SYMBOLS}
-        others = [key for key in differing if key not in shown] if settings else []
-        for key in others:
+        others = _extra_keys([key for key in differing if key not in shown], configured) if settings else []
+        for key in others[:MAX_EXTRA_PARTS]:
             parts.append((key, f"{_short_name(key, others)}={_format(settings.get(key))}"))
+        if len(others) > MAX_EXTRA_PARTS:
+            parts.append(("", "…"))
         if not parts:
             parts.append(("", _fallback_name(configuration)))
         configuration.label = " ".join(text for _, text in parts)
@@ -144,6 +151,17 @@ def _label(configurations: list[Configuration]) -> None:
             suffix = f" [{_fallback_name(configuration)}]"
             configuration.label += suffix
             configuration.series += suffix
+
+
+def _extra_keys(keys: list[str], configurations: list[Configuration]) -> list[str]:
+    """The differing keys worth a place in a label: short values only, model first, then data,
+    then trainer settings."""
+    short = [key for key in keys if all(len(_format(c.settings.get(key))) <= MAX_VALUE_CHARS for c in configurations)]
+
+    def priority(key: str) -> int:
+        return next((index for index, prefix in enumerate(KEY_PRIORITY) if key.startswith(prefix)), len(KEY_PRIORITY))
+
+    return sorted(short, key=lambda key: (priority(key), key))
 
 
 def _differing_keys(all_settings: list[dict[str, Any]]) -> list[str]:

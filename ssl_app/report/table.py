@@ -44,12 +44,10 @@ def markdown_table(rows: list[Row], configurations: list[Configuration], title: 
     for row in rows:
         markers = [notes.add(text) for text in _configuration_notes(row.configuration)]
         cells = [" ".join([row.configuration.label, *markers]), str(row.n)]
+        missing_markers = _missing_value_notes(row, notes)
         for column in COLUMNS:
-            stat = row.stat(column.key)
-            cell = format_stat(stat, column.digits)
-            if stat.n < row.n:
-                cell = f"{cell} {notes.add(_missing_note(row, column.key, column.header, column.tag))}".strip()
-            cells.append(cell)
+            cell = format_stat(row.stat(column.key), column.digits)
+            cells.append(f"{cell} {missing_markers.get(column.key, '')}".strip())
         lines.append("| " + " | ".join(cells) + " |")
     with_rows = {id(row.configuration) for row in rows}
     for configuration in configurations:
@@ -111,9 +109,19 @@ def _describe_left_out(run: Run) -> str:
     return f"run `{run.name}` ({reason}{f', log: `{log}`' if log else ''})"
 
 
-def _missing_note(row: Row, key: str, header: str, tag: str) -> str:
-    missing = [run.name for run, value in zip(row.runs, row.values[key]) if value is None]
-    have = row.n - len(missing)
-    names = ", ".join(f"`{name}`" for name in missing)
-    summary = f"mean over {have} of {row.n} runs" if have else "no run logged it"
-    return f"{row.configuration.label}, {header}: `{tag}` not logged by {names}; {summary}."
+def _missing_value_notes(row: Row, notes: Footnotes) -> dict[str, str]:
+    """One note per set of runs missing values in this row; returns each affected column's marker."""
+    by_missing_runs: dict[tuple[str, ...], list] = {}
+    for column in COLUMNS:
+        missing = tuple(run.name for run, value in zip(row.runs, row.values[column.key]) if value is None)
+        if missing:
+            by_missing_runs.setdefault(missing, []).append(column)
+    markers = {}
+    for missing, columns in by_missing_runs.items():
+        tags = ", ".join(f"`{column.tag}`" for column in columns)
+        names = ", ".join(f"`{name}`" for name in missing)
+        have = row.n - len(missing)
+        summary = f"those cells are the mean over the other {have} of {row.n} runs" if have else "those cells are empty"
+        marker = notes.add(f"{row.configuration.label}: {tags} not logged by {names}; {summary}.")
+        markers.update((column.key, marker) for column in columns)
+    return markers

@@ -53,3 +53,16 @@ def test_runs_without_config_group_by_their_parent_folder(tmp_path):
     configurations = group_runs(load_runs(tmp_path))
 
     assert [(c.label, len(c.runs)) for c in configurations] == [("InfoNCE τ=0.5", 1), ("mystery", 2)]
+
+
+def test_long_or_many_differences_keep_labels_short_and_distinct(tmp_path):
+    for index, callbacks in enumerate(([{"class_path": "callbacks.EmbeddingMetrics", "init_args": {"top_k": 10}}], [])):
+        config = run_config("InfoNCE", 0, 0.5, batch_size=32 * (index + 1))
+        config["trainer"]["callbacks"] = callbacks
+        config["trainer"].update(max_epochs=index + 1, limit_val_batches=index, limit_train_batches=index + 2)
+        write_run(tmp_path / f"r{index}", config, FINAL)
+
+    labels = [c.label for c in group_runs(load_runs(tmp_path))]
+
+    assert labels == ["InfoNCE τ=0.5 batch_size=32 limit_train_batches=2 limit_val_batches=0 …",
+                      "InfoNCE τ=0.5 batch_size=64 limit_train_batches=3 limit_val_batches=1 …"]

@@ -74,7 +74,7 @@ def test_footnotes_name_the_failed_run_and_the_missing_value(report):
     [failed] = [line for line in markdown.splitlines() if line.startswith("[1] ")]
     assert "not averaged" in failed and "infonce_t0.3/seed2" in failed and "failed" in failed
     [missing] = [line for line in markdown.splitlines() if line.startswith("[2] ")]
-    assert "metrics/tolerance" in missing and "infonce_t0.7/seed1" in missing and "mean over 1 of 2" in missing
+    assert "metrics/tolerance" in missing and "infonce_t0.7/seed1" in missing and "1 of 2 runs" in missing
     assert table_lines(markdown)[2][5] == "0.333 [2]"  # one value: the mean alone
 
 
@@ -106,10 +106,11 @@ def test_a_value_no_run_logged_is_an_empty_cell_with_a_footnote(tmp_path):
     [row] = table_lines(markdown)[1:]
 
     assert row[:2] == ["Simple", "2"]
-    assert row[2].startswith("[1]") and row[3].startswith("[2]")  # linear top-1 and kNN: empty + note
+    assert row[2] == row[3] == row[-1] == "[1]"  # linear top-1, kNN, eff. negatives: empty, one note
     assert row[4] == f"{2.0:.3f} ± {np.std([1.5, 2.5], ddof=1):.3f}"
     assert row[5] == "0.600 ± 0.000"
-    assert "no run logged it" in markdown
+    [note] = [line for line in markdown.splitlines() if line.startswith("[1] ")]
+    assert "`linear/top1`, `metrics/knn_acc`" in note and "`s0`, `s1`" in note and "empty" in note
 
 
 def test_without_an_epoch_tag_effective_negatives_is_the_last_value(tmp_path):
