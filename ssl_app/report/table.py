@@ -100,7 +100,23 @@ def _configuration_notes(configuration: Configuration) -> list[str]:
             notes.append(f"run `{run.name}`: " + "; ".join(run.problems) + ".")
         if run.usable and run.events is not None and (run.events.last(COLLAPSED_TAG) or 0) >= 1:
             notes.append(f"run `{run.name}`: representation collapsed (`{COLLAPSED_TAG}` = 1 at the final epoch).")
+    augmented = [run.name for run in configuration.usable_runs if _uniformity_inputs(run) == "augmented"]
+    if augmented:
+        notes.append(
+            "uniformity and tolerance computed on augmented views (`uniformity_inputs: augmented`) in "
+            + ", ".join(f"`{name}`" for name in augmented)
+            + ": lower than on clean embeddings, not comparable with Table 1."
+        )
     return notes
+
+
+def _uniformity_inputs(run: Run) -> str | None:
+    """The ``uniformity_inputs`` option of the run's EmbeddingMetrics callback, if its config says."""
+    callbacks = ((run.config or {}).get("trainer") or {}).get("callbacks") or []
+    for callback in callbacks if isinstance(callbacks, list) else []:
+        if isinstance(callback, dict) and str(callback.get("class_path", "")).endswith("EmbeddingMetrics"):
+            return (callback.get("init_args") or {}).get("uniformity_inputs")
+    return None
 
 
 def _describe_left_out(run: Run) -> str:

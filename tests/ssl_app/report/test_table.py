@@ -128,3 +128,11 @@ def test_a_collapsed_run_is_named(tmp_path):
         writer.add_scalar("metrics/collapsed", 1.0, 100)
     configurations = group_runs(load_runs(tmp_path))
     assert "representation collapsed" in markdown_table(build_rows(configurations), configurations)
+
+
+def test_uniformity_on_augmented_views_is_flagged(tmp_path):
+    config = run_config("InfoNCE", 0, 0.5)
+    config["trainer"]["callbacks"][0]["init_args"] = {"uniformity_inputs": "augmented"}
+    write_run(tmp_path / "r", config, {"uniformity": 2.0})
+    configurations = group_runs(load_runs(tmp_path))
+    assert "not comparable with Table 1" in markdown_table(build_rows(configurations), configurations)
