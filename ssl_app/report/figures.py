@@ -92,10 +92,12 @@ def draw_dilemma_plane(rows: list[Row], path: Path, colours: dict[str, str], tit
         return FigureResult(path.name, None, "skipped: no configuration has both uniformity and tolerance")
     figure, axes = _figure(1, 1, (7, 5.5))
     axis = axes[0]
-    for row, u, t in points:
+    for index, (row, u, t) in enumerate(points):
         axis.errorbar(u.mean, t.mean, xerr=u.std or 0.0, yerr=t.std or 0.0, marker="o", capsize=3,
                       color=colours[row.configuration.series])
-        axis.annotate(row.configuration.label, (u.mean, t.mean), textcoords="offset points", xytext=(5, 5), fontsize="small")
+        # Staggered offsets keep the labels of neighbouring points (near the uniformity cap) apart.
+        axis.annotate(row.configuration.label, (u.mean, t.mean), textcoords="offset points",
+                      xytext=(6, 4 + 9 * (index % 3)), fontsize="small", color=colours[row.configuration.series])
     axis.set_xlabel("uniformity (−L_unif, higher = more uniform)")
     axis.set_ylabel("tolerance (same-class similarity)")
     axis.grid(alpha=0.3)

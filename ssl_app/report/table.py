@@ -39,12 +39,18 @@ def format_stat(stat: Stat, digits: int) -> str:
 def markdown_table(rows: list[Row], configurations: list[Configuration], title: str | None = None) -> str:
     """The table, its footnotes and a one-line legend, as Markdown."""
     notes = Footnotes()
-    header = ["configuration", "n"] + [column.header for column in COLUMNS]
+    absent = [column for column in COLUMNS if all(row.stat(column.key).n == 0 for row in rows)]
+    absent_marker = notes.add(
+        ", ".join(f"`{column.tag}`" for column in absent) + " logged by no run: those columns are empty."
+    ) if absent else ""
+    header = ["configuration", "n"] + [
+        f"{column.header} {absent_marker}" if column in absent else column.header for column in COLUMNS
+    ]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for row in rows:
         markers = [notes.add(text) for text in _configuration_notes(row.configuration)]
         cells = [" ".join([row.configuration.label, *markers]), str(row.n)]
-        missing_markers = _missing_value_notes(row, notes)
+        missing_markers = _missing_value_notes(row, notes, skip=absent)
         for column in COLUMNS:
             cell = format_stat(row.stat(column.key), column.digits)
             cells.append(f"{cell} {missing_markers.get(column.key, '')}".strip())
@@ -125,10 +131,13 @@ def _describe_left_out(run: Run) -> str:
     return f"run `{run.name}` ({reason}{f', log: `{log}`' if log else ''})"
 
 
-def _missing_value_notes(row: Row, notes: Footnotes) -> dict[str, str]:
-    """One note per set of runs missing values in this row; returns each affected column's marker."""
+def _missing_value_notes(row: Row, notes: Footnotes, skip: list) -> dict[str, str]:
+    """One note per set of runs missing values in this row (columns in ``skip`` have their own
+    note); returns each affected column's marker."""
     by_missing_runs: dict[tuple[str, ...], list] = {}
     for column in COLUMNS:
+        if column in skip:
+            continue
         missing = tuple(run.name for run, value in zip(row.runs, row.values[column.key]) if value is None)
         if missing:
             by_missing_runs.setdefault(missing, []).append(column)

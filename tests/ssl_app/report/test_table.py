@@ -96,7 +96,7 @@ def test_csv_holds_the_same_numbers(study, report, tmp_path):
                 assert line[f"{key}_std"] == ""
 
 
-def test_a_value_no_run_logged_is_an_empty_cell_with_a_footnote(tmp_path):
+def test_a_value_no_run_logged_empties_its_column_with_one_footnote(tmp_path):
     for seed in (0, 1):
         write_run(tmp_path / f"s{seed}", run_config("Simple", seed), {"uniformity": 1.5 + seed, "tolerance": 0.6})
     configurations = group_runs(load_runs(tmp_path))
@@ -105,12 +105,28 @@ def test_a_value_no_run_logged_is_an_empty_cell_with_a_footnote(tmp_path):
     markdown = markdown_table(rows, configurations)
     [row] = table_lines(markdown)[1:]
 
+    header = table_lines(markdown)[0]
     assert row[:2] == ["Simple", "2"]
-    assert row[2] == row[3] == row[-1] == "[1]"  # linear top-1, kNN, eff. negatives: empty, one note
+    assert row[2] == row[3] == row[-1] == ""  # linear top-1, kNN, eff. negatives: logged by no run
+    assert header[2] == "linear top-1 (%) [1]" and header[3] == "kNN (%) [1]"
     assert row[4] == f"{2.0:.3f} ± {np.std([1.5, 2.5], ddof=1):.3f}"
     assert row[5] == "0.600 ± 0.000"
     [note] = [line for line in markdown.splitlines() if line.startswith("[1] ")]
-    assert "`linear/top1`, `metrics/knn_acc`" in note and "`s0`, `s1`" in note and "empty" in note
+    assert "`linear/top1`, `metrics/knn_acc`" in note and "no run" in note and "empty" in note
+
+
+def test_a_value_no_run_of_a_row_logged_is_an_empty_cell_with_a_footnote(tmp_path):
+    write_run(tmp_path / "a", run_config("InfoNCE", 0, 0.5), {"uniformity": 3.0, "knn_acc": 0.5})
+    write_run(tmp_path / "b", run_config("Simple", 0), {"uniformity": 1.5})
+    configurations = group_runs(load_runs(tmp_path))
+
+    markdown = markdown_table(build_rows(configurations), configurations)
+
+    infonce, simple = table_lines(markdown)[1:]
+    assert infonce[3] == "50.00" and simple[3].startswith("[")
+    marker = simple[3]
+    [note] = [line for line in markdown.splitlines() if line.startswith(marker + " ")]
+    assert note.startswith(f"{marker} Simple:") and "`metrics/knn_acc`" in note and "`b`" in note and "empty" in note
 
 
 def test_without_an_epoch_tag_effective_negatives_is_the_last_value(tmp_path):
