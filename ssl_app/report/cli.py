@@ -16,7 +16,7 @@ from ssl_app.errors import ConfigError
 from ssl_app.report.figures import FigureResult, draw_all
 from ssl_app.report.groups import group_runs
 from ssl_app.report.runs import load_runs
-from ssl_app.report.summary import build_rows
+from ssl_app.report.summary import COLUMNS, build_rows
 from ssl_app.report.table import markdown_table, write_csv
 
 TABLE_MD = "table.md"
@@ -49,9 +49,12 @@ def make_report(runs_dir: Path, out_dir: Path | None = None, title: str | None =
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    columns = "\n".join(f"  {column.header}: {column.meaning} ({column.tag})" for column in COLUMNS)
     parser = argparse.ArgumentParser(
         prog="python -m ssl_app.report",
         description="Table 1 (Markdown on stdout, CSV) and figures from a directory of runs.",
+        epilog=f"columns (final epoch, mean ± std over seeds):\n{columns}\nsee docs/report.md",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("runs_dir", type=Path, metavar="RUNS_DIR", help="directory searched for run folders")
     parser.add_argument("--out", type=Path, default=None, help="where table.csv, table.md and the PNGs go (default: RUNS_DIR/report)")
