@@ -1,0 +1,76 @@
+"""``python -m ssl_app.report RUNS_DIR [--out DIR] [--title TEXT]``.
+
+Prints the Markdown table on stdout; writes ``table.md``, ``table.csv`` and the PNG figures to
+the out dir (default ``RUNS_DIR/report``) and says on stderr what it wrote or skipped. A user
+error (no such directory, no run in it) is one line ``error: ...`` on stderr, exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from ssl_app.errors import ConfigError
+from ssl_app.report.figures import FigureResult, draw_all
+from ssl_app.report.groups import group_runs
+from ssl_app.report.runs import load_runs
+from ssl_app.report.summary import COLUMNS, build_rows
+from ssl_app.report.table import markdown_table, write_csv
+
+TABLE_MD = "table.md"
+TABLE_CSV = "table.csv"
+
+
+@dataclass
+class Report:
+    """What ``make_report`` produced: the Markdown, the files written and the figures skipped."""
+
+    markdown: str
+    csv_path: Path
+    figures: list[FigureResult]
+
+
+def make_report(runs_dir: Path, out_dir: Path | None = None, title: str | None = None) -> Report:
+    """Read the runs under ``runs_dir``, write table and figures to ``out_dir``; raises
+    ``ConfigError`` when there is nothing to report on."""
+    runs = load_runs(runs_dir)
+    configurations = group_runs(runs)
+    rows = build_rows(configurations)
+    if not rows:
+        raise ConfigError(f"no finished run under {str(runs_dir)!r}: {len(runs)} run(s), none done with an event file")
+    out_dir = out_dir if out_dir is not None else runs_dir / "report"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    markdown = markdown_table(rows, configurations, title)
+    (out_dir / TABLE_MD).write_text(markdown, encoding="utf-8")
+    write_csv(rows, out_dir / TABLE_CSV)
+    return Report(markdown=markdown, csv_path=out_dir / TABLE_CSV, figures=draw_all(rows, out_dir, title))
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    columns = "\n".join(f"  {column.header}: {column.meaning} ({column.tag})" for column in COLUMNS)
+    parser = argparse.ArgumentParser(
+        prog="python -m ssl_app.report",
+        description="Table 1 (Markdown on stdout, CSV) and figures from a directory of runs.",
+        epilog=f"columns (final epoch, mean ± std over seeds):\n{columns}\nsee docs/report.md",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("runs_dir", type=Path, metavar="RUNS_DIR", help="directory searched for run folders")
+    parser.add_argument("--out", type=Path, default=None, help="where table.csv, table.md and the PNGs go (default: RUNS_DIR/report)")
+    parser.add_argument("--title", default=None, help="heading of the table and the figures")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        report = make_report(args.runs_dir, args.out, args.title)
+    except ConfigError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    sys.stdout.write(report.markdown)
+    print(f"wrote {report.csv_path} and {report.csv_path.with_name(TABLE_MD)}", file=sys.stderr)
+    for figure in report.figures:
+        print(f"wrote {figure.path}" if figure.path else f"{figure.name}: {figure.note}", file=sys.stderr)
+    return 0

@@ -1,0 +1,231 @@
+"""The report's PNG figures, drawn on matplotlib's Agg canvas (headless, no pyplot state).
+
+Each ``draw_*`` function returns a ``FigureResult``: the file it wrote, or why it skipped
+(the data it needs is absent), never an exception for missing data.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
+
+from ssl_app.report.events import Histogram
+from ssl_app.report.runs import Run
+from ssl_app.report.summary import EPOCH_TAG, Row, summarise
+
+POSITIVE_TAG = "similarity/positive"
+NEGATIVE_TAG = "similarity/top10_negative"
+CURVES = (  # (tag, axis label, scale)
+    ("metrics/uniformity", "uniformity (−L_unif)", 1.0),
+    ("metrics/tolerance", "tolerance", 1.0),
+    ("metrics/knn_acc", "kNN accuracy (%)", 100.0),
+)
+DPI = 110
+
+
+@dataclass(frozen=True)
+class FigureResult:
+    """``path`` of the PNG written, or None and ``note`` saying why the figure was skipped."""
+
+    name: str
+    path: Path | None
+    note: str = ""
+
+
+def draw_all(rows: list[Row], out_dir: Path, title: str | None = None) -> list[FigureResult]:
+    """Every figure of the report, written to ``out_dir``."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    colours = _series_colours(rows)
+    return [
+        draw_against_temperature(rows, out_dir / "uniformity_tolerance_vs_temperature.png", colours, title),
+        draw_dilemma_plane(rows, out_dir / "uniformity_tolerance_plane.png", colours, title),
+        draw_similarity_distributions(rows, out_dir / "similarity_distributions.png", title),
+        draw_metric_curves(rows, out_dir / "metric_curves.png", title),
+    ]
+
+
+def draw_against_temperature(rows: list[Row], path: Path, colours: dict[str, str], title: str | None) -> FigureResult:
+    """Uniformity and tolerance against τ, one line per loss (error bars: std over seeds).
+
+    Configurations without τ (Simple, HardSimple) are dashed horizontal reference lines.
+    """
+    with_tau = [row for row in rows if row.configuration.temperature is not None]
+    by_series: dict[str, list[Row]] = defaultdict(list)
+    for row in with_tau:
+        by_series[row.configuration.series].append(row)
+    if not any(len({r.configuration.temperature for r in series}) > 1 for series in by_series.values()):
+        return FigureResult(path.name, None, "skipped: no loss was run at more than one temperature τ")
+    figure, axes = _figure(1, 2, (11, 4.2))
+    for axis, (key, label) in zip(axes, (("uniformity", "uniformity (−L_unif)"), ("tolerance", "tolerance"))):
+        for series, series_rows in by_series.items():
+            points = [(r.configuration.temperature, r.stat(key)) for r in series_rows]
+            points = [(tau, stat) for tau, stat in points if stat.mean is not None]
+            if points:
+                axis.errorbar([tau for tau, _ in points], [s.mean for _, s in points], yerr=[s.std or 0.0 for _, s in points],
+                              marker="o", capsize=3, color=colours[series], label=series)
+        for row in rows:
+            stat = row.stat(key)
+            if row.configuration.temperature is None and stat.mean is not None:
+                axis.axhline(stat.mean, linestyle="--", color=colours[row.configuration.series], label=row.configuration.label)
+        taus = sorted({row.configuration.temperature for row in with_tau})
+        axis.set_xscale("log")
+        axis.set_xticks(taus, [f"{tau:g}" for tau in taus])
+        axis.minorticks_off()
+        axis.set_xlabel("temperature τ")
+        axis.set_ylabel(label)
+        axis.grid(alpha=0.3)
+    axes[0].legend(fontsize="small")
+    return _save(figure, path, title, "uniformity and tolerance against τ")
+
+
+def draw_dilemma_plane(rows: list[Row], path: Path, colours: dict[str, str], title: str | None) -> FigureResult:
+    """One point per configuration in the uniformity–tolerance plane (error bars: std over seeds)."""
+    points = [(row, row.stat("uniformity"), row.stat("tolerance")) for row in rows]
+    points = [(row, u, t) for row, u, t in points if u.mean is not None and t.mean is not None]
+    if not points:
+        return FigureResult(path.name, None, "skipped: no configuration has both uniformity and tolerance")
+    figure, axes = _figure(1, 1, (7, 5.5))
+    axis = axes[0]
+    for index, (row, u, t) in enumerate(points):
+        axis.errorbar(u.mean, t.mean, xerr=u.std or 0.0, yerr=t.std or 0.0, marker="o", capsize=3,
+                      color=colours[row.configuration.series])
+        # Staggered offsets keep the labels of neighbouring points (near the uniformity cap) apart.
+        axis.annotate(row.configuration.label, (u.mean, t.mean), textcoords="offset points",
+                      xytext=(6, 4 + 9 * (index % 3)), fontsize="small", color=colours[row.configuration.series])
+    axis.set_xlabel("uniformity (−L_unif, higher = more uniform)")
+    axis.set_ylabel("tolerance (same-class similarity)")
+    axis.grid(alpha=0.3)
+    return _save(figure, path, title, "the uniformity–tolerance plane")
+
+
+def draw_similarity_distributions(rows: list[Row], path: Path, title: str | None) -> FigureResult:
+    """Positive vs top-10 negative similarity densities of the final epoch (Wang & Liu, Fig. 8).
+
+    One panel per configuration (seeds pooled), one line of panels per loss, τ left to right.
+    """
+    panels = [(row, _final(row.runs, POSITIVE_TAG), _final(row.runs, NEGATIVE_TAG)) for row in rows]
+    panels = [(row, pos, neg) for row, pos, neg in panels if pos and neg]
+    if not panels:
+        return FigureResult(path.name, None, f"skipped: no run logged the histograms {POSITIVE_TAG} and {NEGATIVE_TAG}")
+    lines: dict[str, list] = defaultdict(list)
+    for panel in panels:
+        lines[panel[0].configuration.series].append(panel)
+    width = max(len(line) for line in lines.values())
+    figure, axes = _figure(len(lines), width, (3.4 * width, 2.6 * len(lines)), squeeze=False)
+    for line_index, line in enumerate(lines.values()):
+        for column in range(width):
+            axis = axes[line_index][column]
+            if column >= len(line):
+                axis.set_visible(False)
+                continue
+            row, positives, negatives = line[column]
+            edges = _common_edges(positives + negatives)
+            for histograms, colour, name in ((positives, "tab:blue", "positive"), (negatives, "tab:red", "top-10 neg.")):
+                density, mean = _pooled_density(histograms, edges)
+                axis.stairs(density, edges, fill=True, alpha=0.5, color=colour, label=f"{name} ({mean:.3f})")
+            axis.set_title(f"{row.configuration.label} (n={len(positives)})", fontsize="small")
+            axis.set_xlabel("cosine similarity", fontsize="small")
+            axis.legend(fontsize="x-small", loc="upper left")
+    return _save(figure, path, title, "positive vs top-10 negative similarities, final epoch")
+
+
+def draw_metric_curves(rows: list[Row], path: Path, title: str | None) -> FigureResult:
+    """Uniformity, tolerance and kNN accuracy over epochs, one line (own colour) per
+    configuration: mean over seeds, band ± std."""
+    curves = {tag: [(row, _mean_curve(row.runs, tag, scale)) for row in rows] for tag, _, scale in CURVES}
+    if not any(curve for pairs in curves.values() for _, curve in pairs):
+        return FigureResult(path.name, None, "skipped: no run logged uniformity, tolerance or kNN accuracy")
+    figure, axes = _figure(1, len(CURVES), (5 * len(CURVES), 4.2))
+    for axis, (tag, label, _) in zip(axes, CURVES):
+        for index, (row, curve) in enumerate(curves[tag]):
+            if not curve:
+                continue
+            epochs, means, stds = (np.asarray(values) for values in zip(*curve))
+            colour = f"C{index % 10}"
+            axis.plot(epochs, means, marker=".", color=colour, label=row.configuration.label)
+            axis.fill_between(epochs, means - stds, means + stds, color=colour, alpha=0.15)
+        axis.set_xlabel("epoch")
+        axis.xaxis.set_major_locator(MaxNLocator(integer=True))
+        axis.set_ylabel(label)
+        axis.grid(alpha=0.3)
+    handles, labels = axes[0].get_legend_handles_labels()
+    if not handles:
+        handles, labels = max((axis.get_legend_handles_labels() for axis in axes), key=lambda pair: len(pair[0]))
+    figure.legend(handles, labels, loc="outside lower center", ncol=min(4, max(1, len(labels))), fontsize="small")
+    return _save(figure, path, title, "metrics over epochs")
+
+
+def _figure(nrows: int, ncols: int, size: tuple[float, float], squeeze: bool = True):
+    figure = Figure(figsize=size, dpi=DPI, layout="constrained")
+    FigureCanvasAgg(figure)
+    axes = figure.subplots(nrows, ncols, squeeze=False)
+    return figure, (axes if not squeeze else list(axes.ravel()))
+
+
+def _save(figure: Figure, path: Path, title: str | None, subject: str) -> FigureResult:
+    figure.suptitle(f"{title}: {subject}" if title else subject)
+    figure.savefig(path, format="png")
+    return FigureResult(path.name, path)
+
+
+def _series_colours(rows: list[Row]) -> dict[str, str]:
+    palette = [f"C{index}" for index in range(10)]
+    series = list(dict.fromkeys(row.configuration.series for row in rows))
+    return {name: palette[index % len(palette)] for index, name in enumerate(series)}
+
+
+def _final(runs: list[Run], tag: str) -> list[Histogram]:
+    """The last histogram of ``tag`` of each run that logged one."""
+    return [run.events.histograms[tag][-1] for run in runs if run.events and run.events.histograms.get(tag)]
+
+
+def _common_edges(histograms: list[Histogram], bins: int = 60) -> np.ndarray:
+    low = min(float(h.edges[0]) for h in histograms)
+    high = max(float(h.edges[-1]) for h in histograms)
+    if high - low < 1e-6:
+        low, high = low - 0.005, high + 0.005
+    return np.linspace(low, high, bins + 1)
+
+
+def _pooled_density(histograms: list[Histogram], edges: np.ndarray) -> tuple[np.ndarray, float]:
+    """Histograms re-binned onto ``edges`` (each bin's count spread evenly over its width),
+    summed, as a density; and the pooled mean of the values (exact: from the recorded sums)."""
+    pooled = np.zeros(edges.size - 1)
+    for histogram in histograms:
+        for left, right, count in zip(histogram.edges[:-1], histogram.edges[1:], histogram.counts):
+            if count <= 0:
+                continue
+            if right > left:
+                overlap = np.clip(np.minimum(right, edges[1:]) - np.maximum(left, edges[:-1]), 0.0, None)
+                pooled += count * overlap / (right - left)
+            else:  # a bin of zero width: every value equal
+                pooled[min(max(np.searchsorted(edges, left, side="right") - 1, 0), pooled.size - 1)] += count
+    total = pooled.sum()
+    mean = sum(h.value_sum for h in histograms) / sum(h.total for h in histograms)
+    return (pooled / (total * np.diff(edges)) if total else pooled), mean
+
+
+def _mean_curve(runs: list[Run], tag: str, scale: float) -> list[tuple[float, float, float]]:
+    """``(epoch, mean, std)`` over the runs that logged ``tag`` at that epoch (std 0 for one run).
+
+    The epoch of a value is the ``epoch`` scalar logged at its step, else its position.
+    """
+    by_epoch: dict[float, list[float]] = defaultdict(list)
+    for run in runs:
+        if run.events is None:
+            continue
+        epoch_at = dict(run.events.scalars.get(EPOCH_TAG, []))
+        for position, (step, value) in enumerate(run.events.scalars.get(tag, [])):
+            if np.isfinite(value):
+                by_epoch[epoch_at.get(step, position)].append(value * scale)
+    curve = []
+    for epoch in sorted(by_epoch):
+        stat = summarise(by_epoch[epoch])
+        curve.append((float(epoch), stat.mean, stat.std or 0.0))
+    return curve

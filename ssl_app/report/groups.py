@@ -1,0 +1,228 @@
+"""Grouping runs into configurations (seeds are the repetitions), naming and ordering them.
+
+- A run with ``sweep.json`` belongs to its sweep point: ``(sweep, point)``.
+- A run made by hand belongs to its resolved config with the keys that only say *where* or
+  *which repetition* left out (``IGNORED_KEYS``): two runs differing only in seed are one
+  configuration.
+- A run without a readable config is grouped with the runs of its parent folder.
+
+The label names the loss and its hyper-parameters (``InfoNCE τ=0.3``,
+``HardContrastive τ=0.3 K=4095``, ``Simple``), then anything else that differs between
+configurations (``MoCo``, ``batch_size=256``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from ssl_app.report.runs import Run
+
+LOSS_PREFIX = "model.init_args.loss.init_args."
+LOSS_CLASS = "model.init_args.loss.class_path"
+METHOD_CLASS = "model.class_path"
+# Keys that never separate configurations: the repetition and where a run was written.
+IGNORED_KEYS = ("seed_everything", "ckpt_path", "trainer.default_root_dir")
+IGNORED_PREFIXES = ("trainer.logger",)
+# Loss hyper-parameters shown in every label, with the paper's symbols, in this order.
+LOSS_SYMBOLS = {"temperature": "τ", "num_negatives": "K", "quantile": "α", "lam": "λ"}
+# Other differing settings join a label in this order of key prefix, at most MAX_EXTRA_PARTS of
+# them, and only when short (a differing callbacks list still separates rows, see `_label`).
+KEY_PRIORITY = ("model.", "data.", "trainer.")
+MAX_EXTRA_PARTS = 3
+MAX_VALUE_CHARS = 20
+# Row order of Table 1; other losses follow, by name.
+PAPER_ORDER = ("InfoNCE", "Simple", "HardContrastive", "HardSimple")
+
+
+@dataclass
+class Configuration:
+    """The runs of one configuration (failed and running ones included, see ``usable_runs``)."""
+
+    key: tuple
+    settings: dict[str, Any]
+    runs: list[Run] = field(default_factory=list)
+    label: str = ""
+    series: str = ""  # the label without τ: the line this configuration sits on in a τ plot
+
+    @property
+    def usable_runs(self) -> list[Run]:
+        return [run for run in self.runs if run.usable]
+
+    @property
+    def loss(self) -> str | None:
+        return _class_name(self.settings.get(LOSS_CLASS))
+
+    @property
+    def method(self) -> str | None:
+        return _class_name(self.settings.get(METHOD_CLASS))
+
+    @property
+    def temperature(self) -> float | None:
+        return _number(self.settings.get(LOSS_PREFIX + "temperature"))
+
+    @property
+    def num_negatives(self) -> float | None:
+        return _number(self.settings.get(LOSS_PREFIX + "num_negatives"))
+
+
+def flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
+    """A nested config as ``{"a.b.c": value}``; lists become JSON text (hashable)."""
+    if isinstance(tree, dict):
+        flat: dict[str, Any] = {}
+        for key, value in tree.items():
+            flat.update(flatten(value, f"{prefix}{key}."))
+        return flat
+    if isinstance(tree, list):
+        return {prefix[:-1]: json.dumps(tree, sort_keys=True, default=str)}
+    return {prefix[:-1]: tree}
+
+
+def settings_of(run: Run) -> dict[str, Any]:
+    """The run's configuration as flat keys, without the keys that never separate configurations.
+
+    Without a config, a sweep run's grid stands in for it.
+    """
+    if run.config is not None:
+        flat = flatten(run.config)
+    else:
+        flat = dict((run.sweep or {}).get("grid") or {})
+    return {key: value for key, value in flat.items() if not _ignored(key)}
+
+
+def group_runs(runs: list[Run]) -> list[Configuration]:
+    """Configurations in Table 1's row order, each labelled."""
+    groups: dict[tuple, Configuration] = {}
+    for run in runs:
+        settings = settings_of(run)
+        key = _group_key(run, settings)
+        if key not in groups:
+            groups[key] = Configuration(key=key, settings=settings)
+        group = groups[key]
+        if run.usable and not group.usable_runs:
+            group.settings = settings  # prefer the settings of a run that finished
+        group.runs.append(run)
+    configurations = list(groups.values())
+    _label(configurations)
+    return sorted(configurations, key=_row_order)
+
+
+def _group_key(run: Run, settings: dict[str, Any]) -> tuple:
+    sweep = run.sweep or {}
+    if sweep.get("point") is not None:
+        return ("sweep", str(sweep.get("sweep")), str(sweep["point"]))
+    if run.config is not None:
+        return ("config", tuple(sorted((key, _hashable(value)) for key, value in settings.items())))
+    return ("folder", run.path.parent.name)
+
+
+def _label(configurations: list[Configuration]) -> None:
+    configured = [c for c in configurations if c.settings]  # runs without a config say nothing
+    differing = _differing_keys([c.settings for c in configured])
+    methods = {c.method for c in configured}
+    for configuration in configurations:
+        settings = configuration.settings
+        parts: list[tuple[str, str]] = []  # (key, text)
+        if len(methods) > 1 and configuration.method:
+            parts.append((METHOD_CLASS, configuration.method))
+        if configuration.loss:
+            parts.append((LOSS_CLASS, configuration.loss))
+        for name, symbol in LOSS_SYMBOLS.items():
+            value = settings.get(LOSS_PREFIX + name)
+            if value is not None:
+                parts.append((LOSS_PREFIX + name, f"{symbol}={_format(value)}"))
+        shown = {LOSS_CLASS, METHOD_CLASS} | {LOSS_PREFIX + name for name in LOSS_SYMBOLS}
+        others = _extra_keys([key for key in differing if key not in shown], configured) if settings else []
+        for key in others[:MAX_EXTRA_PARTS]:
+            parts.append((key, f"{_short_name(key, others)}={_format(settings.get(key))}"))
+        if len(others) > MAX_EXTRA_PARTS:
+            parts.append(("", "…"))
+        if not parts:
+            parts.append(("", _fallback_name(configuration)))
+        configuration.label = " ".join(text for _, text in parts)
+        configuration.series = " ".join(text for key, text in parts if key != LOSS_PREFIX + "temperature") or "runs"
+    seen: dict[str, int] = {}
+    for configuration in configurations:
+        seen[configuration.label] = seen.get(configuration.label, 0) + 1
+    for configuration in configurations:
+        if seen[configuration.label] > 1:  # identical settings, told apart by where they come from
+            suffix = f" [{_fallback_name(configuration)}]"
+            configuration.label += suffix
+            configuration.series += suffix
+
+
+def _extra_keys(keys: list[str], configurations: list[Configuration]) -> list[str]:
+    """The differing keys worth a place in a label: short values only, model first, then data,
+    then trainer settings."""
+    short = [key for key in keys if all(len(_format(c.settings.get(key))) <= MAX_VALUE_CHARS for c in configurations)]
+
+    def priority(key: str) -> int:
+        return next((index for index, prefix in enumerate(KEY_PRIORITY) if key.startswith(prefix)), len(KEY_PRIORITY))
+
+    return sorted(short, key=lambda key: (priority(key), key))
+
+
+def _differing_keys(all_settings: list[dict[str, Any]]) -> list[str]:
+    keys = sorted({key for settings in all_settings for key in settings})
+    return [key for key in keys if len({_hashable(settings.get(key)) for settings in all_settings}) > 1]
+
+
+def _row_order(configuration: Configuration) -> tuple:
+    loss = configuration.loss or ""
+    rank = PAPER_ORDER.index(loss) if loss in PAPER_ORDER else len(PAPER_ORDER)
+    temperature = configuration.temperature
+    negatives = configuration.num_negatives
+    return (
+        rank,
+        loss,
+        configuration.method or "",
+        math.inf if temperature is None else temperature,
+        math.inf if negatives is None else negatives,
+        configuration.label,
+    )
+
+
+def _fallback_name(configuration: Configuration) -> str:
+    kind, *rest = configuration.key
+    if kind == "sweep":
+        return rest[1]
+    if kind == "folder":
+        return rest[0]
+    return configuration.runs[0].name
+
+
+def _short_name(key: str, keys: list[str]) -> str:
+    """The last segment of a dotted key, or the last two when another key ends the same way."""
+    last = key.rsplit(".", 1)[-1]
+    clashes = [other for other in keys if other.rsplit(".", 1)[-1] == last]
+    return last if len(clashes) == 1 else ".".join(key.rsplit(".", 2)[-2:])
+
+
+def _ignored(key: str) -> bool:
+    return key in IGNORED_KEYS or key.startswith(IGNORED_PREFIXES)
+
+
+def _class_name(class_path: Any) -> str | None:
+    return class_path.rsplit(".", 1)[-1] if isinstance(class_path, str) and class_path else None
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value)
+
+
+def _format(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
+
+
+def _hashable(value: Any) -> Any:
+    try:
+        hash(value)
+        return value
+    except TypeError:
+        return json.dumps(value, sort_keys=True, default=str)

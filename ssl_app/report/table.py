@@ -1,0 +1,152 @@
+"""Table 1 as Markdown (cells ``mean ± std``, footnotes) and as CSV (mean, std, n per column)."""
+
+from __future__ import annotations
+
+import csv
+import io
+from pathlib import Path
+
+from ssl_app.report.groups import Configuration
+from ssl_app.report.runs import DONE, Run
+from ssl_app.report.summary import COLUMNS, EPOCH_TAG, Row, Stat
+
+COLLAPSED_TAG = "metrics/collapsed"
+
+
+class Footnotes:
+    """Numbered notes; ``add`` returns the marker to put in a cell (``[1]``)."""
+
+    def __init__(self) -> None:
+        self.notes: list[str] = []
+
+    def add(self, text: str) -> str:
+        self.notes.append(text)
+        return f"[{len(self.notes)}]"
+
+    def markdown(self) -> str:
+        return "\n".join(f"[{number}] {note}  " for number, note in enumerate(self.notes, start=1))
+
+
+def format_stat(stat: Stat, digits: int) -> str:
+    """``mean ± std`` (``mean`` alone for one run, empty for none)."""
+    if stat.mean is None:
+        return ""
+    if stat.std is None:
+        return f"{stat.mean:.{digits}f}"
+    return f"{stat.mean:.{digits}f} ± {stat.std:.{digits}f}"
+
+
+def markdown_table(rows: list[Row], configurations: list[Configuration], title: str | None = None) -> str:
+    """The table, its footnotes and a one-line legend, as Markdown."""
+    notes = Footnotes()
+    absent = [column for column in COLUMNS if all(row.stat(column.key).n == 0 for row in rows)]
+    absent_marker = notes.add(
+        ", ".join(f"`{column.tag}`" for column in absent) + " logged by no run: those columns are empty."
+    ) if absent else ""
+    header = ["configuration", "n"] + [
+        f"{column.header} {absent_marker}" if column in absent else column.header for column in COLUMNS
+    ]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for row in rows:
+        markers = [notes.add(text) for text in _configuration_notes(row.configuration)]
+        cells = [" ".join([row.configuration.label, *markers]), str(row.n)]
+        missing_markers = _missing_value_notes(row, notes, skip=absent)
+        for column in COLUMNS:
+            cell = format_stat(row.stat(column.key), column.digits)
+            cells.append(f"{cell} {missing_markers.get(column.key, '')}".strip())
+        lines.append("| " + " | ".join(cells) + " |")
+    with_rows = {id(row.configuration) for row in rows}
+    for configuration in configurations:
+        if id(configuration) not in with_rows:
+            for text in _configuration_notes(configuration):
+                notes.add(f"{configuration.label} (no row: no finished run): {text}")
+    parts = [f"## {title}", ""] if title else []
+    parts += lines
+    parts += ["", LEGEND]
+    if notes.notes:
+        parts += ["", notes.markdown()]
+    return "\n".join(parts) + "\n"
+
+
+LEGEND = (
+    "mean ± sample std (n − 1) over the n seeds of each configuration; final values: last logged epoch, "
+    "linear evaluation's last value; eff. negatives: mean over the final epoch's steps "
+    f"(the last step's value when a run does not log `{EPOCH_TAG}`)."
+)
+
+
+def write_csv(rows: list[Row], path: Path) -> None:
+    """One line per row: configuration, n, then ``<column>_mean``, ``_std``, ``_n`` (empty when absent)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(["configuration", "n"] + [f"{c.key}_{part}" for c in COLUMNS for part in ("mean", "std", "n")])
+    for row in rows:
+        line: list[object] = [row.configuration.label, row.n]
+        for column in COLUMNS:
+            stat = row.stat(column.key)
+            line += [_number(stat.mean), _number(stat.std), stat.n]
+        writer.writerow(line)
+    path.write_text(buffer.getvalue(), encoding="utf-8")
+
+
+def _number(value: float | None) -> str:
+    return "" if value is None else repr(float(value))
+
+
+def _configuration_notes(configuration: Configuration) -> list[str]:
+    """Notes on a configuration's runs: not averaged (failed, running, no events), unreadable
+    files, collapse."""
+    notes = []
+    left_out = [_describe_left_out(run) for run in configuration.runs if not run.usable]
+    if left_out:
+        notes.append("not averaged: " + "; ".join(left_out) + ".")
+    for run in configuration.runs:
+        if run.usable and run.problems:
+            notes.append(f"run `{run.name}`: " + "; ".join(run.problems) + ".")
+        if run.usable and run.events is not None and (run.events.last(COLLAPSED_TAG) or 0) >= 1:
+            notes.append(f"run `{run.name}`: representation collapsed (`{COLLAPSED_TAG}` = 1 at the final epoch).")
+    augmented = [run.name for run in configuration.usable_runs if _uniformity_inputs(run) == "augmented"]
+    if augmented:
+        notes.append(
+            "uniformity and tolerance computed on augmented views (`uniformity_inputs: augmented`) in "
+            + ", ".join(f"`{name}`" for name in augmented)
+            + ": lower than on clean embeddings, not comparable with Table 1."
+        )
+    return notes
+
+
+def _uniformity_inputs(run: Run) -> str | None:
+    """The ``uniformity_inputs`` option of the run's EmbeddingMetrics callback, if its config says."""
+    callbacks = ((run.config or {}).get("trainer") or {}).get("callbacks") or []
+    for callback in callbacks if isinstance(callbacks, list) else []:
+        if isinstance(callback, dict) and str(callback.get("class_path", "")).endswith("EmbeddingMetrics"):
+            return (callback.get("init_args") or {}).get("uniformity_inputs")
+    return None
+
+
+def _describe_left_out(run: Run) -> str:
+    reason = run.status if run.status != DONE else "; ".join(run.problems) or "no events"
+    log = (run.sweep or {}).get("log")
+    return f"run `{run.name}` ({reason}{f', log: `{log}`' if log else ''})"
+
+
+def _missing_value_notes(row: Row, notes: Footnotes, skip: list) -> dict[str, str]:
+    """One note per set of runs missing values in this row (columns in ``skip`` have their own
+    note); returns each affected column's marker."""
+    by_missing_runs: dict[tuple[str, ...], list] = {}
+    for column in COLUMNS:
+        if column in skip:
+            continue
+        missing = tuple(run.name for run, value in zip(row.runs, row.values[column.key]) if value is None)
+        if missing:
+            by_missing_runs.setdefault(missing, []).append(column)
+    markers = {}
+    for missing, columns in by_missing_runs.items():
+        tags = ", ".join(f"`{column.tag}`" for column in columns)
+        names = ", ".join(f"`{name}`" for name in missing)
+        have = row.n - len(missing)
+        summary = f"those cells are the mean over the other {have} of {row.n} runs" if have else "those cells are empty"
+        marker = notes.add(f"{row.configuration.label}: {tags} not logged by {names}; {summary}.")
+        markers.update((column.key, marker) for column in columns)
+    return markers

@@ -1,0 +1,50 @@
+"""Every figure is a readable PNG, or is skipped with a note when its data is absent."""
+
+from __future__ import annotations
+
+import matplotlib.image
+from PIL import Image
+
+from ssl_app.report.figures import draw_all
+from ssl_app.report.groups import group_runs
+from ssl_app.report.runs import load_runs
+from ssl_app.report.summary import build_rows
+from tests.ssl_app.report.fakes import run_config, write_run
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+FIGURES = ["uniformity_tolerance_vs_temperature.png", "uniformity_tolerance_plane.png",
+           "similarity_distributions.png", "metric_curves.png"]
+
+
+def assert_valid_png(path):
+    assert path.read_bytes()[:8] == PNG_MAGIC
+    with Image.open(path) as image:
+        image.verify()
+    height, width, _ = matplotlib.image.imread(path).shape
+    assert height > 100 and width > 100
+
+
+def test_every_figure_is_a_valid_png(study, tmp_path):
+    results = draw_all(build_rows(group_runs(load_runs(study.root))), tmp_path, title="fake")
+
+    assert [result.name for result in results] == FIGURES
+    for result in results:
+        assert result.path == tmp_path / result.name, result.note
+        assert_valid_png(result.path)
+
+
+def test_figures_without_their_data_are_skipped_with_a_note(tmp_path):
+    runs_dir = tmp_path / "runs"
+    for seed in (0, 1):  # one τ, no histograms
+        write_run(runs_dir / f"s{seed}", run_config("InfoNCE", seed, 0.5), {"uniformity": 3.0 + seed, "tolerance": 0.3})
+    write_run(runs_dir / "simple", run_config("Simple", 0), {"uniformity": 1.7, "tolerance": 0.6})
+
+    results = {r.name: r for r in draw_all(build_rows(group_runs(load_runs(runs_dir))), tmp_path / "out")}
+
+    assert results["uniformity_tolerance_vs_temperature.png"].path is None
+    assert "temperature" in results["uniformity_tolerance_vs_temperature.png"].note
+    assert results["similarity_distributions.png"].path is None
+    assert "similarity/positive" in results["similarity_distributions.png"].note
+    for name in ("uniformity_tolerance_plane.png", "metric_curves.png"):
+        assert_valid_png(results[name].path)
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["metric_curves.png", "uniformity_tolerance_plane.png"]
