@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
+from ssl_app.report.cli import main as report_main
 from ssl_app.sweep import main, parse_grid, point_name
 from tests.ssl_app.test_cli import QUICKSTART
 
@@ -41,27 +43,45 @@ def test_a_key_that_does_not_exist_is_one_error_before_anything_runs(tmp_path, c
 
 
 @pytest.mark.slow
-def test_a_sweep_runs_every_point_resumes_only_what_is_missing_and_survives_a_failure(tmp_path, capsys):
-    args = ["--config", QUICKSTART, "--grid", "data.init_args.batch_size=32,1000", "--seeds", "0,1",
-            "--out", str(tmp_path), "--name", "s", "--jobs", "2", *FAST[:-1]]  # fmt: skip
-    assert main(args) == 1  # batch 1000 > 128 training shapes: those two runs fail at start
-    err = capsys.readouterr().err
-    assert "2 run(s) failed" in err and "batch_size=1000 seed 0 (fit):" in err and "fit.log" in err
-    good = tmp_path / "s" / "batch_size=32"
-    for seed in (0, 1):
-        run = good / f"seed{seed}"
-        status = json.loads((run / "sweep.json").read_text())
-        assert status["fit"] == "done" and status["seed"] == seed and status["grid"] == {"data.init_args.batch_size": "32"}
-        assert list(run.glob("events.out.tfevents.*")) and (run / "config.yaml").is_file()
-        assert (run / "checkpoints" / "last.ckpt").is_file()
-    failed = json.loads((tmp_path / "s" / "batch_size=1000" / "seed0" / "sweep.json").read_text())
-    assert failed["fit"] == "failed" and "batch_size" in (tmp_path / "s" / "batch_size=1000" / "seed0" / "fit.log").read_text()
+def test_sweep_then_report_end_to_end_and_a_rerun_finishes_only_what_is_missing(tmp_path, capsys):
+    args = ["--config", QUICKSTART, "--grid", f"{TAU}=0.2,0.5", "--seeds", "0,1", "--out", str(tmp_path), "--name", "tau",
+            "--jobs", "2", *FAST]  # fmt: skip
+    assert main(args) == 0
+    sweep = tmp_path / "tau"
+    for point in ("temperature=0.2", "temperature=0.5"):
+        for seed in (0, 1):
+            run = sweep / point / f"seed{seed}"
+            status = json.loads((run / "sweep.json").read_text())
+            assert status["fit"] == "done" and status["seed"] == seed and status["grid"] == {TAU: point.split("=")[1]}
+            assert list(run.glob("events.out.tfevents.*")) and (run / "config.yaml").is_file()
+            assert (run / "checkpoints" / "last.ckpt").is_file()
+    capsys.readouterr()
 
-    # an interrupted run (status still "running") is the only good one run again
-    marker = good / "seed1" / "sweep.json"
+    assert report_main([str(sweep)]) == 0
+    table = capsys.readouterr().out
+    rows = [line for line in table.splitlines() if line.startswith("| InfoNCE")]
+    assert len(rows) == 2 and "τ=0.2" in rows[0] and "τ=0.5" in rows[1]
+    assert all(re.search(r"\d\.\d+ ± \d\.\d+", row) for row in rows)  # finite mean ± std over 2 seeds
+    pngs = list((sweep / "report").glob("*.png"))
+    assert pngs and all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in pngs)
+
+    # an interrupted run (status still "running") is the only one run again, from its last.ckpt
+    marker = sweep / "temperature=0.5" / "seed1" / "sweep.json"
     marker.write_text(json.dumps({**json.loads(marker.read_text()), "fit": "running"}))
-    only_good = [a if a != "data.init_args.batch_size=32,1000" else "data.init_args.batch_size=32" for a in args]
-    assert main(only_good) == 0
+    assert main(args) == 0
     out = capsys.readouterr().out
-    assert "2 runs, 1 already done, 1 to run" in out and "start batch_size=32 seed 1: fit" in out
-    assert "--ckpt_path=" in (good / "seed1" / "fit.log").read_text()  # resumed from its last.ckpt
+    assert "4 runs, 3 already done, 1 to run" in out and "start temperature=0.5 seed 1: fit" in out
+    assert "--ckpt_path=" in (marker.parent / "fit.log").read_text()
+
+
+@pytest.mark.slow
+def test_a_failed_run_does_not_stop_the_others_and_is_listed_with_its_log(tmp_path, capsys):
+    args = ["--config", QUICKSTART, "--grid", "data.init_args.batch_size=32,1000", "--out", str(tmp_path), "--name", "b",
+            *FAST[:-1]]  # fmt: skip
+    assert main(args) == 1  # batch 1000 > the 128 training shapes: that run fails at its start
+    err = capsys.readouterr().err
+    assert "1 run(s) failed" in err and "batch_size=1000 seed 0 (fit):" in err and "fit.log" in err
+    assert json.loads((tmp_path / "b" / "batch_size=32" / "seed0" / "sweep.json").read_text())["fit"] == "done"
+    failed = tmp_path / "b" / "batch_size=1000" / "seed0"
+    assert json.loads((failed / "sweep.json").read_text())["fit"] == "failed"
+    assert "batch_size" in (failed / "fit.log").read_text()
