@@ -12,13 +12,13 @@ from __future__ import annotations
 import sys
 from typing import Any, NoReturn, Optional
 
-from lightning.pytorch import LightningDataModule
+from lightning.pytorch import LightningDataModule, LightningModule
 from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
 from ssl_app import __version__
 from ssl_app.errors import ConfigError
-from ssl_app.methods import ContrastiveMethod
+
 
 DEFAULT_RUN_DIR = "runs"
 
@@ -54,7 +54,7 @@ def main(args: Optional[list[str]] = None) -> LightningCLI:
     """Run the CLI and return it; a ``ConfigError`` becomes one ``error: ...`` line and exit 2."""
     try:
         return SSLCLI(
-            ContrastiveMethod,
+            LightningModule,  # any method of ssl_app.methods, or ssl_app.evaluation.LinearProbe
             LightningDataModule,
             subclass_mode_model=True,
             subclass_mode_data=True,
