@@ -123,9 +123,8 @@ def test_resume_then_continue_equals_the_uninterrupted_run(tmp_path, method):
     reason=(
         "real bug: Lightning runs callbacks' on_train_batch_end before the LightningModule's, so a "
         "ModelCheckpoint(every_n_train_steps=k) saves before MoCo enqueues / MemoryBank writes step k's "
-        "batch; resuming from it silently loses that batch's keys or bank entries. Fix: update the "
-        "queue/bank at the end of training_step's optimiser step (e.g. in optimizer_step after the key "
-        "update, or on_before_zero_grad), not in on_train_batch_end."
+        "batch; resuming from it silently loses that batch's keys or bank entries. Possible fix: store "
+        "them in on_after_backward (after the loss's graph is done, before any on_train_batch_end)."
     ),
 )
 @pytest.mark.parametrize("method", ["moco", "memory_bank"])
