@@ -20,12 +20,12 @@ PROJ = 16
 
 def make_bank(**kwargs) -> MemoryBank:
     torch.manual_seed(0)
-    options = dict(
-        loss=losses.InfoNCE(temperature=0.1),
-        backbone="small_cnn",
-        backbone_norm="group",  # no BatchNorm: re-embedding a batch gives the step's z exactly
-        proj_dim=PROJ,
-    )
+    options = {
+        "loss": losses.InfoNCE(temperature=0.1),
+        "backbone": "small_cnn",
+        "backbone_norm": "group",  # no BatchNorm: re-embedding a batch gives the step's z exactly
+        "proj_dim": PROJ,
+    }
     options.update(kwargs)
     return MemoryBank(**options)
 
@@ -41,17 +41,17 @@ class BankRecorder(L.Callback):
         with torch.no_grad():
             z = pl_module.embed(views[0])
         self.steps.append(
-            dict(
-                features=pl_module.bank.features.clone(),
-                labels=pl_module.bank.labels.clone(),
-                z=z,
-                y=labels.clone(),
-                indices=indices.clone(),
-            )
+            {
+                "features": pl_module.bank.features.clone(),
+                "labels": pl_module.bank.labels.clone(),
+                "z": z,
+                "y": labels.clone(),
+                "indices": indices.clone(),
+            }
         )
 
     def on_train_end(self, trainer, pl_module) -> None:
-        self.final = dict(features=pl_module.bank.features.clone(), labels=pl_module.bank.labels.clone())
+        self.final = {"features": pl_module.bank.features.clone(), "labels": pl_module.bank.labels.clone()}
 
 
 @pytest.mark.parametrize("m", [0.2, 0.9])

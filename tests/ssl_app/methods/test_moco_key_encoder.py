@@ -28,18 +28,18 @@ MOMENTUM = 0.6
 
 def make_moco(**kwargs) -> MoCo:
     torch.manual_seed(0)
-    options = dict(
-        loss=InfoNCE(temperature=0.2),
-        backbone="small_cnn",
-        backbone_norm="group",  # no BatchNorm: an encoder's output depends only on its weights
-        proj_layers=2,
-        proj_hidden_dim=32,
-        proj_dim=16,
-        proj_batch_norm=False,
-        queue_size=64,  # holds every key of the run, in order
-        momentum=MOMENTUM,
-        optim=Optimization(lr=0.5, momentum=0.0, weight_decay=0.0, schedule="constant"),
-    )
+    options = {
+        "loss": InfoNCE(temperature=0.2),
+        "backbone": "small_cnn",
+        "backbone_norm": "group",  # no BatchNorm: an encoder's output depends only on its weights
+        "proj_layers": 2,
+        "proj_hidden_dim": 32,
+        "proj_dim": 16,
+        "proj_batch_norm": False,
+        "queue_size": 64,  # holds every key of the run, in order
+        "momentum": MOMENTUM,
+        "optim": Optimization(lr=0.5, momentum=0.0, weight_decay=0.0, schedule="constant"),
+    }
     options.update(kwargs)
     return MoCo(**options)
 
@@ -61,7 +61,7 @@ class Recorder(L.Callback):
         self.initial = query_weights(pl_module)
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
-        views, labels, indices = batch
+        views, _labels, _indices = batch
         self.batches.append(tuple(v.clone() for v in views))
         self.weights.append(query_weights(pl_module))
 

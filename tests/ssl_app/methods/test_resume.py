@@ -57,7 +57,7 @@ OPTIM = Optimization(lr=0.2, momentum=0.9, weight_decay=5e-4, schedule="cosine",
 
 def make(method: str):
     torch.manual_seed(0)
-    common = dict(backbone="small_cnn", proj_dim=16, optim=OPTIM)  # BatchNorm on: running stats are state too
+    common = {"backbone": "small_cnn", "proj_dim": 16, "optim": OPTIM}  # BatchNorm on: running stats are state too
     if method == "moco":
         return MoCo(
             loss=InfoNCE(temperature=0.2), proj_hidden_dim=32, queue_size=10, momentum=0.9,

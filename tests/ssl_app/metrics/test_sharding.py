@@ -11,6 +11,8 @@ from ssl_app.metrics import embedding
 from ssl_app.metrics.pairs import pair_blocks, pair_count, pair_tiles
 from ssl_app.metrics.sharding import resolve_world, row_range
 
+pytestmark = pytest.mark.slow  # real processes (gloo); see docs/testing.md
+
 WORLD = 2
 N = 1001  # odd, so the two slices have unequal lengths (500 and 501)
 
