@@ -15,21 +15,23 @@ from ssl_app.losses.base import check_temperature
 from ssl_app.losses.hard_contrastive import upper_quantile_negatives
 
 
+# Built inside the test (lambdas), so that mutation testing attributes the constructors to it.
 @pytest.mark.parametrize(
-    "loss,hparams,text",
+    "build,hparams,text",
     [
-        (InfoNCE(), {"temperature": 0.5}, "InfoNCE(temperature=0.5)"),
-        (SupCon(), {"temperature": 0.1}, "SupCon(temperature=0.1)"),
-        (HardContrastive(num_negatives=7), {"temperature": 0.5, "num_negatives": 7}, "temperature=0.5, num_negatives=7"),
-        (HardContrastive(0.3, quantile=0.1), {"temperature": 0.3, "quantile": 0.1}, "temperature=0.3, quantile=0.1"),
-        (Simple(), {"lam": None}, "Simple(lam=None)"),
-        (Simple(lam=0.25), {"lam": 0.25}, "Simple(lam=0.25)"),
-        (HardSimple(9), {"num_negatives": 9}, "HardSimple(num_negatives=9)"),
+        (lambda: InfoNCE(), {"temperature": 0.5}, "InfoNCE(temperature=0.5)"),
+        (lambda: SupCon(), {"temperature": 0.1}, "SupCon(temperature=0.1)"),
+        (lambda: HardContrastive(num_negatives=7), {"temperature": 0.5, "num_negatives": 7}, "temperature=0.5, num_negatives=7"),
+        (lambda: HardContrastive(0.3, quantile=0.1), {"temperature": 0.3, "quantile": 0.1}, "temperature=0.3, quantile=0.1"),
+        (lambda: Simple(), {"lam": None}, "Simple(lam=None)"),
+        (lambda: Simple(lam=0.25), {"lam": 0.25}, "Simple(lam=0.25)"),
+        (lambda: HardSimple(9), {"num_negatives": 9}, "HardSimple(num_negatives=9)"),
     ],
-    ids=lambda v: v if isinstance(v, str) else None,
+    ids=["InfoNCE", "SupCon", "Hard-topk", "Hard-quantile", "Simple", "Simple-lam", "HardSimple"],
 )
-def test_hparams_and_repr_name_the_strategy_settings(loss, hparams, text):
+def test_hparams_and_repr_name_the_strategy_settings(build, hparams, text):
     """Catches run reports / reprs that mislabel or drop a hyper-parameter (or the documented defaults changing)."""
+    loss = build()
     assert loss.hparams() == hparams
     assert text in repr(loss)
 

@@ -59,3 +59,14 @@ def test_strict_loading_still_reports_unexpected_and_mismatched_bank_keys():
     wrong["bank.labels"] = torch.zeros(5, dtype=torch.long)
     with pytest.raises(RuntimeError, match="bank.labels"):
         small_bank().load_state_dict(wrong)
+
+
+def test_resize_and_valid_stay_on_the_stores_device():
+    """Catches a resize that puts a GPU model's bank back on the CPU (a device-mismatch crash at the
+    next step), or a queue mask built on the default device. "meta" stands in for an accelerator."""
+    bank = LabelledBank(0, 4).to("meta")
+    bank.resize(3)
+    assert bank.features.device.type == "meta" and bank.labels.device.type == "meta"
+    assert bank.features.shape == (3, 4) and bank.labels.dtype == torch.long
+    queue = LabelledQueue(5, 4).to("meta")
+    assert queue.valid().device.type == "meta"
