@@ -296,6 +296,7 @@ TINY_CLI = [
 ]
 
 
+@pytest.mark.slow
 def test_moco_config_fits_and_validates_through_the_cli(tmp_path, monkeypatch, capsys):
     from ssl_app.cli import main
 

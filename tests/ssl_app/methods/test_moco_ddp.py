@@ -18,6 +18,8 @@ import torch.nn.functional as F
 from ssl_app.losses import InfoNCE
 from ssl_app.methods import MemoryBank, MoCo
 
+pytestmark = pytest.mark.slow  # real processes (gloo); see docs/testing.md
+
 WORLD = 2
 B = 3  # per rank
 STEPS = 5

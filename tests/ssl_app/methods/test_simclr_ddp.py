@@ -16,6 +16,8 @@ from ssl_app.losses import InfoNCE
 from ssl_app.methods import SimCLR
 
 BATCH_PER_RANK = 6
+pytestmark = pytest.mark.slow  # real processes (gloo); see docs/testing.md
+
 WORLD = 2
 
 

@@ -135,6 +135,7 @@ def ddp_results(tmp_path_factory):
     return [torch.load(tmp / f"rank{r}.pt") for r in range(WORLD)]
 
 
+@pytest.mark.slow  # real processes (gloo)
 @pytest.mark.parametrize("metric", ["uniformity", "tolerance", "effective_rank"])
 def test_every_rank_returns_the_single_process_scalar(ddp_results, metric):
     za, _, labels = make_data()
@@ -145,6 +146,7 @@ def test_every_rank_returns_the_single_process_scalar(ddp_results, metric):
         assert result["sharded"][metric].item() == pytest.approx(expected, abs=1e-6)
 
 
+@pytest.mark.slow  # real processes (gloo)
 def test_every_rank_gathers_all_topk_rows(ddp_results):
     za, zb, _ = make_data()
     positive, negatives = embedding.positive_and_topk_negatives(za, zb, k=10)
@@ -153,6 +155,7 @@ def test_every_rank_gathers_all_topk_rows(ddp_results):
         torch.testing.assert_close(result["sharded"]["negatives"], negatives, atol=1e-6, rtol=0)
 
 
+@pytest.mark.slow  # real processes (gloo)
 def test_without_gather_a_rank_returns_its_own_rows(ddp_results):
     _, negatives = embedding.positive_and_topk_negatives(*make_data()[:2], k=10)
     for result in ddp_results:
@@ -160,6 +163,7 @@ def test_without_gather_a_rank_returns_its_own_rows(ddp_results):
         torch.testing.assert_close(result["local"][1], negatives[start:stop], atol=1e-6, rtol=0)
 
 
+@pytest.mark.slow  # real processes (gloo)
 def test_each_rank_processes_only_its_slice(ddp_results):
     assert [result["rows"] for result in ddp_results] == [(0, 500), (500, 1001)]
     pairs = []
