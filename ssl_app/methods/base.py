@@ -107,7 +107,8 @@ class ContrastiveMethod(L.LightningModule, ABC):
         rank and ``ssl_app.methods.masks`` for the masks. Outside training (``not
         self.training``) fill ``MaskedSimilarities.views`` with the normalised embeddings of the first two
         views, which the metric callbacks read. State updates that must wait for backward
-        (queues, banks) belong in ``on_train_batch_end``.
+        (queues, banks) belong in ``on_after_backward``, which runs before any callback's
+        ``on_train_batch_end`` (so a checkpoint of the step holds them).
         """
 
     # --- Lightning hooks ------------------------------------------------------------------

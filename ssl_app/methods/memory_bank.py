@@ -31,7 +31,7 @@ class MemoryBank(ContrastiveMethod):
     - positive: the anchor's own entry; negatives: the other candidates. A label-based loss
       (SupCon) also counts as positives the candidates whose stored label equals the anchor's
       (labels < 0, i.e. unlabelled or never seen, never match);
-    - after the loss and backward (``on_train_batch_end``) the entries of the batch are
+    - after the loss and backward (``on_after_backward``) the entries of the batch are
       updated, ``bank[i] ← normalise(m · bank[i] + (1 − m) · z_i)`` with m = ``bank_momentum``,
       and their labels stored. Under DDP the indices, embeddings and labels of every rank are
       gathered first and every rank applies the same update, so all banks stay identical.
@@ -163,8 +163,9 @@ class MemoryBank(ContrastiveMethod):
         if self.num_negatives is not None and self.num_negatives >= wanted:
             raise ConfigError(f"MemoryBank: num_negatives ({self.num_negatives}) must be smaller than the bank ({wanted} entries)")
 
-    def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
-        # After backward: the loss's graph holds the bank itself, so it is only written now.
+    def on_after_backward(self) -> None:
+        # After backward (the loss's graph holds the bank itself, so it is only written now), and
+        # before any callback's on_train_batch_end: a checkpoint of this step must hold the update.
         if self._pending is not None:
             indices, z, labels = self._pending
             self._pending = None

@@ -6,7 +6,6 @@ import copy
 from typing import Any, Literal, Optional
 
 import torch
-import torch.distributed as dist
 import torch.nn.functional as F
 from jsonargparse import lazy_instance
 from lightly.models.utils import deactivate_requires_grad, update_momentum
@@ -26,6 +25,8 @@ from ssl_app.models.split_batchnorm import convert_to_split_batchnorm, has_batch
 MomentumSchedule = Literal["constant", "cosine"]
 KeyBatchNorm = Literal["auto", "split", "shuffle", "sync", "none"]
 KEY_BN_MODES = ("auto", "split", "shuffle", "sync", "none")
+# Seed offset of the key-batch permutations (see ``MoCo._key_permutation``).
+_KEY_SHUFFLE_SEED = 0x5EED
 
 
 def resolve_key_bn(key_bn: str, world_size: int, has_bn: bool) -> str:
@@ -136,21 +137,30 @@ class MoCo(ContrastiveMethod):
 
         In training, ``split`` encodes a random permutation of the local batch (so a key's
         BatchNorm group differs from its query's) and ``shuffle`` on several ranks encodes a
-        random shard of the global batch (one permutation, broadcast from rank 0); either way
+        random shard of the global batch (one permutation, the same on every rank); either way
         the keys come back in the original order.
         """
         mode = self._key_bn_mode() if self.training else "none"
         world = distributed.world_size()
         if mode == "split":
-            return distributed.gather(self._encode_permuted(images, torch.randperm(images.shape[0], device=images.device)))
+            return distributed.gather(self._encode_permuted(images, self._key_permutation(images.shape[0], images.device)))
         if not (mode == "shuffle" and world > 1 and self._has_bn):
             return distributed.gather(self.key_embed(images).float())
         all_images = distributed.gather(images)
-        permutation = torch.randperm(all_images.shape[0], device=all_images.device)
-        dist.broadcast(permutation, src=0)
+        permutation = self._key_permutation(all_images.shape[0], all_images.device)  # the same on every rank
         shard = permutation.view(world, -1)[distributed.rank()]
         shuffled_keys = distributed.gather(self.key_embed(all_images[shard]).float())
         return _unpermute(shuffled_keys, permutation)
+
+    def _key_permutation(self, n: int, device: torch.device) -> Tensor:
+        """A random permutation of the key batch drawn from the optimiser step, not the global RNG.
+
+        Every rank draws the same one without a broadcast, and a run resumed from a checkpoint
+        (which does not carry the RNG state) draws exactly the permutations it would have drawn.
+        """
+        step = self._trainer.global_step if self._trainer is not None else 0
+        generator = torch.Generator(device=device).manual_seed(_KEY_SHUFFLE_SEED + step)
+        return torch.randperm(n, generator=generator, device=device)
 
     def _encode_permuted(self, images: Tensor, permutation: Tensor) -> Tensor:
         return _unpermute(self.key_embed(images[permutation]).float(), permutation)
@@ -271,8 +281,9 @@ class MoCo(ContrastiveMethod):
         self.update_key_encoder(momentum)
         self.log("train/key_momentum", momentum, on_step=True, on_epoch=False, batch_size=1)
 
-    def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
-        # The keys of this batch join the queue only after its loss (and backward) are done.
+    def on_after_backward(self) -> None:
+        # The keys join the queue once the loss's backward is done, and before any callback's
+        # on_train_batch_end: a checkpoint taken at the end of this step must already hold them.
         if self._pending is not None:
             keys, labels = self._pending
             self._pending = None

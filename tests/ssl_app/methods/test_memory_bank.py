@@ -53,7 +53,7 @@ def train_step(model, data):
     contrast = model.contrast(data)
     loss = model.loss(contrast.sim, contrast.pos_mask, contrast.neg_mask)
     loss.backward()
-    model.on_train_batch_end(None, data, 0)
+    model.on_after_backward()
     return loss
 
 
@@ -140,7 +140,7 @@ def test_evaluation_contrast_reads_but_never_writes_the_bank():
     saved = bank_state(model)
     model.eval()
     contrast = model.contrast(batch([0, 1, 2], seed=5))
-    model.on_train_batch_end(None, None, 0)
+    model.on_after_backward()
     assert contrast.sim.shape == (3, 3 + 20)
     assert torch.equal(contrast.pos_mask, torch.cat([torch.eye(3, dtype=torch.bool), torch.zeros(3, 20, dtype=torch.bool)], 1))
     assert torch.equal(contrast.neg_mask, ~contrast.pos_mask)

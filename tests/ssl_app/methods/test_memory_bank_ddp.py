@@ -60,7 +60,7 @@ def global_batch(step: int) -> tuple:
 
 
 def drive(model: MemoryBank, data_for_step) -> dict:
-    """Contrast → loss → backward → on_train_batch_end, as Lightning runs a training step."""
+    """Contrast → loss → backward → on_after_backward, as Lightning runs a training step."""
     model.train()
     steps = []
     for step in range(STEPS):
@@ -70,7 +70,7 @@ def drive(model: MemoryBank, data_for_step) -> dict:
             z = model.embed(data[0][0])
         contrast = model.contrast(data)
         model.loss(contrast.sim, contrast.pos_mask, contrast.neg_mask).backward()
-        model.on_train_batch_end(None, data, step)
+        model.on_after_backward()
         steps.append({"before": before, "z": z, "indices": data[2]})
     return {"features": model.bank.features.clone(), "labels": model.bank.labels.clone(), "steps": steps}
 

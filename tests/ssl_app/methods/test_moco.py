@@ -140,7 +140,7 @@ def test_validation_contrast_does_not_touch_the_queue():
     model = small_moco(queue_size=8).eval()
     before = persistent_state(model)
     model.contrast(batch(4))
-    model.on_train_batch_end(None, batch(4), 0)
+    model.on_after_backward()
     after = persistent_state(model)
     assert all(torch.equal(before[k], after[k]) for k in before)
 

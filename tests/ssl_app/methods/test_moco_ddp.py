@@ -2,7 +2,7 @@
 
 Each rank drives the training step the way Lightning does (``contrast`` → loss → backward →
 gradients averaged over ranks as DistributedDataParallel does → optimiser step → key-encoder
-EMA → ``on_train_batch_end``). The encoders are BatchNorm-free, so 2 ranks × B must equal
+EMA → ``on_after_backward``). The encoders are BatchNorm-free, so 2 ranks × B must equal
 1 rank × 2B exactly: same keys, same queue, same bank, same loss and gradients. Shuffle-BN is
 checked separately with a stand-in key encoder that records which images it saw.
 """
@@ -96,7 +96,7 @@ def drive(model, rank: int, world: int, steps: int) -> dict:
         if isinstance(model, MoCo):
             model.update_key_encoder(model.momentum_at(step))
         stored.append(tuple(t.clone() for t in model._pending))
-        model.on_train_batch_end(None, data, step)
+        model.on_after_backward()
     state = {k: v.clone() for k, v in model.state_dict().items() if k.startswith(("queue.", "bank.", "key_"))}
     return {"stored": stored, "state": state, **first}
 
@@ -112,7 +112,7 @@ def shuffle_check(rank: int) -> dict:
         return F.normalize(images.flatten(1)[:, :PROJ], dim=1)
 
     model.key_embed = key_embed
-    torch.manual_seed(7)  # rank 0's permutation is broadcast
+    torch.manual_seed(7 + rank)  # different global RNG per rank: the permutation must still agree
     images = torch.randn(WORLD * 4, 3, 8, 8, generator=torch.Generator().manual_seed(3))
     images[:, 0, 0, 0] = torch.arange(WORLD * 4, dtype=torch.float32)
     keys = model.global_keys(images[rank * 4 : (rank + 1) * 4])

@@ -9,7 +9,7 @@ import torch
 
 from ssl_app.errors import ConfigError
 from ssl_app.methods import MemoryBank
-from ssl_app.methods.queue import LabelledBank, LabelledQueue
+from ssl_app.methods.stores import LabelledBank, LabelledQueue
 
 
 def test_queue_buffers_are_integer_counters():

@@ -45,7 +45,7 @@ def positives_of_unlabelled(world: int, rank: int) -> dict[str, list[list[int]]]
         batch = local_batch(rank, world)
         for _ in range(2):  # the second step sees a queue / bank holding labelled and unlabelled entries
             contrast = model.contrast(batch)
-            model.on_train_batch_end(None, batch, 0)
+            model.on_after_backward()
         anchor_labels = batch[1].repeat(contrast.pos_mask.shape[0] // batch[1].shape[0])
         found[name] = [contrast.pos_mask[a].nonzero().flatten().tolist() for a in range(len(anchor_labels)) if anchor_labels[a] < 0]
     return found
