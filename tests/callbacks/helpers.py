@@ -10,16 +10,18 @@ import torch
 from lightning.pytorch.loggers import Logger, TensorBoardLogger
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from datamodules.synthetic import SyntheticDataModule
+from datamodules.synthetic import SYNTHETIC_AUGMENTATION, SyntheticDataModule
 from ssl_app.methods import SimCLR
+from tests import helpers as shared
 
 EPOCHS = 2
 VAL_SIZE = 45  # odd, and not a multiple of the batch size
 
 
 def tiny_data(**overrides: Any) -> SyntheticDataModule:
-    options = dict(num_classes=4, train_size=64, val_size=VAL_SIZE, test_size=30, image_size=16, batch_size=16, num_workers=0)
-    return SyntheticDataModule(**{**options, **overrides})
+    """The callback tests' shapes: 4 classes of 16-px images, an odd validation split."""
+    sizes = dict(num_classes=4, train_size=64, val_size=VAL_SIZE, test_size=30, image_size=16, batch_size=16)
+    return shared.tiny_data(**{**sizes, "augmentation": SYNTHETIC_AUGMENTATION, **overrides})
 
 
 def tiny_model(cls: type = SimCLR, **overrides: Any) -> SimCLR:
@@ -28,19 +30,9 @@ def tiny_model(cls: type = SimCLR, **overrides: Any) -> SimCLR:
 
 
 def tiny_trainer(callbacks: list, logger: Any = False, **overrides: Any) -> L.Trainer:
-    options = dict(
-        max_epochs=EPOCHS,
-        limit_train_batches=2,
-        accelerator="cpu",
-        devices=1,
-        logger=logger,
-        callbacks=callbacks,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        num_sanity_val_steps=0,
-    )
-    return L.Trainer(**{**options, **overrides})
+    """Two short epochs (2 training batches each) with full validation, where the callbacks act."""
+    options = dict(max_epochs=EPOCHS, limit_train_batches=2, limit_val_batches=1.0, logger=logger, callbacks=callbacks)
+    return shared.tiny_trainer(**{**options, **overrides})
 
 
 def tensorboard(tmp_path: Path) -> TensorBoardLogger:

@@ -14,7 +14,7 @@ from ssl_app import losses
 from ssl_app.errors import ConfigError
 from ssl_app.methods import MemoryBank
 from ssl_app.methods.stores import LabelledBank
-from tests.ssl_app.methods.helpers import tiny_data, tiny_trainer
+from tests.helpers import tiny_data, tiny_trainer
 
 REPO = Path(__file__).resolve().parents[3]
 

@@ -13,7 +13,7 @@ import torch.nn.functional as F
 
 from ssl_app import losses
 from ssl_app.methods import MemoryBank
-from tests.ssl_app.methods.helpers import tiny_data, tiny_trainer
+from tests.helpers import tiny_data, tiny_trainer
 
 PROJ = 16
 

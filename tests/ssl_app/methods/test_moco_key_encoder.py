@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from ssl_app.losses import InfoNCE
 from ssl_app.methods import MoCo
 from ssl_app.optim import Optimization
-from tests.ssl_app.methods.helpers import tiny_data, tiny_trainer
+from tests.helpers import tiny_data, tiny_trainer
 
 BATCH = 4
 STEPS = 4

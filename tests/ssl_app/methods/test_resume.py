@@ -21,7 +21,7 @@ from torch.utils.data import DataLoader, Dataset
 from ssl_app.losses import InfoNCE
 from ssl_app.methods import MemoryBank, MoCo
 from ssl_app.optim import Optimization
-from tests.ssl_app.methods.helpers import tiny_trainer
+from tests.helpers import tiny_trainer
 
 SAMPLES = 12
 BATCH = 4

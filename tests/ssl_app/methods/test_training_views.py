@@ -7,7 +7,7 @@ import torch
 
 from ssl_app.losses import InfoNCE
 from ssl_app.methods import MemoryBank, MoCo, SimCLR
-from tests.ssl_app.methods.helpers import tiny_data, tiny_trainer
+from tests.helpers import tiny_data, tiny_trainer
 
 SMALL = dict(loss=InfoNCE(0.2), backbone="small_cnn", backbone_norm="group", proj_batch_norm=False, proj_hidden_dim=16, proj_dim=8)
 

@@ -1,0 +1,31 @@
+"""Tiny data and trainers shared by every test that trains (each suite may set its own sizes)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Optional
+
+import lightning as L
+
+from datamodules.augment import ViewAugmentation
+from datamodules.synthetic import SYNTHETIC_MEAN, SYNTHETIC_STD, SyntheticDataModule
+
+
+def tiny_data(**overrides: Any) -> SyntheticDataModule:
+    """Generated shapes: 3 classes of 8×8 images (crops of 8), batches of 8, no workers."""
+    options = dict(
+        num_classes=3, train_size=48, val_size=16, test_size=16, image_size=8, batch_size=8, num_workers=0,
+        augmentation=ViewAugmentation(crop_size=8, mean=SYNTHETIC_MEAN, std=SYNTHETIC_STD),
+    )  # fmt: skip
+    return SyntheticDataModule(**{**options, **overrides})
+
+
+def tiny_trainer(tmp_path: Optional[Path] = None, **overrides: Any) -> L.Trainer:
+    """A quiet CPU Trainer without logger, checkpoints or validation (override any of them)."""
+    options: dict[str, Any] = dict(
+        accelerator="cpu", devices=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+        enable_model_summary=False, limit_val_batches=0, num_sanity_val_steps=0,
+    )  # fmt: skip
+    if tmp_path is not None:
+        options["default_root_dir"] = str(tmp_path)
+    return L.Trainer(**{**options, **overrides})
