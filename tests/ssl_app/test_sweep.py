@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 
 import pytest
 
 from ssl_app.report.cli import main as report_main
 from ssl_app.sweep import main, parse_grid, point_name
-from tests.ssl_app.test_cli import QUICKSTART
+from tests.ssl_app.test_cli import QUICKSTART, REPO
 
 FAST = ["--", "--trainer.max_epochs=1", "--trainer.limit_train_batches=2", "--trainer.limit_val_batches=1",
         "--trainer.enable_progress_bar=false", "--data.init_args.train_size=128", "--data.init_args.val_size=64",
@@ -85,3 +86,19 @@ def test_a_failed_run_does_not_stop_the_others_and_is_listed_with_its_log(tmp_pa
     failed = tmp_path / "b" / "batch_size=1000" / "seed0"
     assert json.loads((failed / "sweep.json").read_text())["fit"] == "failed"
     assert "batch_size" in (failed / "fit.log").read_text()
+
+
+def readme_sweep_commands() -> list[list[str]]:
+    """Every ``python -m ssl_app.sweep`` command of the README, backslash continuations joined."""
+    text = (REPO / "README.md").read_text().replace("\\\n", " ")
+    return [shlex.split(line.split("python -m ssl_app.sweep", 1)[1]) for line in text.splitlines() if "python -m ssl_app.sweep " in line]
+
+
+def test_the_readmes_sweep_commands_parse(tmp_path, capsys, monkeypatch):
+    commands = readme_sweep_commands()
+    assert commands, "README shows no sweep command"
+    monkeypatch.chdir(REPO)
+    for argv in commands:
+        assert main([*argv, "--out", str(tmp_path), "--dry-run"]) == 0
+        printed = capsys.readouterr().out.splitlines()
+        assert printed and all(line.startswith("python -m ssl_app fit") for line in printed)

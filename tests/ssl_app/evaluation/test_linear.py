@@ -14,7 +14,7 @@ from ssl_app.cli import main
 from ssl_app.errors import ConfigError
 from ssl_app.evaluation import LinearProbe
 from ssl_app.optim import Optimization
-from tests.ssl_app.test_cli import QUICKSTART, TINY
+from tests.ssl_app.test_cli import QUICKSTART, REPO, TINY
 
 CLASSES = 4  # few classes: a barely trained encoder still separates them above chance
 
@@ -97,3 +97,16 @@ def test_bad_inputs_name_what_is_wrong(tmp_path):
         LinearProbe(str(tmp_path / "missing.ckpt"), cache_features="all")
     with pytest.raises(ConfigError, match="val_fraction"):
         LinearEvalDataModule(SyntheticDataModule(num_workers=0), val_fraction=1.0)
+
+
+def test_configs_linear_runs_through_the_cli_on_a_checkpoint(checkpoint, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    cli = main(
+        ["fit", "--config", str(REPO / "configs" / "linear.yaml"), f"--model.init_args.checkpoint={checkpoint}",
+         "--model.init_args.cache_features=flips", "--trainer.max_epochs=2", "--trainer.check_val_every_n_epoch=1",
+         "--trainer.enable_progress_bar=false", "--data.init_args.data.init_args.train_size=100",
+         "--data.init_args.data.init_args.test_size=40"]
+    )  # fmt: skip
+    assert isinstance(cli.model, LinearProbe) and cli.model.num_classes == 10
+    assert {"linear/top1", "linear/top5", "linear/val_top1"} <= set(cli.trainer.callback_metrics)
+    assert list((tmp_path / "runs" / "linear").glob("version_0/events.*"))
