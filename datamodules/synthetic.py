@@ -110,8 +110,9 @@ def _render_masks(labels: Tensor, coords: Tensor, centre: Tensor, radius: Tensor
 class ShapesDataset(Dataset):
     """``(image, label)`` pairs over in-memory uint8 images, served as PIL images.
 
-    PIL, not tensors: torchvision's colour jitter on PIL is ~10× faster than its per-image
-    tensor kernels for 32×32 inputs, and data loading is what bounds a CPU run.
+    PIL, not tensors: torchvision's colour jitter is much faster on PIL images than with its
+    per-image tensor kernels at 32×32 (benchmarks/README.md, "Tuning notes"), and data loading
+    is what bounds a CPU run.
     """
 
     def __init__(self, images: Tensor, labels: Tensor) -> None:

@@ -1,9 +1,8 @@
 import os
 
-# Must precede the first torch import. OpenMP's default is to spin while waiting for work; when
-# DataLoader workers or any other process share the cores, the spinning threads starve them and
-# a CPU training step was measured 7x slower (1.5 s vs 0.22 s). Sleeping instead costs nothing
-# measurable here. An explicit OMP_WAIT_POLICY in the environment wins.
+# Must precede the first torch import. OpenMP's default is to spin while waiting for work, which
+# starves DataLoader workers or any other process sharing the cores (benchmarks/README.md,
+# "Tuning notes"). An explicit OMP_WAIT_POLICY in the environment wins.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 from ssl_app.cli import main  # noqa: E402

@@ -27,9 +27,8 @@ from torch import Tensor
 from ssl_app.metrics.pairs import pair_blocks, pair_count, pair_tiles
 from ssl_app.metrics.sharding import all_gather_rows, all_logsumexp, all_reduce_sum, resolve_world, row_range
 
-# Column tile of the uniformity blocks. On CPU, ~1000 × 4000 float32 tiles (16 MB) ran mm + exp +
-# sum ~1.5x faster per pair than 1000 × 25,000 ones (cache), and 2.5x faster than 1024 × 4096:
-# a power-of-two row stride (likely cache-set conflicts in sgemm).
+# Column tile of the uniformity blocks: cache-sized and deliberately not a power of two
+# (benchmarks/README.md, "Tuning notes", has the measurements).
 _TILE_COLS = 4000
 # Anchor rows per block for uniformity (blocks are rows × _TILE_COLS).
 _UNIFORMITY_CHUNK = 1024
