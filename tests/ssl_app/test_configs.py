@@ -22,8 +22,10 @@ CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 FRAGMENT_DIRS = ("base", "trainer", "callbacks", "data", "model")
 LOSS_OVERLAYS = sorted((CONFIGS / "cifar10" / "losses").glob("*.yaml"))
 FRAGMENTS = sorted(p for p in CONFIGS.rglob("*.yaml") if p.relative_to(CONFIGS).parts[0] in FRAGMENT_DIRS)
+# Linear evaluations of a trained checkpoint: configs/linear.yaml and configs/*/linear_*.yaml.
+EVALUATIONS = sorted(p for p in CONFIGS.rglob("linear*.yaml") if p not in FRAGMENTS)
 EXPERIMENTS = sorted(
-    p for p in CONFIGS.rglob("*.yaml") if p not in FRAGMENTS and p not in LOSS_OVERLAYS
+    p for p in CONFIGS.rglob("*.yaml") if p not in FRAGMENTS and p not in LOSS_OVERLAYS and p not in EVALUATIONS
 )
 METHOD_CONFIGS = EXPERIMENTS  # the name other tests and the README knew them by
 
@@ -114,6 +116,19 @@ def test_the_documented_experiments_are_all_there():
     names = {rel(p) for p in EXPERIMENTS}
     assert {"quickstart.yaml", "moco.yaml", "memory_bank.yaml", "cifar10/memory_bank.yaml", "cifar10/moco.yaml"} <= names
     assert len(FRAGMENTS) >= 5 and LOSS_OVERLAYS
+
+
+@pytest.mark.parametrize("config", EVALUATIONS, ids=rel)
+def test_linear_evaluations_follow_the_papers_protocol(config, capsys):
+    """Wang & Liu's linear evaluation (PAPER.md): 100 epochs, SGD lr 30, x0.2 at 40/60/80, flips only."""
+    result = composed(capsys, config, extra=("--model.init_args.checkpoint=any.ckpt",))
+    assert result["model"]["class_path"] == "ssl_app.evaluation.LinearProbe"
+    assert result["data"]["class_path"] == "datamodules.LinearEvalDataModule"
+    assert result["trainer"]["max_epochs"] == 100
+    optim = result["model"]["init_args"]["optim"]
+    assert (optim["optimizer"], optim["lr"], optim["momentum"], optim["weight_decay"]) == ("sgd", 30.0, 0.9, 0.0)
+    assert (optim["schedule"], optim["milestones"], optim["gamma"]) == ("multistep", [40, 60, 80], 0.2)
+    assert 0 < result["data"]["init_args"]["val_fraction"] < 1  # linear/val_top1 never reads the test split
 
 
 @pytest.mark.parametrize("config", EXPERIMENTS, ids=rel)
