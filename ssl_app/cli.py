@@ -32,6 +32,7 @@ from lightning.fabric.utilities.rank_zero import rank_zero_only
 from lightning.pytorch import LightningDataModule
 from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
+from lightning.pytorch.plugins.io import CheckpointIO
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from ssl_app import __version__
@@ -177,6 +178,14 @@ class SSLCLI(LightningCLI):
         trainer = self.config[subcommand].get("trainer") or Namespace()
         _check_devices(trainer.get("accelerator"), trainer.get("devices"))
 
+    def instantiate_trainer(self, **kwargs: Any) -> Any:
+        """The configured trainer, writing checkpoints atomically unless a CheckpointIO is configured."""
+        plugins = (self._get(self.config_init, "trainer", default={}) or {}).get("plugins")
+        plugins = [] if plugins is None else list(plugins) if isinstance(plugins, list) else [plugins]
+        if not any(isinstance(plugin, CheckpointIO) for plugin in plugins):
+            plugins.append(AtomicCheckpointIO())
+        return super().instantiate_trainer(plugins=plugins, **kwargs)
+
     # --- the subcommands: vet the checkpoint, then remove what a failed start left behind --------
     def fit(self, model: Any, **kwargs: Any) -> None:
         self._run_guarded("fit", model, **kwargs)
@@ -284,7 +293,6 @@ def trainer_defaults(interrupt: InterruptCheckpoint | None = None) -> dict:
             "init_args": {"save_dir": DEFAULT_RUN_DIR, "name": "default"},
         },
         "callbacks": [LearningRateMonitor(logging_interval="step"), interrupt or InterruptCheckpoint()],
-        "plugins": [AtomicCheckpointIO()],
     }
 
 
