@@ -345,6 +345,9 @@ def main(args: list[str] | None = None) -> LightningCLI:
             sys.exit(1)
         bad_input = _bad_input(error)
         if bad_input is None:
+            if _peer_failed(error):
+                _report("error: another process of this run failed (its error is above), so this one stopped too", every_rank=True)
+                sys.exit(1)
             raise
         _report(f"error: {bad_input}", every_rank=True)
         sys.exit(2)
@@ -356,6 +359,25 @@ def _report(message: str, every_rank: bool = False) -> None:
         print(message, file=sys.stderr)
     elif every_rank:
         print(f"(rank {rank}) {message}", file=sys.stderr)
+
+
+_PEER_GONE = ("Connection closed by peer", "Connection reset by peer", "remote worker crashing")
+
+
+def _peer_failed(error: BaseException) -> bool:
+    """A collective failed because another rank exited (gloo/NCCL report a closed connection)."""
+    from torch.distributed import DistNetworkError
+
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, DistNetworkError) or (
+            isinstance(current, RuntimeError) and any(text in str(current) for text in _PEER_GONE)
+        ):
+            return True
+        current = current.__cause__ or current.__context__
+    return False
 
 
 def _find_in_chain(error: BaseException, kind: type) -> BaseException | None:

@@ -5,6 +5,8 @@ config or checkpoint)."""
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -28,7 +30,7 @@ SMALL = [
 HARD = "--model.init_args.loss=ssl_app.losses.HardContrastive"
 
 
-def image_folder(root: Path, corrupt: bool = False, classes: bool = True) -> Path:
+def image_folder(root: Path, corrupt: bool = False, classes: bool = True, per_class: int = 4) -> Path:
     """A tiny ``root/{train,val}/<class>/*.png`` set; ``corrupt``: one train file is not an image."""
     for split in ("train", "val"):
         (root / split).mkdir(parents=True)
@@ -37,7 +39,7 @@ def image_folder(root: Path, corrupt: bool = False, classes: bool = True) -> Pat
         for label in ("a", "b"):
             folder = root / split / label
             folder.mkdir()
-            for i in range(4):
+            for i in range(per_class):
                 Image.new("RGB", (40, 40), (60 * i, 100, 30)).save(folder / f"{i}.png")
     if corrupt:
         (root / "train" / "a" / "broken.png").write_bytes(b"this is not a png")
@@ -125,3 +127,24 @@ def test_a_failed_resume_does_not_touch_the_existing_run(tmp_path, monkeypatch, 
         main(["fit", "--config", QUICKSTART, *SMALL, "--ckpt_path=last"])
     assert "ssl_app.methods.MoCo" in capsys.readouterr().err
     assert Path(broken).is_file() and (run / "events.out.tfevents.0").is_file()
+
+
+def test_corrupt_data_on_one_rank_fails_every_rank_without_hanging(tmp_path):
+    """2 gloo processes, one batch each (5 images per rank, all in it): the rank that reads the
+    broken file names it; the other rank's collective fails and it says why, in one line; the
+    run ends well within the timeout."""
+    data = image_folder(tmp_path / "set", corrupt=True, per_class=5)
+    (data / "train" / "b" / "4.png").unlink()  # 9 good + 1 broken: 5 per rank, no padding
+    args = [*image_args(data), "--data.batch_size=5", "--trainer.accelerator=cpu", "--trainer.devices=2",
+            "--trainer.strategy=ddp", "--trainer.max_epochs=1", "--trainer.callbacks=[]",
+            "--trainer.enable_progress_bar=false", "--trainer.num_sanity_val_steps=0"]
+    result = subprocess.run(
+        [sys.executable, "-m", "ssl_app", "fit", "--config", QUICKSTART, *args], cwd=tmp_path, check=False,
+        env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=240,
+    )
+    err = result.stderr
+    assert result.returncode in (1, 2), err[-3000:]
+    named = [line for line in err.splitlines() if "error: corrupted or unreadable image" in line]
+    assert len(named) == 1 and "broken.png" in named[0], err[-3000:]
+    assert "another process of this run failed" in err, err[-3000:]
+    assert "Traceback" not in err, err[-3000:]
