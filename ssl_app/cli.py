@@ -166,6 +166,7 @@ class SSLCLI(LightningCLI):
                 f"--ckpt_path {ckpt_path} was written by {method}, but the model is {wanted}; "
                 f"pass --model {method} (or its config) to use this checkpoint"
             )
+        _note_replaced_options(self._checkpoint, model)
         if subcommand == "fit" and logger_args is not None and logger_args.get("version") is None:
             version = version_folder(Path(ckpt_path), run_root)
             if version is not None:
@@ -209,6 +210,24 @@ class SSLCLI(LightningCLI):
             if created_root is not None and trainer.is_global_zero and trainer.global_step == 0:
                 _remove_failed_start(created_root)
             raise
+
+
+def _note_replaced_options(checkpoint: dict, model: Any) -> None:
+    """Say which model options LightningCLI is about to take from the checkpoint instead of the config."""
+    hparams = checkpoint.get("hyper_parameters")
+    init_args = model.get("init_args") if isinstance(model, Namespace) else None
+    if not isinstance(hparams, dict) or not isinstance(init_args, Namespace):
+        return
+    replaced = []
+    for key, saved in hparams.items():
+        if key.startswith("_") or key not in init_args:
+            continue
+        current = init_args[key]
+        current = current.as_dict() if isinstance(current, Namespace) else current
+        if current != saved:
+            replaced.append(f"{key}={saved!r} (config: {current!r})")
+    if replaced:
+        _info("--ckpt_path: the checkpoint's model options replace the config's: " + ", ".join(replaced))
 
 
 def _info(message: str) -> None:
