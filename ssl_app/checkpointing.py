@@ -107,6 +107,7 @@ class InterruptCheckpoint(Callback):
 
     def _reset(self) -> None:
         self.requested: int | None = None
+        self._interrupts = 0
         self.stopping = False
         self.signal_number: int | None = None
         self.saved_path: str | None = None
@@ -134,11 +135,13 @@ class InterruptCheckpoint(Callback):
 
     def _on_signal(self, signum: int, frame: Any) -> None:
         trainer = self._trainer
-        if self.requested is not None:
-            if signum == signal.SIGINT:
+        if signum == signal.SIGINT:
+            self._interrupts += 1
+            if self._interrupts > 1:  # a second Ctrl-C (a SIGTERM forwarded by rank 0 does not count)
                 _write("\nSecond Ctrl-C: quitting now, without a checkpoint.\n")
                 self._kill_children(signal.SIGKILL)
                 os._exit(128 + signal.SIGINT)
+        if self.requested is not None:
             return
         self.requested = signum
         if trainer is None or trainer.is_global_zero:
