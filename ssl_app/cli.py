@@ -362,13 +362,21 @@ def main(args: list[str] | None = None) -> LightningCLI:
                 message += f"\n{interrupt.unsaved_reason}; the previous last.ckpt, if any, is the last good state"
             _report(message)
             sys.exit(1)
+        saved = (
+            f"\nThe state of step {interrupt.step} is saved in {interrupt.saved_path}; resume with: "
+            f"{resume_hint(argv, interrupt.saved_path)}"
+            if interrupt.saved_path is not None
+            else ""
+        )
         bad_input = _bad_input(error)
         if bad_input is None:
             if _peer_failed(error):
                 _report("error: another process of this run failed (its error is above), so this one stopped too", every_rank=True)
                 sys.exit(1)
+            if saved:
+                _report(saved.strip())
             raise
-        _report(f"error: {bad_input}", every_rank=True)
+        _report(f"error: {bad_input}{saved}", every_rank=True)
         sys.exit(2)
 
 
