@@ -152,6 +152,8 @@ class SSLCLI(LightningCLI):
             found = find_last_checkpoint(run_root, version) if run_root is not None else None
             if found is None:
                 where = f"{run_root}/{version or 'version_*'}/checkpoints/" if run_root is not None else "the logger's folder"
+                if subcommand != "fit":
+                    raise ConfigError(f"--ckpt_path last: no last.ckpt under {where}")
                 _info(f"--ckpt_path last: no last.ckpt under {where} yet, so this starts a new run")
                 config.ckpt_path = None
                 return
@@ -246,8 +248,8 @@ def _logger_init_args(trainer: Any) -> Namespace | None:
     logger = trainer.get("logger") if isinstance(trainer, Namespace) else None
     if isinstance(logger, list) and len(logger) == 1:
         logger = logger[0]
-    if isinstance(logger, dict):
-        logger = Namespace(logger)
+    if isinstance(logger, dict):  # a default given as a dict: make it a Namespace we can edit in place
+        logger = trainer.logger = Namespace(logger)
     if not isinstance(logger, Namespace):
         return None
     if str(logger.get("class_path", "")).rsplit(".", 1)[-1] not in ("TensorBoardLogger", "CSVLogger"):
