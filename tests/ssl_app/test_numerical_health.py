@@ -4,6 +4,9 @@ counts the skips in TensorBoard, and a skipped step changes no parameter."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -36,15 +39,17 @@ class Poisoned(SimCLR):
     """SimCLR whose loss is NaN at the steps ``nan_loss_at`` and whose gradient (only) is NaN at
     ``nan_grad_at``; records whether the parameters changed over each poisoned step."""
 
-    def __init__(self, nan_loss_at: list[int] = [], nan_grad_at: list[int] = [], **kwargs: Any) -> None:  # noqa: B006
+    def __init__(self, nan_loss_at: list[int] = [], nan_grad_at: list[int] = [], nan_rank: int = -1, **kwargs: Any) -> None:  # noqa: B006
         super().__init__(**kwargs)
-        self.nan_loss_at, self.nan_grad_at = list(nan_loss_at), list(nan_grad_at)
+        self.nan_loss_at, self.nan_grad_at, self.nan_rank = list(nan_loss_at), list(nan_grad_at), nan_rank
         self.unchanged: dict[int, bool] = {}
         self._before: list[torch.Tensor] = []
 
     def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
         loss = super().training_step(batch, batch_idx)
         step = self.trainer.global_step
+        if self.nan_rank >= 0 and self.global_rank != self.nan_rank:
+            return loss
         if step in self.nan_loss_at:
             loss = loss * float("nan")
         if step in self.nan_grad_at:
@@ -123,3 +128,19 @@ def test_too_many_consecutive_skips_stop(tmp_path, monkeypatch, capsys):
     )
     assert code == 1, err[-3000:]
     assert "at step 3" in err and "max_consecutive_skips" in err, err[-3000:]
+
+
+def test_ddp_nan_on_one_rank_stops_every_rank_at_the_same_step(tmp_path):
+    """2 gloo processes, NaN loss on rank 1 only, gradients unchecked: the ranks must agree, or
+    rank 0 would train on while rank 1 stops (and wait for it in a collective)."""
+    args = ["fit", "--config", QUICKSTART, *TINY, "--trainer.accelerator=cpu", "--trainer.devices=2",
+            "--trainer.strategy=ddp", "--data.init_args.batch_size=16", "--health.check_gradients=false",
+            "--model.init_args.nan_loss_at=[2]", "--model.init_args.nan_rank=1"]
+    result = subprocess.run([sys.executable, "-m", "ssl_app", *args], cwd=tmp_path, check=False, timeout=240,
+                            env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True)
+    err = result.stderr
+    assert result.returncode == 1, err[-3000:]
+    lines = [line for line in err.splitlines() if line.startswith("error:")]
+    assert len(lines) == 1 and "at step 2 (epoch 0)" in lines[0], err[-3000:]
+    assert "Traceback" not in err and "another process" not in err, err[-3000:]
+    assert last_checkpoint(tmp_path)["global_step"] == 2
