@@ -190,6 +190,10 @@ class InterruptCheckpoint(Callback):
             self.signal_number = signal.SIGTERM
         if isinstance(exception, NonFiniteError):
             bad = first_nonfinite(pl_module)
+            if trainer.world_size > 1:  # buffers such as BatchNorm statistics differ between ranks: agree
+                flag = torch.tensor(float(bad is not None), device=trainer.strategy.root_device)
+                if bool(trainer.strategy.reduce(flag, reduce_op="sum") > 0):
+                    bad = bad or "on another rank"
             if bad is not None:
                 self.unsaved_reason = f"the model state is already non-finite ({bad}), so no checkpoint was written"
                 return
