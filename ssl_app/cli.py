@@ -435,7 +435,7 @@ def _bad_input(error: BaseException) -> str | None:
     """
     config_error = _find_config_error(error)
     if config_error is not None:
-        return str(config_error)
+        return _without_worker_traceback(str(config_error))
     seen: set[int] = set()
     current: BaseException | None = error
     while current is not None and id(current) not in seen:
@@ -448,6 +448,15 @@ def _bad_input(error: BaseException) -> str | None:
             return message if message.startswith(owner) else f"{owner}: {message}"
         current = current.__cause__ or current.__context__
     return None
+
+
+def _without_worker_traceback(message: str) -> str:
+    """A DataLoader worker's error re-raised in the main process carries the worker's traceback:
+    keep its last line, the original message."""
+    if "Original Traceback" not in message:
+        return message
+    last = [line for line in message.splitlines() if line.strip()][-1]
+    return re.sub(r"^[\w.]+(Error|Exception): ", "", last)
 
 
 def _app_constructor(error: BaseException) -> str | None:

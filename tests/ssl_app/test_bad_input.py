@@ -83,6 +83,7 @@ CASES = [
     ("data_root_missing", lambda t: image_args(t / "no_such_folder"), ["no_such_folder"]),
     ("data_root_without_classes", lambda t: image_args(image_folder(t / "empty_set", classes=False)), ["empty_set", "class folders"]),
     ("corrupt_image", lambda t: image_args(image_folder(t / "broken_set", corrupt=True)), ["broken.png"]),
+    ("corrupt_image_in_worker", lambda t: [*image_args(image_folder(t / "broken_set", corrupt=True)), "--data.num_workers=1"], ["broken.png"]),
     ("unknown_key_cli", lambda t: ["--model.init_args.no_such_option=1"], ["no_such_option"]),
     ("unknown_key_yaml", lambda t: ["--config", write(t / "key.yaml", "trainer:\n  no_such_option: 1\n")], ["no_such_option"]),
     ("wrong_type", lambda t: ["--data.init_args.batch_size=many"], ["batch_size"]),
