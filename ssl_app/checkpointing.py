@@ -198,7 +198,13 @@ class InterruptCheckpoint(Callback):
                 self.unsaved_reason = f"the model state is already non-finite ({bad}), so no checkpoint was written"
                 return
         self.step, self.epoch = trainer.global_step, trainer.current_epoch
-        self.saved_path = save_last(trainer)
+        try:
+            self.saved_path = save_last(trainer)
+        except Exception as error:
+            if agreed:
+                raise
+            # Saving after an arbitrary failure (say out of memory) may fail too: keep the original error.
+            self.unsaved_reason = f"saving a checkpoint after the failure failed too ({type(error).__name__}: {error})"
 
     def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         self._restore_sigint()
