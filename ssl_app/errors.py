@@ -1,4 +1,4 @@
-"""The one exception type the CLI turns into a single readable line."""
+"""The exception types the CLI turns into a single readable line."""
 
 
 class ConfigError(ValueError):
@@ -6,4 +6,12 @@ class ConfigError(ValueError):
 
     The message must name the offending option, path or value; ``python -m ssl_app`` prints
     it as ``error: <message>`` and exits with status 2, without a traceback.
+    """
+
+
+class NonFiniteError(RuntimeError):
+    """Training produced a non-finite loss or gradient (``ssl_app.health.NumericalHealth``).
+
+    Raised on every rank at the same step; the message names the step, the value and the last
+    finite loss. ``python -m ssl_app`` prints it as ``error: <message>`` and exits with status 1.
     """

@@ -1,0 +1,151 @@
+"""Every bad input through the CLI: exit status 2, one ``error:`` line naming the option or
+file, no traceback, and nothing written in the working directory (no run folder, event file,
+config or checkpoint)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from PIL import Image
+
+from ssl_app.cli import main
+
+REPO = Path(__file__).resolve().parents[2]
+QUICKSTART = str(REPO / "configs" / "quickstart.yaml")
+SMALL = [
+    "--trainer.max_epochs=1",
+    "--trainer.limit_train_batches=1",
+    "--trainer.limit_val_batches=1",
+    "--trainer.enable_progress_bar=false",
+    "--trainer.callbacks=[]",
+    "--data.init_args.train_size=64",
+    "--data.init_args.val_size=32",
+    "--data.init_args.batch_size=16",
+]
+HARD = "--model.init_args.loss=ssl_app.losses.HardContrastive"
+
+
+def image_folder(root: Path, corrupt: bool = False, classes: bool = True, per_class: int = 4) -> Path:
+    """A tiny ``root/{train,val}/<class>/*.png`` set; ``corrupt``: one train file is not an image."""
+    for split in ("train", "val"):
+        (root / split).mkdir(parents=True)
+        if not classes:
+            continue
+        for label in ("a", "b"):
+            folder = root / split / label
+            folder.mkdir()
+            for i in range(per_class):
+                Image.new("RGB", (40, 40), (60 * i, 100, 30)).save(folder / f"{i}.png")
+    if corrupt:
+        (root / "train" / "a" / "broken.png").write_bytes(b"this is not a png")
+    return root
+
+
+def image_args(root: Path) -> list[str]:
+    return [
+        "--data=datamodules.ImageFolderDataModule", f"--data.root={root}", "--data.batch_size=9",
+        "--data.num_workers=0", "--data.augmentation.crop_size=32",
+    ]
+
+
+def write(path: Path, text: str) -> str:
+    path.write_text(text)
+    return str(path)
+
+
+def fake_checkpoint(path: Path, class_path: str | None, proj_dim: int = 128) -> str:
+    """A checkpoint of an untrained quickstart-shaped SimCLR (optionally claiming another method)."""
+    from ssl_app.methods import SimCLR
+
+    model = SimCLR(backbone="small_cnn", proj_dim=proj_dim, proj_hidden_dim=256, proj_layers=2)
+    hparams = {"_class_path": class_path} if class_path else {}
+    torch.save({"state_dict": model.state_dict(), "hyper_parameters": hparams, "global_step": 0}, path)
+    return str(path)
+
+
+# (id, extra args built from tmp_path, text the error line must contain)
+CASES = [
+    ("temperature_zero", lambda t: ["--model.init_args.loss.init_args.temperature=0"], ["temperature"]),
+    ("temperature_negative", lambda t: ["--model.init_args.loss.init_args.temperature=-1"], ["temperature"]),
+    ("temperature_nan_cli", lambda t: ["--model.init_args.loss.init_args.temperature=nan"], ["temperature"]),
+    ("temperature_nan_yaml", lambda t: ["--config", write(t / "nan.yaml", "model:\n  init_args:\n    loss:\n      init_args:\n        temperature: .nan\n")], ["temperature", "finite"]),
+    ("temperature_inf_yaml", lambda t: ["--config", write(t / "inf.yaml", "model:\n  init_args:\n    loss:\n      init_args:\n        temperature: .inf\n")], ["temperature", "finite"]),
+    ("k_zero", lambda t: [HARD, "--model.init_args.loss.init_args.num_negatives=0"], ["num_negatives"]),
+    ("k_and_quantile", lambda t: [HARD, "--model.init_args.loss.init_args.num_negatives=4", "--model.init_args.loss.init_args.quantile=0.5"], ["num_negatives", "quantile"]),
+    ("batch_size_zero", lambda t: ["--data.init_args.batch_size=0"], ["batch_size"]),
+    ("devices_beyond_cores", lambda t: ["--trainer.accelerator=cpu", f"--trainer.devices={(os.cpu_count() or 1) + 1}"], ["trainer.devices"]),
+    ("gpu_without_gpu", lambda t: ["--trainer.accelerator=gpu"], ["trainer", "gpu"]),
+    ("data_root_missing", lambda t: image_args(t / "no_such_folder"), ["no_such_folder"]),
+    ("data_root_without_classes", lambda t: image_args(image_folder(t / "empty_set", classes=False)), ["empty_set", "class folders"]),
+    ("corrupt_image", lambda t: image_args(image_folder(t / "broken_set", corrupt=True)), ["broken.png"]),
+    ("corrupt_image_in_worker", lambda t: [*image_args(image_folder(t / "broken_set", corrupt=True)), "--data.num_workers=1"], ["broken.png"]),
+    ("unknown_key_cli", lambda t: ["--model.init_args.no_such_option=1"], ["no_such_option"]),
+    ("unknown_key_yaml", lambda t: ["--config", write(t / "key.yaml", "trainer:\n  no_such_option: 1\n")], ["no_such_option"]),
+    ("wrong_type", lambda t: ["--data.init_args.batch_size=many"], ["batch_size"]),
+    ("wrong_type_trainer", lambda t: ["--trainer.max_epochs=lots"], ["max_epochs"]),
+    ("callback_option_yaml", lambda t: ["--config", write(t / "cb.yaml", "trainer:\n  callbacks:\n    - class_path: callbacks.EmbeddingMetrics\n      init_args:\n        every_n_epochs: 0\n")], ["EmbeddingMetrics", "every_n_epochs"]),
+    ("callback_option_cli", lambda t: ["--trainer.callbacks+=callbacks.KNNMonitor", "--trainer.callbacks.k=0"], ["KNNMonitor", "k "]),
+    ("health_option", lambda t: ["--health.on_nonfinite=ignore"], ["health.on_nonfinite"]),
+    ("ckpt_missing", lambda t: [f"--ckpt_path={t / 'gone.ckpt'}"], ["--ckpt_path", "gone.ckpt"]),
+    ("ckpt_folder", lambda t: [f"--ckpt_path={t}"], ["--ckpt_path", "folder"]),
+    ("ckpt_not_a_checkpoint", lambda t: [f"--ckpt_path={write(t / 'notes.ckpt', 'hello')}"], ["--ckpt_path", "notes.ckpt", "not a readable checkpoint"]),
+    ("ckpt_other_method", lambda t: [f"--ckpt_path={fake_checkpoint(t / 'moco.ckpt', 'ssl_app.methods.MoCo')}"], ["moco.ckpt", "ssl_app.methods.MoCo", "ssl_app.methods.SimCLR"]),
+    ("ckpt_other_shape", lambda t: [f"--ckpt_path={fake_checkpoint(t / 'small.ckpt', None, proj_dim=64)}"], ["small.ckpt", "shape", "[64, 256]", "[128, 256]"]),
+]
+
+
+@pytest.mark.parametrize(("extra", "named"), [pytest.param(c[1], c[2], id=c[0]) for c in CASES])
+def test_bad_input_is_one_line_and_leaves_nothing(extra, named, tmp_path, monkeypatch, capsys):
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    args = ["fit", "--config", QUICKSTART, *SMALL, *extra(tmp_path)]
+    with pytest.raises(SystemExit) as exit_info:
+        main(args)
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2, err[-3000:]
+    lines = [line for line in err.splitlines() if line.startswith("error:")]
+    assert len(lines) == 1, err[-3000:]
+    for text in named:
+        assert text in lines[0], (text, lines[0])
+    assert "Traceback" not in err, err[-3000:]
+    assert list(work.iterdir()) == [], f"left behind: {sorted(str(p) for p in work.rglob('*'))}"
+
+
+def test_a_failed_resume_does_not_touch_the_existing_run(tmp_path, monkeypatch, capsys):
+    """A start that fails inside an existing version folder must not remove that folder."""
+    monkeypatch.chdir(tmp_path)
+    run = tmp_path / "runs" / "quickstart" / "version_0"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "events.out.tfevents.0").write_text("earlier curves")
+    broken = fake_checkpoint(run / "checkpoints" / "last.ckpt", "ssl_app.methods.MoCo")
+    with pytest.raises(SystemExit):
+        main(["fit", "--config", QUICKSTART, *SMALL, "--ckpt_path=last"])
+    assert "ssl_app.methods.MoCo" in capsys.readouterr().err
+    assert Path(broken).is_file() and (run / "events.out.tfevents.0").is_file()
+
+
+def test_corrupt_data_on_one_rank_fails_every_rank_without_hanging(tmp_path):
+    """2 gloo processes, one batch each (5 images per rank, all in it): the rank that reads the
+    broken file names it; the other rank's collective fails and it says why, in one line; the
+    run ends well within the timeout."""
+    data = image_folder(tmp_path / "set", corrupt=True, per_class=5)
+    (data / "train" / "b" / "4.png").unlink()  # 9 good + 1 broken: 5 per rank, no padding
+    args = [*image_args(data), "--data.batch_size=5", "--trainer.accelerator=cpu", "--trainer.devices=2",
+            "--trainer.strategy=ddp", "--trainer.max_epochs=1", "--trainer.callbacks=[]",
+            "--trainer.enable_progress_bar=false", "--trainer.num_sanity_val_steps=0"]
+    result = subprocess.run(
+        [sys.executable, "-m", "ssl_app", "fit", "--config", QUICKSTART, *args], cwd=tmp_path, check=False,
+        env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=240,
+    )
+    err = result.stderr
+    assert result.returncode in (1, 2), err[-3000:]
+    named = [line for line in err.splitlines() if "error: corrupted or unreadable image" in line]
+    assert len(named) == 1 and "broken.png" in named[0], err[-3000:]
+    assert "another process of this run failed" in err, err[-3000:]
+    assert "Traceback" not in err, err[-3000:]

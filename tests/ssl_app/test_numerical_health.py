@@ -1,0 +1,146 @@
+"""Never train on NaN: a forced non-finite loss or gradient stops the run with a message and a
+checkpoint of the last good state; with ``--health.on_nonfinite=skip`` the run trains on and
+counts the skips in TensorBoard, and a skipped step changes no parameter."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from ssl_app.cli import main
+from ssl_app.methods import SimCLR
+
+REPO = Path(__file__).resolve().parents[2]
+QUICKSTART = str(REPO / "configs" / "quickstart.yaml")
+STEPS = 4  # per epoch
+TINY = [
+    "--trainer.max_epochs=2",
+    f"--trainer.limit_train_batches={STEPS}",
+    "--trainer.limit_val_batches=1",
+    "--trainer.log_every_n_steps=1",
+    "--trainer.enable_progress_bar=false",
+    "--trainer.num_sanity_val_steps=0",
+    "--trainer.callbacks=[]",
+    "--data.init_args.train_size=128",
+    "--data.init_args.val_size=32",
+    "--data.init_args.batch_size=32",
+    f"--model={__name__}.Poisoned",
+]
+
+
+class Poisoned(SimCLR):
+    """SimCLR whose loss is NaN at the steps ``nan_loss_at`` and whose gradient (only) is NaN at
+    ``nan_grad_at``; records whether the parameters changed over each poisoned step."""
+
+    def __init__(self, nan_loss_at: list[int] = [], nan_grad_at: list[int] = [], nan_rank: int = -1, **kwargs: Any) -> None:  # noqa: B006
+        super().__init__(**kwargs)
+        self.nan_loss_at, self.nan_grad_at, self.nan_rank = list(nan_loss_at), list(nan_grad_at), nan_rank
+        self.unchanged: dict[int, bool] = {}
+        self._before: list[torch.Tensor] = []
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        loss = super().training_step(batch, batch_idx)
+        step = self.trainer.global_step
+        if self.nan_rank >= 0 and self.global_rank != self.nan_rank:
+            return loss
+        if step in self.nan_loss_at:
+            loss = loss * float("nan")
+        if step in self.nan_grad_at:
+            # forward: + 0 (finite); backward: d sqrt(x - 2)/dx at x = 0 is NaN, and where() passes 0 * NaN.
+            x = sum(p.sum() for p in self.parameters()) * 0
+            loss = loss + torch.where(x > 1, torch.sqrt(x - 2), torch.zeros_like(x))
+        return loss
+
+    def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
+        self._before = [p.detach().clone() for p in self.parameters()]
+
+    def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
+        step = self.trainer.global_step - 1
+        if step in self.nan_loss_at + self.nan_grad_at:
+            self.unchanged[step] = all(torch.equal(a, b) for a, b in zip(self._before, self.parameters()))
+
+
+def run(args: list[str], capsys: Any) -> tuple[int, str, Any]:
+    try:
+        cli = main(["fit", "--config", QUICKSTART, *TINY, *args])
+    except SystemExit as exit_info:
+        return int(exit_info.code or 0), capsys.readouterr().err, None
+    return 0, capsys.readouterr().err, cli
+
+
+def last_checkpoint(root: Path) -> dict:
+    return torch.load(root / "runs" / "quickstart" / "version_0" / "checkpoints" / "last.ckpt", weights_only=False, map_location="cpu")
+
+
+@pytest.mark.parametrize(
+    ("poison", "named"),
+    [("--model.init_args.nan_loss_at=[5]", "loss nan"), ("--model.init_args.nan_grad_at=[5]", "gradient norm nan")],
+    ids=["nan_loss", "nan_gradient"],
+)
+def test_nonfinite_stops_with_the_step_the_value_and_the_last_good_checkpoint(poison, named, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    code, err, _ = run([poison], capsys)
+    assert code == 1, err[-3000:]
+    lines = [line for line in err.splitlines() if line.startswith("error:")]
+    assert len(lines) == 1, err[-3000:]
+    assert "at step 5 (epoch 1)" in lines[0] and named in lines[0], lines[0]
+    assert "last finite loss" in lines[0] and "at step 4" in lines[0], lines[0]
+    assert "Traceback" not in err
+    assert "runs/quickstart/version_0/checkpoints/last.ckpt" in err and "--ckpt_path=" in err, err[-2000:]
+    saved = last_checkpoint(tmp_path)
+    assert saved["global_step"] == 5  # the state before the bad update: 5 good steps
+    assert all(torch.isfinite(v).all() for v in saved["state_dict"].values() if v.is_floating_point())
+    momentum = [s["momentum_buffer"] for s in saved["optimizer_states"][0]["state"].values()]
+    assert momentum and all(torch.isfinite(m).all() for m in momentum)
+
+
+def test_skip_trains_on_counts_the_skips_and_leaves_the_weights_untouched(tmp_path, monkeypatch, capsys, recwarn):
+    monkeypatch.chdir(tmp_path)
+    code, err, cli = run(
+        ["--health.on_nonfinite=skip", "--model.init_args.nan_loss_at=[1]", "--model.init_args.nan_grad_at=[6]"], capsys
+    )
+    assert code == 0, err[-3000:]
+    warned = " | ".join(str(w.message) for w in recwarn)
+    assert "at step 1 (epoch 0): loss nan" in warned and "step skipped (1 skipped so far)" in warned, warned
+    assert "at step 6 (epoch 1)" in warned and "gradient norm nan" in warned and "(2 skipped so far)" in warned, warned
+    assert cli.model.unchanged == {1: True, 6: True}
+    saved = last_checkpoint(tmp_path)
+    assert saved["global_step"] == 2 * STEPS
+    assert all(torch.isfinite(v).all() for v in saved["state_dict"].values() if v.is_floating_point())
+    events = EventAccumulator(str(tmp_path / "runs" / "quickstart" / "version_0"))
+    events.Reload()
+    skips = {event.step: event.value for event in events.Scalars("health/nonfinite_skips")}
+    assert skips[0] == 0 and skips[1] == 1 and skips[5] == 1 and skips[6] == 2 and max(skips.values()) == 2, skips
+    assert "NumericalHealth" in str(saved["callbacks"].keys())
+
+
+def test_too_many_consecutive_skips_stop(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    code, err, _ = run(
+        ["--health.on_nonfinite=skip", "--health.max_consecutive_skips=2", "--model.init_args.nan_loss_at=[1,2,3]"], capsys
+    )
+    assert code == 1, err[-3000:]
+    assert "at step 3" in err and "max_consecutive_skips" in err, err[-3000:]
+
+
+def test_ddp_nan_on_one_rank_stops_every_rank_at_the_same_step(tmp_path):
+    """2 gloo processes, NaN loss on rank 1 only, gradients unchecked: the ranks must agree, or
+    rank 0 would train on while rank 1 stops (and wait for it in a collective)."""
+    args = ["fit", "--config", QUICKSTART, *TINY, "--trainer.accelerator=cpu", "--trainer.devices=2",
+            "--trainer.strategy=ddp", "--data.init_args.batch_size=16", "--health.check_gradients=false",
+            "--model.init_args.nan_loss_at=[2]", "--model.init_args.nan_rank=1"]
+    result = subprocess.run([sys.executable, "-m", "ssl_app", *args], cwd=tmp_path, check=False, timeout=240,
+                            env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True)
+    err = result.stderr
+    assert result.returncode == 1, err[-3000:]
+    lines = [line for line in err.splitlines() if line.startswith("error:")]
+    assert len(lines) == 1 and "at step 2 (epoch 0)" in lines[0], err[-3000:]
+    assert "Traceback" not in err and "another process" not in err, err[-3000:]
+    assert last_checkpoint(tmp_path)["global_step"] == 2
