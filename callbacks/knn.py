@@ -11,6 +11,7 @@ from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities import rank_zero_warn
 
 from callbacks.embedding_pass import Features, embed_split, encoder, require_embedding_dataloader
+from ssl_app.checks import check_int, check_optional_int
 from ssl_app.metrics import WeightedKNNAccuracy
 
 
@@ -47,10 +48,8 @@ class KNNMonitor(Callback):
         chunk_size: Optional[int] = None,
     ) -> None:
         super().__init__()
-        if not isinstance(every_n_epochs, int) or every_n_epochs < 1:
-            raise ValueError(f"KNNMonitor: every_n_epochs must be an int >= 1, got {every_n_epochs!r}")
-        if max_train_samples is not None and (not isinstance(max_train_samples, int) or max_train_samples < 1):
-            raise ValueError(f"KNNMonitor: max_train_samples must be an int >= 1 or None, got {max_train_samples!r}")
+        every_n_epochs = check_int(every_n_epochs, "KNNMonitor: every_n_epochs")
+        max_train_samples = check_optional_int(max_train_samples, "KNNMonitor: max_train_samples")
         WeightedKNNAccuracy(1, k, temperature, chunk_size)  # validates k, temperature, chunk_size now
         self.k = k
         self.temperature = temperature

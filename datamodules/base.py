@@ -10,6 +10,7 @@ from torch.utils.data import DataLoader, Dataset, Subset
 
 from datamodules.augment import ViewAugmentation
 from datamodules.multiview import MultiViewDataset
+from ssl_app.checks import check_int
 from ssl_app.errors import ConfigError
 
 Split = Literal["train", "val", "test"]
@@ -67,12 +68,9 @@ class ContrastiveDataModule(LightningDataModule):
     ) -> None:
         super().__init__()
         name = type(self).__name__
-        if batch_size < 1:
-            raise ConfigError(f"{name}: batch_size must be >= 1, got {batch_size}")
-        if num_workers < 0:
-            raise ConfigError(f"{name}: num_workers must be >= 0, got {num_workers}")
-        if val_seed < 0:
-            raise ConfigError(f"{name}: val_seed must be >= 0, got {val_seed}")
+        batch_size = check_int(batch_size, f"{name}: batch_size")
+        num_workers = check_int(num_workers, f"{name}: num_workers", minimum=0)
+        val_seed = check_int(val_seed, f"{name}: val_seed", minimum=0)
         self.batch_size = batch_size
         self.num_workers = num_workers
         self.augmentation = augmentation

@@ -10,6 +10,7 @@ from torch.utils.data import DataLoader, Dataset, Subset, TensorDataset
 from torchvision.transforms import v2
 
 from datamodules.base import ContrastiveDataModule
+from ssl_app.checks import check_int
 from ssl_app.errors import ConfigError
 
 
@@ -62,8 +63,7 @@ class LinearEvalDataModule(LightningDataModule):
             raise ConfigError(f"LinearEvalDataModule: data must be a datamodules.* datamodule, got {type(data).__name__}")
         if not 0.0 <= val_fraction < 1.0:
             raise ConfigError(f"LinearEvalDataModule: val_fraction must be in [0, 1), got {val_fraction!r}")
-        if batch_size < 1:
-            raise ConfigError(f"LinearEvalDataModule: batch_size must be >= 1, got {batch_size}")
+        batch_size = check_int(batch_size, "LinearEvalDataModule: batch_size")
         self.data = data
         self.val_fraction = val_fraction
         self.batch_size = batch_size

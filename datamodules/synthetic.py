@@ -17,6 +17,7 @@ from torch.utils.data import Dataset
 
 from datamodules.augment import ViewAugmentation
 from datamodules.base import SPLITS, ContrastiveDataModule, Split
+from ssl_app.checks import check_int
 from ssl_app.errors import ConfigError
 
 ShapeFn = Callable[[Tensor, Tensor], Tensor]
@@ -163,12 +164,9 @@ class SyntheticDataModule(ContrastiveDataModule):
                 f"{', '.join(SHAPE_NAMES)}), got {num_classes}"
             )
         for option, value in (("train_size", train_size), ("val_size", val_size), ("test_size", test_size)):
-            if value < 1:
-                raise ConfigError(f"{name}: {option} must be >= 1, got {value}")
-        if image_size < 8:
-            raise ConfigError(f"{name}: image_size must be >= 8, got {image_size}")
-        if seed < 0:
-            raise ConfigError(f"{name}: seed must be >= 0, got {seed}")
+            check_int(value, f"{name}: {option}")
+        check_int(image_size, f"{name}: image_size", minimum=8)
+        check_int(seed, f"{name}: seed", minimum=0)
         self._num_classes = num_classes
         self.sizes = {"train": train_size, "val": val_size, "test": test_size}
         self.image_size = image_size

@@ -183,7 +183,7 @@ def test_keyword_arguments_reach_the_base_class(tmp_path):
     dm = CIFAR100DataModule(root=str(tmp_path), batch_size=3, num_workers=0, val_seed=5, pin_memory=False)
     assert (dm.batch_size, dm.num_workers, dm.val_seed, dm.pin_memory) == (3, 0, 5, False)
     assert dm.augmentation.mean == CIFAR100_MEAN and dm.root == str(tmp_path)
-    with pytest.raises(ConfigError, match="batch_size must be >= 1"):
+    with pytest.raises(ConfigError, match="batch_size must be an int >= 1"):
         STL10DataModule(download=True, batch_size=0)
     with pytest.raises(TypeError):  # a typo is not swallowed by **kwargs
         CIFAR10DataModule(download=True, batchsize=3)
