@@ -214,7 +214,8 @@ def report(results: list[dict], skipped: dict, sizes: list[int]) -> str:
                 r = fastest[case]
                 lines.append(
                     f"| {case} | {r['seconds']:.3f} | {r['seconds'] / floor_wall:.2f} | {cpu[case]:.3f} | "
-                    f"{cpu[case] / floor_cpu:.2f} | {memory[case]:.0f} | {fmt_value(value.get(case, math.nan))} | {r['load']:.1f} |"
+                    f"{cpu[case] / floor_cpu:.2f} | {memory[case]:.0f} | "
+                    f"{fmt_value(value.get(case, math.nan))} | {r['load']:.1f} |"
                 )
             elif (case, n) in skipped:
                 lines.append(f"| {case} | skipped: needs ~{skipped[case, n] / 2**30:.1f} GB > budget | | | | | | |")

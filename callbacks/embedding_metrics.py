@@ -198,7 +198,9 @@ class EmbeddingMetrics(Callback):
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         if self.uniformity_inputs == "clean":  # fail before training, not after an epoch
-            require_embedding_dataloader(trainer, "EmbeddingMetrics with uniformity_inputs=clean (or set uniformity_inputs: augmented)")
+            require_embedding_dataloader(
+                trainer, "EmbeddingMetrics with uniformity_inputs=clean (or set uniformity_inputs: augmented)"
+            )
         elif self.split is not None:
             require_embedding_dataloader(trainer, f"EmbeddingMetrics with split={self.split}")
 
@@ -330,9 +332,7 @@ class EmbeddingMetrics(Callback):
         figure = similarity_figure(positive, negatives, k, title)
         experiment.add_figure(f"similarity/positive_vs_top{self.top_k}_negative", figure, step, close=True)
 
-    def _on_collapse(
-        self, trainer: L.Trainer, e: CollapseEvidence, reasons: list[str], best_before: float, dim: int
-    ) -> None:
+    def _on_collapse(self, trainer: L.Trainer, e: CollapseEvidence, reasons: list[str], best_before: float, dim: int) -> None:
         stop = self.stop_on_collapse and trainer.state.fn == TrainerFn.FITTING
         if stop:
             trainer.should_stop = True  # every rank computed the same values, so every rank stops

@@ -17,7 +17,7 @@ from ssl_app.errors import ConfigError
 Features = Literal["projection", "backbone"]
 
 
-def require_embedding_dataloader(trainer: "L.Trainer", who: str) -> Any:
+def require_embedding_dataloader(trainer: L.Trainer, who: str) -> Any:
     """The trainer's datamodule if it offers ``embedding_dataloader``; a ConfigError otherwise."""
     datamodule = getattr(trainer, "datamodule", None)
     if datamodule is not None and callable(getattr(datamodule, "embedding_dataloader", None)):
@@ -42,7 +42,7 @@ def evaluation_mode(module: torch.nn.Module) -> Iterator[None]:
             m.training = training
 
 
-def encoder(pl_module: "L.LightningModule", features: Features) -> Callable[[Tensor], Tensor]:
+def encoder(pl_module: L.LightningModule, features: Features) -> Callable[[Tensor], Tensor]:
     """``projection``: ``pl_module.embed`` (z); ``backbone``: the L2-normalised ``pl_module(images)``."""
     if features == "projection":
         return pl_module.embed
@@ -52,8 +52,8 @@ def encoder(pl_module: "L.LightningModule", features: Features) -> Callable[[Ten
 
 
 def embed_split(
-    trainer: "L.Trainer",
-    pl_module: "L.LightningModule",
+    trainer: L.Trainer,
+    pl_module: L.LightningModule,
     split: str,
     *,
     views: int,

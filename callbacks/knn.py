@@ -59,21 +59,21 @@ class KNNMonitor(Callback):
         self.batch_size = batch_size
         self.chunk_size = chunk_size
 
-    def setup(self, trainer: "L.Trainer", pl_module: "L.LightningModule", stage: str) -> None:
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         require_embedding_dataloader(trainer, "KNNMonitor")  # fail before training, not after an epoch
         encoder(pl_module, self.features)
 
-    def on_validation_epoch_end(self, trainer: "L.Trainer", pl_module: "L.LightningModule") -> None:
+    def on_validation_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if trainer.sanity_checking:
             return
         if trainer.state.fn == TrainerFn.FITTING and (trainer.current_epoch + 1) % self.every_n_epochs:
             return
         self.evaluate(trainer, pl_module, "val")
 
-    def on_test_epoch_end(self, trainer: "L.Trainer", pl_module: "L.LightningModule") -> None:
+    def on_test_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self.evaluate(trainer, pl_module, "test")
 
-    def evaluate(self, trainer: "L.Trainer", pl_module: "L.LightningModule", split: str) -> Optional[float]:
+    def evaluate(self, trainer: L.Trainer, pl_module: L.LightningModule, split: str) -> Optional[float]:
         """Embed, classify and log ``metrics/knn_acc`` for ``split``; returns the accuracy (or None)."""
         common = dict(views=1, augment=False, features=self.features, batch_size=self.batch_size, who="KNNMonitor")
         bank = embed_split(trainer, pl_module, "train", max_samples=self.max_train_samples, **common)
@@ -87,7 +87,9 @@ class KNNMonitor(Callback):
         num_classes = int(bank.labels.max()) + 1
         metric = WeightedKNNAccuracy(num_classes, self.k, self.temperature, self.chunk_size).to(pl_module.device)
         query_features = queries.view_features(0) if len(queries) else bank.view_features(0)[:0]  # a rank may get no rows
-        metric.update(query_features.to(pl_module.device), queries.labels.to(pl_module.device), bank.view_features(0), bank.labels)
+        metric.update(
+            query_features.to(pl_module.device), queries.labels.to(pl_module.device), bank.view_features(0), bank.labels
+        )
         accuracy = float(metric.compute())  # sums correct/total over the ranks
         if math.isnan(accuracy):
             rank_zero_warn(f"KNNMonitor: the {split} split has no labels; metrics/knn_acc is not logged")

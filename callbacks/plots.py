@@ -12,7 +12,7 @@ from matplotlib.figure import Figure
 from torch import Tensor
 
 
-def find_tensorboard(trainer: "L.Trainer") -> Optional[TensorBoardLogger]:
+def find_tensorboard(trainer: L.Trainer) -> Optional[TensorBoardLogger]:
     """The first TensorBoardLogger among the trainer's loggers, or None."""
     return next((logger for logger in trainer.loggers if isinstance(logger, TensorBoardLogger)), None)
 

@@ -117,15 +117,11 @@ class ContrastiveDataModule(LightningDataModule):
         module = trainer.lightning_module if trainer is not None else None
         views = getattr(module, "train_views", DEFAULT_TRAIN_VIEWS) if module is not None else DEFAULT_TRAIN_VIEWS
         if isinstance(views, bool) or not isinstance(views, int) or views < 1:
-            raise ConfigError(
-                f"{type(self).__name__}: the method's train_views must be an integer >= 1, got {views!r}"
-            )
+            raise ConfigError(f"{type(self).__name__}: the method's train_views must be an integer >= 1, got {views!r}")
         return views
 
     def train_dataloader(self) -> DataLoader:
-        data = MultiViewDataset(
-            self.dataset("train"), self.augmentation.train_transform(), num_views=self.train_views()
-        )
+        data = MultiViewDataset(self.dataset("train"), self.augmentation.train_transform(), num_views=self.train_views())
         world_size = self.trainer.world_size if self.trainer is not None else 1
         if len(data) // world_size < self.batch_size:
             # drop_last would leave no batch at all and training would silently do nothing.
@@ -178,9 +174,7 @@ class ContrastiveDataModule(LightningDataModule):
         return self._loader(data, shuffle=False, drop_last=False, batch_size=batch_size, persistent=False)
 
     def _deterministic_views(self, split: Split) -> MultiViewDataset:
-        return MultiViewDataset(
-            self.dataset(split), self.augmentation.train_transform(), num_views=2, seed=self.val_seed
-        )
+        return MultiViewDataset(self.dataset(split), self.augmentation.train_transform(), num_views=2, seed=self.val_seed)
 
     def _loader(
         self,

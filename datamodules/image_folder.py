@@ -71,7 +71,9 @@ class ImageFolderDataModule(ContrastiveDataModule):
         self.split_dirs = {"train": self.root / train_dir, "val": self.root / val_dir, "test": self.root / test_dir}
         for split in ("train", "val"):
             if not _class_folders(self.split_dirs[split]):
-                raise ConfigError(f"{name}: no class folders in {str(self.split_dirs[split])!r} (expected {split} images as <class>/<image>)")
+                raise ConfigError(
+                    f"{name}: no class folders in {str(self.split_dirs[split])!r} (expected {split} images as <class>/<image>)"
+                )
         if not _class_folders(self.split_dirs["test"]):
             self.split_dirs["test"] = self.split_dirs["val"]
         self.classes = [p.name for p in _class_folders(self.split_dirs["train"])]

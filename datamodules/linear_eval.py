@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional
+from collections.abc import Callable
+from typing import Any, Optional
 
 import torch
 from lightning import LightningDataModule
@@ -95,7 +96,9 @@ class LinearEvalDataModule(LightningDataModule):
         self._splits = {
             "train": Labelled(Subset(train, sorted(order[held_out:])), v2.Compose([v2.RandomHorizontalFlip(), eval_transform])),
             "train_clean": Labelled(Subset(train, sorted(order[held_out:])), eval_transform),
-            "train_flipped": Labelled(Subset(train, sorted(order[held_out:])), v2.Compose([v2.RandomHorizontalFlip(p=1.0), eval_transform])),
+            "train_flipped": Labelled(
+                Subset(train, sorted(order[held_out:])), v2.Compose([v2.RandomHorizontalFlip(p=1.0), eval_transform])
+            ),
             "val": Labelled(Subset(train, sorted(order[:held_out])), eval_transform),
             "test": Labelled(self.data.dataset("test"), eval_transform),
         }

@@ -8,7 +8,8 @@ is independent of the class, so an encoder can only separate the classes by lear
 from __future__ import annotations
 
 import math
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 from PIL import Image
@@ -57,9 +58,7 @@ SYNTHETIC_AUGMENTATION = ViewAugmentation(
 _CHUNK = 4096  # images rendered at once; bounds the memory of the coordinate grids
 
 
-def make_shapes(
-    num_samples: int, num_classes: int, image_size: int, seed: int, noise: float = 0.03
-) -> tuple[Tensor, Tensor]:
+def make_shapes(num_samples: int, num_classes: int, image_size: int, seed: int, noise: float = 0.03) -> tuple[Tensor, Tensor]:
     """Render ``num_samples`` shape images; a pure function of its arguments.
 
     Returns ``(images, labels)``: uint8 ``[N, 3, S, S]`` and int64 ``[N]``, the classes as

@@ -194,9 +194,7 @@ class STL10DataModule(TorchvisionDataModule):
         **kwargs: Any,
     ) -> None:
         if train_split not in ("train+unlabeled", "unlabeled", "train"):
-            raise ConfigError(
-                f"STL10DataModule: train_split must be train+unlabeled, unlabeled or train, got {train_split!r}"
-            )
+            raise ConfigError(f"STL10DataModule: train_split must be train+unlabeled, unlabeled or train, got {train_split!r}")
         self.train_split = train_split
         super().__init__(augmentation=augmentation, **kwargs)
 

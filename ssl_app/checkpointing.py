@@ -146,7 +146,9 @@ class InterruptCheckpoint(Callback):
         self.requested = signum
         if trainer is None or trainer.is_global_zero:
             name = signal.Signals(signum).name
-            _write(f"\n{name} received: stopping after the current step and saving a checkpoint (Ctrl-C again quits without one).\n")
+            _write(
+                f"\n{name} received: stopping after the current step and saving a checkpoint (Ctrl-C again quits without one).\n"
+            )
         # Processes started by this one (Lightning's DDP launcher) may not have got the signal.
         self._kill_children(signal.SIGTERM)
 
@@ -301,7 +303,9 @@ def check_state_dict(checkpoint: dict[str, Any], model: torch.nn.Module, path: s
         if missing:
             detail.append(f"missing {', '.join(missing[:3])}" + (f" and {len(missing) - 3} more" if len(missing) > 3 else ""))
         if unexpected:
-            detail.append(f"unexpected {', '.join(unexpected[:3])}" + (f" and {len(unexpected) - 3} more" if len(unexpected) > 3 else ""))
+            detail.append(
+                f"unexpected {', '.join(unexpected[:3])}" + (f" and {len(unexpected) - 3} more" if len(unexpected) > 3 else "")
+            )
         raise ConfigError(
             f"{option}: {path} does not fit {type(model).__name__} (it was written by {method}): {'; '.join(detail)}"
         )

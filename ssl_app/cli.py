@@ -127,7 +127,13 @@ class SSLCLI(LightningCLI):
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         parser.add_lightning_class_args(ModelCheckpoint, "checkpoint")
-        parser.set_defaults({"checkpoint.save_last": True, "checkpoint.filename": "epoch{epoch:03d}-step{step}", "checkpoint.auto_insert_metric_name": False})
+        parser.set_defaults(
+            {
+                "checkpoint.save_last": True,
+                "checkpoint.filename": "epoch{epoch:03d}-step{step}",
+                "checkpoint.auto_insert_metric_name": False,
+            }
+        )
         parser.add_lightning_class_args(NumericalHealth, "health")
 
     # --- before anything is instantiated -----------------------------------------------------
@@ -372,7 +378,9 @@ def main(args: list[str] | None = None) -> LightningCLI:
         bad_input = _bad_input(error)
         if bad_input is None:
             if _peer_failed(error):
-                _report("error: another process of this run failed (its error is above), so this one stopped too", every_rank=True)
+                _report(
+                    "error: another process of this run failed (its error is above), so this one stopped too", every_rank=True
+                )
                 sys.exit(1)
             if saved:
                 _report(saved.strip())

@@ -12,7 +12,8 @@ All results are rank-major: rank 0's rows first.
 
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from collections.abc import Sequence
+from typing import Optional
 
 import torch
 import torch.distributed as dist

@@ -101,7 +101,8 @@ class NumericalHealth(Callback):
         raise NonFiniteError(what)
 
     def _describe(self, trainer: L.Trainer, loss: Tensor, norm: Tensor | None) -> str:
-        text = f"non-finite training loss or gradient at step {trainer.global_step} (epoch {trainer.current_epoch}): loss {float(loss):.6g}"
+        where = f"step {trainer.global_step} (epoch {trainer.current_epoch})"
+        text = f"non-finite training loss or gradient at {where}: loss {float(loss):.6g}"
         if norm is not None:
             text += f", gradient norm {float(norm):.6g}"
         if self._last_finite is not None:

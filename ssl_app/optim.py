@@ -15,8 +15,9 @@ per-process batch × processes × gradient-accumulation steps.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Iterable, Literal
+from typing import Literal
 
 import torch
 from lightly.utils.lars import LARS
@@ -63,7 +64,10 @@ class Optimization:
             (self.reference_batch_size >= 1, f"optim.reference_batch_size must be >= 1, got {self.reference_batch_size}"),
             (all(m >= 0 for m in self.milestones), f"optim.milestones must be epochs >= 0, got {self.milestones}"),
             (self.optimizer in ("sgd", "adamw", "lars"), f"optim.optimizer must be sgd, adamw or lars, got {self.optimizer!r}"),
-            (self.schedule in ("cosine", "multistep", "constant"), f"optim.schedule must be cosine, multistep or constant, got {self.schedule!r}"),
+            (
+                self.schedule in ("cosine", "multistep", "constant"),
+                f"optim.schedule must be cosine, multistep or constant, got {self.schedule!r}",
+            ),
             (self.scale_lr in ("none", "linear", "sqrt"), f"optim.scale_lr must be none, linear or sqrt, got {self.scale_lr!r}"),
         ]
         for ok, message in checks:
@@ -88,9 +92,7 @@ class Optimization:
             return self.gamma ** sum(epoch >= m for m in self.milestones)
         return 1.0
 
-    def build(
-        self, params: Iterable[torch.nn.Parameter], global_batch_size: int, steps_per_epoch: int, total_steps: int
-    ) -> dict:
+    def build(self, params: Iterable[torch.nn.Parameter], global_batch_size: int, steps_per_epoch: int, total_steps: int) -> dict:
         """Return Lightning's ``configure_optimizers`` dict (the schedule steps every optimiser step)."""
         lr = self.scaled_lr(global_batch_size)
         if self.optimizer == "sgd":

@@ -30,9 +30,10 @@ import shlex
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Optional
 
 STATUS_FILE = "sweep.json"
 
@@ -107,12 +108,14 @@ def plan(
         point = point_name(values)
         for seed in seeds:
             directory = sweep_dir / point / f"seed{seed}"
-            fit_args = ["fit", *[a for c in configs for a in ("--config", c)], *[f"--{k}={v}" for k, v in values.items()],
-                        f"--seed_everything={seed}", *logger_args(sweep_dir, point, f"seed{seed}"), *extra]  # fmt: skip
+            config_args = [a for c in configs for a in ("--config", c)]
+            grid_args = [f"--{k}={v}" for k, v in values.items()]
+            seed_arg = f"--seed_everything={seed}"
+            fit_args = ["fit", *config_args, *grid_args, seed_arg, *logger_args(sweep_dir, point, f"seed{seed}"), *extra]
             linear_args = None
             if linear_config is not None:
-                linear_args = ["fit", "--config", linear_config, f"--model.init_args.checkpoint={directory / 'checkpoints' / 'last.ckpt'}",
-                               f"--seed_everything={seed}", *logger_args(directory, "", "linear")]  # fmt: skip
+                checkpoint = f"--model.init_args.checkpoint={directory / 'checkpoints' / 'last.ckpt'}"
+                linear_args = ["fit", "--config", linear_config, checkpoint, seed_arg, *logger_args(directory, "", "linear")]
             runs.append(Run(point, values, seed, directory, fit_args, linear_args))
     return runs
 
@@ -134,7 +137,9 @@ def validate(runs: list[Run]) -> None:
         for args in (run.fit_args, run.linear_args):
             if args is None:
                 continue
-            key = tuple(a for a in args if not a.startswith(("--seed_everything", "--trainer.logger", "--model.init_args.checkpoint")))
+            key = tuple(
+                a for a in args if not a.startswith(("--seed_everything", "--trainer.logger", "--model.init_args.checkpoint"))
+            )
             if key in seen:
                 continue
             seen.add(key)
@@ -190,8 +195,9 @@ def execute(runs: list[Run], jobs: int) -> list[Run]:
             stage, args = stages(run)[0]
             device = free.pop(0) if free else None
             log = run.directory / f"{stage}.log"
-            run.save_status(point=run.point, grid=run.grid, seed=run.seed, **{stage: "running"},
-                            **{f"{stage}_command": shlex.join(["python", "-m", "ssl_app", *args]), f"{stage}_log": str(log)})  # fmt: skip
+            command = shlex.join(["python", "-m", "ssl_app", *args])
+            started = {stage: "running", f"{stage}_command": command, f"{stage}_log": str(log)}
+            run.save_status(point=run.point, grid=run.grid, seed=run.seed, **started)
             print(f"[sweep] start {run.point} seed {run.seed}: {stage}", flush=True)
             process = launch(args, log, device)
             active[process.pid] = (run, stage, process, device)
@@ -262,7 +268,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         run.load_status()
     if args.dry_run:
         for run in runs:
-            for stage, stage_args in stages(run):
+            for _, stage_args in stages(run):
                 print(shlex.join(["python", "-m", "ssl_app", *stage_args]))
         return 0
     todo = [run for run in runs if stages(run)]

@@ -74,11 +74,7 @@ def commands(path: Path) -> list[tuple[str, list[str]]]:
 
 
 def named_configs(path: Path) -> list[tuple[str, str]]:
-    return [
-        (f"{path.relative_to(REPO)}:{number}", name)
-        for number, line in doc_text(path)
-        for name in CONFIG_PATH.findall(line)
-    ]
+    return [(f"{path.relative_to(REPO)}:{number}", name) for number, line in doc_text(path) for name in CONFIG_PATH.findall(line)]
 
 
 def expand(name: str) -> list[Path]:
@@ -154,7 +150,9 @@ def assert_parses(argv: list[str], where: str, capsys, monkeypatch) -> None:
 def test_a_broken_command_fails_with_its_line(capsys, monkeypatch):
     # The check itself: a wrong key or a missing config is a failure naming the doc line.
     with pytest.raises(AssertionError, match="README.md:1: bad"):
-        assert_parses(["fit", "--config", "configs/quickstart.yaml", "--trainer.no_such_option=3"], "README.md:1: bad", capsys, monkeypatch)
+        assert_parses(
+            ["fit", "--config", "configs/quickstart.yaml", "--trainer.no_such_option=3"], "README.md:1: bad", capsys, monkeypatch
+        )
     with pytest.raises(AssertionError, match="README.md:2: gone"):
         assert_parses(["fit", "--config", "configs/cifar10/infonce.yaml"], "README.md:2: gone", capsys, monkeypatch)
 

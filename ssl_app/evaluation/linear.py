@@ -122,7 +122,7 @@ class LinearProbe(L.LightningModule):
                 raise ConfigError("LinearProbe: set model.num_classes (the datamodule does not say how many classes it has)")
             self._build_classifier(found)
 
-    def train(self, mode: bool = True) -> "LinearProbe":
+    def train(self, mode: bool = True) -> LinearProbe:
         super().train(mode)
         self.backbone.eval()  # frozen: BatchNorm keeps the statistics the method learned
         return self

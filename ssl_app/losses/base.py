@@ -60,11 +60,7 @@ class ContrastiveLoss(nn.Module):
 
 def check_temperature(temperature: float, owner: str = "loss") -> float:
     """Return τ as a float; raise ``ConfigError`` unless it is a finite number > 0."""
-    if (
-        isinstance(temperature, bool)
-        or not isinstance(temperature, numbers.Real)
-        or not 0 < temperature < float("inf")
-    ):
+    if isinstance(temperature, bool) or not isinstance(temperature, numbers.Real) or not 0 < temperature < float("inf"):
         raise ConfigError(f"{owner}: temperature must be > 0 and finite, got {temperature!r}")
     return float(temperature)
 

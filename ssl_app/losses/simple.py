@@ -57,9 +57,7 @@ class Simple(ContrastiveLoss):
 
     def __init__(self, lam: float | None = None) -> None:
         super().__init__()
-        if lam is not None and (
-            isinstance(lam, bool) or not isinstance(lam, numbers.Real) or not 0 < lam < math.inf
-        ):
+        if lam is not None and (isinstance(lam, bool) or not isinstance(lam, numbers.Real) or not 0 < lam < math.inf):
             raise ConfigError(f"Simple: lam must be > 0 and finite (or None for the mean over negatives), got {lam!r}")
         self.lam = None if lam is None else float(lam)
 

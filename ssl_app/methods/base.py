@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-from abc import ABC, abstractmethod
 import math
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any, Optional, Union
 
@@ -117,7 +117,9 @@ class ContrastiveMethod(L.LightningModule, ABC):
         loss = self.loss(contrast.sim, contrast.pos_mask, contrast.neg_mask)
         batch_size = contrast.sim.shape[0]
         on_step = stage == "train"
-        self.log(f"{stage}/loss", loss, prog_bar=True, on_step=on_step, on_epoch=True, sync_dist=not on_step, batch_size=batch_size)
+        self.log(
+            f"{stage}/loss", loss, prog_bar=True, on_step=on_step, on_epoch=True, sync_dist=not on_step, batch_size=batch_size
+        )
         if stage == "train":
             stats = {f"loss/{key}": value for key, value in self.loss.last_stats.items()}
             self.log_dict(stats, on_step=True, on_epoch=False, batch_size=batch_size)

@@ -40,7 +40,7 @@ class Members:
         return self.instance.shape[0]
 
     @staticmethod
-    def cat(*parts: "Members") -> "Members":
+    def cat(*parts: Members) -> Members:
         """The members of concatenated candidate blocks, in order."""
         labels = None if any(p.labels is None for p in parts) else torch.cat([p.labels for p in parts])
         return Members(torch.cat([p.instance for p in parts]), torch.cat([p.view for p in parts]), labels)

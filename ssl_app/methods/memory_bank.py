@@ -12,9 +12,10 @@ from ssl_app import distributed
 from ssl_app.checks import check_momentum, check_optional_int
 from ssl_app.errors import ConfigError
 from ssl_app.losses import ContrastiveLoss, InfoNCE
-from ssl_app.methods.base import MaskedSimilarities, ContrastiveMethod, similarity
+from ssl_app.methods.base import ContrastiveMethod, MaskedSimilarities, similarity
 from ssl_app.methods.masks import Members, contrast_masks, gathered_views, unmatched, views_of
 from ssl_app.methods.stores import LabelledBank
+
 
 class MemoryBank(ContrastiveMethod):
     """Instance discrimination against a memory bank, the setup of Wang & Liu 2021 (PAPER.md).
@@ -93,9 +94,7 @@ class MemoryBank(ContrastiveMethod):
         views, labels, indices = batch
         size = self.bank.size
         if size == 0:
-            raise ConfigError(
-                "MemoryBank: the bank is empty; set model.bank_size or use a datamodule with num_samples('train')"
-            )
+            raise ConfigError("MemoryBank: the bank is empty; set model.bank_size or use a datamodule with num_samples('train')")
         if self.num_negatives is not None and self.num_negatives >= size:
             raise ConfigError(f"MemoryBank: num_negatives ({self.num_negatives}) must be smaller than the bank ({size} entries)")
         z = self.embed(views[0])
@@ -111,9 +110,7 @@ class MemoryBank(ContrastiveMethod):
             drawn = torch.randperm(size, device=device)[: self.num_negatives]
             entries = torch.cat([indices, drawn])
             local = indices.shape[0]
-            usable = torch.cat(
-                [torch.eye(local, dtype=torch.bool, device=device), drawn[None, :] != indices[:, None]], dim=1
-            )
+            usable = torch.cat([torch.eye(local, dtype=torch.bool, device=device), drawn[None, :] != indices[:, None]], dim=1)
         candidates = Members(entries, torch.ones_like(entries), self.bank.labels[entries])
         pos_mask, neg_mask = contrast_masks(anchors, candidates, self.loss.uses_labels, usable)
         sim = similarity(z, self.bank.features[entries])
@@ -161,7 +158,9 @@ class MemoryBank(ContrastiveMethod):
         elif self.bank.size != wanted:
             raise ConfigError(f"MemoryBank: the bank has {self.bank.size} entries but the train split has {wanted} samples")
         if self.num_negatives is not None and self.num_negatives >= wanted:
-            raise ConfigError(f"MemoryBank: num_negatives ({self.num_negatives}) must be smaller than the bank ({wanted} entries)")
+            raise ConfigError(
+                f"MemoryBank: num_negatives ({self.num_negatives}) must be smaller than the bank ({wanted} entries)"
+            )
 
     def on_after_backward(self) -> None:
         # After backward (the loss's graph holds the bank itself, so it is only written now), and

@@ -7,7 +7,7 @@ from typing import Any
 import torch
 
 from ssl_app import distributed
-from ssl_app.methods.base import MaskedSimilarities, ContrastiveMethod, similarity
+from ssl_app.methods.base import ContrastiveMethod, MaskedSimilarities, similarity
 from ssl_app.methods.masks import contrast_masks, gathered_views, views_of
 
 

@@ -86,7 +86,9 @@ class EmbeddingMetric:
 EMBEDDING_METRICS: dict[str, EmbeddingMetric] = {}
 
 
-def register(name: str, *, reads: tuple[Input, ...], formula: str, tags: Mapping[str, str] | None = None) -> Callable[[Compute], Compute]:
+def register(
+    name: str, *, reads: tuple[Input, ...], formula: str, tags: Mapping[str, str] | None = None
+) -> Callable[[Compute], Compute]:
     """Decorator: add ``compute`` to ``EMBEDDING_METRICS`` under ``name`` (fields: ``tags`` keys,
     default one field named ``name``). Metrics run in registration order."""
     unknown = set(reads) - set(INPUTS)

@@ -6,7 +6,8 @@ features [B, feature_dim].
 
 from __future__ import annotations
 
-from typing import Callable, Literal, get_args
+from collections.abc import Callable
+from typing import Literal, get_args
 
 from torch import nn
 from torchvision.models import resnet18, resnet50

@@ -57,7 +57,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("runs_dir", type=Path, metavar="RUNS_DIR", help="directory searched for run folders")
-    parser.add_argument("--out", type=Path, default=None, help="where table.csv, table.md and the PNGs go (default: RUNS_DIR/report)")
+    parser.add_argument(
+        "--out", type=Path, default=None, help="where table.csv, table.md and the PNGs go (default: RUNS_DIR/report)"
+    )
     parser.add_argument("--title", default=None, help="heading of the table and the figures")
     return parser.parse_args(argv)
 

@@ -71,7 +71,9 @@ def read_events(directory: Path) -> EventData:
     )
     accumulator.Reload()
     tags = accumulator.Tags()
-    scalars = {tag: _by_step((event.step, float(event.value)) for event in accumulator.Scalars(tag)) for tag in tags.get(ea.SCALARS, [])}
+    scalars = {
+        tag: _by_step((event.step, float(event.value)) for event in accumulator.Scalars(tag)) for tag in tags.get(ea.SCALARS, [])
+    }
     histograms = {}
     for tag in tags.get(ea.HISTOGRAMS, []):
         events = sorted(accumulator.Histograms(tag), key=lambda event: event.step)

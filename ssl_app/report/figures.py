@@ -67,8 +67,15 @@ def draw_against_temperature(rows: list[Row], path: Path, colours: dict[str, str
             points = [(r.configuration.temperature, r.stat(key)) for r in series_rows]
             points = [(tau, stat) for tau, stat in points if stat.mean is not None]
             if points:
-                axis.errorbar([tau for tau, _ in points], [s.mean for _, s in points], yerr=[s.std or 0.0 for _, s in points],
-                              marker="o", capsize=3, color=colours[series], label=series)
+                axis.errorbar(
+                    [tau for tau, _ in points],
+                    [s.mean for _, s in points],
+                    yerr=[s.std or 0.0 for _, s in points],
+                    marker="o",
+                    capsize=3,
+                    color=colours[series],
+                    label=series,
+                )
         for row in rows:
             stat = row.stat(key)
             if row.configuration.temperature is None and stat.mean is not None:
@@ -93,11 +100,18 @@ def draw_dilemma_plane(rows: list[Row], path: Path, colours: dict[str, str], tit
     figure, axes = _figure(1, 1, (7, 5.5))
     axis = axes[0]
     for index, (row, u, t) in enumerate(points):
-        axis.errorbar(u.mean, t.mean, xerr=u.std or 0.0, yerr=t.std or 0.0, marker="o", capsize=3,
-                      color=colours[row.configuration.series])
+        axis.errorbar(
+            u.mean, t.mean, xerr=u.std or 0.0, yerr=t.std or 0.0, marker="o", capsize=3, color=colours[row.configuration.series]
+        )
         # Staggered offsets keep the labels of neighbouring points (near the uniformity cap) apart.
-        axis.annotate(row.configuration.label, (u.mean, t.mean), textcoords="offset points",
-                      xytext=(6, 4 + 9 * (index % 3)), fontsize="small", color=colours[row.configuration.series])
+        axis.annotate(
+            row.configuration.label,
+            (u.mean, t.mean),
+            textcoords="offset points",
+            xytext=(6, 4 + 9 * (index % 3)),
+            fontsize="small",
+            color=colours[row.configuration.series],
+        )
     axis.set_xlabel("uniformity (−L_unif, higher = more uniform)")
     axis.set_ylabel("tolerance (same-class similarity)")
     axis.grid(alpha=0.3)

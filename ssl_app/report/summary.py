@@ -48,16 +48,33 @@ class Column:
 
 
 COLUMNS = (
-    Column("linear_top1", "linear top-1 (%)", "linear/top1", "linear-probe top-1 accuracy on the test split, %",
-           source="linear", scale=100.0, digits=2),
+    Column(
+        "linear_top1",
+        "linear top-1 (%)",
+        "linear/top1",
+        "linear-probe top-1 accuracy on the test split, %",
+        source="linear",
+        scale=100.0,
+        digits=2,
+    ),
     Column("knn_acc", "kNN (%)", "metrics/knn_acc", "weighted kNN accuracy (k=200, σ=0.07), %", scale=100.0, digits=2),
-    Column("uniformity", "uniformity", "metrics/uniformity", "−L_unif, higher is more uniform (≈3.94 for random points on S^127)"),
+    Column(
+        "uniformity", "uniformity", "metrics/uniformity", "−L_unif, higher is more uniform (≈3.94 for random points on S^127)"
+    ),
     Column("tolerance", "tolerance", "metrics/tolerance", "mean similarity of same-class pairs of different images"),
     Column("alignment", "alignment", "metrics/alignment", "mean ‖z_a − z_b‖² over two views, 0 = views coincide"),
     Column("pos_sim", "pos. sim.", "metrics/pos_sim", "mean positive similarity s_ii"),
-    Column("top10_neg_sim", "top-10 neg. sim.", "metrics/top10_neg_sim", "mean of each sample's 10 largest negative similarities"),
-    Column("effective_negatives", "eff. negatives", "loss/effective_negatives",
-           "exp(entropy of the relative penalties r_i), mean over the final epoch's steps", digits=1, per_step=True),
+    Column(
+        "top10_neg_sim", "top-10 neg. sim.", "metrics/top10_neg_sim", "mean of each sample's 10 largest negative similarities"
+    ),
+    Column(
+        "effective_negatives",
+        "eff. negatives",
+        "loss/effective_negatives",
+        "exp(entropy of the relative penalties r_i), mean over the final epoch's steps",
+        digits=1,
+        per_step=True,
+    ),
 )
 
 

@@ -40,9 +40,11 @@ def markdown_table(rows: list[Row], configurations: list[Configuration], title: 
     """The table, its footnotes and a one-line legend, as Markdown."""
     notes = Footnotes()
     absent = [column for column in COLUMNS if all(row.stat(column.key).n == 0 for row in rows)]
-    absent_marker = notes.add(
-        ", ".join(f"`{column.tag}`" for column in absent) + " logged by no run: those columns are empty."
-    ) if absent else ""
+    absent_marker = (
+        notes.add(", ".join(f"`{column.tag}`" for column in absent) + " logged by no run: those columns are empty.")
+        if absent
+        else ""
+    )
     header = ["configuration", "n"] + [
         f"{column.header} {absent_marker}" if column in absent else column.header for column in COLUMNS
     ]

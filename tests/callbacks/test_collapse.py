@@ -39,7 +39,9 @@ def test_uniformity_rule_is_strictly_below():
 
 
 def test_alignment_rule_needs_both_strictly_below():
-    only = CollapseCriteria(None, alignment_below=1e-3, alignment_uniformity_below=1.0, similarity_above=None, uniformity_drop=None)
+    only = CollapseCriteria(
+        None, alignment_below=1e-3, alignment_uniformity_below=1.0, similarity_above=None, uniformity_drop=None
+    )
     assert collapsed(only, evidence(alignment=0.00099, uniformity=0.99))
     assert not collapsed(only, evidence(alignment=1e-3, uniformity=0.99))  # alignment at the threshold
     assert not collapsed(only, evidence(alignment=0.00099, uniformity=1.0))  # uniformity at its threshold
@@ -207,7 +209,9 @@ def test_all_nan_embeddings_log_the_count_and_the_flag_only():
 
     logger = RecordingLogger()
     with pytest.warns(UserWarning, match="non-finite"):
-        tiny_trainer([EmbeddingMetrics(log_histograms=False)], logger=logger).validate(tiny_model(AllNaN), tiny_data(), verbose=False)
+        tiny_trainer([EmbeddingMetrics(log_histograms=False)], logger=logger).validate(
+            tiny_model(AllNaN), tiny_data(), verbose=False
+        )
     assert logger.values("metrics/nonfinite") == [float(3 * VAL_SIZE)]
     assert logger.values("metrics/collapsed") == [1.0]
     assert logger.values("metrics/uniformity") == [] and logger.values("metrics/alignment") == []
@@ -246,4 +250,3 @@ def test_a_run_that_collapses_is_reported_by_the_alarm(caplog):
     assert callback.collapsed_at is not None and callback.collapsed_at >= 1
     message = next(r.getMessage() for r in caplog.records if "Representation collapse" in r.getMessage())
     assert "fell below 0.25 x its best" in message
-

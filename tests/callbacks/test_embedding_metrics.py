@@ -18,7 +18,17 @@ from ssl_app.errors import ConfigError
 from ssl_app.methods import SimCLR
 from ssl_app.metrics import alignment, effective_rank, positive_and_topk_negatives, tolerance, uniformity
 from tests.callbacks import ddp_worker
-from tests.callbacks.helpers import EPOCHS, VAL_SIZE, RecordingLogger, events, embed_views, last_scalars, tiny_data, tiny_model, tiny_trainer
+from tests.callbacks.helpers import (
+    EPOCHS,
+    VAL_SIZE,
+    RecordingLogger,
+    embed_views,
+    events,
+    last_scalars,
+    tiny_data,
+    tiny_model,
+    tiny_trainer,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 QUICKSTART = str(REPO / "configs" / "quickstart.yaml")
@@ -130,7 +140,9 @@ def test_embeds_the_views_itself_and_keeps_the_first_max_samples(caplog):
 def test_clean_inputs_cover_only_the_samples_the_loop_saw():
     model, data = tiny_model(), tiny_data()
     logger = RecordingLogger()
-    tiny_trainer([EmbeddingMetrics(log_histograms=False)], logger=logger, limit_val_batches=1).validate(model, data, verbose=False)
+    tiny_trainer([EmbeddingMetrics(log_histograms=False)], logger=logger, limit_val_batches=1).validate(
+        model, data, verbose=False
+    )
     labels, clean = clean_embeddings(model, data)
     batch = data.batch_size
     assert logger.values("metrics/uniformity") == [pytest.approx(float(uniformity(clean[:batch])), abs=1e-5)]
@@ -212,8 +224,14 @@ def test_two_ranks_gather_each_sample_once(ddp_results):
 
 @pytest.mark.slow
 def test_validate_logs_the_same_metrics_on_one_and_two_processes(tmp_path, monkeypatch):
-    sizes = ["--data.init_args.train_size=96", "--data.init_args.val_size=101", "--data.init_args.test_size=32",
-             "--data.init_args.batch_size=32", "--data.init_args.image_size=16", "--trainer.enable_progress_bar=false"]
+    sizes = [
+        "--data.init_args.train_size=96",
+        "--data.init_args.val_size=101",
+        "--data.init_args.test_size=32",
+        "--data.init_args.batch_size=32",
+        "--data.init_args.image_size=16",
+        "--trainer.enable_progress_bar=false",
+    ]
     monkeypatch.chdir(tmp_path)
     main(["fit", "--config", QUICKSTART, *sizes, "--trainer.max_steps=2", "--trainer.limit_val_batches=0"])
     checkpoint = tmp_path / "runs" / "quickstart" / "version_0" / "checkpoints" / "last.ckpt"
@@ -223,8 +241,9 @@ def test_validate_logs_the_same_metrics_on_one_and_two_processes(tmp_path, monke
     ddp_dir = tmp_path / "ddp"
     ddp_dir.mkdir()
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    ddp = ["--trainer.accelerator=cpu", "--trainer.devices=2", "--trainer.strategy=ddp"]
     result = subprocess.run(
-        [sys.executable, "-m", "ssl_app", *validate, "--trainer.accelerator=cpu", "--trainer.devices=2", "--trainer.strategy=ddp"],
+        [sys.executable, "-m", "ssl_app", *validate, *ddp],
         cwd=ddp_dir, env=env, capture_output=True, text=True, timeout=300, check=False,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]

@@ -32,7 +32,7 @@ def test_training_batch_format():
 
 
 def collect(loader):
-    views, labels, index = zip(*[(torch.cat(v, 1), l, i) for v, l, i in loader])
+    views, labels, index = zip(*[(torch.cat(v, 1), label, i) for v, label, i in loader])
     return torch.cat(views), torch.cat(labels), torch.cat(index)
 
 
@@ -110,8 +110,16 @@ class ViewCounter(LightningModule):
 
 def fit_one_step(module, tmp_path):
     trainer = Trainer(
-        max_epochs=1, limit_train_batches=2, limit_val_batches=1, num_sanity_val_steps=0, logger=False, enable_checkpointing=False,
-        enable_progress_bar=False, enable_model_summary=False, default_root_dir=tmp_path, accelerator="cpu",
+        max_epochs=1,
+        limit_train_batches=2,
+        limit_val_batches=1,
+        num_sanity_val_steps=0,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        default_root_dir=tmp_path,
+        accelerator="cpu",
     )
     trainer.fit(module, datamodule=small_module())
     return module.seen

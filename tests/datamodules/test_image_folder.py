@@ -20,9 +20,7 @@ def make_tree(root, splits=("train", "val"), classes=("cat", "dog"), per_class=3
 
 
 def small(root, **kwargs):
-    return ImageFolderDataModule(
-        str(root), batch_size=2, num_workers=0, augmentation=ViewAugmentation(crop_size=16), **kwargs
-    )
+    return ImageFolderDataModule(str(root), batch_size=2, num_workers=0, augmentation=ViewAugmentation(crop_size=16), **kwargs)
 
 
 def test_loads_an_image_tree(tmp_path):
@@ -57,9 +55,7 @@ def test_corrupted_image_names_the_file(tmp_path):
     with pytest.raises(CorruptImageError, match=f"corrupted or unreadable image: {broken}"):
         data[position]
     # Also from a DataLoader worker, and as a ConfigError (which the CLI prints as an error line).
-    with_worker = ImageFolderDataModule(
-        str(tmp_path), batch_size=7, num_workers=1, augmentation=ViewAugmentation(crop_size=16)
-    )
+    with_worker = ImageFolderDataModule(str(tmp_path), batch_size=7, num_workers=1, augmentation=ViewAugmentation(crop_size=16))
     with pytest.raises(ConfigError, match=f"corrupted or unreadable image: {broken}"):
         list(with_worker.embedding_dataloader("train"))
 

@@ -59,7 +59,9 @@ def test_class_lives_in_the_shape_not_the_colour():
     assert shape_acc > 0.5, shape_acc  # 0.65 with these seeds; chance is 0.1
 
 
-@pytest.mark.parametrize("kwargs,option", [({"num_classes": 11}, "num_classes"), ({"train_size": 0}, "train_size"), ({"image_size": 4}, "image_size")])
+@pytest.mark.parametrize(
+    "kwargs,option", [({"num_classes": 11}, "num_classes"), ({"train_size": 0}, "train_size"), ({"image_size": 4}, "image_size")]
+)
 def test_bad_options_are_named(kwargs, option):
     with pytest.raises(ConfigError, match=option):
         SyntheticDataModule(**kwargs)

@@ -95,9 +95,7 @@ def test_stl10_train_split_is_checked():
         STL10DataModule(train_split="everything", download=True)
 
 
-@pytest.mark.parametrize(
-    "module,crop,mean0", [("STL10DataModule", 96, 0.4467), ("CIFAR100DataModule", 32, 0.5071)]
-)
+@pytest.mark.parametrize("module,crop,mean0", [("STL10DataModule", 96, 0.4467), ("CIFAR100DataModule", 32, 0.5071)])
 def test_overriding_one_augmentation_field_keeps_the_data_sets_defaults(module, crop, mean0):
     # What the CLI does with --data.init_args.augmentation.min_scale=0.5 (parsing only, no data).
     parser = ArgumentParser(exit_on_error=False)
@@ -168,9 +166,7 @@ def test_data_help_lists_every_option(name, capsys):
 
 @pytest.mark.parametrize("name", ALL_MODULES)
 def test_a_partial_override_keeps_the_other_defaults(name, capsys):
-    options = printed_data_config(
-        capsys, name, "--data.init_args.augmentation.min_scale=0.5", "--data.init_args.batch_size=7"
-    )
+    options = printed_data_config(capsys, name, "--data.init_args.augmentation.min_scale=0.5", "--data.init_args.batch_size=7")
     assert options["augmentation"]["min_scale"] == 0.5 and options["batch_size"] == 7
     for field, value in OWN_AUGMENTATION[name].items():
         if field != "min_scale":

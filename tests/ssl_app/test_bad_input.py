@@ -48,8 +48,11 @@ def image_folder(root: Path, corrupt: bool = False, classes: bool = True, per_cl
 
 def image_args(root: Path) -> list[str]:
     return [
-        "--data=datamodules.ImageFolderDataModule", f"--data.root={root}", "--data.batch_size=9",
-        "--data.num_workers=0", "--data.augmentation.crop_size=32",
+        "--data=datamodules.ImageFolderDataModule",
+        f"--data.root={root}",
+        "--data.batch_size=9",
+        "--data.num_workers=0",
+        "--data.augmentation.crop_size=32",
     ]
 
 
@@ -73,29 +76,86 @@ CASES = [
     ("temperature_zero", lambda t: ["--model.init_args.loss.init_args.temperature=0"], ["temperature"]),
     ("temperature_negative", lambda t: ["--model.init_args.loss.init_args.temperature=-1"], ["temperature"]),
     ("temperature_nan_cli", lambda t: ["--model.init_args.loss.init_args.temperature=nan"], ["temperature"]),
-    ("temperature_nan_yaml", lambda t: ["--config", write(t / "nan.yaml", "model:\n  init_args:\n    loss:\n      init_args:\n        temperature: .nan\n")], ["temperature", "finite"]),
-    ("temperature_inf_yaml", lambda t: ["--config", write(t / "inf.yaml", "model:\n  init_args:\n    loss:\n      init_args:\n        temperature: .inf\n")], ["temperature", "finite"]),
+    (
+        "temperature_nan_yaml",
+        lambda t: [
+            "--config",
+            write(t / "nan.yaml", "model:\n  init_args:\n    loss:\n      init_args:\n        temperature: .nan\n"),
+        ],
+        ["temperature", "finite"],
+    ),
+    (
+        "temperature_inf_yaml",
+        lambda t: [
+            "--config",
+            write(t / "inf.yaml", "model:\n  init_args:\n    loss:\n      init_args:\n        temperature: .inf\n"),
+        ],
+        ["temperature", "finite"],
+    ),
     ("k_zero", lambda t: [HARD, "--model.init_args.loss.init_args.num_negatives=0"], ["num_negatives"]),
-    ("k_and_quantile", lambda t: [HARD, "--model.init_args.loss.init_args.num_negatives=4", "--model.init_args.loss.init_args.quantile=0.5"], ["num_negatives", "quantile"]),
+    (
+        "k_and_quantile",
+        lambda t: [HARD, "--model.init_args.loss.init_args.num_negatives=4", "--model.init_args.loss.init_args.quantile=0.5"],
+        ["num_negatives", "quantile"],
+    ),
     ("batch_size_zero", lambda t: ["--data.init_args.batch_size=0"], ["batch_size"]),
-    ("devices_beyond_cores", lambda t: ["--trainer.accelerator=cpu", f"--trainer.devices={(os.cpu_count() or 1) + 1}"], ["trainer.devices"]),
+    (
+        "devices_beyond_cores",
+        lambda t: ["--trainer.accelerator=cpu", f"--trainer.devices={(os.cpu_count() or 1) + 1}"],
+        ["trainer.devices"],
+    ),
     ("gpu_without_gpu", lambda t: ["--trainer.accelerator=gpu"], ["trainer", "gpu"]),
     ("data_root_missing", lambda t: image_args(t / "no_such_folder"), ["no_such_folder"]),
-    ("data_root_without_classes", lambda t: image_args(image_folder(t / "empty_set", classes=False)), ["empty_set", "class folders"]),
+    (
+        "data_root_without_classes",
+        lambda t: image_args(image_folder(t / "empty_set", classes=False)),
+        ["empty_set", "class folders"],
+    ),
     ("corrupt_image", lambda t: image_args(image_folder(t / "broken_set", corrupt=True)), ["broken.png"]),
-    ("corrupt_image_in_worker", lambda t: [*image_args(image_folder(t / "broken_set", corrupt=True)), "--data.num_workers=1"], ["broken.png"]),
+    (
+        "corrupt_image_in_worker",
+        lambda t: [*image_args(image_folder(t / "broken_set", corrupt=True)), "--data.num_workers=1"],
+        ["broken.png"],
+    ),
     ("unknown_key_cli", lambda t: ["--model.init_args.no_such_option=1"], ["no_such_option"]),
     ("unknown_key_yaml", lambda t: ["--config", write(t / "key.yaml", "trainer:\n  no_such_option: 1\n")], ["no_such_option"]),
     ("wrong_type", lambda t: ["--data.init_args.batch_size=many"], ["batch_size"]),
     ("wrong_type_trainer", lambda t: ["--trainer.max_epochs=lots"], ["max_epochs"]),
-    ("callback_option_yaml", lambda t: ["--config", write(t / "cb.yaml", "trainer:\n  callbacks:\n    - class_path: callbacks.EmbeddingMetrics\n      init_args:\n        every_n_epochs: 0\n")], ["EmbeddingMetrics", "every_n_epochs"]),
-    ("callback_option_cli", lambda t: ["--trainer.callbacks+=callbacks.KNNMonitor", "--trainer.callbacks.k=0"], ["KNNMonitor", "k "]),
+    (
+        "callback_option_yaml",
+        lambda t: [
+            "--config",
+            write(
+                t / "cb.yaml",
+                "trainer:\n  callbacks:\n    - class_path: callbacks.EmbeddingMetrics\n"
+                "      init_args:\n        every_n_epochs: 0\n",
+            ),
+        ],
+        ["EmbeddingMetrics", "every_n_epochs"],
+    ),
+    (
+        "callback_option_cli",
+        lambda t: ["--trainer.callbacks+=callbacks.KNNMonitor", "--trainer.callbacks.k=0"],
+        ["KNNMonitor", "k "],
+    ),
     ("health_option", lambda t: ["--health.on_nonfinite=ignore"], ["health.on_nonfinite"]),
     ("ckpt_missing", lambda t: [f"--ckpt_path={t / 'gone.ckpt'}"], ["--ckpt_path", "gone.ckpt"]),
     ("ckpt_folder", lambda t: [f"--ckpt_path={t}"], ["--ckpt_path", "folder"]),
-    ("ckpt_not_a_checkpoint", lambda t: [f"--ckpt_path={write(t / 'notes.ckpt', 'hello')}"], ["--ckpt_path", "notes.ckpt", "not a readable checkpoint"]),
-    ("ckpt_other_method", lambda t: [f"--ckpt_path={fake_checkpoint(t / 'moco.ckpt', 'ssl_app.methods.MoCo')}"], ["moco.ckpt", "ssl_app.methods.MoCo", "ssl_app.methods.SimCLR"]),
-    ("ckpt_other_shape", lambda t: [f"--ckpt_path={fake_checkpoint(t / 'small.ckpt', None, proj_dim=64)}"], ["small.ckpt", "shape", "[64, 256]", "[128, 256]"]),
+    (
+        "ckpt_not_a_checkpoint",
+        lambda t: [f"--ckpt_path={write(t / 'notes.ckpt', 'hello')}"],
+        ["--ckpt_path", "notes.ckpt", "not a readable checkpoint"],
+    ),
+    (
+        "ckpt_other_method",
+        lambda t: [f"--ckpt_path={fake_checkpoint(t / 'moco.ckpt', 'ssl_app.methods.MoCo')}"],
+        ["moco.ckpt", "ssl_app.methods.MoCo", "ssl_app.methods.SimCLR"],
+    ),
+    (
+        "ckpt_other_shape",
+        lambda t: [f"--ckpt_path={fake_checkpoint(t / 'small.ckpt', None, proj_dim=64)}"],
+        ["small.ckpt", "shape", "[64, 256]", "[128, 256]"],
+    ),
 ]
 
 
@@ -136,12 +196,25 @@ def test_corrupt_data_on_one_rank_fails_every_rank_without_hanging(tmp_path):
     run ends well within the timeout."""
     data = image_folder(tmp_path / "set", corrupt=True, per_class=5)
     (data / "train" / "b" / "4.png").unlink()  # 9 good + 1 broken: 5 per rank, no padding
-    args = [*image_args(data), "--data.batch_size=5", "--trainer.accelerator=cpu", "--trainer.devices=2",
-            "--trainer.strategy=ddp", "--trainer.max_epochs=1", "--trainer.callbacks=[]",
-            "--trainer.enable_progress_bar=false", "--trainer.num_sanity_val_steps=0"]
+    args = [
+        *image_args(data),
+        "--data.batch_size=5",
+        "--trainer.accelerator=cpu",
+        "--trainer.devices=2",
+        "--trainer.strategy=ddp",
+        "--trainer.max_epochs=1",
+        "--trainer.callbacks=[]",
+        "--trainer.enable_progress_bar=false",
+        "--trainer.num_sanity_val_steps=0",
+    ]
     result = subprocess.run(
-        [sys.executable, "-m", "ssl_app", "fit", "--config", QUICKSTART, *args], cwd=tmp_path, check=False,
-        env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=240,
+        [sys.executable, "-m", "ssl_app", "fit", "--config", QUICKSTART, *args],
+        cwd=tmp_path,
+        check=False,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        capture_output=True,
+        text=True,
+        timeout=240,
     )
     err = result.stderr
     assert result.returncode in (1, 2), err[-3000:]

@@ -101,9 +101,22 @@ def test_two_processes_ddp(tmp_path):
     """SimCLR's end-to-end 2-process run: the same config on 2 CPU processes (gloo) with only trainer
     keys changed. Catches a DDP run that crashes, logs a non-finite loss or drops the metric tags."""
     result = subprocess.run(
-        [sys.executable, "-m", "ssl_app", "fit", "--config", QUICKSTART, *TINY,
-         "--trainer.accelerator=cpu", "--trainer.devices=2", "--trainer.strategy=ddp"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "ssl_app",
+            "fit",
+            "--config",
+            QUICKSTART,
+            *TINY,
+            "--trainer.accelerator=cpu",
+            "--trainer.devices=2",
+            "--trainer.strategy=ddp",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     run = only_version_dir(tmp_path / "runs")

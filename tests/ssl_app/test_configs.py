@@ -24,9 +24,7 @@ LOSS_OVERLAYS = sorted((CONFIGS / "cifar10" / "losses").glob("*.yaml"))
 FRAGMENTS = sorted(p for p in CONFIGS.rglob("*.yaml") if p.relative_to(CONFIGS).parts[0] in FRAGMENT_DIRS)
 # Linear evaluations of a trained checkpoint: configs/linear.yaml and configs/*/linear_*.yaml.
 EVALUATIONS = sorted(p for p in CONFIGS.rglob("linear*.yaml") if p not in FRAGMENTS)
-EXPERIMENTS = sorted(
-    p for p in CONFIGS.rglob("*.yaml") if p not in FRAGMENTS and p not in LOSS_OVERLAYS and p not in EVALUATIONS
-)
+EXPERIMENTS = sorted(p for p in CONFIGS.rglob("*.yaml") if p not in FRAGMENTS and p not in LOSS_OVERLAYS and p not in EVALUATIONS)
 METHOD_CONFIGS = EXPERIMENTS  # the name other tests and the README knew them by
 
 
@@ -285,7 +283,8 @@ _CLAIM = re.compile(r"setup of|following the", re.IGNORECASE)
 
 def header(path: Path) -> str:
     lines = path.read_text().splitlines()
-    return "\n".join(line for line in lines[: next((i for i, l in enumerate(lines) if not l.startswith("#")), len(lines))])
+    first_code = next((i for i, line in enumerate(lines) if not line.startswith("#")), len(lines))
+    return "\n".join(lines[:first_code])
 
 
 @pytest.mark.parametrize("config", [*EXPERIMENTS, *FRAGMENTS, *LOSS_OVERLAYS], ids=rel)

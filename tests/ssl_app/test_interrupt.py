@@ -24,7 +24,9 @@ REPO = Path(__file__).resolve().parents[2]
 MOCO = str(REPO / "configs" / "moco.yaml")
 BATCHES = 6  # per epoch
 ARGS = [
-    "fit", "--config", MOCO,
+    "fit",
+    "--config",
+    MOCO,
     "--trainer.max_epochs=2",
     f"--trainer.limit_train_batches={BATCHES}",
     "--trainer.limit_val_batches=1",
@@ -77,7 +79,11 @@ def start(cwd: Path, *extra: str, pause: float = 0.3, dump: Path | None = None) 
         args.append(f"--trainer.callbacks.dump={dump}")
     return subprocess.Popen(
         [sys.executable, "-m", "ssl_app", *args, *extra],
-        cwd=cwd, env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        cwd=cwd,
+        env=env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
 
 
@@ -120,7 +126,9 @@ def test_sigint_then_sigterm_mid_epoch_resume_into_the_same_run(tmp_path):
     code, _out, err = signal_at_step(start(tmp_path), 3, signal.SIGINT)
     assert code == 130, err[-3000:]
     last = tmp_path / "runs" / "moco" / "version_0" / "checkpoints" / "last.ckpt"
-    assert f"Interrupted by SIGINT at epoch 0, step 3: saved {Path('runs/moco/version_0/checkpoints/last.ckpt')}" in err, err[-3000:]
+    assert f"Interrupted by SIGINT at epoch 0, step 3: saved {Path('runs/moco/version_0/checkpoints/last.ckpt')}" in err, err[
+        -3000:
+    ]
     assert "Resume with:" in err and "--ckpt_path=runs/moco/version_0/checkpoints/last.ckpt" in err
     assert "Traceback" not in err, err[-3000:]
     saved = load(last)
@@ -141,8 +149,15 @@ def test_sigint_then_sigterm_mid_epoch_resume_into_the_same_run(tmp_path):
     assert load(last)["global_step"] == 5
 
     # 3. Resume again and finish: same version folder, the step curve continues without a gap.
-    result = subprocess.run([sys.executable, "-m", "ssl_app", *ARGS, "--ckpt_path=last"],
-                            cwd=tmp_path, env=env(), check=False, capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [sys.executable, "-m", "ssl_app", *ARGS, "--ckpt_path=last"],
+        cwd=tmp_path,
+        env=env(),
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert [p.name for p in (tmp_path / "runs" / "moco").iterdir()] == ["version_0"]
     final = load(last)
@@ -193,8 +208,15 @@ def test_ddp_sigterm_to_the_launcher_stops_every_rank_and_resumes(tmp_path, sign
     saved = load(last)
     step = saved["global_step"]
     assert 2 <= step < BATCHES, step  # mid-epoch
-    result = subprocess.run([sys.executable, "-m", "ssl_app", *ARGS, *ddp, "--ckpt_path=last"],
-                            cwd=tmp_path, env=env(), check=False, capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [sys.executable, "-m", "ssl_app", *ARGS, *ddp, "--ckpt_path=last"],
+        cwd=tmp_path,
+        env=env(),
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert [p.name for p in (tmp_path / "runs" / "moco").iterdir()] == ["version_0"]
     assert load(last)["global_step"] == 2 * BATCHES

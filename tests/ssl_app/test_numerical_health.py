@@ -76,7 +76,9 @@ def run(args: list[str], capsys: Any) -> tuple[int, str, Any]:
 
 
 def last_checkpoint(root: Path) -> dict:
-    return torch.load(root / "runs" / "quickstart" / "version_0" / "checkpoints" / "last.ckpt", weights_only=False, map_location="cpu")
+    return torch.load(
+        root / "runs" / "quickstart" / "version_0" / "checkpoints" / "last.ckpt", weights_only=False, map_location="cpu"
+    )
 
 
 @pytest.mark.parametrize(
@@ -133,11 +135,28 @@ def test_too_many_consecutive_skips_stop(tmp_path, monkeypatch, capsys):
 def test_ddp_nan_on_one_rank_stops_every_rank_at_the_same_step(tmp_path):
     """2 gloo processes, NaN loss on rank 1 only, gradients unchecked: the ranks must agree, or
     rank 0 would train on while rank 1 stops (and wait for it in a collective)."""
-    args = ["fit", "--config", QUICKSTART, *TINY, "--trainer.accelerator=cpu", "--trainer.devices=2",
-            "--trainer.strategy=ddp", "--data.init_args.batch_size=16", "--health.check_gradients=false",
-            "--model.init_args.nan_loss_at=[2]", "--model.init_args.nan_rank=1"]
-    result = subprocess.run([sys.executable, "-m", "ssl_app", *args], cwd=tmp_path, check=False, timeout=240,
-                            env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True)
+    args = [
+        "fit",
+        "--config",
+        QUICKSTART,
+        *TINY,
+        "--trainer.accelerator=cpu",
+        "--trainer.devices=2",
+        "--trainer.strategy=ddp",
+        "--data.init_args.batch_size=16",
+        "--health.check_gradients=false",
+        "--model.init_args.nan_loss_at=[2]",
+        "--model.init_args.nan_rank=1",
+    ]
+    result = subprocess.run(
+        [sys.executable, "-m", "ssl_app", *args],
+        cwd=tmp_path,
+        check=False,
+        timeout=240,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        capture_output=True,
+        text=True,
+    )
     err = result.stderr
     assert result.returncode == 1, err[-3000:]
     lines = [line for line in err.splitlines() if line.startswith("error:")]

@@ -71,9 +71,7 @@ def _two_steps(optimizer: str, **options):
 def test_sgd_step_is_momentum_plus_weight_decay_at_the_scheduled_lr():
     """Catches a wrong SGD update: weight decay or momentum dropped, or the lr schedule not applied per step."""
     lr, mom, wd = 0.1, 0.9, 0.01
-    (p0, p1, p2), lrs, (g0, g1) = _two_steps(
-        "sgd", lr=lr, momentum=mom, weight_decay=wd, schedule="cosine", warmup_epochs=1.0
-    )
+    (p0, p1, p2), lrs, (g0, g1) = _two_steps("sgd", lr=lr, momentum=mom, weight_decay=wd, schedule="cosine", warmup_epochs=1.0)
     # warm-up over 2 steps: factors 1/2 then 2/2
     assert lrs == pytest.approx([lr * 0.5, lr * 1.0], abs=0, rel=1e-15)
     buf = g0 + wd * p0

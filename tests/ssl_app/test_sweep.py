@@ -19,7 +19,10 @@ TAU = "model.init_args.loss.init_args.temperature"
 
 
 def test_grid_specs_and_point_names():
-    assert parse_grid([f"{TAU}=0.1,0.5", "data.init_args.batch_size=32"]) == [(TAU, ["0.1", "0.5"]), ("data.init_args.batch_size", ["32"])]
+    assert parse_grid([f"{TAU}=0.1,0.5", "data.init_args.batch_size=32"]) == [
+        (TAU, ["0.1", "0.5"]),
+        ("data.init_args.batch_size", ["32"]),
+    ]
     assert point_name({TAU: "0.1", "model.init_args.loss": "ssl_app.losses.Simple"}) == "temperature=0.1,loss=Simple"
     for bad in (["temperature"], ["=1"], [f"{TAU}="], [f"{TAU}=1", f"{TAU}=2"]):
         with pytest.raises(SystemExit):
@@ -27,7 +30,9 @@ def test_grid_specs_and_point_names():
 
 
 def test_dry_run_prints_every_command_and_writes_nothing(tmp_path, capsys):
-    code = main(["--config", QUICKSTART, "--grid", f"{TAU}=0.1,0.5", "--seeds", "0,1", "--out", str(tmp_path), "--dry-run", *FAST])
+    code = main(
+        ["--config", QUICKSTART, "--grid", f"{TAU}=0.1,0.5", "--seeds", "0,1", "--out", str(tmp_path), "--dry-run", *FAST]
+    )
     lines = capsys.readouterr().out.strip().splitlines()
     assert code == 0 and len(lines) == 4
     assert sum(f"--{TAU}=0.1" in line for line in lines) == 2 and sum("--seed_everything=1" in line for line in lines) == 2
@@ -91,7 +96,11 @@ def test_a_failed_run_does_not_stop_the_others_and_is_listed_with_its_log(tmp_pa
 def readme_sweep_commands() -> list[list[str]]:
     """Every ``python -m ssl_app.sweep`` command of the README, backslash continuations joined."""
     text = (REPO / "README.md").read_text().replace("\\\n", " ")
-    return [shlex.split(line.split("python -m ssl_app.sweep", 1)[1]) for line in text.splitlines() if "python -m ssl_app.sweep " in line]
+    return [
+        shlex.split(line.split("python -m ssl_app.sweep", 1)[1])
+        for line in text.splitlines()
+        if "python -m ssl_app.sweep " in line
+    ]
 
 
 def test_the_readmes_sweep_commands_parse(tmp_path, capsys, monkeypatch):

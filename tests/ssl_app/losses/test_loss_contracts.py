@@ -51,11 +51,36 @@ def test_stats_are_empty_before_the_first_call():
 @pytest.mark.parametrize(
     "sim,pos,neg,message",
     [
-        (torch.zeros(4), torch.zeros(4, dtype=torch.bool), torch.zeros(4, dtype=torch.bool), r"sim must be a 2-D .* got shape \(4,\)"),
-        (torch.zeros(2, 3), torch.zeros(2, 2, dtype=torch.bool), torch.zeros(2, 3, dtype=torch.bool), r"pos_mask must have the shape of sim \(2, 3\), got \(2, 2\)"),
-        (torch.zeros(2, 3), torch.zeros(2, 3, dtype=torch.bool), torch.zeros(3, 3, dtype=torch.bool), r"neg_mask must have the shape of sim \(2, 3\), got \(3, 3\)"),
-        (torch.zeros(2, 3), torch.zeros(2, 3), torch.zeros(2, 3, dtype=torch.bool), r"pos_mask must be a bool tensor, got torch.float32"),
-        (torch.zeros(2, 3), torch.zeros(2, 3, dtype=torch.bool), torch.zeros(2, 3, dtype=torch.int64), r"neg_mask must be a bool tensor, got torch.int64"),
+        (
+            torch.zeros(4),
+            torch.zeros(4, dtype=torch.bool),
+            torch.zeros(4, dtype=torch.bool),
+            r"sim must be a 2-D .* got shape \(4,\)",
+        ),
+        (
+            torch.zeros(2, 3),
+            torch.zeros(2, 2, dtype=torch.bool),
+            torch.zeros(2, 3, dtype=torch.bool),
+            r"pos_mask must have the shape of sim \(2, 3\), got \(2, 2\)",
+        ),
+        (
+            torch.zeros(2, 3),
+            torch.zeros(2, 3, dtype=torch.bool),
+            torch.zeros(3, 3, dtype=torch.bool),
+            r"neg_mask must have the shape of sim \(2, 3\), got \(3, 3\)",
+        ),
+        (
+            torch.zeros(2, 3),
+            torch.zeros(2, 3),
+            torch.zeros(2, 3, dtype=torch.bool),
+            r"pos_mask must be a bool tensor, got torch.float32",
+        ),
+        (
+            torch.zeros(2, 3),
+            torch.zeros(2, 3, dtype=torch.bool),
+            torch.zeros(2, 3, dtype=torch.int64),
+            r"neg_mask must be a bool tensor, got torch.int64",
+        ),
     ],
 )
 def test_bad_inputs_name_the_argument_and_the_shapes(sim, pos, neg, message):

@@ -70,7 +70,8 @@ TWO_PROCESS = {
     # SupCon: the label gather of the keys is exercised too
     "moco": [*loss_args("SupCon")],
     "memory_bank": [
-        "--model.init_args.loss=ssl_app.losses.HardContrastive", "--model.init_args.loss.init_args.quantile=0.1",
+        "--model.init_args.loss=ssl_app.losses.HardContrastive",
+        "--model.init_args.loss.init_args.quantile=0.1",
     ],
 }
 
@@ -80,10 +81,25 @@ def test_two_process_run_stores_every_ranks_candidates(method, tmp_path):
     """Catches a rank that enqueues / writes only its own shard (the checkpoint would hold half),
     and a 2-process run that does not log its loss and metrics."""
     result = subprocess.run(
-        [sys.executable, "-m", "ssl_app", "fit", "--config", str(REPO / "configs" / f"{method}.yaml"), *TINY,
-         "--trainer.max_epochs=1", *TWO_PROCESS[method],
-         "--trainer.accelerator=cpu", "--trainer.devices=2", "--trainer.strategy=ddp"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=600, check=False,
+        [
+            sys.executable,
+            "-m",
+            "ssl_app",
+            "fit",
+            "--config",
+            str(REPO / "configs" / f"{method}.yaml"),
+            *TINY,
+            "--trainer.max_epochs=1",
+            *TWO_PROCESS[method],
+            "--trainer.accelerator=cpu",
+            "--trainer.devices=2",
+            "--trainer.strategy=ddp",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     runs = sorted((tmp_path / "runs").glob(f"{method}/version_*"))

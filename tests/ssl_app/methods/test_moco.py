@@ -7,7 +7,6 @@ import os
 from pathlib import Path
 from types import SimpleNamespace
 
-import lightning as L
 import pytest
 import torch
 
@@ -55,7 +54,7 @@ def test_queue_keeps_exactly_the_last_vectors(size, chunk):
     queue = LabelledQueue(size, 2)
     reference: collections.deque = collections.deque(maxlen=size)
     counter = 0
-    for step in range(5):
+    for _ in range(5):
         vectors = torch.arange(counter, counter + chunk, dtype=torch.float32)[:, None].repeat(1, 2)
         labels = torch.arange(counter, counter + chunk)
         queue.enqueue(vectors, labels)
@@ -309,4 +308,3 @@ def test_moco_config_fits_and_validates_through_the_cli(tmp_path, monkeypatch, c
     main(["validate", "--config", config, *TINY_CLI, f"--ckpt_path={checkpoint}"])
     assert "val/loss" in capsys.readouterr().out
     assert os.path.exists(checkpoint)
-

@@ -46,9 +46,7 @@ def make_moco(symmetric: bool = False, norm: str = "group") -> MoCo:
 
 def make_bank() -> MemoryBank:
     torch.manual_seed(0)
-    return MemoryBank(
-        loss=InfoNCE(temperature=0.1), backbone="small_cnn", backbone_norm="group", proj_dim=PROJ, bank_size=BANK
-    )
+    return MemoryBank(loss=InfoNCE(temperature=0.1), backbone="small_cnn", backbone_norm="group", proj_dim=PROJ, bank_size=BANK)
 
 
 def global_batch(step: int, size: int = WORLD * B) -> tuple:

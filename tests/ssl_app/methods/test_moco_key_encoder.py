@@ -121,7 +121,5 @@ def test_query_and_key_encoders_really_diverged(run):
     model, recorder = run
     moved = max((recorder.weights[-1][k] - recorder.initial[k]).abs().max().item() for k in recorder.initial)
     assert moved > 1e-2
-    gap = max(
-        (recorder.weights[-1][f"backbone.{k}"] - v).abs().max().item() for k, v in model.key_backbone.state_dict().items()
-    )
+    gap = max((recorder.weights[-1][f"backbone.{k}"] - v).abs().max().item() for k, v in model.key_backbone.state_dict().items())
     assert gap > 1e-3

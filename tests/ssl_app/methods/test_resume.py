@@ -60,8 +60,13 @@ def make(method: str):
     common = {"backbone": "small_cnn", "proj_dim": 16, "optim": OPTIM}  # BatchNorm on: running stats are state too
     if method == "moco":
         return MoCo(
-            loss=InfoNCE(temperature=0.2), proj_hidden_dim=32, queue_size=10, momentum=0.9,
-            momentum_schedule="cosine", split_bn_groups=2, **common,
+            loss=InfoNCE(temperature=0.2),
+            proj_hidden_dim=32,
+            queue_size=10,
+            momentum=0.9,
+            momentum_schedule="cosine",
+            split_bn_groups=2,
+            **common,
         )
     # All bank entries as candidates: ``num_negatives`` would draw from the global RNG, whose
     # state a checkpoint does not carry.

@@ -70,8 +70,14 @@ def test_epoch_milestones_hold_for_a_run_bounded_by_max_steps():
     model = small_simclr(optim=Optimization(schedule="multistep", milestones=[1], lr=0.1))
     data = SyntheticDataModule(train_size=64, val_size=16, test_size=16, image_size=16, batch_size=16, num_workers=0)
     trainer = L.Trainer(
-        max_steps=6, max_epochs=-1, accelerator="cpu", logger=False, enable_checkpointing=False,
-        enable_progress_bar=False, enable_model_summary=False, limit_val_batches=0,
+        max_steps=6,
+        max_epochs=-1,
+        accelerator="cpu",
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        limit_val_batches=0,
     )
     trainer.fit(model, data)
     assert trainer.optimizers[0].param_groups[0]["lr"] == pytest.approx(0.01)

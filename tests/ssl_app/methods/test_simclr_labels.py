@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import pytest
 import torch
 
 from ssl_app.losses import SupCon
@@ -15,8 +14,12 @@ def test_unlabelled_anchor_positive_is_only_its_other_view():
     """Catches label −1 treated as a class: unlabelled images pulled together as if they shared a label."""
     torch.manual_seed(0)
     model = SimCLR(
-        loss=SupCon(temperature=0.1), backbone="small_cnn", backbone_norm="group",
-        proj_dim=8, proj_hidden_dim=16, proj_batch_norm=False,
+        loss=SupCon(temperature=0.1),
+        backbone="small_cnn",
+        backbone_norm="group",
+        proj_dim=8,
+        proj_hidden_dim=16,
+        proj_batch_norm=False,
     )
     g = torch.Generator().manual_seed(0)
     views = (torch.randn(B, 3, 8, 8, generator=g), torch.randn(B, 3, 8, 8, generator=g))

@@ -9,7 +9,9 @@ from ssl_app.losses import InfoNCE
 from ssl_app.methods import MemoryBank, MoCo, SimCLR
 from tests.helpers import tiny_data, tiny_trainer
 
-SMALL = dict(loss=InfoNCE(0.2), backbone="small_cnn", backbone_norm="group", proj_batch_norm=False, proj_hidden_dim=16, proj_dim=8)
+SMALL = dict(
+    loss=InfoNCE(0.2), backbone="small_cnn", backbone_norm="group", proj_batch_norm=False, proj_hidden_dim=16, proj_dim=8
+)
 
 
 @pytest.mark.parametrize("method,views", [(SimCLR, 2), (MoCo, 2), (MemoryBank, 1)], ids=["simclr", "moco", "memory_bank"])

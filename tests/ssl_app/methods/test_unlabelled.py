@@ -20,7 +20,14 @@ LABELS = torch.tensor([-1, 2, -1, 2, -1, 0, -1, 0])  # the global batch: two ran
 
 def methods() -> dict:
     torch.manual_seed(0)
-    common = dict(loss=SupCon(temperature=0.1), backbone="small_cnn", backbone_norm="group", proj_batch_norm=False, proj_hidden_dim=16, proj_dim=8)
+    common = dict(
+        loss=SupCon(temperature=0.1),
+        backbone="small_cnn",
+        backbone_norm="group",
+        proj_batch_norm=False,
+        proj_hidden_dim=16,
+        proj_dim=8,
+    )
     return {
         "simclr": SimCLR(**common),
         "moco": MoCo(queue_size=8, **common),
@@ -47,7 +54,9 @@ def positives_of_unlabelled(world: int, rank: int) -> dict[str, list[list[int]]]
             contrast = model.contrast(batch)
             model.on_after_backward()
         anchor_labels = batch[1].repeat(contrast.pos_mask.shape[0] // batch[1].shape[0])
-        found[name] = [contrast.pos_mask[a].nonzero().flatten().tolist() for a in range(len(anchor_labels)) if anchor_labels[a] < 0]
+        found[name] = [
+            contrast.pos_mask[a].nonzero().flatten().tolist() for a in range(len(anchor_labels)) if anchor_labels[a] < 0
+        ]
     return found
 
 

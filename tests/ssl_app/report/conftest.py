@@ -32,11 +32,32 @@ def write_study(root: Path) -> Study:
     a failed third seed of τ = 0.3 whose numbers must not be averaged."""
     finals = {
         "InfoNCE τ=0.3": [
-            {"knn_acc": 0.52, "uniformity": 3.61, "tolerance": 0.179, "alignment": 0.612, "pos_sim": 0.804, "top10_neg_sim": 0.553},
-            {"knn_acc": 0.48, "uniformity": 3.64, "tolerance": 0.171, "alignment": 0.588, "pos_sim": 0.822, "top10_neg_sim": 0.531},
+            {
+                "knn_acc": 0.52,
+                "uniformity": 3.61,
+                "tolerance": 0.179,
+                "alignment": 0.612,
+                "pos_sim": 0.804,
+                "top10_neg_sim": 0.553,
+            },
+            {
+                "knn_acc": 0.48,
+                "uniformity": 3.64,
+                "tolerance": 0.171,
+                "alignment": 0.588,
+                "pos_sim": 0.822,
+                "top10_neg_sim": 0.531,
+            },
         ],
         "InfoNCE τ=0.7": [
-            {"knn_acc": 0.44, "uniformity": 3.17, "tolerance": 0.333, "alignment": 0.402, "pos_sim": 0.912, "top10_neg_sim": 0.812},
+            {
+                "knn_acc": 0.44,
+                "uniformity": 3.17,
+                "tolerance": 0.333,
+                "alignment": 0.402,
+                "pos_sim": 0.912,
+                "top10_neg_sim": 0.812,
+            },
             {"knn_acc": 0.46, "uniformity": 3.12, "alignment": 0.418, "pos_sim": 0.902, "top10_neg_sim": 0.836},
         ],
     }

@@ -14,8 +14,14 @@ STEPS_PER_EPOCH = 4
 EPOCH_METRICS = ("knn_acc", "uniformity", "tolerance", "alignment", "pos_sim", "top10_neg_sim")
 
 
-def run_config(loss: str, seed: int, temperature: float | None = None, num_negatives: int | None = None,
-               save_dir: str = "runs", batch_size: int = 128) -> dict:
+def run_config(
+    loss: str,
+    seed: int,
+    temperature: float | None = None,
+    num_negatives: int | None = None,
+    save_dir: str = "runs",
+    batch_size: int = 128,
+) -> dict:
     """A resolved LightningCLI config (the keys the report reads, plus some it must ignore)."""
     loss_args = {}
     if temperature is not None:
@@ -26,8 +32,10 @@ def run_config(loss: str, seed: int, temperature: float | None = None, num_negat
         "seed_everything": seed,
         "trainer": {
             "max_epochs": 3,
-            "logger": {"class_path": "lightning.pytorch.loggers.TensorBoardLogger",
-                       "init_args": {"save_dir": save_dir, "name": "study", "version": None}},
+            "logger": {
+                "class_path": "lightning.pytorch.loggers.TensorBoardLogger",
+                "init_args": {"save_dir": save_dir, "name": "study", "version": None},
+            },
             "callbacks": [{"class_path": "callbacks.EmbeddingMetrics"}, {"class_path": "callbacks.KNNMonitor"}],
         },
         "model": {

@@ -19,8 +19,14 @@ def test_prints_the_table_and_writes_csv_markdown_and_figures(study, tmp_path, c
     assert out.startswith("## τ sweep\n")
     assert "| InfoNCE τ=0.3 [1] | 2 |" in out and "| InfoNCE τ=0.7 | 2 |" in out
     written = sorted(path.name for path in (tmp_path / "out").iterdir())
-    assert written == ["metric_curves.png", "similarity_distributions.png", "table.csv", "table.md",
-                       "uniformity_tolerance_plane.png", "uniformity_tolerance_vs_temperature.png"]
+    assert written == [
+        "metric_curves.png",
+        "similarity_distributions.png",
+        "table.csv",
+        "table.md",
+        "uniformity_tolerance_plane.png",
+        "uniformity_tolerance_vs_temperature.png",
+    ]
     assert (tmp_path / "out" / "table.md").read_text(encoding="utf-8") == out
     assert "table.csv" in err
 
@@ -41,15 +47,25 @@ def test_empty_directory_is_one_error_line_and_status_2(tmp_path, capsys):
 
 
 def test_only_failed_runs_is_an_error_too(tmp_path, capsys):
-    write_run(tmp_path / "p" / "seed0", run_config("InfoNCE", 0, 0.5), {"uniformity": 3.0},
-              sweep=sweep_sidecar("p", {}, 0, status="failed"))
+    write_run(
+        tmp_path / "p" / "seed0",
+        run_config("InfoNCE", 0, 0.5),
+        {"uniformity": 3.0},
+        sweep=sweep_sidecar("p", {}, 0, status="failed"),
+    )
     assert main([str(tmp_path)]) == 2
     assert capsys.readouterr().err.startswith("error: no finished run")
 
 
 def test_module_entry_point_reports_a_missing_directory(tmp_path):
-    result = subprocess.run([sys.executable, "-m", "ssl_app.report", str(tmp_path / "nowhere")],
-                            check=False, cwd=REPO, capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-m", "ssl_app.report", str(tmp_path / "nowhere")],
+        check=False,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 2
     assert result.stdout == ""
     assert result.stderr.strip().splitlines() == [f"error: runs directory {str(tmp_path / 'nowhere')!r} does not exist"]

@@ -12,8 +12,12 @@ from ssl_app.report.summary import build_rows
 from tests.ssl_app.report.fakes import run_config, write_run
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-FIGURES = ["uniformity_tolerance_vs_temperature.png", "uniformity_tolerance_plane.png",
-           "similarity_distributions.png", "metric_curves.png"]
+FIGURES = [
+    "uniformity_tolerance_vs_temperature.png",
+    "uniformity_tolerance_plane.png",
+    "similarity_distributions.png",
+    "metric_curves.png",
+]
 
 
 def assert_valid_png(path):

@@ -21,10 +21,20 @@ def test_runs_made_by_hand_group_by_config_without_seed_or_log_location(tmp_path
     configurations = group_runs(load_runs(tmp_path))
 
     assert [c.label for c in configurations] == [
-        "InfoNCE τ=0.07", "InfoNCE τ=0.3", "Simple", "HardContrastive τ=0.3 K=4095", "HardSimple K=4095", "SupCon τ=0.1",
+        "InfoNCE τ=0.07",
+        "InfoNCE τ=0.3",
+        "Simple",
+        "HardContrastive τ=0.3 K=4095",
+        "HardSimple K=4095",
+        "SupCon τ=0.1",
     ]
     assert [sorted(run.name for run in c.runs) for c in configurations] == [
-        ["infonce007"], ["infonce03_s0", "infonce03_s1"], ["simple"], ["hard_s0", "hard_s1"], ["hardsimple"], ["supcon"],
+        ["infonce007"],
+        ["infonce03_s0", "infonce03_s1"],
+        ["simple"],
+        ["hard_s0", "hard_s1"],
+        ["hardsimple"],
+        ["supcon"],
     ]
     assert configurations[1].series == "InfoNCE"
 
@@ -64,5 +74,7 @@ def test_long_or_many_differences_keep_labels_short_and_distinct(tmp_path):
 
     labels = [c.label for c in group_runs(load_runs(tmp_path))]
 
-    assert labels == ["InfoNCE τ=0.5 batch_size=32 limit_train_batches=2 limit_val_batches=0 …",
-                      "InfoNCE τ=0.5 batch_size=64 limit_train_batches=3 limit_val_batches=1 …"]
+    assert labels == [
+        "InfoNCE τ=0.5 batch_size=32 limit_train_batches=2 limit_val_batches=0 …",
+        "InfoNCE τ=0.5 batch_size=64 limit_train_batches=3 limit_val_batches=1 …",
+    ]

@@ -42,8 +42,13 @@ def test_nothing_to_read_is_one_config_error(tmp_path, make):
 def test_runs_read_their_final_values_linear_evaluation_and_sweep_status(study):
     runs = {run.name: run for run in load_runs(study.root)}
 
-    assert sorted(runs) == ["infonce_t0.3/seed0", "infonce_t0.3/seed1", "infonce_t0.3/seed2",
-                            "infonce_t0.7/seed0", "infonce_t0.7/seed1"]
+    assert sorted(runs) == [
+        "infonce_t0.3/seed0",
+        "infonce_t0.3/seed1",
+        "infonce_t0.3/seed2",
+        "infonce_t0.7/seed0",
+        "infonce_t0.7/seed1",
+    ]
     done = runs["infonce_t0.7/seed1"]
     assert done.usable and done.seed == 1 and done.problems == []
     assert done.events.last("metrics/uniformity") == pytest.approx(3.12, rel=1e-6)

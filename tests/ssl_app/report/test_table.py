@@ -15,8 +15,12 @@ from tests.ssl_app.report.fakes import run_config, write_run
 
 # column key -> (metric written by the fakes, scale, decimals shown)
 EPOCH_COLUMNS = {
-    "knn_acc": ("knn_acc", 100, 2), "uniformity": ("uniformity", 1, 3), "tolerance": ("tolerance", 1, 3),
-    "alignment": ("alignment", 1, 3), "pos_sim": ("pos_sim", 1, 3), "top10_neg_sim": ("top10_neg_sim", 1, 3),
+    "knn_acc": ("knn_acc", 100, 2),
+    "uniformity": ("uniformity", 1, 3),
+    "tolerance": ("tolerance", 1, 3),
+    "alignment": ("alignment", 1, 3),
+    "pos_sim": ("pos_sim", 1, 3),
+    "top10_neg_sim": ("top10_neg_sim", 1, 3),
 }
 
 
@@ -24,7 +28,9 @@ def expected(study, label: str) -> dict[str, list[float]]:
     """Each column's per-seed values for ``label``, straight from what the fakes wrote (as the
     float32 TensorBoard stores)."""
     finals = study.finals[label]
-    values = {key: [float32(f[metric]) * scale for f in finals if metric in f] for key, (metric, scale, _) in EPOCH_COLUMNS.items()}
+    values = {
+        key: [float32(f[metric]) * scale for f in finals if metric in f] for key, (metric, scale, _) in EPOCH_COLUMNS.items()
+    }
     values["linear_top1"] = [100 * float32(v) for v in study.linear[label]]
     values["effective_negatives"] = [float(np.mean(seed[-1])) for seed in study.effective_negatives[label]]
     return values
@@ -130,8 +136,13 @@ def test_a_value_no_run_of_a_row_logged_is_an_empty_cell_with_a_footnote(tmp_pat
 
 
 def test_without_an_epoch_tag_effective_negatives_is_the_last_value(tmp_path):
-    write_run(tmp_path / "r", run_config("InfoNCE", 0, 0.5), {"uniformity": 3.0},
-              effective_negatives=[[1, 2, 3, 4], [5, 6, 7, 8], [9, 10, 11, 12]], log_epoch=False)
+    write_run(
+        tmp_path / "r",
+        run_config("InfoNCE", 0, 0.5),
+        {"uniformity": 3.0},
+        effective_negatives=[[1, 2, 3, 4], [5, 6, 7, 8], [9, 10, 11, 12]],
+        log_epoch=False,
+    )
     [row] = build_rows(group_runs(load_runs(tmp_path)))
     assert row.values["effective_negatives"] == [12.0]
 
