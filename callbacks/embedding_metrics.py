@@ -172,6 +172,7 @@ class EmbeddingMetrics(Callback):
         self.stop_on_collapse = stop_on_collapse
         self._buffer: SampleBuffer | None = None
         self._warned_no_tensorboard = False
+        self._warned_no_labels = False
         self._described_inputs = False
 
     @property
@@ -294,6 +295,12 @@ class EmbeddingMetrics(Callback):
             rank_zero_warn(
                 f"EmbeddingMetrics: {report.nonfinite} of {report.total} embeddings are non-finite (diverged) "
                 f"at epoch {trainer.current_epoch}; the metrics use the finite ones"
+            )
+        if math.isnan(report.value("tolerance")) and not self._warned_no_labels:
+            self._warned_no_labels = True
+            rank_zero_warn(
+                f"EmbeddingMetrics: the {split} split has no two labelled samples of one class; "
+                "metrics/tolerance is not logged (the other metrics are)"
             )
         self._describe_inputs(trainer)
         if self.log_histograms:
