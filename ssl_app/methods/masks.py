@@ -36,9 +36,6 @@ class Members:
     view: Tensor
     labels: Optional[Tensor] = None
 
-    def __len__(self) -> int:
-        return self.instance.shape[0]
-
     @staticmethod
     def cat(*parts: Members) -> Members:
         """The members of concatenated candidate blocks, in order."""

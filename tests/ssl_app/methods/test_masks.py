@@ -62,5 +62,5 @@ def test_members_cat_keeps_order_and_drops_labels_when_one_block_has_none():
     b = unmatched(2, None, CPU)
     both = Members.cat(a, b)
     assert both.instance.tolist() == [0, 1, -1, -1] and both.labels is None
-    with pytest.raises(ValueError, match="labels"):
+    with pytest.raises(ValueError, match="^a label-based loss needs labels on anchors and candidates$"):
         contrast_masks(a, both, uses_labels=True)
