@@ -277,7 +277,15 @@ MOCO_V2_CIFAR_DEMO = {
     "loss": {"model.init_args.loss.class_path": "ssl_app.losses.InfoNCE", "model.init_args.loss.init_args.temperature": 0.1},
 }
 
-PAPER_SETUPS = {"cifar10/memory_bank.yaml": WANG_LIU_2021, "cifar10/moco.yaml": MOCO_V2_CIFAR_DEMO}
+WANG_LIU_2021_CIFAR100 = {
+    **WANG_LIU_2021,
+    "values": {**WANG_LIU_2021["values"], "data.class_path": "datamodules.CIFAR100DataModule"},
+}
+PAPER_SETUPS = {
+    "cifar10/memory_bank.yaml": WANG_LIU_2021,
+    "cifar100/memory_bank.yaml": WANG_LIU_2021_CIFAR100,
+    "cifar10/moco.yaml": MOCO_V2_CIFAR_DEMO,
+}
 _CLAIM = re.compile(r"setup of|following the", re.IGNORECASE)
 
 
