@@ -291,12 +291,15 @@ def checkpoint_method(checkpoint: dict[str, Any]) -> str | None:
 def check_state_dict(checkpoint: dict[str, Any], model: torch.nn.Module, path: str, option: str = "--ckpt_path") -> None:
     """Raise a ConfigError naming the first tensor that ``model`` and the checkpoint disagree on.
 
-    Buffers that the model sizes from the data later (an empty memory bank) are not compared.
+    Buffers that the model sizes from the data later (an empty memory bank) are not compared, nor
+    the submodules it builds in ``setup`` (their key prefixes in ``model.state_built_in_setup``,
+    e.g. a linear probe's classifier, whose width comes from the datamodule).
     """
     saved = checkpoint["state_dict"]
     expected = model.state_dict()
     method = checkpoint_method(checkpoint) or "another model"
-    unexpected = [key for key in saved if key not in expected]
+    built_later = tuple(getattr(model, "state_built_in_setup", ()))
+    unexpected = [key for key in saved if key not in expected and not (built_later and key.startswith(built_later))]
     missing = [key for key in expected if key not in saved]
     if missing or unexpected:
         detail = []

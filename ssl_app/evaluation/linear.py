@@ -82,6 +82,9 @@ class LinearProbe(L.LightningModule):
         cache_features: ``none``, ``clean`` or ``flips`` (module docstring).
     """
 
+    # The classifier's width may come from the datamodule in ``setup`` (checked by --ckpt_path).
+    state_built_in_setup = ("classifier.",)
+
     def __init__(
         self,
         checkpoint: str,

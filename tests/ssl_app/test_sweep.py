@@ -111,3 +111,46 @@ def test_the_readmes_sweep_commands_parse(tmp_path, capsys, monkeypatch):
         assert main([*argv, "--out", str(tmp_path), "--dry-run"]) == 0
         printed = capsys.readouterr().out.splitlines()
         assert printed and all(line.startswith("python -m ssl_app fit") for line in printed)
+
+
+def test_parallel_jobs_are_pinned_to_free_gpus(tmp_path, monkeypatch):
+    """With GPUs, each running job gets its own device, released when it ends (no GPU needed here)."""
+    import ssl_app.sweep as sweep
+
+    class Finished:
+        returncode = 0
+
+        def __init__(self):
+            self.pid = id(self)
+            self.polls = 0
+
+        def poll(self):
+            self.polls += 1
+            return 0 if self.polls > 2 else None
+
+    seen: list[int] = []
+    running: set[int] = set()
+
+    def fake_launch(args, log, device):
+        assert device is not None and device not in running  # never two jobs on one GPU
+        running.add(device)
+        seen.append(device)
+        process = Finished()
+        original_poll = process.poll
+
+        def poll():
+            done = original_poll()
+            if done is not None:
+                running.discard(device)
+            return done
+
+        process.poll = poll
+        return process
+
+    monkeypatch.setattr(sweep, "_gpu_count", lambda: 2)
+    monkeypatch.setattr(sweep, "launch", fake_launch)
+    monkeypatch.setattr(sweep.time, "sleep", lambda _: None)
+    runs = sweep.plan([QUICKSTART], [(TAU, ["0.1", "0.2", "0.3"])], [0], tmp_path, [], None)
+    assert sweep.execute(runs, jobs=2) == []
+    assert len(seen) == 3 and set(seen) == {0, 1}
+    assert all(json.loads((run.directory / "sweep.json").read_text())["fit"] == "done" for run in runs)

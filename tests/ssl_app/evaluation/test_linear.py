@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import lightning as L
 import pytest
 import torch
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from datamodules import LinearEvalDataModule, SyntheticDataModule
 from ssl_app.cli import main
@@ -110,3 +113,32 @@ def test_configs_linear_runs_through_the_cli_on_a_checkpoint(checkpoint, tmp_pat
     assert isinstance(cli.model, LinearProbe) and cli.model.num_classes == 10
     assert {"linear/top1", "linear/top5", "linear/val_top1"} <= set(cli.trainer.callback_metrics)
     assert list((tmp_path / "runs" / "linear").glob("version_0/events.*"))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("cache", ["none", "flips"])
+def test_two_processes_train_the_probe_and_agree_on_its_metrics(checkpoint, cache, tmp_path):
+    """The probe under DDP (gloo): both paths run, the backbone is unchanged, and the synchronised
+    test accuracy equals one process's accuracy of the same weights on the whole test split."""
+    common = [f"--model.init_args.checkpoint={checkpoint}", f"--model.init_args.cache_features={cache}",
+              "--trainer.enable_progress_bar=false", "--data.init_args.data.init_args.train_size=100",
+              "--data.init_args.data.init_args.test_size=40", "--data.init_args.batch_size=16"]  # fmt: skip
+    linear = str(REPO / "configs" / "linear.yaml")
+    ddp = ["--trainer.accelerator=cpu", "--trainer.devices=2", "--trainer.strategy=ddp"]
+    args = [sys.executable, "-m", "ssl_app", "fit", "--config", linear, *common, "--trainer.max_epochs=2",
+            "--trainer.check_val_every_n_epoch=1", *ddp]  # fmt: skip
+    result = subprocess.run(args, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    run = tmp_path / "runs" / "linear" / "version_0"
+    last = run / "checkpoints" / "last.ckpt"
+    saved = torch.load(last, map_location="cpu", weights_only=False)["state_dict"]
+    original = torch.load(checkpoint, map_location="cpu", weights_only=False)["state_dict"]
+    for name, value in original.items():
+        if name.startswith("backbone."):
+            assert torch.equal(saved[name], value), name  # frozen weights and BatchNorm statistics
+    events = EventAccumulator(str(run))
+    events.Reload()
+    ddp_top1 = events.Scalars("linear/top1")[-1].value
+    os.chdir(tmp_path)
+    single = main(["validate", "--config", linear, *common, f"--ckpt_path={last}"])
+    assert single.trainer.callback_metrics["linear/top1"].item() == pytest.approx(ddp_top1, abs=1e-6)
