@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, Literal, Optional
@@ -67,7 +69,46 @@ def embed_split(
 
     Uses ``datamodule.embedding_dataloader(split, views, augment, rank=, world_size=)``, whose
     shards are in index order, so with ``max_samples`` the pass stops at the first batch past it.
+
+    Passes are cached while the model's weights and buffers are unchanged (their in-place
+    version counters), so callbacks that need the same embeddings at the same point (the clean
+    validation embeddings of ``EmbeddingMetrics`` and ``KNNMonitor``) share one pass. Every
+    view is a fixed function of the sample index, so a cached pass equals a repeated one.
     """
+    key = (split, views, augment, features, max_samples, batch_size, trainer.global_rank, trainer.world_size)
+    version = _state_version(pl_module)
+    cache = _PASSES.setdefault(pl_module, {})
+    if cache.get(key, (None,))[0] == version:
+        return cache[key][1]
+    buffer = _embed(trainer, pl_module, split, views, augment, features, max_samples, batch_size, who)
+    stale = [k for k, (v, _) in cache.items() if v != version]
+    for k in stale:
+        del cache[k]
+    cache[key] = (version, buffer)
+    return buffer
+
+
+# Per module: {pass key: (state version, buffer)}; dropped with the module.
+_PASSES: weakref.WeakKeyDictionary[torch.nn.Module, dict] = weakref.WeakKeyDictionary()
+
+
+def _state_version(module: torch.nn.Module) -> tuple[int, ...]:
+    """Changes whenever a parameter or buffer is modified in place (optimiser steps, EMA, BatchNorm
+    statistics, loading a state dict)."""
+    return tuple(t._version for t in itertools.chain(module.parameters(), module.buffers()))
+
+
+def _embed(
+    trainer: L.Trainer,
+    pl_module: L.LightningModule,
+    split: str,
+    views: int,
+    augment: bool,
+    features: Features,
+    max_samples: Optional[int],
+    batch_size: Optional[int],
+    who: str,
+) -> SampleBuffer:
     datamodule = require_embedding_dataloader(trainer, who)
     loader = datamodule.embedding_dataloader(
         split, views=views, augment=augment, batch_size=batch_size, rank=trainer.global_rank, world_size=trainer.world_size

@@ -58,14 +58,22 @@ class LabelledQueue(nn.Module):
 
     @torch.no_grad()
     def enqueue(self, features: Tensor, labels: Tensor) -> None:
-        """Append ``features`` [E, dim] and ``labels`` [E] in order, overwriting the oldest."""
+        """Append ``features`` [E, dim] and ``labels`` [E] in order, overwriting the oldest.
+
+        A row with a NaN or infinite entry is not stored: its slot keeps what it held, so one
+        diverged step (e.g. one that ``NumericalHealth`` skips) cannot poison every later loss.
+        """
         total = features.shape[0]
         keep = min(total, self.size)
         features, labels = features[total - keep :], labels[total - keep :]
         start = self.ptr + (total - keep)
         slots = (start + torch.arange(keep, device=self.features.device)) % self.size
-        self.features.index_copy_(0, slots, features.detach().to(self.features.dtype))
-        self.labels.index_copy_(0, slots, labels.to(self.labels.dtype))
+        features = features.detach().to(self.features.dtype)
+        finite = torch.isfinite(features).all(dim=1)
+        features = torch.where(finite[:, None], features, self.features.index_select(0, slots))
+        labels = torch.where(finite, labels.to(self.labels.dtype), self.labels.index_select(0, slots))
+        self.features.index_copy_(0, slots, features)
+        self.labels.index_copy_(0, slots, labels)
         self.ptr.copy_((self.ptr + total) % self.size)
         self.filled.copy_((self.filled + total).clamp(max=self.size))
 
@@ -106,14 +114,21 @@ class LabelledBank(nn.Module):
         ``indices`` [G], ``features`` [G, dim] (unit vectors), ``labels`` [G]. If an index
         occurs several times (a DistributedSampler pads the last shards with repeats), its
         ``z`` is the mean of its occurrences, so the result does not depend on write order.
-        Without repeats that mean is ``z`` itself, exactly.
+        Without repeats that mean is ``z`` itself, exactly. An entry with a NaN or infinite ``z``
+        (in any occurrence) keeps its old vector and label, so one diverged step cannot poison
+        the bank; the finite entries of the same batch are updated as usual.
         """
         features = features.detach().to(self.features.dtype)
+        finite = torch.isfinite(features).all(dim=1)
+        features = torch.where(finite[:, None], features, torch.zeros((), dtype=features.dtype, device=features.device))
         same = (indices[:, None] == indices[None, :]).to(features.dtype)
         z = (same @ features) / same.sum(dim=1, keepdim=True)
-        new = F.normalize(momentum * self.features.index_select(0, indices) + (1.0 - momentum) * z, dim=1)
+        old = self.features.index_select(0, indices)
+        clean = (same @ (~finite).to(features.dtype)) == 0  # no occurrence of the index was non-finite
+        new = torch.where(clean[:, None], F.normalize(momentum * old + (1.0 - momentum) * z, dim=1), old)
+        labels = torch.where(clean, labels.to(self.labels.dtype), self.labels.index_select(0, indices))
         self.features.index_copy_(0, indices, new)
-        self.labels.index_copy_(0, indices, labels.to(self.labels.dtype))
+        self.labels.index_copy_(0, indices, labels)
 
     def _load_from_state_dict(
         self,

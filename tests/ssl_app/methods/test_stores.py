@@ -70,3 +70,29 @@ def test_resize_and_valid_stay_on_the_stores_device():
     assert bank.features.shape == (3, 4) and bank.labels.dtype == torch.long
     queue = LabelledQueue(5, 4).to("meta")
     assert queue.valid().device.type == "meta"
+
+
+def test_a_non_finite_key_is_not_enqueued_and_its_slot_keeps_its_content():
+    """Catches a NaN key (a diverged, skipped step) entering the queue and poisoning every later loss."""
+    queue = LabelledQueue(4, 2)
+    queue.enqueue(torch.tensor([[1.0, 0.0], [0.0, 1.0]]), torch.tensor([5, 6]))
+    before = queue.features.clone()
+    queue.enqueue(torch.tensor([[float("nan"), 0.0], [0.6, 0.8]]), torch.tensor([7, 8]))
+    assert torch.isfinite(queue.features).all()
+    assert torch.equal(queue.features[2], before[2]) and queue.labels[2].item() == -1  # slot 2 unchanged
+    assert torch.equal(queue.features[3], torch.tensor([0.6, 0.8])) and queue.labels[3].item() == 8
+    assert queue.ptr.item() == 0 and queue.filled.item() == 4  # the ring still advances
+
+
+def test_a_non_finite_embedding_leaves_its_bank_entry_and_only_that_one():
+    """Catches one NaN row spreading through the repeat-averaging matmul to the whole batch's update."""
+    bank = LabelledBank(4, 2)
+    before = bank.features.clone()
+    indices = torch.tensor([0, 1, 1, 2])
+    features = torch.tensor([[1.0, 0.0], [0.0, 1.0], [float("inf"), 0.0], [0.6, 0.8]])
+    bank.update(indices, features, torch.tensor([3, 4, 4, 5]), momentum=0.0)
+    assert torch.isfinite(bank.features).all()
+    assert torch.equal(bank.features[1], before[1]) and bank.labels[1].item() == -1  # one occurrence was inf
+    torch.testing.assert_close(bank.features[0], torch.tensor([1.0, 0.0]))
+    torch.testing.assert_close(bank.features[2], torch.tensor([0.6, 0.8]))
+    assert bank.labels[[0, 2]].tolist() == [3, 5] and torch.equal(bank.features[3], before[3])
