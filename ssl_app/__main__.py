@@ -5,6 +5,10 @@ import os
 # "Tuning notes"). An explicit OMP_WAIT_POLICY in the environment wins.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
+from ssl_app.runtime import keep_freed_memory  # noqa: E402
+
+keep_freed_memory()  # before torch allocates (ssl_app/runtime.py)
+
 from ssl_app.cli import main  # noqa: E402
 
 if __name__ == "__main__":

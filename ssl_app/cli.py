@@ -48,6 +48,7 @@ from ssl_app.checkpointing import (
 )
 from ssl_app.errors import ConfigError, NonFiniteError
 from ssl_app.health import NumericalHealth
+from ssl_app.runtime import keep_freed_memory
 
 DEFAULT_RUN_DIR = "runs"
 
@@ -329,6 +330,7 @@ def main(args: list[str] | None = None) -> LightningCLI:
     ``error: ...`` line and status 1; SIGINT/SIGTERM during ``fit`` a checkpoint, a line naming
     it and the command that resumes, and status 128 + the signal number (130, 143).
     """
+    keep_freed_memory()  # also for the ssl-app entry point (a no-op after python -m ssl_app)
     interrupt = InterruptCheckpoint()
     argv = list(sys.argv[1:] if args is None else args)
     try:

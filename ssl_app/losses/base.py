@@ -9,7 +9,10 @@ strategy; the strategy never needs to know where the candidates came from:
                             (an entry in neither mask, e.g. the anchor itself, is ignored)
 
 Strategies report what they did to the negatives through ``last_stats``, a dict of detached
-scalar tensors refreshed by every forward call; methods log it under ``loss/<key>``.
+scalar tensors refreshed by every forward call while ``stats_enabled`` is True (and emptied
+while it is False); methods log it under ``loss/<key>``. A method turns the statistics on only
+for the steps whose values reach the logger (every ``trainer.log_every_n_steps``), so a step
+that logs nothing pays nothing for them (benchmarks/README.md, "Training step").
 """
 
 from __future__ import annotations
@@ -31,6 +34,10 @@ class ContrastiveLoss(nn.Module):
     Class attribute ``uses_labels``: when True, the method builds ``pos_mask`` from class
     labels (every candidate with the anchor's label, except the anchor itself) instead of
     from instance identity. SupCon sets it.
+
+    Instance attribute ``stats_enabled`` (default True): whether ``forward`` computes the
+    diagnostics of ``last_stats``; when False it leaves ``last_stats`` empty, and the loss value
+    and its gradient are the same either way.
     """
 
     uses_labels: bool = False
@@ -38,6 +45,7 @@ class ContrastiveLoss(nn.Module):
     def __init__(self) -> None:
         super().__init__()
         self.last_stats: dict[str, Tensor] = {}
+        self.stats_enabled = True
 
     @staticmethod
     def check_inputs(sim: Tensor, pos_mask: Tensor, neg_mask: Tensor) -> None:

@@ -127,5 +127,5 @@ class HardContrastive(ContrastiveLoss):
             logits = sim32 / self.temperature
             kept = self.select_negatives(sim32, neg_mask)
             per_anchor, has_pos = masked_info_nce(logits, pos_mask, kept)
-            self.last_stats = negative_stats(logits, sim, pos_mask, neg_mask, used_mask=kept)
+            self.last_stats = negative_stats(logits, sim, pos_mask, neg_mask, used_mask=kept) if self.stats_enabled else {}
             return mean_over_anchors(per_anchor, has_pos)

@@ -68,5 +68,5 @@ class InfoNCE(ContrastiveLoss):
         with torch.autocast(device_type=sim.device.type, enabled=False):
             logits = sim.float() / self.temperature
             per_anchor, has_pos = masked_info_nce(logits, pos_mask, neg_mask)
-            self.last_stats = negative_stats(logits, sim, pos_mask, neg_mask)
+            self.last_stats = negative_stats(logits, sim, pos_mask, neg_mask) if self.stats_enabled else {}
             return mean_over_anchors(per_anchor, has_pos)

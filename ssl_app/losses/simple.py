@@ -68,7 +68,7 @@ class Simple(ContrastiveLoss):
         self.check_inputs(sim, pos_mask, neg_mask)
         with torch.autocast(device_type=sim.device.type, enabled=False):
             per_anchor, has_pos = linear_contrast(sim, pos_mask, neg_mask, self.lam)
-            self.last_stats = negative_stats(None, sim, pos_mask, neg_mask)
+            self.last_stats = negative_stats(None, sim, pos_mask, neg_mask) if self.stats_enabled else {}
             return mean_over_anchors(per_anchor, has_pos)
 
 
@@ -103,5 +103,5 @@ class HardSimple(ContrastiveLoss):
             sim32 = sim.float()
             kept = top_k_negatives(sim32, neg_mask, self.num_negatives)
             per_anchor, has_pos = linear_contrast(sim32, pos_mask, kept, None)
-            self.last_stats = negative_stats(None, sim, pos_mask, neg_mask, used_mask=kept)
+            self.last_stats = negative_stats(None, sim, pos_mask, neg_mask, used_mask=kept) if self.stats_enabled else {}
             return mean_over_anchors(per_anchor, has_pos)

@@ -41,6 +41,8 @@ class SupCon(InfoNCE):
     def forward(self, sim: Tensor, pos_mask: Tensor, neg_mask: Tensor) -> Tensor:
         # InfoNCE already averages over several positives and skips anchors without one.
         loss = super().forward(sim, pos_mask, neg_mask)
+        if not self.stats_enabled:
+            return loss
         with torch.no_grad():
             has_pos = pos_mask.any(dim=1)
             all_anchors = torch.ones_like(has_pos)

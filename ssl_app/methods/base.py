@@ -114,18 +114,33 @@ class ContrastiveMethod(L.LightningModule, ABC):
     # --- Lightning hooks ------------------------------------------------------------------
     def _step(self, batch: Any, stage: str) -> Union[Tensor, dict[str, Any]]:
         contrast = self.contrast(batch)
+        on_step = stage == "train"
+        # The loss diagnostics are logged per training step, so they are computed only on the
+        # steps whose values the logger keeps (every trainer.log_every_n_steps).
+        self.loss.stats_enabled = on_step and self._step_is_logged()
         loss = self.loss(contrast.sim, contrast.pos_mask, contrast.neg_mask)
         batch_size = contrast.sim.shape[0]
-        on_step = stage == "train"
         self.log(
             f"{stage}/loss", loss, prog_bar=True, on_step=on_step, on_epoch=True, sync_dist=not on_step, batch_size=batch_size
         )
         if stage == "train":
             stats = {f"loss/{key}": value for key, value in self.loss.last_stats.items()}
-            self.log_dict(stats, on_step=True, on_epoch=False, batch_size=batch_size)
+            if stats:
+                self.log_dict(stats, on_step=True, on_epoch=False, batch_size=batch_size)
             return loss
         # Validation/test: hand the view embeddings to callbacks (see ``MaskedSimilarities.views``).
         return {"loss": loss, "embeddings": contrast.views}
+
+    def _step_is_logged(self) -> bool:
+        """Whether values logged with ``on_step=True`` now reach the logger (True without a Trainer)."""
+        trainer = self._trainer
+        if trainer is None:
+            return True
+        try:
+            # Lightning's own rule (every log_every_n_steps, and on the last step before a stop).
+            return bool(trainer._logger_connector.should_update_logs)
+        except AttributeError:  # a Lightning without this property: compute every step
+            return True
 
     def negatives_per_anchor(self, batch_size: int, world_size: int) -> Optional[int]:
         """How many negatives one anchor has in a training step (``None``: unknown); for warnings."""

@@ -129,3 +129,38 @@ def test_hard_contrastive_effective_negatives_follow_the_softmax_weights():
     assert loss.last_stats["used_negatives"].item() == 3
     assert loss.last_stats["effective_negatives"].item() == pytest.approx(expected, rel=1e-5)
     assert expected < 1.01  # at τ = 0.05 the hardest negative takes nearly all the weight
+
+
+@pytest.mark.parametrize(
+    "build",
+    [
+        lambda: InfoNCE(0.3),
+        lambda: SupCon(0.2),
+        lambda: HardContrastive(0.3, num_negatives=3),
+        lambda: HardContrastive(0.3, quantile=0.5),
+        lambda: Simple(),
+        lambda: HardSimple(3),
+    ],
+    ids=["InfoNCE", "SupCon", "Hard-topk", "Hard-quantile", "Simple", "HardSimple"],
+)
+def test_turning_the_diagnostics_off_changes_neither_the_loss_nor_its_gradient(build):
+    """Catches a loss whose value or gradient depends on whether it computed its diagnostics, and
+    one that keeps stale or fresh statistics while they are off (a method would log them)."""
+    generator = torch.Generator().manual_seed(3)
+    sim = torch.rand(6, 9, generator=generator) * 2 - 1
+    pos = torch.zeros(6, 9, dtype=torch.bool)
+    pos[torch.arange(6), torch.arange(6)] = True
+    pos[0, 7] = True
+    neg = ~pos
+    results = []
+    loss = build()
+    for enabled in (True, False):
+        loss.stats_enabled = enabled
+        leaf = sim.clone().requires_grad_(True)
+        value = loss(leaf, pos, neg)
+        value.backward()
+        results.append((value.detach(), leaf.grad, dict(loss.last_stats)))
+    (on_value, on_grad, on_stats), (off_value, off_grad, off_stats) = results
+    assert torch.equal(on_value, off_value) and torch.equal(on_grad, off_grad)
+    assert on_stats and {"effective_negatives", "pos_sim", "neg_sim"} <= set(on_stats)
+    assert off_stats == {}

@@ -1,0 +1,56 @@
+"""The loss diagnostics are computed exactly on the training steps whose values reach the logger."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from lightning.pytorch.loggers import CSVLogger
+
+from ssl_app.losses import InfoNCE
+from ssl_app.losses import base as loss_base
+from ssl_app.methods import SimCLR
+from tests.helpers import tiny_data, tiny_trainer
+
+
+class CountingInfoNCE(InfoNCE):
+    """InfoNCE that records, per call, whether it computed its diagnostics."""
+
+    def __init__(self) -> None:
+        super().__init__(0.5)
+        self.calls: list[bool] = []
+
+    def forward(self, sim, pos_mask, neg_mask):
+        value = super().forward(sim, pos_mask, neg_mask)
+        self.calls.append(bool(self.last_stats))
+        return value
+
+
+def test_diagnostics_are_computed_only_on_logged_steps_and_all_of_them_are_logged(tmp_path, monkeypatch):
+    """Catches statistics computed on every step (the cost this schedule removes), computed one
+    step off the logger's schedule (the logged steps would then have none), or not logged."""
+    torch.manual_seed(0)
+    model = SimCLR(loss=CountingInfoNCE(), backbone="small_cnn", proj_hidden_dim=16, proj_dim=8)
+    computed = []
+    original = loss_base.negative_stats
+    monkeypatch.setattr("ssl_app.losses.info_nce.negative_stats", lambda *a, **k: computed.append(1) or original(*a, **k))
+    logger = CSVLogger(str(tmp_path), name="run")
+    trainer = tiny_trainer(tmp_path, logger=logger, max_steps=6, log_every_n_steps=2)
+    trainer.fit(model, datamodule=tiny_data())
+    assert model.loss.calls == [False, True, False, True, False, True]
+    assert len(computed) == 3
+    logger.save()
+    lines = (tmp_path / "run" / "version_0" / "metrics.csv").read_text().splitlines()
+    header = lines[0].split(",")
+    rows = [dict(zip(header, line.split(","))) for line in lines[1:]]
+    stats_steps = sorted(int(r["step"]) for r in rows if r.get("loss/effective_negatives"))
+    loss_steps = sorted(int(r["step"]) for r in rows if r.get("train/loss_step"))
+    assert stats_steps == loss_steps == [1, 3, 5]
+
+
+@pytest.mark.filterwarnings("ignore:You are trying to `self.log\\(\\)`")
+def test_without_a_trainer_every_call_computes_the_diagnostics():
+    """Catches a method that switches them off outside the Trainer (benchmarks and notebooks read them)."""
+    model = SimCLR(loss=InfoNCE(0.5), backbone="small_cnn", proj_hidden_dim=16, proj_dim=8).train()
+    views = [torch.randn(4, 3, 8, 8) for _ in range(2)]
+    model.training_step((views, torch.zeros(4, dtype=torch.long), torch.arange(4)), 0)
+    assert {"effective_negatives", "pos_sim"} <= set(model.loss.last_stats)
