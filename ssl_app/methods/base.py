@@ -61,6 +61,11 @@ class ContrastiveMethod(L.LightningModule, ABC):
         proj_layers: 1 = linear head (the paper's), 2 = SimCLR's MLP.
         proj_batch_norm: BatchNorm inside an MLP head.
         optim: optimiser and learning-rate schedule (``ssl_app.optim.Optimization``).
+        channels_last: keep the encoders' weights and input images in the channels-last memory
+            layout (NHWC), which convolution kernels of CPUs and of GPUs with tensor cores run
+            faster on (benchmarks/README.md has the measured effect).
+        compile: compile the backbone(s) with ``torch.compile`` at the start of the run (the first
+            steps then take longer while it compiles; needs a C++ compiler on the CPU).
     """
 
     train_views: int = 2
@@ -75,6 +80,8 @@ class ContrastiveMethod(L.LightningModule, ABC):
         proj_layers: int = 2,
         proj_batch_norm: bool = True,
         optim: Optimization = Optimization(),
+        channels_last: bool = False,
+        compile: bool = False,
     ) -> None:
         super().__init__()
         if not isinstance(loss, ContrastiveLoss):
@@ -86,15 +93,37 @@ class ContrastiveMethod(L.LightningModule, ABC):
         self.embedding_dim = proj_dim
         self.backbone, self.feature_dim = build_backbone(backbone, backbone_norm)
         self.projection_head = build_projection_head(self.feature_dim, proj_hidden_dim, proj_dim, proj_layers, proj_batch_norm)
+        self.memory_format = torch.channels_last if channels_last else torch.contiguous_format
+        self.compile_backbone = bool(compile)
+        self._compiled = False
 
     # --- encoders -------------------------------------------------------------------------
     def forward(self, images: Tensor) -> Tensor:
         """Backbone features [B, feature_dim] (what linear and kNN evaluation read)."""
-        return self.backbone(images)
+        return self.backbone(self.to_memory_format(images))
 
     def embed(self, images: Tensor) -> Tensor:
         """L2-normalised projections z [B, proj_dim] (what the loss and the metrics read)."""
-        return F.normalize(self.projection_head(self.backbone(images)), dim=1)
+        return F.normalize(self.projection_head(self.backbone(self.to_memory_format(images))), dim=1)
+
+    def to_memory_format(self, images: Tensor) -> Tensor:
+        """``images`` in the encoders' memory layout (``channels_last``); a no-op by default."""
+        if self.memory_format is torch.contiguous_format or images.dim() != 4:
+            return images
+        return images.contiguous(memory_format=self.memory_format)
+
+    def backbones(self) -> list[torch.nn.Module]:
+        """The image encoders that ``compile`` compiles (MoCo adds its key backbone)."""
+        return [self.backbone]
+
+    def setup(self, stage: str) -> None:
+        """Apply ``channels_last`` and ``compile`` (subclasses call this after changing modules)."""
+        if self.memory_format is torch.channels_last:
+            self.to(memory_format=torch.channels_last)
+        if self.compile_backbone and not self._compiled:
+            for module in self.backbones():
+                module.compile()  # in place: parameter names and checkpoints stay as they were
+            self._compiled = True
 
     # --- the one method-specific piece -----------------------------------------------------
     @abstractmethod

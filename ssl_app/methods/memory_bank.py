@@ -137,6 +137,7 @@ class MemoryBank(ContrastiveMethod):
 
     # --- Lightning hooks ------------------------------------------------------------------
     def setup(self, stage: str) -> None:
+        super().setup(stage)
         if stage != "fit" or self._trainer is None:
             return
         datamodule = getattr(self.trainer, "datamodule", None)

@@ -129,7 +129,10 @@ class MoCo(ContrastiveMethod):
     def key_embed(self, images: Tensor) -> Tensor:
         """L2-normalised keys [B, proj_dim] of the momentum encoder (no gradient)."""
         with torch.no_grad():
-            return F.normalize(self.key_projection_head(self.key_backbone(images)), dim=1)
+            return F.normalize(self.key_projection_head(self.key_backbone(self.to_memory_format(images))), dim=1)
+
+    def backbones(self) -> list[nn.Module]:
+        return [self.backbone, self.key_backbone]
 
     @torch.no_grad()
     def global_keys(self, images: Tensor) -> Tensor:
@@ -225,6 +228,10 @@ class MoCo(ContrastiveMethod):
 
     # --- Lightning hooks ------------------------------------------------------------------
     def setup(self, stage: str) -> None:
+        self._setup_key_bn(stage)
+        super().setup(stage)  # channels_last and compile, once the BatchNorms are final
+
+    def _setup_key_bn(self, stage: str) -> None:
         trainer = self._trainer
         if trainer is None:
             return

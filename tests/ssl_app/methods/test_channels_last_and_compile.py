@@ -1,0 +1,91 @@
+"""``channels_last`` and ``compile``: the same numbers in another memory layout / compiled code."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from ssl_app.losses import InfoNCE
+from ssl_app.methods import MemoryBank, MoCo, SimCLR
+from tests.helpers import tiny_data, tiny_trainer
+
+SMALL = dict(backbone="small_cnn", proj_hidden_dim=16, proj_dim=8)
+
+
+def _batch(size: int = 16):
+    generator = torch.Generator().manual_seed(1)
+    views = [torch.randn(size, 3, 8, 8, generator=generator) for _ in range(2)]
+    return views, torch.arange(size) % 3, torch.arange(size)
+
+
+def _loss_and_grads(model):
+    model.zero_grad(set_to_none=True)
+    contrast = model.contrast(_batch())
+    loss = model.loss(contrast.sim, contrast.pos_mask, contrast.neg_mask)
+    loss.backward()
+    return loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+
+@pytest.mark.parametrize(
+    "build",
+    [
+        lambda **kw: SimCLR(loss=InfoNCE(0.5), **SMALL, **kw),
+        lambda **kw: MoCo(loss=InfoNCE(0.2), queue_size=32, key_bn="none", **SMALL, **kw),
+    ],
+    ids=["SimCLR", "MoCo"],
+)
+def test_channels_last_puts_weights_and_inputs_in_nhwc_and_changes_no_number(build):
+    """Catches the option doing nothing (weights or images left contiguous, so no NHWC kernel
+    runs), a key encoder left out, or a layout change that alters the loss or its gradients."""
+    torch.manual_seed(0)
+    plain = build().train()
+    nhwc = copy.deepcopy(plain)
+    nhwc.memory_format = torch.channels_last
+    nhwc.setup("fit")
+    convs = [m for m in nhwc.modules() if isinstance(m, torch.nn.Conv2d)]
+    assert convs and all(m.weight.is_contiguous(memory_format=torch.channels_last) for m in convs)
+    assert all(not m.weight.is_contiguous() for m in convs if m.weight.shape[-1] > 1)
+    assert nhwc.to_memory_format(torch.randn(2, 3, 8, 8)).is_contiguous(memory_format=torch.channels_last)
+    assert plain.to_memory_format(torch.randn(2, 3, 8, 8)).is_contiguous()
+    loss_a, grads_a = _loss_and_grads(plain)
+    loss_b, grads_b = _loss_and_grads(nhwc)
+    torch.testing.assert_close(loss_b, loss_a, rtol=1e-5, atol=1e-6)
+    assert grads_a.keys() == grads_b.keys()
+    for name in grads_a:  # other kernels sum in another order: compare the whole tensor's error
+        error = (grads_b[name] - grads_a[name]).norm() / grads_a[name].norm().clamp_min(1e-12)
+        assert error < 1e-4, (name, float(error))
+
+
+def test_channels_last_runs_through_the_trainer_and_its_checkpoint_loads_into_a_plain_model(tmp_path):
+    """Catches the option not reaching the model through the constructor, or NHWC weights that a
+    model in the default layout cannot load (checkpoints must not depend on the option)."""
+    torch.manual_seed(0)
+    model = MemoryBank(loss=InfoNCE(0.2), channels_last=True, **SMALL)
+    trainer = tiny_trainer(tmp_path, max_steps=2)
+    trainer.fit(model, datamodule=tiny_data())
+    assert model.backbone[0].weight.is_contiguous(memory_format=torch.channels_last)
+    trainer.save_checkpoint(tmp_path / "nhwc.ckpt")
+    plain = MemoryBank.load_from_checkpoint(tmp_path / "nhwc.ckpt", loss=InfoNCE(0.2), channels_last=False)
+    plain.eval(), model.eval()
+    images = torch.randn(4, 3, 8, 8)
+    torch.testing.assert_close(plain.embed(images), model.embed(images), rtol=1e-5, atol=1e-6)
+
+
+def test_compile_compiles_the_backbones_in_place_with_the_same_loss(monkeypatch):
+    """Catches a compiled module that renames parameters (checkpoints would not load), a MoCo key
+    backbone left uncompiled, or compiled code computing another loss. Dynamo traces for real; the
+    eager backend skips inductor's C++ build (benchmarks/train_step.py measures the real one)."""
+    original = torch.nn.Module.compile
+    monkeypatch.setattr(torch.nn.Module, "compile", lambda self, **kw: original(self, backend="eager"))
+    torch.manual_seed(0)
+    plain = MoCo(loss=InfoNCE(0.2), queue_size=32, key_bn="none", **SMALL).train()
+    compiled = copy.deepcopy(plain)
+    compiled.compile_backbone = True
+    compiled.setup("fit")
+    assert all(module._compiled_call_impl is not None for module in (compiled.backbone, compiled.key_backbone))
+    assert compiled.state_dict().keys() == plain.state_dict().keys()
+    loss_a, _ = _loss_and_grads(plain)
+    loss_b, _ = _loss_and_grads(compiled)
+    torch.testing.assert_close(loss_b, loss_a, rtol=1e-4, atol=1e-5)
