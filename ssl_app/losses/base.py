@@ -80,6 +80,12 @@ def check_num_negatives(num_negatives: int, owner: str) -> int:
     return int(num_negatives)
 
 
+#: Stands in for the logits of excluded candidates: exp() of it is an exact 0 beside any real
+#: logit (|s/τ| ≤ 1/τ), and unlike -inf it keeps the log-sum-exp of a row with no candidate
+#: left, and its gradient, finite.
+EXCLUDED_LOGIT = -1e30
+
+
 def masked_mean(values: Tensor, mask: Tensor) -> Tensor:
     """Mean of ``values`` where ``mask`` is True (0 where it is nowhere True), without a host sync.
 
@@ -104,8 +110,9 @@ def negative_stats(
 
     - ``effective_negatives``: ``exp(H(r_i))`` averaged over anchors that use negatives, where
       ``r_i(j) = exp(l_ij) / Σ_{k∈used(i)} exp(l_ik)`` is the relative penalty on negative j
-      (PAPER.md, with ``l = s/τ`` for InfoNCE). It equals the number of used negatives when all
-      penalties are equal (τ → ∞, or Simple) and tends to 1 as τ → 0.
+      (PAPER.md, with ``l = s/τ`` for InfoNCE) and ``H(r_i) = −Σ_j r_i(j) log r_i(j)``. It
+      equals the number of used negatives when all penalties are equal (τ → ∞, or Simple) and
+      tends to 1 as τ → 0.
     - ``used_negatives``: mean number of negatives that enter the loss, over the same anchors.
     - ``pos_sim`` / ``neg_sim``: mean positive and negative cosine similarity (all negatives).
     - ``used_neg_sim``: mean cosine similarity of the negatives that enter the loss.
@@ -114,16 +121,15 @@ def negative_stats(
         used_mask = neg_mask
     with torch.no_grad():
         sim = sim.detach().float()
-        has_used = used_mask.any(dim=1)
         count = used_mask.sum(dim=1).float()
+        has_used = count > 0
         if logits is None:
             effective = count
         else:
-            logits = logits.detach().float()
-            neg_logits = logits.masked_fill(~used_mask, float("-inf"))
-            neg_logits = neg_logits.masked_fill(~has_used[:, None], 0.0)
-            log_r = torch.log_softmax(neg_logits, dim=1)
-            entropy = -(log_r.exp() * log_r).masked_fill(~used_mask, 0.0).sum(dim=1)
+            # log r_i(j) from log_softmax: the hardest negative's term is computed without the
+            # cancellation of log Σ exp − l, so exp(H) stays exact as τ → 0; r is exactly 0 outside used(i).
+            log_penalty = torch.log_softmax(torch.where(used_mask, logits.detach().float(), EXCLUDED_LOGIT), dim=1)
+            entropy = -torch.linalg.vecdot(log_penalty.exp(), log_penalty)
             effective = entropy.exp()
         return {
             "effective_negatives": masked_mean(effective, has_used),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ssl_app.losses.base import ContrastiveLoss, check_temperature, negative_stats
+from ssl_app.losses.base import EXCLUDED_LOGIT, ContrastiveLoss, check_temperature, negative_stats
 
 
 def masked_info_nce(logits: Tensor, pos_mask: Tensor, neg_mask: Tensor) -> tuple[Tensor, Tensor]:
@@ -14,22 +14,19 @@ def masked_info_nce(logits: Tensor, pos_mask: Tensor, neg_mask: Tensor) -> tuple
     For anchor i with positives P(i) and negatives N(i), A(i) = P(i) ∪ N(i):
 
         L_i = -1/|P(i)| Σ_{p∈P(i)} [ l_ip − log Σ_{a∈A(i)} exp(l_ia) ]
+            = log Σ_{a∈A(i)} exp(l_ia) − mean_{p∈P(i)} l_ip
 
     With one positive this is ``-log(exp(l_ii) / (exp(l_ii) + Σ_k exp(l_ik)))``; with several
     it is SupCon's "L_out" form. Returns ``(L [N], has_positive [N] bool)``; anchors without a
-    positive get L_i = 0 and a zero (not NaN) gradient.
+    positive get L_i = 0 and a zero (not NaN) gradient. Entries in neither mask are never read.
     """
     logits = logits.float()
-    has_pos = pos_mask.any(dim=1)
-    valid = (pos_mask | neg_mask) & has_pos[:, None]
-    # Rows with no positive are filled with zeros (not -inf) so their log-sum-exp and its
-    # gradient stay finite; their loss is masked out below.
-    masked = logits.masked_fill(~valid, float("-inf")).masked_fill(~has_pos[:, None], 0.0)
-    log_denominator = torch.logsumexp(masked, dim=1, keepdim=True)
-    log_prob = (logits - log_denominator).masked_fill(~pos_mask, 0.0)
-    num_pos = pos_mask.sum(dim=1).clamp_min(1)
-    per_anchor = -log_prob.sum(dim=1) / num_pos
-    return per_anchor.masked_fill(~has_pos, 0.0), has_pos
+    num_pos = pos_mask.sum(dim=1)
+    has_pos = num_pos > 0
+    # Four passes over [N, M] (select, log-sum-exp, select, sum): the loss is on every step's path.
+    log_denominator = torch.logsumexp(torch.where(pos_mask | neg_mask, logits, EXCLUDED_LOGIT), dim=1)
+    mean_positive = torch.where(pos_mask, logits, 0.0).sum(dim=1) / num_pos.clamp_min(1)
+    return (log_denominator - mean_positive).masked_fill(~has_pos, 0.0), has_pos
 
 
 def mean_over_anchors(per_anchor: Tensor, has_pos: Tensor) -> Tensor:

@@ -10,6 +10,7 @@ import copy
 import dataclasses
 import math
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Optional, Union
 
@@ -93,6 +94,7 @@ class ContrastiveMethod(L.LightningModule, ABC):
         self.embedding_dim = proj_dim
         self.backbone, self.feature_dim = build_backbone(backbone, backbone_norm)
         self.projection_head = build_projection_head(self.feature_dim, proj_hidden_dim, proj_dim, proj_layers, proj_batch_norm)
+        self._mask_cache: dict[tuple, tuple[Tensor, Tensor]] = {}
         self.memory_format = torch.channels_last if channels_last else torch.contiguous_format
         self.compile_backbone = bool(compile)
         self._compiled = False
@@ -159,6 +161,20 @@ class ContrastiveMethod(L.LightningModule, ABC):
             return loss
         # Validation/test: hand the view embeddings to callbacks (see ``MaskedSimilarities.views``).
         return {"loss": loss, "embeddings": contrast.views}
+
+    def cached_masks(self, key: tuple, build: Callable[[], tuple[Tensor, Tensor]]) -> tuple[Tensor, Tensor]:
+        """``build()``'s ``(pos_mask, neg_mask)``, built once per ``key`` and reused afterwards.
+
+        For masks that depend only on the batch's shape (no labels, no per-step state): the key
+        must name everything they depend on (sizes, rank, world size, device). Losses only read
+        masks, so one pair serves every step; a few shapes are kept (e.g. a last, smaller batch).
+        """
+        masks = self._mask_cache.get(key)
+        if masks is None:
+            if len(self._mask_cache) >= 8:
+                self._mask_cache.clear()
+            masks = self._mask_cache[key] = build()
+        return masks
 
     def _step_is_logged(self) -> bool:
         """Whether values logged with ``on_step=True`` now reach the logger (True without a Trainer)."""

@@ -215,10 +215,17 @@ class MoCo(ContrastiveMethod):
             gathered_views(batch_size, query_views, key_labels, world, device, first_view=key_view),
             unmatched(self.queue_size, self.queue.labels, device),
         )
-        usable = torch.cat([torch.ones(keys.shape[0], dtype=torch.bool, device=device), self.queue.valid()])
-        pos_mask, neg_mask = contrast_masks(
-            views_of(rank * batch_size, batch_size, query_views, labels, device), candidates, self.loss.uses_labels, usable
-        )
+
+        def masks() -> tuple[Tensor, Tensor]:
+            usable = torch.cat([torch.ones(keys.shape[0], dtype=torch.bool, device=device), self.queue.valid()])
+            return contrast_masks(
+                views_of(rank * batch_size, batch_size, query_views, labels, device), candidates, self.loss.uses_labels, usable
+            )
+
+        if self.loss.uses_labels or not self.queue.is_full():
+            pos_mask, neg_mask = masks()
+        else:  # a full queue and instance positives: the masks depend on the shapes only
+            pos_mask, neg_mask = self.cached_masks(("moco", batch_size, query_views, world, rank, self.queue_size, device), masks)
         sim = similarity(queries, torch.cat([keys, self.queue.features], dim=0))
         if self.training:
             self._pending = (keys, key_labels)

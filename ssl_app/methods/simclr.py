@@ -34,9 +34,16 @@ class SimCLR(ContrastiveMethod):
         sim = similarity(z, distributed.gather_with_grad(z))
         uses_labels = self.loss.uses_labels
         candidate_labels = distributed.gather(labels.repeat(num_views)) if uses_labels else None
-        pos_mask, neg_mask = contrast_masks(
-            views_of(rank * batch_size, batch_size, num_views, labels, z.device),
-            gathered_views(batch_size, num_views, candidate_labels, world, z.device),
-            uses_labels,
-        )
+
+        def masks() -> tuple[torch.Tensor, torch.Tensor]:
+            return contrast_masks(
+                views_of(rank * batch_size, batch_size, num_views, labels, z.device),
+                gathered_views(batch_size, num_views, candidate_labels, world, z.device),
+                uses_labels,
+            )
+
+        if uses_labels:
+            pos_mask, neg_mask = masks()
+        else:  # instance masks depend on the shapes only
+            pos_mask, neg_mask = self.cached_masks(("simclr", batch_size, num_views, world, rank, z.device), masks)
         return MaskedSimilarities(sim, pos_mask, neg_mask, views=tuple(z.detach().chunk(num_views)))

@@ -51,10 +51,23 @@ class LabelledQueue(nn.Module):
         self.register_buffer("labels", torch.full((size,), -1, dtype=torch.long))
         self.register_buffer("ptr", torch.zeros((), dtype=torch.long))
         self.register_buffer("filled", torch.zeros((), dtype=torch.long))
+        # ``filled`` as a Python int, so that asking whether the queue is full costs no host-device
+        # sync; ``None`` after a state_dict load, until the first ``is_full`` reads it once.
+        self._host_filled: int | None = 0
 
     def valid(self) -> Tensor:
         """Bool [size]: True on the slots that hold an enqueued vector."""
         return torch.arange(self.size, device=self.features.device) < self.filled
+
+    def is_full(self) -> bool:
+        """Whether every slot holds an enqueued vector (a host sync only on the first call after a load)."""
+        if self._host_filled is None:
+            self._host_filled = int(self.filled)
+        return self._host_filled >= self.size
+
+    def _load_from_state_dict(self, *args, **kwargs) -> None:
+        super()._load_from_state_dict(*args, **kwargs)
+        self._host_filled = None
 
     @torch.no_grad()
     def enqueue(self, features: Tensor, labels: Tensor) -> None:
@@ -76,6 +89,8 @@ class LabelledQueue(nn.Module):
         self.labels.index_copy_(0, slots, labels)
         self.ptr.copy_((self.ptr + total) % self.size)
         self.filled.copy_((self.filled + total).clamp(max=self.size))
+        if self._host_filled is not None:
+            self._host_filled = min(self._host_filled + total, self.size)
 
     def extra_repr(self) -> str:
         return f"size={self.size}, dim={self.features.shape[1]}"
