@@ -3,22 +3,29 @@ same steps written directly with lightly's building blocks, side by side in one 
 
     python benchmarks/train_step.py                                  # small_cnn, batch 256, 6 rounds
     python benchmarks/train_step.py --backbone resnet18_cifar --batch 128 --rounds 4
+    python benchmarks/train_step.py --variants stats_every_step channels_last compile
 
 Both sides use the same backbone and projection-head modules (the reference gets deep copies
 with the same weights), the same batch of two 32×32 views, SGD with the same settings, and the
 same number of intra-op threads. Per step:
 
-- ``ours``: ``method.contrast(batch)`` → ``method.loss(sim, pos_mask, neg_mask)`` (which also
-  fills the loss diagnostics of ``last_stats``) → backward → optimiser step; MoCo adds its EMA
-  update and its queue update (``on_after_backward``).
+- ``ours``: ``method.contrast(batch)`` → ``method.loss(sim, pos_mask, neg_mask)`` → backward →
+  optimiser step; MoCo adds its EMA update and its queue update (``on_after_backward``). The
+  loss diagnostics (``last_stats``) are computed on one step in ``--log-every`` (50: Lightning's
+  default ``log_every_n_steps``), as inside the Trainer, which computes them only on the steps
+  whose values it logs.
+- variants of ours (``--variants``), each timed in the same rounds: ``stats_every_step`` (the
+  diagnostics on every step), ``channels_last`` (weights and images in NHWC: the method option
+  of that name), ``compile`` (``torch.compile`` of the backbones; compiled before timing).
 - ``reference``: ``z = normalize(head(backbone(views)))`` → lightly's ``NTXentLoss`` (MoCo: with
   its ``memory_bank_size`` queue, keys from a momentum copy updated by ``update_momentum``) →
   backward → optimiser step.
 
-Rounds alternate A/B (``--steps`` steps each after a warm-up), so load from other processes
-hits both alike; the ratio ours/reference of images/s is reported per round with the median and
-the spread. No Trainer on either side: this measures the step, not Lightning's loop. Not part
-of the test suite.
+Rounds alternate between all sides (``--steps`` steps each after a warm-up), so load from other
+processes hits them alike; the ratio side/reference of images/s is reported per round with the
+median and the spread. No Trainer on either side: this measures the step, not Lightning's loop.
+Like ``python -m ssl_app``, the process keeps freed memory in malloc (``ssl_app.runtime``), which
+both sides share. Not part of the test suite.
 """
 
 from __future__ import annotations
@@ -35,6 +42,9 @@ from lightly.models.utils import update_momentum
 
 from ssl_app.losses import InfoNCE
 from ssl_app.methods import MoCo, SimCLR
+from ssl_app.runtime import keep_freed_memory
+
+VARIANTS = ("stats_every_step", "channels_last", "compile")
 
 
 def make_batch(batch: int, size: int = 32) -> tuple:
@@ -43,8 +53,12 @@ def make_batch(batch: int, size: int = 32) -> tuple:
     return views, torch.randint(0, 10, (batch,), generator=g), torch.arange(batch)
 
 
-def ours_step(method, optimizer):
+def ours_step(method, optimizer, log_every: int):
+    counter = iter(range(10**9))
+
     def step(batch):
+        # As in the Trainer: the diagnostics only on the steps whose values are logged.
+        method.loss.stats_enabled = (next(counter) + 1) % log_every == 0
         optimizer.zero_grad(set_to_none=True)
         contrast = method.contrast(batch)
         loss = method.loss(contrast.sim, contrast.pos_mask, contrast.neg_mask)
@@ -90,13 +104,25 @@ def reference_step(method, kind: str, temperature: float, queue: int):
     return step
 
 
-def build(kind: str, backbone: str, temperature: float, queue: int):
+def build(kind: str, backbone: str, temperature: float, queue: int, **options):
     torch.manual_seed(0)
-    common = dict(loss=InfoNCE(temperature=temperature), backbone=backbone, proj_hidden_dim=512, proj_dim=128)
+    common = dict(loss=InfoNCE(temperature=temperature), backbone=backbone, proj_hidden_dim=512, proj_dim=128, **options)
     if kind == "simclr":
-        return SimCLR(**common)
-    # key_bn none: lightly's reference has no BatchNorm remedy, so both sides do the same work
-    return MoCo(queue_size=queue, momentum=0.99, key_bn="none", **common)
+        method = SimCLR(**common)
+    else:
+        # key_bn none: lightly's reference has no BatchNorm remedy, so both sides do the same work
+        method = MoCo(queue_size=queue, momentum=0.99, key_bn="none", **common)
+    method.setup("fit")  # applies channels_last / compile
+    return method.train()
+
+
+def side(kind: str, args, variant: str | None):
+    """``(name, step)`` of ours in ``variant`` (``None``: the defaults), on a fresh copy of the model."""
+    options = {"channels_last": variant == "channels_last", "compile": variant == "compile"}
+    method = build(kind, args.backbone, 0.5, args.queue, **options)
+    optimizer = torch.optim.SGD(method.parameters(), lr=0.06, momentum=0.9, weight_decay=5e-4)
+    log_every = 1 if variant == "stats_every_step" else args.log_every
+    return f"ours+{variant}" if variant else "ours", ours_step(method, optimizer, log_every), method
 
 
 def timed(step, batch, steps: int) -> float:
@@ -115,28 +141,35 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--queue", type=int, default=4096)
+    parser.add_argument("--log-every", type=int, default=50, help="diagnostics every N steps (the Trainer's log_every_n_steps)")
+    parser.add_argument("--variants", nargs="*", default=[], choices=VARIANTS)
     args = parser.parse_args()
+    keep_freed_memory()
     torch.set_num_threads(args.threads)
     batch = make_batch(args.batch)
     print(f"{args.backbone}, batch {args.batch}, {args.threads} threads, {args.rounds} rounds × {args.steps} steps")
     for kind in args.methods:
-        method = build(kind, args.backbone, 0.5, args.queue).train()
-        optimizer = torch.optim.SGD(method.parameters(), lr=0.06, momentum=0.9, weight_decay=5e-4)
-        ours, reference = ours_step(method, optimizer), reference_step(method, kind, 0.5, args.queue)
-        for step in (ours, reference):
-            timed(step, batch, 2)  # warm-up (and fill the MoCo queues)
-        ratios, rates = [], []
+        sides = [side(kind, args, variant) for variant in [None, *args.variants]]
+        reference = reference_step(sides[0][2], kind, 0.5, args.queue)
+        steps = {name: step for name, step, _ in sides} | {"reference": reference}
+        for name, step in steps.items():
+            start = time.perf_counter()
+            timed(step, batch, 2)  # warm-up (fill the MoCo queues; compile)
+            if name == "ours+compile":
+                print(f"  (compiling and 2 warm-up steps: {time.perf_counter() - start:.0f} s)")
+        rates: dict[str, list[float]] = {name: [] for name in steps}
         for _ in range(args.rounds):
-            a = timed(ours, batch, args.steps)
-            b = timed(reference, batch, args.steps)
-            ratios.append(a / b)
-            rates.append((a, b))
-        median = statistics.median(ratios)
-        print(
-            f"{kind}: ours {statistics.median(r[0] for r in rates):.0f} img/s, reference "
-            f"{statistics.median(r[1] for r in rates):.0f} img/s, ratio ours/reference median {median:.2f} "
-            f"(spread {min(ratios):.2f}–{max(ratios):.2f})"
-        )
+            for name, step in steps.items():
+                rates[name].append(timed(step, batch, args.steps))
+        for name in steps:
+            if name == "reference":
+                continue
+            ratios = [a / b for a, b in zip(rates[name], rates["reference"])]
+            print(
+                f"{kind}: {name} {statistics.median(rates[name]):.0f} img/s, reference "
+                f"{statistics.median(rates['reference']):.0f} img/s, ratio {name}/reference median "
+                f"{statistics.median(ratios):.2f} (spread {min(ratios):.2f}–{max(ratios):.2f})"
+            )
 
 
 if __name__ == "__main__":
