@@ -140,6 +140,13 @@ class LinearProbe(L.LightningModule):
         feats = inputs if inputs.dim() == 2 else self.features(inputs)
         return self.classifier(feats.float())
 
+    def class_logits(self, inputs: Tensor) -> Tensor:
+        """Logits [B, num_classes] of the plain linear classifier (no prior), for ``callbacks.LongTailAccuracy``.
+
+        Takes images or, when the probe caches features, the cached features (as ``forward``).
+        """
+        return self(inputs)
+
     def training_step(self, batch: Any, batch_idx: int) -> Tensor:
         inputs, labels = batch
         loss = F.cross_entropy(self(inputs), labels, ignore_index=-1)  # unlabelled samples
