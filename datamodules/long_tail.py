@@ -96,8 +96,8 @@ def long_tailed_indices(labels: Tensor, num_classes: int, imbalance_factor: floa
         if n == 0:
             raise ConfigError(
                 f"{who}: imbalance_factor={imbalance_factor:g} leaves class {c} with 0 training images "
-                f"(int({n_max} × {imbalance_factor:g}^(−{c}/{num_classes - 1})) = 0, n_max = {n_max}); "
-                "the smallest class needs n_max / imbalance_factor >= 1 image: lower imbalance_factor"
+                f"(int({n_max} × {imbalance_factor:g}^(−{c}/{num_classes - 1})) = 0); lower imbalance_factor "
+                f"(the smallest class keeps about {n_max} / imbalance_factor images)"
             )
     rng = np.random.RandomState(seed)
     by_class = labels.numpy()
