@@ -131,7 +131,9 @@ class SyntheticDataModule(ContrastiveDataModule):
 
     Class ``k`` is the ``k``-th shape of :data:`SHAPE_NAMES` (circle, square, triangle, ring,
     cross, diamond, horizontal bar, vertical bar, x, half-disc). The three splits are drawn
-    from different seeds derived from ``seed``.
+    from different seeds derived from ``seed``. With ``imbalance_factor`` > 1 the train split
+    is a long-tailed subset of ``train_size`` balanced images (n_max = train_size / num_classes;
+    ``configs/data/shapes_lt.yaml``: 5,000 → 500 … 5 per class).
 
     Args:
         num_classes: number of shapes used, at most 10.

@@ -74,6 +74,7 @@ class LinearProbe(L.LightningModule):
     Logs ``linear/train_loss`` every step; with the validation loaders of
     ``LinearEvalDataModule``: ``linear/val_top1`` (held-out part of the training split),
     ``linear/top1`` and ``linear/top5`` (test split) every validation epoch.
+    ``class_logits`` serves ``callbacks.LongTailAccuracy`` (``lt/*`` on long-tailed data).
 
     Args:
         checkpoint: a checkpoint written by ``python -m ssl_app fit`` (any method).
