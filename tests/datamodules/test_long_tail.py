@@ -79,6 +79,15 @@ def test_dataset_targets_reads_label_lists_and_follows_subsets():
     assert dataset_targets(NoLists()).tolist() == [1, -1, 0]
 
 
+def test_train_class_counts_read_numpy_label_arrays_without_their_unlabelled_images():
+    """SVHN and STL-10 keep ``labels`` as numpy arrays; STL-10's unlabelled images are -1."""
+    data = tiny_data(num_classes=3)
+    data._datasets["train"] = type(
+        "STLLike", (torch.utils.data.Dataset,), {"labels": np.array([2, -1, -1, 0, 2]), "__len__": lambda self: 5}
+    )()
+    assert data.train_class_counts() == [1, 0, 2]
+
+
 # --- the datamodules ----------------------------------------------------------------------------
 
 
