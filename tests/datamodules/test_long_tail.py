@@ -181,6 +181,8 @@ def test_classification_dataloader_shards_cover_the_split_once():
     whole = torch.cat([labels for _, labels in data.classification_dataloader("test")])
     images, _ = next(iter(data.classification_dataloader("test", batch_size=4)))
     assert images.shape == (4, 3, 8, 8) and images.dtype == torch.float32
+    clean = data.augmentation.eval_transform()  # clean images, not the augmented views of the val loop
+    assert torch.equal(images[3], clean(data.dataset("test")[3][0]))
     shards = [torch.cat([y for _, y in data.classification_dataloader("test", rank=r, world_size=2)]) for r in range(2)]
     assert len(shards[0]) + len(shards[1]) == 15  # 8 + 7: no padding, no repeat
     assert torch.equal(torch.stack([whole[0::2].sum(), whole[1::2].sum()]), torch.stack([s.sum() for s in shards]))
