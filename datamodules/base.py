@@ -2,14 +2,23 @@
 
 from __future__ import annotations
 
-from typing import Literal, Optional, get_args
+from typing import Any, Literal, Optional, get_args
 
 import torch
 from lightning import LightningDataModule
+from lightning.pytorch.utilities import rank_zero_info
 from torch.utils.data import DataLoader, Dataset, Subset
 
 from datamodules.augment import ViewAugmentation
-from datamodules.multiview import MultiViewDataset
+from datamodules.long_tail import (
+    check_imbalance_factor,
+    class_counts,
+    dataset_targets,
+    long_tailed_indices,
+    profile_summary,
+    write_class_counts,
+)
+from datamodules.multiview import Labelled, MultiViewDataset
 from ssl_app.checks import check_int
 from ssl_app.errors import ConfigError
 
@@ -45,7 +54,16 @@ class ContrastiveDataModule(LightningDataModule):
     - ``val_dataloader`` / ``test_dataloader``: 2 augmented views that are a fixed function of
       ``(val_seed, index)``, in order, nothing dropped, so metrics are reproducible and equal
       under any number of DDP ranks or workers.
-    - :meth:`embedding_dataloader`: what callbacks need outside the Trainer's loops.
+    - :meth:`embedding_dataloader`: what callbacks need outside the Trainer's loops;
+      :meth:`classification_dataloader`: clean ``(image, label)`` batches of a split for a
+      classifier's accuracy (``callbacks.LongTailAccuracy``).
+
+    Long-tailed training (``imbalance_factor`` > 1): the train split keeps a seeded subset
+    whose class sizes follow the exponential profile of Cao et al. (LDAM, 2019),
+    ``n_c = int(n_max · IF^(−c/(C−1)))``, class 0 the largest (``datamodules.long_tail``); val
+    and test stay balanced, as in the literature. The counts are printed once when the split is
+    built and saved as ``class_counts.json`` beside the run's logs (rank 0, at ``setup("fit")``);
+    :meth:`train_class_counts` returns them for any datamodule, balanced or not.
 
     Lightning adds the DistributedSampler to the three hook dataloaders under DDP;
     ``batch_size`` is per process.
@@ -56,7 +74,12 @@ class ContrastiveDataModule(LightningDataModule):
         augmentation: the view pipeline (and the matching eval pipeline).
         val_seed: seed of the deterministic val/test views.
         pin_memory: pin host memory for faster GPU copies; ``None``: when CUDA is available.
+        imbalance_factor: IF = n_max / n_min of the long-tailed train split (>= 1; 1: the split as it is).
+        imbalance_seed: which images each class keeps (LDAM's ``rand_number``).
     """
+
+    #: The split a classifier's accuracy is measured on during ``fit`` (balanced, unlike train).
+    classification_split: str = "val"
 
     def __init__(
         self,
@@ -65,18 +88,23 @@ class ContrastiveDataModule(LightningDataModule):
         augmentation: ViewAugmentation = ViewAugmentation(),
         val_seed: int = 0,
         pin_memory: Optional[bool] = None,
+        imbalance_factor: float = 1.0,
+        imbalance_seed: int = 0,
     ) -> None:
         super().__init__()
         name = type(self).__name__
         batch_size = check_int(batch_size, f"{name}: batch_size")
         num_workers = check_int(num_workers, f"{name}: num_workers", minimum=0)
         val_seed = check_int(val_seed, f"{name}: val_seed", minimum=0)
+        self.imbalance_factor = check_imbalance_factor(imbalance_factor, f"{name}: imbalance_factor")
+        self.imbalance_seed = check_int(imbalance_seed, f"{name}: imbalance_seed", minimum=0)
         self.batch_size = batch_size
         self.num_workers = num_workers
         self.augmentation = augmentation
         self.val_seed = val_seed
         self.pin_memory = torch.cuda.is_available() if pin_memory is None else pin_memory
         self._datasets: dict[str, Dataset] = {}
+        self._train_counts: Optional[list[int]] = None
 
     # --- what subclasses provide -------------------------------------------------------------
     @property
@@ -94,8 +122,53 @@ class ContrastiveDataModule(LightningDataModule):
         if split not in SPLITS:
             raise ConfigError(f"{type(self).__name__}: unknown split {split!r}, expected one of {SPLITS}")
         if split not in self._datasets:
-            self._datasets[split] = self.build_split(split)
+            data = self.build_split(split)
+            self._datasets[split] = self._long_tailed(data) if split == "train" else data
         return self._datasets[split]
+
+    def train_class_counts(self) -> list[int]:
+        """Training images per class ``0 … num_classes − 1`` after the imbalance (unlabelled ones not counted).
+
+        Read from the datasets' label lists (no image is decoded); builds the train split if needed.
+        """
+        if self._train_counts is None:
+            self._train_counts = class_counts(dataset_targets(self.dataset("train")), self.num_classes)
+        return list(self._train_counts)
+
+    def _long_tailed(self, data: Dataset) -> Dataset:
+        if self.imbalance_factor == 1.0:
+            return data
+        name = type(self).__name__
+        labels = dataset_targets(data)
+        keep = long_tailed_indices(labels, self.num_classes, self.imbalance_factor, self.imbalance_seed, name)
+        self._train_counts = class_counts(labels[keep], self.num_classes)
+        rank_zero_info(profile_summary(name, self._train_counts, self.imbalance_factor, self.imbalance_seed))
+        return Subset(data, keep)
+
+    def save_class_counts(self, trainer: Any) -> None:
+        """Write ``class_counts.json`` into the logger's folder of a long-tailed run (global rank 0 only).
+
+        It goes where the CLI writes ``config.yaml``, so a start that fails before its first step
+        removes it with the run folder.
+        """
+        if self.imbalance_factor == 1.0 or trainer is None or not trainer.is_global_zero:
+            return
+        log_dir = _log_dir(trainer)
+        if log_dir is None:
+            return
+        counts = self.train_class_counts()
+        record = {
+            "datamodule": type(self).__name__,
+            "imbalance_factor": self.imbalance_factor,
+            "imbalance_seed": self.imbalance_seed,
+            "num_classes": len(counts),
+            "total": sum(counts),
+            "class_counts": counts,
+        }
+        names = getattr(self, "classes", None)
+        if isinstance(names, list) and len(names) == len(counts):
+            record["classes"] = names
+        write_class_counts(log_dir, record)
 
     def num_samples(self, split: Split = "train") -> int:
         """Number of samples in ``split`` (builds the split if needed, so it works before fit)."""
@@ -103,8 +176,11 @@ class ContrastiveDataModule(LightningDataModule):
 
     def setup(self, stage: Optional[str] = None) -> None:
         # Build the splits the stage needs now, so missing or broken data fails before training.
-        for split in _STAGE_SPLITS.get(stage, SPLITS):
+        splits = _STAGE_SPLITS.get(stage, SPLITS)
+        for split in splits:
             self.dataset(split)  # type: ignore[arg-type]
+        if "train" in splits:
+            self.save_class_counts(self.trainer)
 
     # --- dataloaders -------------------------------------------------------------------------
     def train_views(self) -> int:
@@ -173,6 +249,22 @@ class ContrastiveDataModule(LightningDataModule):
             data = Subset(data, range(rank, len(data), world_size))  # type: ignore[arg-type]
         return self._loader(data, shuffle=False, drop_last=False, batch_size=batch_size, persistent=False)
 
+    def classification_dataloader(
+        self, split: Split, *, batch_size: Optional[int] = None, rank: int = 0, world_size: int = 1
+    ) -> DataLoader:
+        """In-order ``(images, labels)`` batches of ``split`` through the eval pipeline (resize,
+        centre crop, normalise): what a classifier's accuracy is measured on.
+
+        ``rank``/``world_size`` keep the samples ``rank, rank + world_size, ...``: disjoint DDP
+        shards that cover the split exactly once (no DistributedSampler padding).
+        """
+        if not 0 <= rank < world_size:
+            raise ValueError(f"classification_dataloader: need 0 <= rank < world_size, got {rank}, {world_size}")
+        data: Dataset = Labelled(self.dataset(split), self.augmentation.eval_transform())
+        if world_size > 1:
+            data = Subset(data, range(rank, len(data), world_size))  # type: ignore[arg-type]
+        return self._loader(data, shuffle=False, drop_last=False, batch_size=batch_size, persistent=False)
+
     def _deterministic_views(self, split: Split) -> MultiViewDataset:
         return MultiViewDataset(self.dataset(split), self.augmentation.train_transform(), num_views=2, seed=self.val_seed)
 
@@ -196,3 +288,12 @@ class ContrastiveDataModule(LightningDataModule):
             # Callbacks' one-off loaders would otherwise keep idle workers alive all run long.
             persistent_workers=persistent and workers > 0,
         )
+
+
+def _log_dir(trainer: Any) -> Optional[str]:
+    """The run folder of the trainer's logger (where the CLI writes ``config.yaml``), or None."""
+    logger = getattr(trainer, "logger", None)
+    try:
+        return None if logger is None else logger.log_dir
+    except Exception:  # noqa: BLE001 - a logger without a usable folder: nothing is saved
+        return None

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, Optional
+from typing import Optional
 
 import torch
 from lightning import LightningDataModule
@@ -11,22 +10,9 @@ from torch.utils.data import DataLoader, Dataset, Subset, TensorDataset
 from torchvision.transforms import v2
 
 from datamodules.base import ContrastiveDataModule
+from datamodules.multiview import Labelled
 from ssl_app.checks import check_int
 from ssl_app.errors import ConfigError
-
-
-class Labelled(Dataset):
-    """``(transform(image), label)`` of an ``(image, label)`` dataset; a missing label becomes -1."""
-
-    def __init__(self, base: Dataset, transform: Callable[[Any], torch.Tensor]) -> None:
-        self.base, self.transform = base, transform
-
-    def __len__(self) -> int:
-        return len(self.base)  # type: ignore[arg-type]
-
-    def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
-        image, label = self.base[index]
-        return self.transform(image), -1 if label is None else int(label)
 
 
 class LinearEvalDataModule(LightningDataModule):
@@ -42,6 +28,11 @@ class LinearEvalDataModule(LightningDataModule):
 
     When the probe caches features (``LinearProbe.cache_features``), the loaders yield
     ``(features, label)`` from tensors computed once with the probe's frozen backbone.
+
+    For ``callbacks.LongTailAccuracy``: :meth:`train_class_counts` are those of ``data`` (its
+    long-tailed train split defines the many/medium/few groups, whatever part of it is held
+    out), and the accuracy is measured on the test split (``classification_split``), which is
+    balanced, while ``val`` is held out of the long-tailed training split.
 
     Args:
         data: the datamodule whose splits to read (its ``batch_size``/views are not used).
@@ -77,11 +68,20 @@ class LinearEvalDataModule(LightningDataModule):
     def num_classes(self) -> int:
         return self.data.num_classes
 
+    #: The split ``LongTailAccuracy`` reads during ``fit`` (balanced; ``val`` is long-tailed).
+    classification_split: str = "test"
+
     @property
     def val_loader_names(self) -> tuple[str, ...]:
         return ("val", "test") if self.val_fraction > 0 else ("test",)
 
+    def train_class_counts(self) -> list[int]:
+        """Training images per class of ``data`` (after its imbalance), the groups' definition."""
+        return self.data.train_class_counts()
+
     def setup(self, stage: Optional[str] = None) -> None:
+        if stage in ("fit", None):
+            self.data.save_class_counts(self.trainer)
         if self._splits:
             return
         eval_transform = self.data.augmentation.eval_transform()
@@ -116,6 +116,24 @@ class LinearEvalDataModule(LightningDataModule):
 
     def test_dataloader(self) -> DataLoader:
         return self._eval_loader("test")
+
+    def classification_dataloader(
+        self, split: str, *, batch_size: Optional[int] = None, rank: int = 0, world_size: int = 1
+    ) -> DataLoader:
+        """In-order ``(inputs, labels)`` of ``val`` or ``test`` as the probe's loaders serve them
+        (images, or the cached features when the probe caches), keeping the samples ``rank,
+        rank + world_size, ...``: disjoint DDP shards, no padding."""
+        if split not in ("val", "test"):
+            raise ConfigError(f"LinearEvalDataModule: classification_dataloader serves val or test, got {split!r}")
+        if not 0 <= rank < world_size:
+            raise ValueError(f"classification_dataloader: need 0 <= rank < world_size, got {rank}, {world_size}")
+        if not self._splits:
+            self.setup("validate")
+        data: Dataset = self._splits[split] if self._cache_mode() == "none" else self._cached(split)
+        if world_size > 1:
+            data = Subset(data, range(rank, len(data), world_size))  # type: ignore[arg-type]
+        workers = 0 if isinstance(data, TensorDataset) or self._cache_mode() != "none" else self.num_workers
+        return DataLoader(data, batch_size=batch_size or self.batch_size, shuffle=False, num_workers=workers)
 
     def _eval_loader(self, name: str) -> DataLoader:
         data = self._splits[name] if self._cache_mode() == "none" else self._cached(name)

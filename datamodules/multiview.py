@@ -68,3 +68,17 @@ class MultiViewDataset(Dataset):
 
     def _views(self, image: Any) -> tuple[torch.Tensor, ...]:
         return tuple(self.transform(image) for _ in range(self.num_views))
+
+
+class Labelled(Dataset):
+    """``(transform(image), label)`` of an ``(image, label)`` dataset; a missing label becomes -1."""
+
+    def __init__(self, base: Dataset, transform: Callable[[Any], torch.Tensor]) -> None:
+        self.base, self.transform = base, transform
+
+    def __len__(self) -> int:
+        return len(self.base)  # type: ignore[arg-type]
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
+        image, label = self.base[index]
+        return self.transform(image), -1 if label is None else int(label)

@@ -131,7 +131,9 @@ class SyntheticDataModule(ContrastiveDataModule):
 
     Class ``k`` is the ``k``-th shape of :data:`SHAPE_NAMES` (circle, square, triangle, ring,
     cross, diamond, horizontal bar, vertical bar, x, half-disc). The three splits are drawn
-    from different seeds derived from ``seed``.
+    from different seeds derived from ``seed``. With ``imbalance_factor`` > 1 the train split
+    is a long-tailed subset of ``train_size`` balanced images (n_max = train_size / num_classes;
+    ``configs/data/shapes_lt.yaml``: 5,000 → 500 … 5 per class).
 
     Args:
         num_classes: number of shapes used, at most 10.
@@ -139,8 +141,8 @@ class SyntheticDataModule(ContrastiveDataModule):
         image_size: side of the square images, in pixels.
         seed: the data seed (separate from the training seed).
         augmentation: the view pipeline; defaults to :data:`SYNTHETIC_AUGMENTATION`.
-        batch_size, num_workers, val_seed, pin_memory: see
-            :class:`~datamodules.base.ContrastiveDataModule`.
+        batch_size, num_workers, val_seed, pin_memory, imbalance_factor, imbalance_seed: see
+            ``ContrastiveDataModule`` (the train split is long-tailed when imbalance_factor > 1).
     """
 
     def __init__(

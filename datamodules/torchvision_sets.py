@@ -53,7 +53,7 @@ class TorchvisionDataModule(ContrastiveDataModule):
             root: folder that holds (or will hold) the data set, in torchvision's layout.
             download: download the data if it is missing (needs internet).
             **kwargs: ``batch_size``, ``num_workers``, ``augmentation``, ``val_seed``,
-                ``pin_memory``: see ``ContrastiveDataModule``.
+                ``pin_memory``, ``imbalance_factor``, ``imbalance_seed``: see ``ContrastiveDataModule``.
         """
         super().__init__(**kwargs)
         self.root = os.path.expanduser(root)
@@ -102,10 +102,13 @@ class TorchvisionDataModule(ContrastiveDataModule):
 class CIFAR10DataModule(TorchvisionDataModule):
     """CIFAR-10 (50k train / 10k test, 32×32, 10 classes); val and test are both the test set.
 
+    ``imbalance_factor: 100`` is CIFAR-10-LT (Cao et al. 2019): 5,000 … 50 training images per class.
+
     Args:
         root: folder that holds (or will hold) ``cifar-10-batches-py``.
         download: download the data if it is missing (needs internet, 170 MB).
-        batch_size, num_workers, augmentation, val_seed, pin_memory: see ``ContrastiveDataModule``.
+        batch_size, num_workers, augmentation, val_seed, pin_memory, imbalance_factor, imbalance_seed: see
+            ``ContrastiveDataModule``.
     """
 
     title, folder, NUM_CLASSES = "CIFAR-10", "cifar-10-batches-py", 10
@@ -117,11 +120,14 @@ class CIFAR10DataModule(TorchvisionDataModule):
 class CIFAR100DataModule(TorchvisionDataModule):
     """CIFAR-100 (100 fine classes); otherwise as ``CIFAR10DataModule``.
 
+    ``imbalance_factor: 100`` is CIFAR-100-LT (Cao et al. 2019): 500 … 5 training images per class.
+
     Args:
         root: folder that holds (or will hold) ``cifar-100-python``.
         download: download the data if it is missing (needs internet, 170 MB).
         augmentation: the view pipeline; defaults to CIFAR-100's statistics.
-        batch_size, num_workers, val_seed, pin_memory: see ``ContrastiveDataModule``.
+        batch_size, num_workers, val_seed, pin_memory, imbalance_factor, imbalance_seed: see
+            ``ContrastiveDataModule``.
     """
 
     title, folder, NUM_CLASSES = "CIFAR-100", "cifar-100-python", 100
@@ -148,7 +154,8 @@ class SVHNDataModule(TorchvisionDataModule):
         root: folder that holds (or will hold) ``train_32x32.mat`` and ``test_32x32.mat``.
         download: download the data if it is missing (needs internet, 240 MB).
         augmentation: the view pipeline; defaults to SVHN's statistics, without flips.
-        batch_size, num_workers, val_seed, pin_memory: see ``ContrastiveDataModule``.
+        batch_size, num_workers, val_seed, pin_memory, imbalance_factor, imbalance_seed: see
+            ``ContrastiveDataModule``.
     """
 
     title, folder, NUM_CLASSES = "SVHN", "train_32x32.mat and test_32x32.mat", 10
@@ -181,7 +188,8 @@ class STL10DataModule(TorchvisionDataModule):
         download: download the data if it is missing (needs internet, 2.6 GB).
         train_split: ``train+unlabeled``, ``unlabeled`` or ``train``.
         augmentation: the view pipeline; defaults to 96×96 crops with STL-10's statistics.
-        batch_size, num_workers, val_seed, pin_memory: see ``ContrastiveDataModule``.
+        batch_size, num_workers, val_seed, pin_memory, imbalance_factor, imbalance_seed: see
+            ``ContrastiveDataModule``.
     """
 
     title, folder, NUM_CLASSES = "STL-10", "stl10_binary", 10

@@ -74,6 +74,7 @@ class LinearProbe(L.LightningModule):
     Logs ``linear/train_loss`` every step; with the validation loaders of
     ``LinearEvalDataModule``: ``linear/val_top1`` (held-out part of the training split),
     ``linear/top1`` and ``linear/top5`` (test split) every validation epoch.
+    ``class_logits`` serves ``callbacks.LongTailAccuracy`` (``lt/*`` on long-tailed data).
 
     Args:
         checkpoint: a checkpoint written by ``python -m ssl_app fit`` (any method).
@@ -139,6 +140,13 @@ class LinearProbe(L.LightningModule):
         """Logits [B, num_classes] of images [B, 3, H, W] or of cached features [B, feature_dim]."""
         feats = inputs if inputs.dim() == 2 else self.features(inputs)
         return self.classifier(feats.float())
+
+    def class_logits(self, inputs: Tensor) -> Tensor:
+        """Logits [B, num_classes] of the plain linear classifier (no prior), for ``callbacks.LongTailAccuracy``.
+
+        Takes images or, when the probe caches features, the cached features (as ``forward``).
+        """
+        return self(inputs)
 
     def training_step(self, batch: Any, batch_idx: int) -> Tensor:
         inputs, labels = batch

@@ -52,3 +52,7 @@ __all__ = [
 from ssl_app.metrics.knn import WeightedKNNAccuracy, weighted_knn_predict  # noqa: E402
 
 __all__ += ["WeightedKNNAccuracy", "weighted_knn_predict"]
+
+from ssl_app.metrics.long_tail import ClassAccuracy, group_accuracies  # noqa: E402
+
+__all__ += ["ClassAccuracy", "group_accuracies"]

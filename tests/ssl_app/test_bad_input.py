@@ -139,6 +139,32 @@ CASES = [
         ["KNNMonitor", "k "],
     ),
     ("health_option", lambda t: ["--health.on_nonfinite=ignore"], ["health.on_nonfinite"]),
+    ("imbalance_below_one", lambda t: ["--data.init_args.imbalance_factor=0.5"], ["imbalance_factor", ">= 1", "0.5"]),
+    ("imbalance_nan", lambda t: ["--data.init_args.imbalance_factor=nan"], ["imbalance_factor", "nan"]),
+    (
+        "imbalance_inf_yaml",
+        lambda t: ["--config", write(t / "lt.yaml", "data:\n  init_args:\n    imbalance_factor: .inf\n")],
+        ["imbalance_factor", "finite"],
+    ),
+    ("imbalance_not_a_number", lambda t: ["--data.init_args.imbalance_factor=steep"], ["imbalance_factor"]),
+    ("imbalance_seed_negative", lambda t: ["--data.init_args.imbalance_seed=-1"], ["imbalance_seed"]),
+    # 64 shapes of 10 classes: n_max = 7, and class 4 is the first the profile empties: int(7 × 100^(−4/9)) = 0
+    (
+        "imbalance_empties_a_class",
+        lambda t: ["--data.init_args.imbalance_factor=100"],
+        ["imbalance_factor=100", "class 4", "0 training images", "int(7 × 100^(−4/9)) = 0"],
+    ),
+    # fails at the callback's setup, after class_counts.json was written: the run folder goes too
+    (
+        "long_tail_callback_without_classifier",
+        lambda t: ["--data.init_args.imbalance_factor=2", "--trainer.callbacks+=callbacks.LongTailAccuracy"],
+        ["LongTailAccuracy", "class_logits", "SimCLR"],
+    ),
+    (
+        "long_tail_callback_option",
+        lambda t: ["--trainer.callbacks+=callbacks.LongTailAccuracy", "--trainer.callbacks.few_shot_below=200"],
+        ["LongTailAccuracy", "few_shot_below"],
+    ),
     ("ckpt_missing", lambda t: [f"--ckpt_path={t / 'gone.ckpt'}"], ["--ckpt_path", "gone.ckpt"]),
     ("ckpt_folder", lambda t: [f"--ckpt_path={t}"], ["--ckpt_path", "folder"]),
     (

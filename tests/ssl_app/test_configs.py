@@ -149,15 +149,41 @@ def test_experiment_resolves_to_every_value_its_fragments_declare(config, capsys
     assert_leaves(composed(capsys, config), expected, rel(config))
 
 
+# Fragments whose first user is on another branch of the same issue: issue 13's PaCo experiments
+# (configs/cifar100_lt/*.yaml) include callbacks/long_tail.yaml. Empty this once they are merged.
+AWAITING_USER = {"callbacks/long_tail.yaml"}
+
+
 def test_every_fragment_is_used_by_some_config():
     used: set[Path] = set()
-    for path in [*EXPERIMENTS, *FRAGMENTS]:
+    for path in [*EXPERIMENTS, *EVALUATIONS, *FRAGMENTS]:
         for value in re.findall(r"^\s*[\w.+]+:\s*(\S+\.yaml)\s*$", path.read_text(), flags=re.MULTILINE):
             target = (path.parent / value).resolve()
             assert target.is_file(), f"{rel(path)} names {value}, which does not exist"
             used.add(target)
-    orphans = [rel(p) for p in FRAGMENTS if p.resolve() not in used]
+    orphans = [rel(p) for p in FRAGMENTS if p.resolve() not in used and rel(p) not in AWAITING_USER]
     assert not orphans, f"fragments no config uses: {orphans}"
+    assert AWAITING_USER <= {rel(p) for p in FRAGMENTS}
+
+
+def test_the_long_tail_callbacks_add_the_evaluation_to_the_metric_callbacks(capsys):
+    result = composed(
+        capsys, CONFIGS / "quickstart.yaml", extra=(f"--trainer.callbacks={CONFIGS / 'callbacks' / 'long_tail.yaml'}",)
+    )
+    callbacks = [c["class_path"] for c in result["trainer"]["callbacks"]]
+    assert callbacks[:3] == ["callbacks.EmbeddingMetrics", "callbacks.KNNMonitor", "callbacks.LongTailAccuracy"]
+    lt = result["trainer"]["callbacks"][2]["init_args"]
+    assert (lt["many_shot_above"], lt["few_shot_below"]) == (100, 20)  # the literature's groups
+
+
+@pytest.mark.parametrize(
+    "config,data", [("linear_shapes_lt.yaml", "SyntheticDataModule"), ("cifar100/linear_lt.yaml", "CIFAR100DataModule")]
+)
+def test_the_long_tailed_linear_evaluations_read_long_tailed_data_and_log_lt(config, data, capsys):
+    result = composed(capsys, CONFIGS / config, extra=("--model.init_args.checkpoint=any.ckpt",))
+    inner = result["data"]["init_args"]["data"]
+    assert inner["class_path"] == f"datamodules.{data}" and inner["init_args"]["imbalance_factor"] == 100
+    assert [c["class_path"] for c in result["trainer"]["callbacks"]] == ["callbacks.LongTailAccuracy"]
 
 
 def test_a_later_command_line_value_overrides_a_fragment(capsys):
