@@ -238,8 +238,8 @@ def test_both_paths_give_views_with_the_same_statistics(name):
     "name,bug",
     [
         ("shapes", {"grayscale_prob": 0.8}),
-        ("shapes", {"hue": 0.0}),
-        ("textures", {"jitter_prob": 0.3}),
+        ("textures", {"hue": 0.0}),
+        ("shapes", {"jitter_prob": 0.3}),
         ("textures", {"min_scale": 0.7}),
     ],
     ids=["gray", "hue", "jitter", "crop"],
