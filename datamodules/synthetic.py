@@ -139,7 +139,7 @@ class SyntheticDataModule(ContrastiveDataModule):
         image_size: side of the square images, in pixels.
         seed: the data seed (separate from the training seed).
         augmentation: the view pipeline; defaults to :data:`SYNTHETIC_AUGMENTATION`.
-        batch_size, num_workers, val_seed, pin_memory: see
+        batch_size, num_workers, val_seed, pin_memory, augment_on: see
             :class:`~datamodules.base.ContrastiveDataModule`.
     """
 
