@@ -32,7 +32,12 @@ is reported, with the ratio to ``workers=2``. Not part of the test suite.
 from __future__ import annotations
 
 import argparse
+import os
 import time
+
+# As `python -m ssl_app` does (benchmarks/README.md, "Tuning notes"): spinning OpenMP threads made
+# CPU steps several times slower whenever DataLoader workers shared the cores.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 from collections.abc import Callable, Iterator
 
 import torch

@@ -10,7 +10,7 @@ from lightning import LightningDataModule
 from torch.utils.data import DataLoader, Dataset, Subset
 
 from datamodules.augment import ViewAugmentation
-from datamodules.device_augment import BatchViewAugmentation, UnaugmentedImages, collate_images
+from datamodules.device_augment import BatchViewAugmentation, UnaugmentedImages, check_one_size, collate_images
 from datamodules.multiview import MultiViewDataset, sample_seed
 from ssl_app.checks import check_int
 from ssl_app.errors import ConfigError
@@ -147,6 +147,7 @@ class ContrastiveDataModule(LightningDataModule):
         data: Dataset
         if self.augment_on == "device":
             data = UnaugmentedImages(self.dataset("train"))
+            check_one_size(data, type(self).__name__)
         else:
             data = MultiViewDataset(self.dataset("train"), self.augmentation.train_transform(), num_views=self.train_views())
         world_size = self.trainer.world_size if self.trainer is not None else 1

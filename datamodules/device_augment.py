@@ -8,7 +8,8 @@ images' device, in one call of the torch RNG, and applied by the batched ops of
 so on a GPU the views of a batch cost a few kernels instead of a CPU worker's per-image work.
 
 The worker side of this path, :class:`UnaugmentedImages` and :func:`collate_images`, only turns
-each sample into a uint8 ``[3, H, W]`` tensor, so all training images must share one size.
+each sample into a uint8 ``[3, H, W]`` tensor, so all training images must share one size
+(:func:`check_one_size` probes a few before training, the collate checks every batch).
 
 How the two paths differ (tests/datamodules/test_device_augment.py compares their statistics):
 the worker path runs on PIL images, which round (resize) or truncate (the colour ops) to 8 bits
@@ -259,6 +260,21 @@ def as_uint8_chw(image: Any) -> Tensor:
         f"augment_on=device needs RGB images (PIL or uint8 [3, H, W] tensors), got {type(image).__name__} "
         f"{getattr(image, 'dtype', '')} {tuple(getattr(image, 'shape', ()))}"
     )
+
+
+def check_one_size(data: Dataset, owner: str, probes: int = 16) -> None:
+    """Fail before training if ``probes`` images spread over ``data`` differ in size (a folder of
+    photos); :func:`collate_images` still checks every batch."""
+    n = len(data)  # type: ignore[arg-type]
+    if n == 0:
+        return
+    sizes = {tuple(data[i][0].shape[1:]) for i in sorted({round(k * (n - 1) / max(probes - 1, 1)) for k in range(probes)})}
+    if len(sizes) > 1:
+        low, high = min(sizes), max(sizes)
+        raise ConfigError(
+            f"{owner}: augment_on=device needs training images of one size, found {low} and {high} (H, W): "
+            "set augment_on: workers for this data, or resize the images to one size on disk"
+        )
 
 
 def collate_images(samples: list[tuple[Tensor, int, int]]) -> tuple[Tensor, Tensor, Tensor]:
