@@ -49,8 +49,9 @@ def resized_crop(images: Tensor, boxes: Tensor, size: int) -> Tensor:
     whole pixels, one box per image (leading dimensions: several crops of each image, without
     copying the images); the result is ``[..., N, C, size, size]``. The crop-and-resize is linear
     and separable, so it is two batched matrix products, ``rows @ image @ columnsᵀ``, with the
-    weights of :func:`resize_weights`: exactly torchvision's (and PIL's) resampling, including the
-    antialiasing of crops larger than ``size``.
+    weights of :func:`resize_weights`: torchvision's tensor resampling (to float precision; with
+    TF32 matmuls allowed on a GPU, to about 1e-3), including the antialiasing of crops larger than
+    ``size``, and PIL's (the worker path) to within one 8-bit level.
     """
     _, _, height, width = images.shape
     lead = boxes.shape[:-1]

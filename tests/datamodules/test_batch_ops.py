@@ -112,3 +112,15 @@ def test_gaussian_blur_matches_torchvision_per_sigma():
     out = batch_ops.gaussian_blur(x, 5, sigma)
     expected = torch.stack([F.gaussian_blur(x[i], [5, 5], [float(sigma[i])] * 2) for i in range(N)])
     assert torch.allclose(out, expected, atol=1e-5)
+
+
+@pytest.mark.parametrize("size", [12, 48], ids=["downscale", "upscale"])
+def test_resized_crop_matches_the_pil_path_to_8_bits(size):
+    # The worker path resizes PIL images: the same antialiased bilinear filter, in 8-bit fixed point.
+    pixels = (images(30, 36, seed=4) * 255).round().to(torch.uint8)
+    boxes = torch.tensor([[0, 0, 36, 30], [3, 2, 29, 25], [10, 4, 20, 26], [1, 7, 33, 13]] * 2, dtype=torch.float32)
+    out = batch_ops.resized_crop(pixels.float() / 255, boxes, size)
+    for i, (left, top, width, height) in enumerate(boxes.int().tolist()):
+        pil = F.to_pil_image(pixels[i])
+        expected = F.pil_to_tensor(F.resized_crop(pil, top, left, height, width, [size, size], antialias=True)).float() / 255
+        assert (out[i] - expected).abs().max() <= 1.5 / 255
