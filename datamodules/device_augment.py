@@ -137,6 +137,7 @@ class BatchViewAugmentation:
         """The random parameters of ``n`` views of ``height × width`` images, in one RNG call."""
         a = self.augmentation
         u = torch.rand(n, 2 * CROP_TRIES + 2 + 13, device=device, generator=generator)
+        # rest: 0-3 jitter factors, 4 jitter or not, 5 flip, 6-9 keys of the jitter order, 10 gray, 11 blur, 12 sigma.
         crop, rest = u[:, : 2 * CROP_TRIES + 2], u[:, 2 * CROP_TRIES + 2 :]
         jitter = rest[:, 4] < a.jitter_prob
         bounds = [
@@ -178,7 +179,7 @@ class BatchViewAugmentation:
             blurred = batch_ops.gaussian_blur(views, a.blur_kernel_size, params.sigma)
             views = torch.where(params.blur.view(-1, 1, 1, 1), blurred, views)
         mean, std = self._normaliser(views.device, views.dtype)
-        return views.sub_(mean).div_(std).view(num_views, batch, *views.shape[1:])
+        return views.sub_(mean).div_(std).reshape(num_views, batch, *views.shape[1:])
 
     def colour_jitter(self, views: Tensor, params: ViewParams) -> Tensor:
         """ColorJitter with each view's factors and order of ops.
