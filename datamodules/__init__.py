@@ -2,6 +2,7 @@
 
 from datamodules.augment import ViewAugmentation
 from datamodules.base import ContrastiveDataModule
+from datamodules.device_augment import BatchViewAugmentation
 from datamodules.image_folder import ImageFolderDataModule
 from datamodules.linear_eval import LinearEvalDataModule
 from datamodules.multiview import MultiViewDataset
@@ -14,6 +15,7 @@ from datamodules.torchvision_sets import (
 )
 
 __all__ = [
+    "BatchViewAugmentation",
     "CIFAR10DataModule",
     "CIFAR100DataModule",
     "ContrastiveDataModule",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Literal, Optional, get_args
 
 import torch
@@ -10,6 +11,7 @@ from lightning.pytorch.utilities import rank_zero_info
 from torch.utils.data import DataLoader, Dataset, Subset
 
 from datamodules.augment import ViewAugmentation
+from datamodules.device_augment import BatchViewAugmentation, UnaugmentedImages, check_one_size, collate_images
 from datamodules.long_tail import (
     check_imbalance_factor,
     class_counts,
@@ -18,11 +20,13 @@ from datamodules.long_tail import (
     profile_summary,
     write_class_counts,
 )
-from datamodules.multiview import Labelled, MultiViewDataset
+from datamodules.multiview import Labelled, MultiViewDataset, sample_seed
 from ssl_app.checks import check_int
 from ssl_app.errors import ConfigError
 
 Split = Literal["train", "val", "test"]
+#: Where the training views are made: in the DataLoader workers (PIL), or on the batch's device.
+AugmentOn = Literal["workers", "device"]
 #: Training views per sample when the method does not say (``train_views``): SimCLR and MoCo use 2.
 DEFAULT_TRAIN_VIEWS = 2
 SPLITS: tuple[str, ...] = get_args(Split)
@@ -68,6 +72,15 @@ class ContrastiveDataModule(LightningDataModule):
     Lightning adds the DistributedSampler to the three hook dataloaders under DDP;
     ``batch_size`` is per process.
 
+    With ``augment_on: device`` the training dataloader yields each image once, un-augmented, as
+    uint8 ``[B, 3, H, W]`` (8× fewer bytes to copy than two float views), and
+    :meth:`on_after_batch_transfer` makes the views on the device the batch was moved to
+    (:class:`~datamodules.device_augment.BatchViewAugmentation`, same settings and distributions as
+    the worker path), so the training batch the method sees has the same form. All training images
+    must then share one size. Validation, test and embedding loaders keep the worker path (their
+    views are a fixed function of ``(val_seed, index)``). The hook runs only when the datamodule
+    is handed to the Trainer (as the CLI does).
+
     Args:
         batch_size: samples per batch and per process.
         num_workers: DataLoader worker processes (0: load in the main process).
@@ -76,6 +89,9 @@ class ContrastiveDataModule(LightningDataModule):
         pin_memory: pin host memory for faster GPU copies; ``None``: when CUDA is available.
         imbalance_factor: IF = n_max / n_min of the long-tailed train split (>= 1; 1: the split as it is).
         imbalance_seed: which images each class keeps (LDAM's ``rand_number``).
+        augment_on: ``workers``: the training views are made in the DataLoader workers (PIL);
+            ``device``: on the training batch's device, batched (for GPU runs on small images,
+            where CPU workers cannot keep up).
     """
 
     #: The split a classifier's accuracy is measured on during ``fit`` (balanced, unlike train).
@@ -90,6 +106,7 @@ class ContrastiveDataModule(LightningDataModule):
         pin_memory: Optional[bool] = None,
         imbalance_factor: float = 1.0,
         imbalance_seed: int = 0,
+        augment_on: AugmentOn = "workers",
     ) -> None:
         super().__init__()
         name = type(self).__name__
@@ -98,13 +115,18 @@ class ContrastiveDataModule(LightningDataModule):
         val_seed = check_int(val_seed, f"{name}: val_seed", minimum=0)
         self.imbalance_factor = check_imbalance_factor(imbalance_factor, f"{name}: imbalance_factor")
         self.imbalance_seed = check_int(imbalance_seed, f"{name}: imbalance_seed", minimum=0)
+        if augment_on not in get_args(AugmentOn):
+            raise ConfigError(f"{name}: augment_on must be one of {get_args(AugmentOn)}, got {augment_on!r}")
         self.batch_size = batch_size
         self.num_workers = num_workers
         self.augmentation = augmentation
         self.val_seed = val_seed
         self.pin_memory = torch.cuda.is_available() if pin_memory is None else pin_memory
+        self.augment_on = augment_on
         self._datasets: dict[str, Dataset] = {}
         self._train_counts: Optional[list[int]] = None
+        self._device_augmentation: Optional[BatchViewAugmentation] = None
+        self._view_generator: Optional[torch.Generator] = None
 
     # --- what subclasses provide -------------------------------------------------------------
     @property
@@ -181,6 +203,7 @@ class ContrastiveDataModule(LightningDataModule):
             self.dataset(split)  # type: ignore[arg-type]
         if "train" in splits:
             self.save_class_counts(self.trainer)
+        self._view_generator = None  # each fit draws its device views' seed afresh (see view_generator)
 
     # --- dataloaders -------------------------------------------------------------------------
     def train_views(self) -> int:
@@ -197,7 +220,12 @@ class ContrastiveDataModule(LightningDataModule):
         return views
 
     def train_dataloader(self) -> DataLoader:
-        data = MultiViewDataset(self.dataset("train"), self.augmentation.train_transform(), num_views=self.train_views())
+        data: Dataset
+        if self.augment_on == "device":
+            data = UnaugmentedImages(self.dataset("train"))
+            check_one_size(data, type(self).__name__)
+        else:
+            data = MultiViewDataset(self.dataset("train"), self.augmentation.train_transform(), num_views=self.train_views())
         world_size = self.trainer.world_size if self.trainer is not None else 1
         if len(data) // world_size < self.batch_size:
             # drop_last would leave no batch at all and training would silently do nothing.
@@ -205,7 +233,38 @@ class ContrastiveDataModule(LightningDataModule):
                 f"{type(self).__name__}: batch_size {self.batch_size} is larger than the train split "
                 f"per process ({len(data)} samples / {world_size} process(es)); lower batch_size"
             )
-        return self._loader(data, shuffle=True, drop_last=True)
+        collate = collate_images if self.augment_on == "device" else None
+        return self._loader(data, shuffle=True, drop_last=True, collate_fn=collate)
+
+    # --- views on the device (augment_on: device) --------------------------------------------
+    def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+        """Training batches of ``augment_on: device``: uint8 images -> ``(views, labels, indices)``.
+
+        Lightning calls this on every batch once it is on the device; validation and sanity-check
+        batches (``trainer.training`` is false) already hold their views and pass through.
+        """
+        if self.augment_on != "device" or self.trainer is None or not self.trainer.training:
+            return batch
+        images, labels, indices = batch
+        views = self.device_augmentation(images, self.train_views(), generator=self.view_generator(images.device))
+        return views, labels, indices
+
+    @property
+    def device_augmentation(self) -> BatchViewAugmentation:
+        """The batched twin of ``augmentation.train_transform()``."""
+        if self._device_augmentation is None or self._device_augmentation.augmentation != self.augmentation:
+            self._device_augmentation = BatchViewAugmentation(self.augmentation)
+        return self._device_augmentation
+
+    def view_generator(self, device: torch.device) -> torch.Generator:
+        """The RNG of the device views: seeded from torch's global RNG at the first training batch of
+        a fit (so ``seed_everything`` makes runs repeat) and the process's rank, so DDP ranks, whose
+        global RNGs start equal, draw different views."""
+        if self._view_generator is None or self._view_generator.device != device:
+            seed = int(torch.randint(0, 2**62, ()))
+            rank = self.trainer.global_rank if self.trainer is not None else 0
+            self._view_generator = torch.Generator(device=device).manual_seed(sample_seed(seed, rank))
+        return self._view_generator
 
     def val_dataloader(self) -> DataLoader:
         return self._loader(self._deterministic_views("val"), shuffle=False, drop_last=False)
@@ -276,6 +335,7 @@ class ContrastiveDataModule(LightningDataModule):
         drop_last: bool,
         batch_size: Optional[int] = None,
         persistent: bool = True,
+        collate_fn: Optional[Callable[[list[Any]], Any]] = None,
     ) -> DataLoader:
         workers = self.num_workers
         return DataLoader(
@@ -287,6 +347,7 @@ class ContrastiveDataModule(LightningDataModule):
             pin_memory=self.pin_memory,
             # Callbacks' one-off loaders would otherwise keep idle workers alive all run long.
             persistent_workers=persistent and workers > 0,
+            collate_fn=collate_fn,
         )
 
 

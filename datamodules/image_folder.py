@@ -48,7 +48,7 @@ class ImageFolderDataModule(ContrastiveDataModule):
         train_dir, val_dir, test_dir: the split folders under ``root``.
         augmentation: the view pipeline; defaults to 224×224 crops with ImageNet statistics,
             whose eval pipeline resizes to 256 and centre-crops 224.
-        batch_size, num_workers, val_seed, pin_memory, imbalance_factor, imbalance_seed: see
+        batch_size, num_workers, val_seed, pin_memory, augment_on, imbalance_factor, imbalance_seed: see
             ``ContrastiveDataModule`` (the train split is long-tailed when imbalance_factor > 1).
     """
 

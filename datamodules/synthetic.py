@@ -141,8 +141,9 @@ class SyntheticDataModule(ContrastiveDataModule):
         image_size: side of the square images, in pixels.
         seed: the data seed (separate from the training seed).
         augmentation: the view pipeline; defaults to :data:`SYNTHETIC_AUGMENTATION`.
-        batch_size, num_workers, val_seed, pin_memory, imbalance_factor, imbalance_seed: see
-            ``ContrastiveDataModule`` (the train split is long-tailed when imbalance_factor > 1).
+        batch_size, num_workers, val_seed, pin_memory, augment_on, imbalance_factor, imbalance_seed: see
+            :class:`~datamodules.base.ContrastiveDataModule` (the train split is long-tailed when
+            imbalance_factor > 1).
     """
 
     def __init__(

@@ -53,7 +53,7 @@ class TorchvisionDataModule(ContrastiveDataModule):
             root: folder that holds (or will hold) the data set, in torchvision's layout.
             download: download the data if it is missing (needs internet).
             **kwargs: ``batch_size``, ``num_workers``, ``augmentation``, ``val_seed``,
-                ``pin_memory``, ``imbalance_factor``, ``imbalance_seed``: see ``ContrastiveDataModule``.
+                ``pin_memory``, ``augment_on``, ``imbalance_factor``, ``imbalance_seed``: see ``ContrastiveDataModule``.
         """
         super().__init__(**kwargs)
         self.root = os.path.expanduser(root)
@@ -107,8 +107,8 @@ class CIFAR10DataModule(TorchvisionDataModule):
     Args:
         root: folder that holds (or will hold) ``cifar-10-batches-py``.
         download: download the data if it is missing (needs internet, 170 MB).
-        batch_size, num_workers, augmentation, val_seed, pin_memory, imbalance_factor, imbalance_seed: see
-            ``ContrastiveDataModule``.
+        batch_size, num_workers, augmentation, val_seed, pin_memory, augment_on, imbalance_factor,
+            imbalance_seed: see ``ContrastiveDataModule``.
     """
 
     title, folder, NUM_CLASSES = "CIFAR-10", "cifar-10-batches-py", 10
@@ -126,7 +126,7 @@ class CIFAR100DataModule(TorchvisionDataModule):
         root: folder that holds (or will hold) ``cifar-100-python``.
         download: download the data if it is missing (needs internet, 170 MB).
         augmentation: the view pipeline; defaults to CIFAR-100's statistics.
-        batch_size, num_workers, val_seed, pin_memory, imbalance_factor, imbalance_seed: see
+        batch_size, num_workers, val_seed, pin_memory, augment_on, imbalance_factor, imbalance_seed: see
             ``ContrastiveDataModule``.
     """
 
@@ -154,7 +154,7 @@ class SVHNDataModule(TorchvisionDataModule):
         root: folder that holds (or will hold) ``train_32x32.mat`` and ``test_32x32.mat``.
         download: download the data if it is missing (needs internet, 240 MB).
         augmentation: the view pipeline; defaults to SVHN's statistics, without flips.
-        batch_size, num_workers, val_seed, pin_memory, imbalance_factor, imbalance_seed: see
+        batch_size, num_workers, val_seed, pin_memory, augment_on, imbalance_factor, imbalance_seed: see
             ``ContrastiveDataModule``.
     """
 
@@ -188,7 +188,7 @@ class STL10DataModule(TorchvisionDataModule):
         download: download the data if it is missing (needs internet, 2.6 GB).
         train_split: ``train+unlabeled``, ``unlabeled`` or ``train``.
         augmentation: the view pipeline; defaults to 96×96 crops with STL-10's statistics.
-        batch_size, num_workers, val_seed, pin_memory, imbalance_factor, imbalance_seed: see
+        batch_size, num_workers, val_seed, pin_memory, augment_on, imbalance_factor, imbalance_seed: see
             ``ContrastiveDataModule``.
     """
 

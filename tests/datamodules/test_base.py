@@ -1,3 +1,6 @@
+from types import SimpleNamespace
+
+import numpy as np
 import pytest
 import torch
 from lightning import LightningModule, Trainer
@@ -142,3 +145,81 @@ def test_without_a_trainer_two_training_views():
 def test_a_bad_train_views_is_named(bad, tmp_path):
     with pytest.raises(ConfigError, match=f"train_views must be an integer >= 1, got {bad!r}"):
         fit_one_step(ViewCounter(train_views=bad), tmp_path)
+
+
+# --- augment_on: device -----------------------------------------------------------------------
+def test_a_bad_augment_on_is_named():
+    with pytest.raises(ConfigError, match="augment_on must be one of"):
+        SyntheticDataModule(augment_on="gpu")
+
+
+def test_device_training_loader_yields_each_image_once_as_uint8():
+    dm = small_module(augment_on="device")
+    images, labels, index = next(iter(dm.train_dataloader()))
+    assert images.shape == (8, 3, 32, 32) and images.dtype == torch.uint8
+    assert labels.dtype == torch.int64 and index.dtype == torch.int64 and len(set(index.tolist())) == 8
+    data = dm.dataset("train")
+    for image, label, i in zip(images, labels.tolist(), index.tolist()):
+        pil, expected_label = data[i]
+        assert label == expected_label
+        assert torch.equal(image, torch.from_numpy(np.array(pil)).permute(2, 0, 1))
+
+
+class BatchRecorder(ViewCounter):
+    """Keeps the first training and validation batch it is given."""
+
+    def __init__(self, **attributes):
+        super().__init__(**attributes)
+        self.batches = {}
+
+    def training_step(self, batch, batch_idx):
+        self.batches.setdefault("train", batch)
+        return super().training_step(batch, batch_idx)
+
+    def validation_step(self, batch, batch_idx):
+        self.batches.setdefault("val", batch)
+        super().validation_step(batch, batch_idx)
+
+
+def fit_and_record(tmp_path, augment_on, seed=0, **attributes):
+    module = BatchRecorder(**attributes)
+    trainer = Trainer(
+        max_epochs=1, limit_train_batches=1, limit_val_batches=1, num_sanity_val_steps=1, logger=False,
+        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+        default_root_dir=tmp_path, accelerator="cpu",
+    )  # fmt: skip
+    torch.manual_seed(seed)
+    trainer.fit(module, datamodule=small_module(augment_on=augment_on))
+    return module
+
+
+@pytest.mark.parametrize("train_views", [1, 3])
+def test_device_views_are_made_after_the_transfer_for_training_only(train_views, tmp_path):
+    device = fit_and_record(tmp_path, "device", train_views=train_views)
+    workers = fit_and_record(tmp_path, "workers", train_views=train_views)
+    views, labels, index = device.batches["train"]
+    assert isinstance(views, list) and len(views) == train_views
+    for view in views:
+        assert view.shape == (8, 3, 32, 32) and view.dtype == torch.float32 and view.min() < 0
+    data = small_module().dataset("train")
+    assert labels.tolist() == [data[i][1] for i in index.tolist()]
+    # Validation (and the sanity check before it) keeps the worker path's fixed views.
+    for got, expected in zip(device.batches["val"][0], workers.batches["val"][0]):
+        assert torch.equal(got, expected)
+    assert device.seen == {"train": {train_views}, "val": {2}}
+
+
+def test_device_views_repeat_with_the_seed_and_differ_between_ranks(tmp_path):
+    first = fit_and_record(tmp_path, "device", seed=0).batches["train"]
+    again = fit_and_record(tmp_path, "device", seed=0).batches["train"]
+    other = fit_and_record(tmp_path, "device", seed=1).batches["train"]
+    assert torch.equal(first[2], again[2]) and torch.equal(first[0][0], again[0][0])
+    assert not torch.equal(first[0][0], other[0][0])
+    # DDP ranks start from equal global RNGs; their view generators must still differ.
+    draws = []
+    for rank in (0, 1):
+        dm = small_module(augment_on="device")
+        dm.trainer = SimpleNamespace(global_rank=rank)
+        torch.manual_seed(0)
+        draws.append(torch.rand(4, generator=dm.view_generator(torch.device("cpu"))))
+    assert not torch.equal(draws[0], draws[1])

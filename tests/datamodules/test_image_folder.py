@@ -67,3 +67,24 @@ def test_val_labels_follow_the_train_classes(tmp_path):
     labels = sorted({label for _, label in dm.dataset("val").samples})
     assert labels == [1, 2]
     assert torch.tensor(labels).max() < dm.num_classes
+
+
+def test_device_views_need_one_image_size_and_say_so_before_training(tmp_path):
+    dm = small(make_tree(tmp_path), augment_on="device")  # widths 20, 21, 22
+    dm.setup("fit")
+    with pytest.raises(ConfigError, match=r"ImageFolderDataModule: augment_on=device needs training images of one size"):
+        dm.train_dataloader()
+
+
+def test_device_views_of_an_image_folder_of_one_size(tmp_path):
+    for k, name in enumerate(("cat", "dog")):
+        for split in ("train", "val"):
+            (tmp_path / split / name).mkdir(parents=True)
+            for i in range(3):
+                Image.new("RGB", (20, 18), (40 * k + 10 * i, 100, 200)).save(tmp_path / split / name / f"{i}.png")
+    dm = small(tmp_path, augment_on="device")
+    dm.setup("fit")
+    images, labels, _ = next(iter(dm.train_dataloader()))
+    assert images.shape == (2, 3, 18, 20) and images.dtype == torch.uint8
+    views = dm.device_augmentation(images, 2)
+    assert [v.shape for v in views] == [(2, 3, 16, 16)] * 2

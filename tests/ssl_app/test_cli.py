@@ -97,9 +97,11 @@ def test_validate_and_test_on_the_checkpoint(trained_run, subcommand, tmp_path, 
 
 
 @pytest.mark.slow
-def test_two_processes_ddp(tmp_path):
+@pytest.mark.parametrize("augment_on", ["workers", "device"])
+def test_two_processes_ddp(tmp_path, augment_on):
     """SimCLR's end-to-end 2-process run: the same config on 2 CPU processes (gloo) with only trainer
-    keys changed. Catches a DDP run that crashes, logs a non-finite loss or drops the metric tags."""
+    keys changed, with the views made in the workers and on the device. Catches a DDP run that
+    crashes, logs a non-finite loss or drops the metric tags."""
     result = subprocess.run(
         [
             sys.executable,
@@ -112,6 +114,7 @@ def test_two_processes_ddp(tmp_path):
             "--trainer.accelerator=cpu",
             "--trainer.devices=2",
             "--trainer.strategy=ddp",
+            f"--data.init_args.augment_on={augment_on}",
         ],
         cwd=tmp_path,
         capture_output=True,
@@ -125,6 +128,28 @@ def test_two_processes_ddp(tmp_path):
     assert len(losses) == 2 and all(math.isfinite(value) for value in losses)  # TINY: 2 epochs
     tags = scalar_tags(run)
     assert {"loss/effective_negatives", "metrics/uniformity", "metrics/tolerance", "metrics/knn_acc"} <= tags, tags
+
+
+@pytest.mark.slow
+def test_fit_with_views_made_on_the_device(tmp_path, monkeypatch):
+    """The quickstart with ``augment_on=device`` through the CLI: the option parses, the training
+    batches are augmented after the transfer, and the loss is finite."""
+    monkeypatch.chdir(tmp_path)
+    run_cli(
+        [
+            "fit",
+            "--config",
+            QUICKSTART,
+            *TINY,
+            "--trainer.max_epochs=1",
+            "--trainer.limit_train_batches=3",
+            "--data.init_args.augment_on=device",
+        ]
+    )
+    run = only_version_dir(tmp_path / "runs")
+    losses = scalar_values(run, "train/loss_step")
+    assert len(losses) == 3 and all(math.isfinite(value) for value in losses)
+    assert "augment_on: device" in (run / "config.yaml").read_text()
 
 
 def test_print_config_shows_the_composed_config(capsys):
