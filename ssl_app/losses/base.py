@@ -10,6 +10,19 @@ strategy; the strategy never needs to know where the candidates came from:
 
 Strategies report what they did to the negatives through ``last_stats``, a dict of detached
 scalar tensors refreshed by every forward call; methods log it under ``loss/<key>``.
+
+Losses with class centres (``uses_centres = True``, PaCo) read two more tensors, passed by
+keyword and only to such losses, so every other strategy keeps the three-tensor call:
+
+    centre_logits  [N, C] float  the method's classifier on each anchor's backbone feature,
+                                 ``c_c · F(x_i)`` (no prior, not divided by τ): one extra
+                                 candidate column per class centre
+    anchor_labels  [N] int64     each anchor's class (< 0: unlabelled, no own centre)
+
+i.e. ``forward(sim, pos_mask, neg_mask, centre_logits=..., anchor_labels=...)``. The method
+owns the classifier (``ContrastiveMethod.classifier``, built when the loss has centres); the
+loss owns what is its own: the per-positive weights (α for samples, 1 for the own centre) and
+the class prior, added to the centre logits in training only.
 """
 
 from __future__ import annotations
@@ -31,9 +44,14 @@ class ContrastiveLoss(nn.Module):
     Class attribute ``uses_labels``: when True, the method builds ``pos_mask`` from class
     labels (every candidate with the anchor's label, except the anchor itself) instead of
     from instance identity. SupCon sets it.
+
+    Class attribute ``uses_centres``: when True, the method owns a linear classifier whose
+    weights are the class centres and passes ``centre_logits`` and ``anchor_labels`` as
+    keyword arguments (module docstring). PaCo sets it.
     """
 
     uses_labels: bool = False
+    uses_centres: bool = False
 
     def __init__(self) -> None:
         super().__init__()

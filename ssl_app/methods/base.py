@@ -18,7 +18,8 @@ import torch
 import torch.nn.functional as F
 from jsonargparse import lazy_instance
 from lightning.pytorch.utilities import rank_zero_warn
-from torch import Tensor
+from torch import Tensor, nn
+from torchmetrics.classification import MulticlassAccuracy
 
 from ssl_app.errors import ConfigError
 from ssl_app.losses import ContrastiveLoss, InfoNCE
@@ -35,12 +36,19 @@ class MaskedSimilarities:
     ``neg_mask`` [N, M] bool (build them with ``ssl_app.methods.masks``). ``views``: the
     online encoder's normalised embeddings of each local view ([B, d] each, in batch order);
     fill it outside training, so the metric callbacks need no second forward pass.
+
+    ``anchor_features`` [N, feature_dim] (the backbone features the anchors' z came from, with
+    gradient) and ``anchor_labels`` [N]: who the anchors are, for a loss with class centres
+    (``loss.uses_centres``, PaCo): the base class turns them into ``centre_logits`` with its
+    classifier. A method that leaves them ``None`` cannot train such a loss (a ConfigError says so).
     """
 
     sim: Tensor
     pos_mask: Tensor
     neg_mask: Tensor
     views: Optional[tuple[Tensor, ...]] = None
+    anchor_features: Optional[Tensor] = None
+    anchor_labels: Optional[Tensor] = None
 
 
 class ContrastiveMethod(L.LightningModule, ABC):
@@ -54,16 +62,26 @@ class ContrastiveMethod(L.LightningModule, ABC):
 
     Args:
         loss: the loss strategy (any ``ssl_app.losses`` class, chosen by class path).
-        backbone: ``small_cnn``, ``resnet18_cifar`` (3×3 stem, no max-pool), ``resnet18``, ``resnet50``.
+        backbone: ``small_cnn``, ``resnet32_cifar`` (He et al.'s CIFAR ResNet-32), ``resnet18_cifar`` (3×3 stem,
+            no max-pool), ``resnet18``, ``resnet50``.
         backbone_norm: normalisation inside ``small_cnn`` (``batch``, ``group`` or ``none``).
         proj_dim: dimension of the embedding z (the paper: 128).
         proj_hidden_dim: hidden width of an MLP head.
         proj_layers: 1 = linear head (the paper's), 2 = SimCLR's MLP.
         proj_batch_norm: BatchNorm inside an MLP head.
         optim: optimiser and learning-rate schedule (``ssl_app.optim.Optimization``).
+        num_classes: classes of the classifier that a loss with class centres (PaCo) needs;
+            ``None``: the datamodule's ``num_classes`` at ``setup``. Unused by other losses.
+
+    With such a loss the method owns ``classifier = nn.Linear(feature_dim, num_classes)`` (its
+    weights are the class centres), reads the class prior from the datamodule's
+    ``train_class_counts()`` at ``setup("fit")``, logs ``{val,test}/classifier_top1`` (the
+    classifier on the anchor views) and serves :meth:`class_logits` for evaluation.
     """
 
     train_views: int = 2
+    # The classifier's width may come from the datamodule in ``setup`` (checked by --ckpt_path).
+    state_built_in_setup = ("classifier.",)
 
     def __init__(
         self,
@@ -75,10 +93,13 @@ class ContrastiveMethod(L.LightningModule, ABC):
         proj_layers: int = 2,
         proj_batch_norm: bool = True,
         optim: Optimization = Optimization(),
+        num_classes: Optional[int] = None,
     ) -> None:
         super().__init__()
         if not isinstance(loss, ContrastiveLoss):
             raise ConfigError(f"model.loss must be an ssl_app.losses strategy, got {type(loss).__name__}")
+        if num_classes is not None and (isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 2):
+            raise ConfigError(f"model.num_classes must be an int >= 2 or null, got {num_classes!r}")
         self.save_hyperparameters(ignore=["loss"])
         # A copy: the lazy default is one object shared by every model built without a loss.
         self.loss = copy.deepcopy(loss)
@@ -86,15 +107,102 @@ class ContrastiveMethod(L.LightningModule, ABC):
         self.embedding_dim = proj_dim
         self.backbone, self.feature_dim = build_backbone(backbone, backbone_norm)
         self.projection_head = build_projection_head(self.feature_dim, proj_hidden_dim, proj_dim, proj_layers, proj_batch_norm)
+        self.classifier: Optional[nn.Linear] = None
+        if self.loss.uses_centres and num_classes is not None:
+            self._build_classifier(num_classes)
 
     # --- encoders -------------------------------------------------------------------------
     def forward(self, images: Tensor) -> Tensor:
         """Backbone features [B, feature_dim] (what linear and kNN evaluation read)."""
         return self.backbone(images)
 
+    def encode(self, images: Tensor) -> tuple[Tensor, Tensor]:
+        """Backbone features [B, feature_dim] and their L2-normalised projections z [B, proj_dim]."""
+        features = self.backbone(images)
+        return features, F.normalize(self.projection_head(features), dim=1)
+
     def embed(self, images: Tensor) -> Tensor:
         """L2-normalised projections z [B, proj_dim] (what the loss and the metrics read)."""
-        return F.normalize(self.projection_head(self.backbone(images)), dim=1)
+        return self.encode(images)[1]
+
+    # --- class centres (losses with ``uses_centres``, e.g. PaCo) ----------------------------
+    def _build_classifier(self, num_classes: int) -> None:
+        self.classifier = nn.Linear(self.feature_dim, num_classes)
+        self.hparams["num_classes"] = num_classes  # so that a checkpoint rebuilds it in __init__
+        self.classifier_top1 = nn.ModuleDict(
+            {stage: MulticlassAccuracy(num_classes, top_k=1, average="micro", ignore_index=-1) for stage in ("val", "test")}
+        )
+
+    def class_logits(self, images: Tensor) -> Tensor:
+        """The classifier's logits [B, num_classes] on the backbone feature, without the class prior.
+
+        What evaluation reads (top-1 of a PaCo model, ``callbacks.LongTailAccuracy``).
+        """
+        if self.classifier is None:
+            raise ConfigError(
+                f"{type(self).__name__} has no classifier: only a loss with class centres (ssl_app.losses.PaCo) trains one"
+            )
+        return self.classifier(self.backbone(images))
+
+    def setup(self, stage: str) -> None:
+        """With a loss with class centres: build the classifier and give the loss the class prior."""
+        if not self.loss.uses_centres or self._trainer is None:
+            return
+        datamodule = getattr(self.trainer, "datamodule", None)
+        found = getattr(datamodule, "num_classes", None) if datamodule is not None else None
+        if self.classifier is None:
+            if isinstance(found, bool) or not isinstance(found, int) or found < 2:
+                raise ConfigError(
+                    f"{type(self.loss).__name__} needs the number of classes: set model.num_classes "
+                    "(the datamodule does not say how many classes it has)"
+                )
+            self._build_classifier(found)
+        elif isinstance(found, int) and found != self.classifier.out_features:
+            raise ConfigError(f"model.num_classes is {self.classifier.out_features} but the datamodule has {found} classes")
+        if stage != "fit":
+            return  # validate/test: the prior (not used outside training) comes with the checkpoint
+        counts = getattr(datamodule, "train_class_counts", None)
+        if not callable(counts):
+            raise ConfigError(
+                f"{type(self.loss).__name__} needs a labelled datamodule with class counts (train_class_counts()) "
+                "for its class prior"
+            )
+        counts = list(counts())
+        if len(counts) != self.classifier.out_features:
+            raise ConfigError(
+                f"the datamodule's train_class_counts() has {len(counts)} classes but the classifier has "
+                f"{self.classifier.out_features}"
+            )
+        self.loss.set_class_counts(counts)
+
+    def compute_loss(self, contrast: MaskedSimilarities) -> Tensor:
+        """The loss strategy on the hand-over; a loss with class centres also gets their logits."""
+        if not self.loss.uses_centres:
+            return self.loss(contrast.sim, contrast.pos_mask, contrast.neg_mask)
+        if contrast.anchor_features is None or contrast.anchor_labels is None:
+            raise ConfigError(
+                f"{type(self).__name__} does not hand its anchors' features and labels to the loss, which "
+                f"{type(self.loss).__name__} needs (MaskedSimilarities.anchor_features / anchor_labels)"
+            )
+        if self.classifier is None:
+            raise ConfigError(
+                f"{type(self.loss).__name__} needs a classifier: set model.num_classes or train with a datamodule "
+                "that has num_classes"
+            )
+        return self.loss(
+            contrast.sim,
+            contrast.pos_mask,
+            contrast.neg_mask,
+            centre_logits=self.classifier(contrast.anchor_features),
+            anchor_labels=contrast.anchor_labels,
+        )
+
+    def _log_classifier_top1(self, contrast: MaskedSimilarities, stage: str) -> None:
+        if self.classifier is None or contrast.anchor_features is None or contrast.anchor_labels is None:
+            return
+        metric = self.classifier_top1[stage]
+        metric.update(self.classifier(contrast.anchor_features.detach()), contrast.anchor_labels)
+        self.log(f"{stage}/classifier_top1", metric, on_epoch=True, batch_size=contrast.anchor_labels.shape[0])
 
     # --- the one method-specific piece -----------------------------------------------------
     @abstractmethod
@@ -114,7 +222,7 @@ class ContrastiveMethod(L.LightningModule, ABC):
     # --- Lightning hooks ------------------------------------------------------------------
     def _step(self, batch: Any, stage: str) -> Union[Tensor, dict[str, Any]]:
         contrast = self.contrast(batch)
-        loss = self.loss(contrast.sim, contrast.pos_mask, contrast.neg_mask)
+        loss = self.compute_loss(contrast)
         batch_size = contrast.sim.shape[0]
         on_step = stage == "train"
         self.log(
@@ -124,6 +232,7 @@ class ContrastiveMethod(L.LightningModule, ABC):
             stats = {f"loss/{key}": value for key, value in self.loss.last_stats.items()}
             self.log_dict(stats, on_step=True, on_epoch=False, batch_size=batch_size)
             return loss
+        self._log_classifier_top1(contrast, stage)
         # Validation/test: hand the view embeddings to callbacks (see ``MaskedSimilarities.views``).
         return {"loss": loss, "embeddings": contrast.views}
 
@@ -138,6 +247,10 @@ class ContrastiveMethod(L.LightningModule, ABC):
             for name, default in (("proj_hidden_dim", 512), ("proj_batch_norm", True)):
                 if self.hparams.get(name, default) != default:
                     ignored.append(f"{name} (a linear head, proj_layers=1, has no hidden layer)")
+        if self.hparams.get("num_classes") is not None and not self.loss.uses_centres:
+            ignored.append(
+                f"num_classes (only a loss with class centres, e.g. PaCo, has a classifier; not {type(self.loss).__name__})"
+            )
         return ignored
 
     def on_train_start(self) -> None:
