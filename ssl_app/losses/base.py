@@ -19,7 +19,9 @@ keyword and only to such losses, so every other strategy keeps the three-tensor 
                                  candidate column per class centre
     anchor_labels  [N] int64     each anchor's class (< 0: unlabelled, no own centre)
 
-i.e. ``forward(sim, pos_mask, neg_mask, centre_logits=..., anchor_labels=...)``. The method
+i.e. ``forward(sim, pos_mask, neg_mask, centre_logits=..., anchor_labels=...)``. Such a loss
+also has ``num_classes`` (None until known) and ``set_class_counts(counts)``, which the method
+calls at ``setup("fit")`` with the datamodule's ``train_class_counts()``. The method
 owns the classifier (``ContrastiveMethod.classifier``, built when the loss has centres); the
 loss owns what is its own: the per-positive weights (α for samples, 1 for the own centre) and
 the class prior, added to the centre logits in training only.

@@ -161,19 +161,36 @@ class ContrastiveMethod(L.LightningModule, ABC):
             raise ConfigError(f"model.num_classes is {self.classifier.out_features} but the datamodule has {found} classes")
         if stage != "fit":
             return  # validate/test: the prior (not used outside training) comes with the checkpoint
-        counts = getattr(datamodule, "train_class_counts", None)
-        if not callable(counts):
+        self._set_class_prior(datamodule)
+
+    def _set_class_prior(self, datamodule: Any) -> None:
+        """The loss's prior from the datamodule's ``train_class_counts()``; counts already given to the loss must agree."""
+        width = self.classifier.out_features
+        read_counts = getattr(datamodule, "train_class_counts", None)
+        if not callable(read_counts):
+            if self.loss.num_classes is None:
+                raise ConfigError(
+                    f"{type(self.loss).__name__} needs a labelled datamodule with class counts (train_class_counts()) "
+                    "for its class prior, or model.loss.init_args.class_counts"
+                )
+            counts = None
+        else:
+            counts = [int(n) for n in read_counts()]
+            if len(counts) != width:
+                raise ConfigError(
+                    f"the datamodule's train_class_counts() has {len(counts)} classes but the classifier has {width}"
+                )
+            given = self.loss.log_prior.detach().cpu() if self.loss.num_classes is not None else None
+            self.loss.set_class_counts(counts)
+            if given is not None and not torch.allclose(given, self.loss.log_prior.cpu()):
+                raise ConfigError(
+                    f"model.loss.init_args.class_counts disagree with the datamodule's train_class_counts() {counts}; "
+                    "leave class_counts unset to take them from the datamodule"
+                )
+        if self.loss.num_classes != width:
             raise ConfigError(
-                f"{type(self.loss).__name__} needs a labelled datamodule with class counts (train_class_counts()) "
-                "for its class prior"
+                f"{type(self.loss).__name__}'s class_counts have {self.loss.num_classes} classes but the classifier has {width}"
             )
-        counts = list(counts())
-        if len(counts) != self.classifier.out_features:
-            raise ConfigError(
-                f"the datamodule's train_class_counts() has {len(counts)} classes but the classifier has "
-                f"{self.classifier.out_features}"
-            )
-        self.loss.set_class_counts(counts)
 
     def compute_loss(self, contrast: MaskedSimilarities) -> Tensor:
         """The loss strategy on the hand-over; a loss with class centres also gets their logits."""
