@@ -142,7 +142,12 @@ class ContrastiveMethod(L.LightningModule, ABC):
             raise ConfigError(
                 f"{type(self).__name__} has no classifier: only a loss with class centres (ssl_app.losses.PaCo) trains one"
             )
-        return self.classifier(self.backbone(images))
+        return self.centre_logits(self.backbone(images))
+
+    def centre_logits(self, features: Tensor) -> Tensor:
+        """``classifier(features)`` [N, num_classes], in float32 even under autocast (as ``similarity``)."""
+        with torch.autocast(device_type=features.device.type, enabled=False):
+            return F.linear(features.float(), self.classifier.weight.float(), self.classifier.bias.float())
 
     def setup(self, stage: str) -> None:
         """With a loss with class centres: build the classifier and give the loss the class prior."""
@@ -210,7 +215,7 @@ class ContrastiveMethod(L.LightningModule, ABC):
             contrast.sim,
             contrast.pos_mask,
             contrast.neg_mask,
-            centre_logits=self.classifier(contrast.anchor_features),
+            centre_logits=self.centre_logits(contrast.anchor_features),
             anchor_labels=contrast.anchor_labels,
         )
 
@@ -218,7 +223,7 @@ class ContrastiveMethod(L.LightningModule, ABC):
         if self.classifier is None or contrast.anchor_features is None or contrast.anchor_labels is None:
             return
         metric = self.classifier_top1[stage]
-        metric.update(self.classifier(contrast.anchor_features.detach()), contrast.anchor_labels)
+        metric.update(self.centre_logits(contrast.anchor_features.detach()), contrast.anchor_labels)
         self.log(f"{stage}/classifier_top1", metric, on_epoch=True, batch_size=contrast.anchor_labels.shape[0])
 
     # --- the one method-specific piece -----------------------------------------------------

@@ -101,6 +101,26 @@ def test_one_step_trains_the_classifier_and_the_backbone_through_the_centre_term
     assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in model.backbone.parameters())
 
 
+def test_unlabelled_samples_train_without_touching_the_centres():
+    """Catches label -1 reaching the classifier (as the last class, or as a NaN)."""
+    model = build(num_classes=3, loss=losses.PaCo(0.2, alpha=0.1, class_counts=TINY_COUNTS)).train()
+    loss = model.compute_loss(model.contrast(batch(labels=torch.full((8,), -1))))
+    loss.backward()
+    assert torch.isfinite(loss)
+    assert model.classifier.weight.grad is None or (model.classifier.weight.grad == 0).all()
+    assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in model.backbone.parameters())
+
+
+def test_centre_logits_are_float32_under_autocast():
+    """Catches bf16 centre logits: unlike s they are not divided by τ, but the prior and softmax read them as they are."""
+    model = build(num_classes=3, loss=losses.PaCo(0.2, class_counts=TINY_COUNTS))
+    features = torch.randn(4, model.feature_dim)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        logits = model.centre_logits(features)
+    assert logits.dtype == torch.float32
+    torch.testing.assert_close(logits, model.classifier(features))
+
+
 def test_other_losses_keep_the_three_tensor_call_and_get_no_classifier():
     model = build(loss=losses.SupCon(0.1))
     assert model.classifier is None and not hasattr(model, "classifier_top1")
