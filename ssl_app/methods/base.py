@@ -38,9 +38,10 @@ class MaskedSimilarities:
     fill it outside training, so the metric callbacks need no second forward pass.
 
     ``anchor_features`` [N, feature_dim] (the backbone features the anchors' z came from, with
-    gradient) and ``anchor_labels`` [N]: who the anchors are, for a loss with class centres
-    (``loss.uses_centres``, PaCo): the base class turns them into ``centre_logits`` with its
-    classifier. A method that leaves them ``None`` cannot train such a loss (a ConfigError says so).
+    gradient; ``ContrastiveMethod.embed_anchors`` returns both) and ``anchor_labels`` [N]: who the
+    anchors are, for a loss with class centres (``loss.uses_centres``, PaCo): the base class turns
+    them into ``centre_logits`` with its classifier. A method that leaves them ``None`` cannot
+    train such a loss (a ConfigError says so).
     """
 
     sim: Tensor
@@ -124,6 +125,14 @@ class ContrastiveMethod(L.LightningModule, ABC):
     def embed(self, images: Tensor) -> Tensor:
         """L2-normalised projections z [B, proj_dim] (what the loss and the metrics read)."""
         return self.encode(images)[1]
+
+    def embed_anchors(self, images: Tensor) -> tuple[Optional[Tensor], Tensor]:
+        """``(features, z)`` of anchor images for ``contrast``: the backbone features only when the
+        loss has class centres (``MaskedSimilarities.anchor_features``), else ``(None, embed(images))``,
+        so a subclass that overrides ``embed`` keeps it for every other loss (with PaCo, override ``encode``)."""
+        if self.loss.uses_centres:
+            return self.encode(images)
+        return None, self.embed(images)
 
     # --- class centres (losses with ``uses_centres``, e.g. PaCo) ----------------------------
     def _build_classifier(self, num_classes: int) -> None:

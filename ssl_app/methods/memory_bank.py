@@ -97,7 +97,7 @@ class MemoryBank(ContrastiveMethod):
             raise ConfigError("MemoryBank: the bank is empty; set model.bank_size or use a datamodule with num_samples('train')")
         if self.num_negatives is not None and self.num_negatives >= size:
             raise ConfigError(f"MemoryBank: num_negatives ({self.num_negatives}) must be smaller than the bank ({size} entries)")
-        features, z = self.encode(views[0])
+        features, z = self.embed_anchors(views[0])
         device = z.device
         # Bank entries are keyed by dataset index, so an anchor's own entry shares its instance id.
         anchors = Members(indices, torch.zeros_like(indices), labels)
@@ -122,7 +122,7 @@ class MemoryBank(ContrastiveMethod):
         if len(views) < 2:
             raise ValueError(f"MemoryBank validation needs 2 views per sample, got {len(views)}")
         batch_size, device = views[0].shape[0], views[0].device
-        (features, anchors), seconds = self.encode(views[0]), self.embed(views[1])
+        (features, anchors), seconds = self.embed_anchors(views[0]), self.embed(views[1])
         others = distributed.gather(seconds)
         other_labels = distributed.gather(labels)
         # Anchors: view 0 of this rank's samples; candidates: view 1 of the global batch, then the bank.

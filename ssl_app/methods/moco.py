@@ -201,9 +201,9 @@ class MoCo(ContrastiveMethod):
         query_views = 2 if self.symmetric else 1
         if self.symmetric:
             both = torch.cat([views[0], views[1]], dim=0)
-            (features, queries), keys = self.encode(both), self.global_keys(both)
+            (features, queries), keys = self.embed_anchors(both), self.global_keys(both)
         else:
-            (features, queries), keys = self.encode(views[0]), self.global_keys(views[1])
+            (features, queries), keys = self.embed_anchors(views[0]), self.global_keys(views[1])
         anchor_labels = labels.repeat(query_views)
         key_labels = distributed.gather(anchor_labels)
         # Asymmetric: queries are view 0, keys view 1; symmetric: own-view keys are "self".

@@ -30,7 +30,7 @@ class SimCLR(ContrastiveMethod):
         views, labels, _ = batch
         batch_size, num_views = views[0].shape[0], len(views)
         world, rank = distributed.world_size(), distributed.rank()
-        features, z = self.encode(torch.cat(list(views), dim=0))
+        features, z = self.embed_anchors(torch.cat(list(views), dim=0))
         sim = similarity(z, distributed.gather_with_grad(z))
         uses_labels = self.loss.uses_labels
         candidate_labels = distributed.gather(labels.repeat(num_views)) if uses_labels else None

@@ -127,7 +127,9 @@ def test_other_losses_keep_the_three_tensor_call_and_get_no_classifier():
     calls = []
     original = model.loss.forward
     model.loss.forward = lambda *args, **kwargs: calls.append((len(args), kwargs)) or original(*args, **kwargs)
-    model.compute_loss(model.contrast(batch()))
+    contrast = model.contrast(batch())
+    assert contrast.anchor_features is None  # embed(), not encode(): an override of embed keeps working
+    model.compute_loss(contrast)
     assert calls == [(3, {})]
     with pytest.raises(ConfigError, match="has no classifier"):
         model.class_logits(batch()[0][0])
