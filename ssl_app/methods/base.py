@@ -142,6 +142,11 @@ class ContrastiveMethod(L.LightningModule, ABC):
             {stage: MulticlassAccuracy(num_classes, top_k=1, average="micro", ignore_index=-1) for stage in ("val", "test")}
         )
 
+    @property
+    def has_classifier(self) -> bool:
+        """Whether :meth:`class_logits` works (or will, once ``setup`` has sized the classifier)."""
+        return self.loss.uses_centres
+
     def class_logits(self, images: Tensor) -> Tensor:
         """The classifier's logits [B, num_classes] on the backbone feature, without the class prior.
 

@@ -123,7 +123,7 @@ def test_centre_logits_are_float32_under_autocast():
 
 def test_other_losses_keep_the_three_tensor_call_and_get_no_classifier():
     model = build(loss=losses.SupCon(0.1))
-    assert model.classifier is None and not hasattr(model, "classifier_top1")
+    assert model.classifier is None and not hasattr(model, "classifier_top1") and not model.has_classifier
     calls = []
     original = model.loss.forward
     model.loss.forward = lambda *args, **kwargs: calls.append((len(args), kwargs)) or original(*args, **kwargs)
@@ -181,6 +181,7 @@ def test_training_moves_the_classifier_and_logs_its_accuracy(method, tmp_path):
 
 def test_class_logits_are_the_classifier_on_the_backbone_without_the_prior():
     model = build(num_classes=3, loss=losses.PaCo(0.2, class_counts=[30, 12, 6])).eval()
+    assert model.has_classifier and build().has_classifier  # also before setup sizes it
     images = batch()[0][0]
     torch.testing.assert_close(model.class_logits(images), model.classifier(model.backbone(images)))
 
