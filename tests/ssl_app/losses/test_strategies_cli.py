@@ -93,6 +93,45 @@ def test_paco_fits_and_tests_its_classifier_through_the_cli(tmp_path, monkeypatc
     assert "test/classifier_top1" in capsys.readouterr().out
 
 
+# Needs the long-tail branch of issue 13 (data/shapes_lt.yaml, callbacks.LongTailAccuracy,
+# train_class_counts() and class_counts.json of the datamodules).
+@pytest.mark.parametrize("processes", [1, 2])
+def test_paco_on_long_tailed_shapes_logs_the_long_tail_metrics(processes, tmp_path):
+    """Catches a prior that is not the long-tailed split's, or lt/* missing, in 1 and 2 processes."""
+    import json
+
+    ddp = ["--trainer.accelerator=cpu", "--trainer.devices=2", "--trainer.strategy=ddp"] if processes == 2 else []
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ssl_app",
+            "fit",
+            "--config",
+            str(REPO / "configs" / "paco_lt_shapes.yaml"),
+            "--trainer.max_epochs=1",
+            "--trainer.limit_train_batches=2",
+            "--trainer.limit_val_batches=1",
+            "--trainer.enable_progress_bar=false",
+            "--data.init_args.batch_size=32",
+            *ddp,
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    (run,) = sorted((tmp_path / "runs").glob("paco_lt_shapes/version_*"))
+    assert {"lt/top1", "lt/many", "lt/medium", "lt/few", "val/classifier_top1"} <= scalar_tags(run)
+    assert all(0 <= value <= 1 for value in scalar_values(run, "lt/top1"))
+    counts = torch.tensor(json.loads((run / "class_counts.json").read_text())["class_counts"], dtype=torch.float32)
+    state = torch.load(run / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)["state_dict"]
+    torch.testing.assert_close(state["loss.log_prior"], (counts / counts.sum()).log())
+    assert counts[0] / counts[-1] == pytest.approx(100, rel=0.05)  # the prior really is long-tailed
+
+
 # --- one 2-process CLI run per stored-candidate method ----------------------------------------
 TRAIN = 128  # TINY's train_size; batch 32 per process, 2 processes: 2 steps cover the epoch
 TWO_PROCESS = {
