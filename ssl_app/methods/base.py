@@ -10,6 +10,7 @@ import copy
 import dataclasses
 import math
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Optional, Union
 
@@ -143,18 +144,25 @@ class ContrastiveMethod(L.LightningModule, ABC):
         )
 
     @property
-    def has_classifier(self) -> bool:
-        """Whether :meth:`class_logits` works (or will, once ``setup`` has sized the classifier)."""
-        return self.loss.uses_centres
+    def class_logits(self) -> Callable[[Tensor], Tensor]:
+        """``class_logits(images)``: the classifier's logits [B, num_classes] on the backbone feature,
+        without the class prior: what evaluation reads (``callbacks.LongTailAccuracy``).
 
-    def class_logits(self, images: Tensor) -> Tensor:
-        """The classifier's logits [B, num_classes] on the backbone feature, without the class prior.
-
-        What evaluation reads (top-1 of a PaCo model, ``callbacks.LongTailAccuracy``).
+        Present only on a model with a classifier (a loss with class centres, PaCo; the classifier
+        itself may still be sized in ``setup``): otherwise the attribute does not exist, so
+        ``hasattr(model, "class_logits")`` says whether the model can classify, as for
+        ``ssl_app.evaluation.LinearProbe``.
         """
+        if not self.loss.uses_centres:
+            # nn.Module.__getattr__ then reports "'<Method>' object has no attribute 'class_logits'".
+            raise AttributeError("class_logits")
+        return self._class_logits
+
+    def _class_logits(self, images: Tensor) -> Tensor:
         if self.classifier is None:
             raise ConfigError(
-                f"{type(self).__name__} has no classifier: only a loss with class centres (ssl_app.losses.PaCo) trains one"
+                f"{type(self).__name__}: the classifier is not built yet: set model.num_classes or run it through a "
+                "Trainer whose datamodule has num_classes"
             )
         return self.centre_logits(self.backbone(images))
 
@@ -185,30 +193,26 @@ class ContrastiveMethod(L.LightningModule, ABC):
     def _set_class_prior(self, datamodule: Any) -> None:
         """The loss's prior from the datamodule's ``train_class_counts()``; counts already given to the loss must agree."""
         width = self.classifier.out_features
+        loss_name = type(self.loss).__name__
+        given = None if self.loss.num_classes is None else self.loss.log_prior.detach().cpu().clone()
+        if given is not None and given.numel() != width:
+            raise ConfigError(f"{loss_name}'s class_counts have {given.numel()} classes but the classifier has {width}")
         read_counts = getattr(datamodule, "train_class_counts", None)
         if not callable(read_counts):
-            if self.loss.num_classes is None:
+            if given is None:
                 raise ConfigError(
-                    f"{type(self.loss).__name__} needs a labelled datamodule with class counts (train_class_counts()) "
+                    f"{loss_name} needs a labelled datamodule with class counts (train_class_counts()) "
                     "for its class prior, or model.loss.init_args.class_counts"
                 )
-            counts = None
-        else:
-            counts = [int(n) for n in read_counts()]
-            if len(counts) != width:
-                raise ConfigError(
-                    f"the datamodule's train_class_counts() has {len(counts)} classes but the classifier has {width}"
-                )
-            given = self.loss.log_prior.detach().cpu() if self.loss.num_classes is not None else None
-            self.loss.set_class_counts(counts)
-            if given is not None and not torch.allclose(given, self.loss.log_prior.cpu()):
-                raise ConfigError(
-                    f"model.loss.init_args.class_counts disagree with the datamodule's train_class_counts() {counts}; "
-                    "leave class_counts unset to take them from the datamodule"
-                )
-        if self.loss.num_classes != width:
+            return
+        counts = [int(n) for n in read_counts()]
+        if len(counts) != width:
+            raise ConfigError(f"the datamodule's train_class_counts() has {len(counts)} classes but the classifier has {width}")
+        self.loss.set_class_counts(counts)
+        if given is not None and not torch.allclose(given, self.loss.log_prior.cpu()):
             raise ConfigError(
-                f"{type(self.loss).__name__}'s class_counts have {self.loss.num_classes} classes but the classifier has {width}"
+                f"model.loss.init_args.class_counts disagree with the datamodule's train_class_counts() {counts}; "
+                "leave class_counts unset to take them from the datamodule"
             )
 
     def compute_loss(self, contrast: MaskedSimilarities) -> Tensor:

@@ -48,6 +48,20 @@ class CountedShapes(SyntheticDataModule):
         return torch.bincount(labels, minlength=self.num_classes).tolist()
 
 
+class UncountedShapes(SyntheticDataModule):
+    """Shapes that do not report class counts (a datamodule without ``train_class_counts``)."""
+
+    train_class_counts = None
+
+
+def uncounted_data() -> UncountedShapes:
+    base = tiny_data()
+    return UncountedShapes(
+        num_classes=3, train_size=48, val_size=16, test_size=16, image_size=8, batch_size=8, num_workers=0,
+        augmentation=base.augmentation,
+    )  # fmt: skip
+
+
 def counted_data(**overrides: Any) -> CountedShapes:
     base = tiny_data()
     options = dict(num_classes=3, train_size=48, val_size=16, test_size=16, image_size=8, batch_size=8, num_workers=0)
@@ -123,7 +137,8 @@ def test_centre_logits_are_float32_under_autocast():
 
 def test_other_losses_keep_the_three_tensor_call_and_get_no_classifier():
     model = build(loss=losses.SupCon(0.1))
-    assert model.classifier is None and not hasattr(model, "classifier_top1") and not model.has_classifier
+    assert model.classifier is None and not hasattr(model, "classifier_top1")
+    assert not hasattr(model, "class_logits")  # what callbacks.LongTailAccuracy checks
     calls = []
     original = model.loss.forward
     model.loss.forward = lambda *args, **kwargs: calls.append((len(args), kwargs)) or original(*args, **kwargs)
@@ -131,7 +146,7 @@ def test_other_losses_keep_the_three_tensor_call_and_get_no_classifier():
     assert contrast.anchor_features is None  # embed(), not encode(): an override of embed keeps working
     model.compute_loss(contrast)
     assert calls == [(3, {})]
-    with pytest.raises(ConfigError, match="has no classifier"):
+    with pytest.raises(AttributeError, match="'MoCo' object has no attribute 'class_logits'"):
         model.class_logits(batch()[0][0])
 
 
@@ -181,8 +196,9 @@ def test_training_moves_the_classifier_and_logs_its_accuracy(method, tmp_path):
 
 def test_class_logits_are_the_classifier_on_the_backbone_without_the_prior():
     model = build(num_classes=3, loss=losses.PaCo(0.2, class_counts=[30, 12, 6])).eval()
-    assert model.has_classifier and build().has_classifier  # also before setup sizes it
-    images = batch()[0][0]
+    assert hasattr(build(), "class_logits")  # also before setup sizes the classifier
+    with pytest.raises(ConfigError, match="the classifier is not built yet"):
+        build().class_logits(images := batch()[0][0])
     torch.testing.assert_close(model.class_logits(images), model.classifier(model.backbone(images)))
 
 
@@ -227,12 +243,12 @@ def test_resume_continues_with_the_same_prior(tmp_path):
 # --- what the datamodule must provide -------------------------------------------------------------
 def test_a_datamodule_without_class_counts_is_a_config_error(tmp_path):
     with pytest.raises(ConfigError, match=r"PaCo needs a labelled datamodule with class counts \(train_class_counts\(\)\)"):
-        tiny_trainer(tmp_path, max_steps=1).fit(build(), tiny_data(batch_size=8))
+        tiny_trainer(tmp_path, max_steps=1).fit(build(), uncounted_data())
 
 
 def test_counts_given_to_the_loss_serve_a_datamodule_without_them(tmp_path):
     model = build(loss=losses.PaCo(0.2, alpha=0.1, class_counts=[20, 20, 8]))
-    tiny_trainer(tmp_path, max_steps=1).fit(model, tiny_data(batch_size=8))
+    tiny_trainer(tmp_path, max_steps=1).fit(model, uncounted_data())
     torch.testing.assert_close(model.loss.log_prior, torch.log(torch.tensor([20, 20, 8]) / 48.0))
 
 
@@ -247,7 +263,7 @@ def test_counts_given_to_the_loss_serve_a_datamodule_without_them(tmp_path):
     ids=["counts-disagree", "counts-width", "num-classes", "loss-counts-width"],
 )
 def test_inconsistent_class_information_is_a_config_error(model_options, data_options, match, tmp_path):
-    data = tiny_data(batch_size=8) if data_options is None else counted_data(**data_options)
+    data = uncounted_data() if data_options is None else counted_data(**data_options)
     with pytest.raises(ConfigError, match=match):
         tiny_trainer(tmp_path, max_steps=1).fit(build(**model_options), data)
 
