@@ -66,8 +66,8 @@ class PaCo(ContrastiveLoss):
     are the keys and the queue (theirs also include the other queries of the batch).
 
     Args:
-        temperature: τ > 0 of the sample logits (the paper's CIFAR-100-LT: 0.05).
-        alpha: α >= 0, the weight of each sample positive (CIFAR-100-LT: 0.02; the own centre has weight 1).
+        temperature: τ > 0 of the sample logits (the authors' CIFAR-100-LT runs: 0.05).
+        alpha: α >= 0, the weight of each sample positive (their CIFAR-100-LT runs: 0.02; the own centre has weight 1).
         class_counts: training samples per class, for the prior (None: set later by the method).
         normalise_weights: divide L_i by the sum of its weights (the authors' code) or not.
 
