@@ -42,9 +42,10 @@ class PaCo(ContrastiveLoss):
         log p_i(z) = ℓ_i(z) − log( Σ_{j∈A(i)} exp(l_ij) + Σ_{c=1..C} exp(u_ic) )
         L_i = −1/Z_i · [ α Σ_{j∈P(i)} log p_i(j)  +  log p_i(c_{y_i}) ]
 
-    with Z_i = α|P(i)| + 1 (``normalise_weights=True``, the authors' code: the weighted mean
-    over positives) or Z_i = 1 (``False``: the summed form of the issue). The loss is the mean
-    of L_i over anchors with a positive of non-zero weight.
+    where ℓ_i(z) is candidate z's logit (l_ij for a sample, u_ic for a centre), with
+    Z_i = α|P(i)| + 1 (``normalise_weights=True``, the authors' code: the weighted mean over
+    positives) or Z_i = 1 (``False``: the summed form of the issue). The loss is the mean of L_i
+    over anchors with a positive of non-zero weight.
 
     Special cases (tested): without centres it is α × SupCon's summed form (Z_i = 1), or SupCon
     itself (weighted mean); with α = 0 and no sample candidates it is the balanced-softmax
