@@ -13,6 +13,21 @@ scalar tensors refreshed by every forward call while ``stats_enabled`` is True (
 while it is False); methods log it under ``loss/<key>``. A method turns the statistics on only
 for the steps whose values reach the logger (every ``trainer.log_every_n_steps``), so a step
 that logs nothing pays nothing for them (benchmarks/README.md, "Training step").
+
+Losses with class centres (``uses_centres = True``, PaCo) read two more tensors, passed by
+keyword and only to such losses, so every other strategy keeps the three-tensor call:
+
+    centre_logits  [N, C] float  the method's classifier on each anchor's backbone feature,
+                                 ``c_c · F(x_i)`` (no prior, not divided by τ): one extra
+                                 candidate column per class centre
+    anchor_labels  [N] int64     each anchor's class (< 0: unlabelled, no own centre)
+
+i.e. ``forward(sim, pos_mask, neg_mask, centre_logits=..., anchor_labels=...)``. Such a loss
+also has ``num_classes`` (None until known) and ``set_class_counts(counts)``, which the method
+calls at ``setup("fit")`` with the datamodule's ``train_class_counts()``. The method
+owns the classifier (``ContrastiveMethod.classifier``, built when the loss has centres); the
+loss owns what is its own: the per-positive weights (α for samples, 1 for the own centre) and
+the class prior, added to the centre logits in training only.
 """
 
 from __future__ import annotations
@@ -35,12 +50,17 @@ class ContrastiveLoss(nn.Module):
     labels (every candidate with the anchor's label, except the anchor itself) instead of
     from instance identity. SupCon sets it.
 
+    Class attribute ``uses_centres``: when True, the method owns a linear classifier whose
+    weights are the class centres and passes ``centre_logits`` and ``anchor_labels`` as
+    keyword arguments (module docstring). PaCo sets it.
+
     Instance attribute ``stats_enabled`` (default True): whether ``forward`` computes the
     diagnostics of ``last_stats``; when False it leaves ``last_stats`` empty, and the loss value
     and its gradient are the same either way.
     """
 
     uses_labels: bool = False
+    uses_centres: bool = False
 
     def __init__(self) -> None:
         super().__init__()

@@ -19,7 +19,8 @@ import torch
 import torch.nn.functional as F
 from jsonargparse import lazy_instance
 from lightning.pytorch.utilities import rank_zero_warn
-from torch import Tensor
+from torch import Tensor, nn
+from torchmetrics.classification import MulticlassAccuracy
 
 from ssl_app.errors import ConfigError
 from ssl_app.losses import ContrastiveLoss, InfoNCE
@@ -36,12 +37,20 @@ class MaskedSimilarities:
     ``neg_mask`` [N, M] bool (build them with ``ssl_app.methods.masks``). ``views``: the
     online encoder's normalised embeddings of each local view ([B, d] each, in batch order);
     fill it outside training, so the metric callbacks need no second forward pass.
+
+    ``anchor_features`` [N, feature_dim] (the backbone features the anchors' z came from, with
+    gradient; ``ContrastiveMethod.embed_anchors`` returns both) and ``anchor_labels`` [N]: who the
+    anchors are, for a loss with class centres (``loss.uses_centres``, PaCo): the base class turns
+    them into ``centre_logits`` with its classifier. A method that leaves them ``None`` cannot
+    train such a loss (a ConfigError says so).
     """
 
     sim: Tensor
     pos_mask: Tensor
     neg_mask: Tensor
     views: Optional[tuple[Tensor, ...]] = None
+    anchor_features: Optional[Tensor] = None
+    anchor_labels: Optional[Tensor] = None
 
 
 class ContrastiveMethod(L.LightningModule, ABC):
@@ -55,7 +64,8 @@ class ContrastiveMethod(L.LightningModule, ABC):
 
     Args:
         loss: the loss strategy (any ``ssl_app.losses`` class, chosen by class path).
-        backbone: ``small_cnn``, ``resnet18_cifar`` (3×3 stem, no max-pool), ``resnet18``, ``resnet50``.
+        backbone: ``small_cnn``, ``resnet32_cifar`` (He et al.'s CIFAR ResNet-32), ``resnet18_cifar`` (3×3 stem,
+            no max-pool), ``resnet18``, ``resnet50``.
         backbone_norm: normalisation inside ``small_cnn`` (``batch``, ``group`` or ``none``).
         proj_dim: dimension of the embedding z (the paper: 128).
         proj_hidden_dim: hidden width of an MLP head.
@@ -67,9 +77,18 @@ class ContrastiveMethod(L.LightningModule, ABC):
             faster on (benchmarks/README.md has the measured effect).
         compile: compile the backbone(s) with ``torch.compile`` at the start of the run (the first
             steps then take longer while it compiles; needs a C++ compiler on the CPU).
+        num_classes: classes of the classifier that a loss with class centres (PaCo) needs;
+            ``None``: the datamodule's ``num_classes`` at ``setup``. Unused by other losses.
+
+    With such a loss the method owns ``classifier = nn.Linear(feature_dim, num_classes)`` (its
+    weights are the class centres), reads the class prior from the datamodule's
+    ``train_class_counts()`` at ``setup("fit")``, logs ``{val,test}/classifier_top1`` (the
+    classifier on the anchor views) and serves :meth:`class_logits` for evaluation.
     """
 
     train_views: int = 2
+    # The classifier's width may come from the datamodule in ``setup`` (checked by --ckpt_path).
+    state_built_in_setup = ("classifier.",)
 
     def __init__(
         self,
@@ -83,10 +102,13 @@ class ContrastiveMethod(L.LightningModule, ABC):
         optim: Optimization = Optimization(),
         channels_last: bool = False,
         compile: bool = False,
+        num_classes: Optional[int] = None,
     ) -> None:
         super().__init__()
         if not isinstance(loss, ContrastiveLoss):
             raise ConfigError(f"model.loss must be an ssl_app.losses strategy, got {type(loss).__name__}")
+        if num_classes is not None and (isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 2):
+            raise ConfigError(f"model.num_classes must be an int >= 2 or null, got {num_classes!r}")
         self.save_hyperparameters(ignore=["loss"])
         # A copy: the lazy default is one object shared by every model built without a loss.
         self.loss = copy.deepcopy(loss)
@@ -98,15 +120,23 @@ class ContrastiveMethod(L.LightningModule, ABC):
         self.memory_format = torch.channels_last if channels_last else torch.contiguous_format
         self.compile_backbone = bool(compile)
         self._compiled = False
+        self.classifier: Optional[nn.Linear] = None
+        if self.loss.uses_centres and num_classes is not None:
+            self._build_classifier(num_classes)
 
     # --- encoders -------------------------------------------------------------------------
     def forward(self, images: Tensor) -> Tensor:
         """Backbone features [B, feature_dim] (what linear and kNN evaluation read)."""
         return self.backbone(self.to_memory_format(images))
 
+    def encode(self, images: Tensor) -> tuple[Tensor, Tensor]:
+        """Backbone features [B, feature_dim] and their L2-normalised projections z [B, proj_dim]."""
+        features = self.backbone(self.to_memory_format(images))
+        return features, F.normalize(self.projection_head(features), dim=1)
+
     def embed(self, images: Tensor) -> Tensor:
         """L2-normalised projections z [B, proj_dim] (what the loss and the metrics read)."""
-        return F.normalize(self.projection_head(self.backbone(self.to_memory_format(images))), dim=1)
+        return self.encode(images)[1]
 
     def to_memory_format(self, images: Tensor) -> Tensor:
         """``images`` in the encoders' memory layout (``channels_last``); a no-op by default."""
@@ -119,13 +149,131 @@ class ContrastiveMethod(L.LightningModule, ABC):
         return [self.backbone]
 
     def setup(self, stage: str) -> None:
-        """Apply ``channels_last`` and ``compile`` (subclasses call this after changing modules)."""
+        """Build the classifier of a loss with class centres (and its prior), then apply
+        ``channels_last`` and ``compile`` (subclasses call this after changing modules)."""
+        if self.loss.uses_centres and self._trainer is not None:
+            self._setup_centres(stage)
         if self.memory_format is torch.channels_last:
             self.to(memory_format=torch.channels_last)
         if self.compile_backbone and not self._compiled:
             for module in self.backbones():
                 module.compile()  # in place: parameter names and checkpoints stay as they were
             self._compiled = True
+
+    def embed_anchors(self, images: Tensor) -> tuple[Optional[Tensor], Tensor]:
+        """``(features, z)`` of anchor images for ``contrast``: the backbone features only when the
+        loss has class centres (``MaskedSimilarities.anchor_features``), else ``(None, embed(images))``,
+        so a subclass that overrides ``embed`` keeps it for every other loss (with PaCo, override ``encode``)."""
+        if self.loss.uses_centres:
+            return self.encode(images)
+        return None, self.embed(images)
+
+    # --- class centres (losses with ``uses_centres``, e.g. PaCo) ----------------------------
+    def _build_classifier(self, num_classes: int) -> None:
+        self.classifier = nn.Linear(self.feature_dim, num_classes)
+        self.hparams["num_classes"] = num_classes  # so that a checkpoint rebuilds it in __init__
+        self.classifier_top1 = nn.ModuleDict(
+            {stage: MulticlassAccuracy(num_classes, top_k=1, average="micro", ignore_index=-1) for stage in ("val", "test")}
+        )
+
+    @property
+    def class_logits(self) -> Callable[[Tensor], Tensor]:
+        """``class_logits(images)``: the classifier's logits [B, num_classes] on the backbone feature,
+        without the class prior: what evaluation reads (``callbacks.LongTailAccuracy``).
+
+        Present only on a model with a classifier (a loss with class centres, PaCo; the classifier
+        itself may still be sized in ``setup``): otherwise the attribute does not exist, so
+        ``hasattr(model, "class_logits")`` says whether the model can classify, as for
+        ``ssl_app.evaluation.LinearProbe``.
+        """
+        if not self.loss.uses_centres:
+            # nn.Module.__getattr__ then reports "'<Method>' object has no attribute 'class_logits'".
+            raise AttributeError("class_logits")
+        return self._class_logits
+
+    def _class_logits(self, images: Tensor) -> Tensor:
+        if self.classifier is None:
+            raise ConfigError(
+                f"{type(self).__name__}: the classifier is not built yet: set model.num_classes or run it through a "
+                "Trainer whose datamodule has num_classes"
+            )
+        return self.centre_logits(self(images))
+
+    def centre_logits(self, features: Tensor) -> Tensor:
+        """``classifier(features)`` [N, num_classes], in float32 even under autocast (as ``similarity``)."""
+        with torch.autocast(device_type=features.device.type, enabled=False):
+            return F.linear(features.float(), self.classifier.weight.float(), self.classifier.bias.float())
+
+    def _setup_centres(self, stage: str) -> None:
+        """With a loss with class centres: build the classifier and give the loss the class prior."""
+        datamodule = getattr(self.trainer, "datamodule", None)
+        found = getattr(datamodule, "num_classes", None) if datamodule is not None else None
+        if self.classifier is None:
+            if isinstance(found, bool) or not isinstance(found, int) or found < 2:
+                raise ConfigError(
+                    f"{type(self.loss).__name__} needs the number of classes: set model.num_classes "
+                    "(the datamodule does not say how many classes it has)"
+                )
+            self._build_classifier(found)
+        elif isinstance(found, int) and found != self.classifier.out_features:
+            raise ConfigError(f"model.num_classes is {self.classifier.out_features} but the datamodule has {found} classes")
+        if stage != "fit":
+            return  # validate/test: the prior (not used outside training) comes with the checkpoint
+        self._set_class_prior(datamodule)
+
+    def _set_class_prior(self, datamodule: Any) -> None:
+        """The loss's prior from the datamodule's ``train_class_counts()``; counts already given to the loss must agree."""
+        width = self.classifier.out_features
+        loss_name = type(self.loss).__name__
+        given = None if self.loss.num_classes is None else self.loss.log_prior.detach().cpu().clone()
+        if given is not None and given.numel() != width:
+            raise ConfigError(f"{loss_name}'s class_counts have {given.numel()} classes but the classifier has {width}")
+        read_counts = getattr(datamodule, "train_class_counts", None)
+        if not callable(read_counts):
+            if given is None:
+                raise ConfigError(
+                    f"{loss_name} needs a labelled datamodule with class counts (train_class_counts()) "
+                    "for its class prior, or model.loss.init_args.class_counts"
+                )
+            return
+        counts = [int(n) for n in read_counts()]
+        if len(counts) != width:
+            raise ConfigError(f"the datamodule's train_class_counts() has {len(counts)} classes but the classifier has {width}")
+        self.loss.set_class_counts(counts)
+        if given is not None and not torch.allclose(given, self.loss.log_prior.cpu()):
+            raise ConfigError(
+                f"model.loss.init_args.class_counts disagree with the datamodule's train_class_counts() {counts}; "
+                "leave class_counts unset to take them from the datamodule"
+            )
+
+    def compute_loss(self, contrast: MaskedSimilarities) -> Tensor:
+        """The loss strategy on the hand-over; a loss with class centres also gets their logits."""
+        if not self.loss.uses_centres:
+            return self.loss(contrast.sim, contrast.pos_mask, contrast.neg_mask)
+        if contrast.anchor_features is None or contrast.anchor_labels is None:
+            raise ConfigError(
+                f"{type(self).__name__} does not hand its anchors' features and labels to the loss, which "
+                f"{type(self.loss).__name__} needs (MaskedSimilarities.anchor_features / anchor_labels)"
+            )
+        if self.classifier is None:
+            raise ConfigError(
+                f"{type(self.loss).__name__} needs a classifier: set model.num_classes or train with a datamodule "
+                "that has num_classes"
+            )
+        return self.loss(
+            contrast.sim,
+            contrast.pos_mask,
+            contrast.neg_mask,
+            centre_logits=self.centre_logits(contrast.anchor_features),
+            anchor_labels=contrast.anchor_labels,
+        )
+
+    def _log_classifier_top1(self, contrast: MaskedSimilarities, stage: str) -> None:
+        if self.classifier is None or contrast.anchor_features is None or contrast.anchor_labels is None:
+            return
+        metric = self.classifier_top1[stage]
+        metric.update(self.centre_logits(contrast.anchor_features.detach()), contrast.anchor_labels)
+        self.log(f"{stage}/classifier_top1", metric, on_epoch=True, batch_size=contrast.anchor_labels.shape[0])
 
     # --- the one method-specific piece -----------------------------------------------------
     @abstractmethod
@@ -149,7 +297,7 @@ class ContrastiveMethod(L.LightningModule, ABC):
         # The loss diagnostics are logged per training step, so they are computed only on the
         # steps whose values the logger keeps (every trainer.log_every_n_steps).
         self.loss.stats_enabled = on_step and self._step_is_logged()
-        loss = self.loss(contrast.sim, contrast.pos_mask, contrast.neg_mask)
+        loss = self.compute_loss(contrast)
         batch_size = contrast.sim.shape[0]
         self.log(
             f"{stage}/loss", loss, prog_bar=True, on_step=on_step, on_epoch=True, sync_dist=not on_step, batch_size=batch_size
@@ -159,6 +307,7 @@ class ContrastiveMethod(L.LightningModule, ABC):
             if stats:
                 self.log_dict(stats, on_step=True, on_epoch=False, batch_size=batch_size)
             return loss
+        self._log_classifier_top1(contrast, stage)
         # Validation/test: hand the view embeddings to callbacks (see ``MaskedSimilarities.views``).
         return {"loss": loss, "embeddings": contrast.views}
 
@@ -198,6 +347,10 @@ class ContrastiveMethod(L.LightningModule, ABC):
             for name, default in (("proj_hidden_dim", 512), ("proj_batch_norm", True)):
                 if self.hparams.get(name, default) != default:
                     ignored.append(f"{name} (a linear head, proj_layers=1, has no hidden layer)")
+        if self.hparams.get("num_classes") is not None and not self.loss.uses_centres:
+            ignored.append(
+                f"num_classes (only a loss with class centres, e.g. PaCo, has a classifier; not {type(self.loss).__name__})"
+            )
         return ignored
 
     def on_train_start(self) -> None:

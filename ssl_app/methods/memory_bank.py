@@ -97,7 +97,7 @@ class MemoryBank(ContrastiveMethod):
             raise ConfigError("MemoryBank: the bank is empty; set model.bank_size or use a datamodule with num_samples('train')")
         if self.num_negatives is not None and self.num_negatives >= size:
             raise ConfigError(f"MemoryBank: num_negatives ({self.num_negatives}) must be smaller than the bank ({size} entries)")
-        z = self.embed(views[0])
+        features, z = self.embed_anchors(views[0])
         device = z.device
         # Bank entries are keyed by dataset index, so an anchor's own entry shares its instance id.
         anchors = Members(indices, torch.zeros_like(indices), labels)
@@ -115,14 +115,14 @@ class MemoryBank(ContrastiveMethod):
         pos_mask, neg_mask = contrast_masks(anchors, candidates, self.loss.uses_labels, usable)
         sim = similarity(z, self.bank.features[entries])
         self._pending = (indices, z.detach(), labels)
-        return MaskedSimilarities(sim, pos_mask, neg_mask)
+        return MaskedSimilarities(sim, pos_mask, neg_mask, anchor_features=features, anchor_labels=labels)
 
     def _eval_contrast(self, batch: Any) -> MaskedSimilarities:
         views, labels, _ = batch
         if len(views) < 2:
             raise ValueError(f"MemoryBank validation needs 2 views per sample, got {len(views)}")
         batch_size, device = views[0].shape[0], views[0].device
-        anchors, seconds = self.embed(views[0]), self.embed(views[1])
+        (features, anchors), seconds = self.embed_anchors(views[0]), self.embed(views[1])
         others = distributed.gather(seconds)
         other_labels = distributed.gather(labels)
         # Anchors: view 0 of this rank's samples; candidates: view 1 of the global batch, then the bank.
@@ -133,7 +133,9 @@ class MemoryBank(ContrastiveMethod):
         anchor_members = views_of(distributed.rank() * batch_size, batch_size, 1, labels, device)
         pos_mask, neg_mask = contrast_masks(anchor_members, candidates, self.loss.uses_labels)
         sim = similarity(anchors, torch.cat([others, self.bank.features], dim=0))
-        return MaskedSimilarities(sim, pos_mask, neg_mask, views=(anchors.detach(), seconds.detach()))
+        return MaskedSimilarities(
+            sim, pos_mask, neg_mask, views=(anchors.detach(), seconds.detach()), anchor_features=features, anchor_labels=labels
+        )
 
     # --- Lightning hooks ------------------------------------------------------------------
     def setup(self, stage: str) -> None:

@@ -204,9 +204,9 @@ class MoCo(ContrastiveMethod):
         query_views = 2 if self.symmetric else 1
         if self.symmetric:
             both = torch.cat([views[0], views[1]], dim=0)
-            queries, keys = self.embed(both), self.global_keys(both)
+            (features, queries), keys = self.embed_anchors(both), self.global_keys(both)
         else:
-            queries, keys = self.embed(views[0]), self.global_keys(views[1])
+            (features, queries), keys = self.embed_anchors(views[0]), self.global_keys(views[1])
         anchor_labels = labels.repeat(query_views)
         key_labels = distributed.gather(anchor_labels)
         # Asymmetric: queries are view 0, keys view 1; symmetric: own-view keys are "self".
@@ -227,16 +227,17 @@ class MoCo(ContrastiveMethod):
         else:  # a full queue and instance positives: the masks depend on the shapes only
             pos_mask, neg_mask = self.cached_masks(("moco", batch_size, query_views, world, rank, self.queue_size, device), masks)
         sim = similarity(queries, torch.cat([keys, self.queue.features], dim=0))
+        anchors = {"anchor_features": features, "anchor_labels": anchor_labels}
         if self.training:
             self._pending = (keys, key_labels)
-            return MaskedSimilarities(sim, pos_mask, neg_mask)
+            return MaskedSimilarities(sim, pos_mask, neg_mask, **anchors)
         second = queries.chunk(2)[1] if self.symmetric else self.embed(views[1])
-        return MaskedSimilarities(sim, pos_mask, neg_mask, views=(queries[:batch_size].detach(), second.detach()))
+        return MaskedSimilarities(sim, pos_mask, neg_mask, views=(queries[:batch_size].detach(), second.detach()), **anchors)
 
     # --- Lightning hooks ------------------------------------------------------------------
     def setup(self, stage: str) -> None:
         self._setup_key_bn(stage)
-        super().setup(stage)  # channels_last and compile, once the BatchNorms are final
+        super().setup(stage)  # the classifier and prior; channels_last and compile once the BatchNorms are final
 
     def _setup_key_bn(self, stage: str) -> None:
         trainer = self._trainer

@@ -30,7 +30,7 @@ class SimCLR(ContrastiveMethod):
         views, labels, _ = batch
         batch_size, num_views = views[0].shape[0], len(views)
         world, rank = distributed.world_size(), distributed.rank()
-        z = self.embed(torch.cat(list(views), dim=0))
+        features, z = self.embed_anchors(torch.cat(list(views), dim=0))
         sim = similarity(z, distributed.gather_with_grad(z))
         uses_labels = self.loss.uses_labels
         candidate_labels = distributed.gather(labels.repeat(num_views)) if uses_labels else None
@@ -46,4 +46,11 @@ class SimCLR(ContrastiveMethod):
             pos_mask, neg_mask = masks()
         else:  # instance masks depend on the shapes only
             pos_mask, neg_mask = self.cached_masks(("simclr", batch_size, num_views, world, rank, z.device), masks)
-        return MaskedSimilarities(sim, pos_mask, neg_mask, views=tuple(z.detach().chunk(num_views)))
+        return MaskedSimilarities(
+            sim,
+            pos_mask,
+            neg_mask,
+            views=tuple(z.detach().chunk(num_views)),
+            anchor_features=features,
+            anchor_labels=labels.repeat(num_views),
+        )

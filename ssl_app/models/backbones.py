@@ -1,4 +1,4 @@
-"""Backbones by name: torchvision ResNets (with the CIFAR stem) and a small CNN for CPU runs.
+"""Backbones by name: torchvision ResNets (with the CIFAR stem), the CIFAR ResNet-32 and a small CNN for CPU runs.
 
 Each builder returns ``(module, feature_dim)``; the module maps images [B, 3, H, W] to pooled
 features [B, feature_dim].
@@ -9,12 +9,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Literal, get_args
 
-from torch import nn
+import torch.nn.functional as F
+from torch import Tensor, nn
 from torchvision.models import resnet18, resnet50
 
 from ssl_app.errors import ConfigError
 
-BackboneName = Literal["small_cnn", "resnet18_cifar", "resnet18", "resnet50"]
+BackboneName = Literal["small_cnn", "resnet32_cifar", "resnet18_cifar", "resnet18", "resnet50"]
 NormName = Literal["batch", "group", "none"]
 
 
@@ -41,6 +42,51 @@ def small_cnn(norm: NormName = "batch") -> tuple[nn.Module, int]:
     return nn.Sequential(*layers), channels[-1]
 
 
+class _CifarBasicBlock(nn.Module):
+    """Two 3×3 conv-BN layers plus the parameter-free shortcut of He et al.'s CIFAR ResNets ("option A").
+
+    Where the block halves the resolution and widens the channels, the shortcut takes every
+    second pixel and pads the new channels with zeros, so it adds no parameters.
+    """
+
+    def __init__(self, c_in: int, c_out: int, stride: int) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(c_in, c_out, 3, stride=stride, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(c_out)
+        self.conv2 = nn.Conv2d(c_out, c_out, 3, stride=1, padding=1, bias=False)
+        self.bn2 = nn.BatchNorm2d(c_out)
+        self.stride = stride
+        self.extra_channels = c_out - c_in
+
+    def forward(self, x: Tensor) -> Tensor:
+        out = F.relu(self.bn1(self.conv1(x)))
+        out = self.bn2(self.conv2(out))
+        shortcut = x[:, :, :: self.stride, :: self.stride] if self.stride > 1 else x
+        if self.extra_channels:
+            half = self.extra_channels // 2
+            shortcut = F.pad(shortcut, (0, 0, 0, 0, half, self.extra_channels - half))
+        return F.relu(out + shortcut)
+
+
+def resnet_cifar(blocks_per_stage: int, norm: NormName = "batch") -> tuple[nn.Module, int]:
+    """He et al. 2016's CIFAR ResNet of depth 6n + 2 (n = ``blocks_per_stage``): 3×3 stem with 16
+    channels, three stages of n basic blocks (16, 32, 64 channels, stride 1, 2, 2), global average
+    pool → 64-d. n = 5 is ResNet-32 (0.46M parameters), the backbone of the long-tail literature.
+    """
+    layers: list[nn.Module] = [nn.Conv2d(3, 16, 3, padding=1, bias=False), nn.BatchNorm2d(16), nn.ReLU(inplace=True)]
+    c_in = 16
+    for stage, c_out in enumerate((16, 32, 64)):
+        for block in range(blocks_per_stage):
+            layers.append(_CifarBasicBlock(c_in, c_out, stride=2 if stage > 0 and block == 0 else 1))
+            c_in = c_out
+    layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten()]
+    net = nn.Sequential(*layers)
+    for module in net.modules():
+        if isinstance(module, nn.Conv2d):
+            nn.init.kaiming_normal_(module.weight, mode="fan_out", nonlinearity="relu")
+    return net, 64
+
+
 def _torchvision_resnet(builder: Callable[..., nn.Module], feature_dim: int, cifar_stem: bool) -> tuple[nn.Module, int]:
     net = builder(weights=None)
     if cifar_stem:
@@ -53,6 +99,7 @@ def _torchvision_resnet(builder: Callable[..., nn.Module], feature_dim: int, cif
 
 BACKBONES: dict[str, Callable[..., tuple[nn.Module, int]]] = {
     "small_cnn": small_cnn,
+    "resnet32_cifar": lambda norm="batch": resnet_cifar(5),
     "resnet18_cifar": lambda norm="batch": _torchvision_resnet(resnet18, 512, cifar_stem=True),
     "resnet18": lambda norm="batch": _torchvision_resnet(resnet18, 512, cifar_stem=False),
     "resnet50": lambda norm="batch": _torchvision_resnet(resnet50, 2048, cifar_stem=False),

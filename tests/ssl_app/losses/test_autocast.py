@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from ssl_app.losses import HardContrastive, HardSimple, InfoNCE, Simple, SupCon
+from ssl_app.losses import HardContrastive, HardSimple, InfoNCE, PaCo, Simple, SupCon
 
 
 def _fp16_autocast_on_cpu() -> bool:
@@ -37,6 +37,8 @@ STRATEGIES = {
     "simple_lam": lambda tau: Simple(lam=0.1),
     "hard_simple": lambda tau: HardSimple(5),
     "supcon": lambda tau: SupCon(tau),
+    # The sample terms only (no centres); with centre logits: tests/ssl_app/losses/test_paco.py.
+    "paco": lambda tau: PaCo(tau, alpha=0.5),
 }
 
 

@@ -8,7 +8,7 @@
 2. End to end (embeddings → bf16 matmul → loss) the error is bounded by the Lipschitz constant of
    the loss in the max-norm of s times the measured bf16 rounding of s:
    |L(s̃) − L(s)| ≤ C · max|s̃ − s|, with C = 2/τ for the InfoNCE family (per anchor,
-   Σ_j |∂L_i/∂s_ij| = 2/τ · Σ_{k∈neg} P_ik ≤ 2/τ; SupCon averages such terms; top-k and quantile
+   Σ_j |∂L_i/∂s_ij| = 2/τ · Σ_{k∈neg} P_ik ≤ 2/τ; SupCon and centre-free PaCo average such terms; top-k and quantile
    selections keep the log-sum-exp 1-Lipschitz), C = 1 + λ·|neg| for Simple (λ = 1/|neg| by
    default), C = 2 for HardSimple. The bound is tight to a small factor, not a loose "finite".
 """
@@ -19,7 +19,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from ssl_app.losses import HardContrastive, HardSimple, InfoNCE, Simple, SupCon
+from ssl_app.losses import HardContrastive, HardSimple, InfoNCE, PaCo, Simple, SupCon
 
 BATCH, DIM = 16, 32
 N = 2 * BATCH
@@ -32,6 +32,8 @@ STRATEGIES = {
     "simple_lam": (lambda tau: Simple(lam=0.1), lambda tau, n_neg: 1 + 0.1 * n_neg),
     "hard_simple": (lambda tau: HardSimple(5), lambda tau, n_neg: 2.0),
     "supcon": (lambda tau: SupCon(tau), lambda tau, n_neg: 2 / tau),
+    # Without centres PaCo's weighted mean is SupCon (the weights α cancel).
+    "paco": (lambda tau: PaCo(tau, alpha=0.5), lambda tau, n_neg: 2 / tau),
 }
 
 

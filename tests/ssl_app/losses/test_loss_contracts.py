@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from ssl_app.errors import ConfigError
-from ssl_app.losses import HardContrastive, HardSimple, InfoNCE, Simple, SupCon
+from ssl_app.losses import HardContrastive, HardSimple, InfoNCE, PaCo, Simple, SupCon
 from ssl_app.losses.base import check_temperature
 from ssl_app.losses.hard_contrastive import upper_quantile_negatives
 
@@ -26,8 +26,13 @@ from ssl_app.losses.hard_contrastive import upper_quantile_negatives
         (lambda: Simple(), {"lam": None}, "Simple(lam=None)"),
         (lambda: Simple(lam=0.25), {"lam": 0.25}, "Simple(lam=0.25)"),
         (lambda: HardSimple(9), {"num_negatives": 9}, "HardSimple(num_negatives=9)"),
+        (
+            lambda: PaCo(),
+            {"temperature": 0.05, "alpha": 0.05, "normalise_weights": True},
+            "PaCo(temperature=0.05, alpha=0.05, normalise_weights=True)",
+        ),
     ],
-    ids=["InfoNCE", "SupCon", "Hard-topk", "Hard-quantile", "Simple", "Simple-lam", "HardSimple"],
+    ids=["InfoNCE", "SupCon", "Hard-topk", "Hard-quantile", "Simple", "Simple-lam", "HardSimple", "PaCo"],
 )
 def test_hparams_and_repr_name_the_strategy_settings(build, hparams, text):
     """Catches run reports / reprs that mislabel or drop a hyper-parameter (or the documented defaults changing)."""
@@ -44,7 +49,7 @@ def test_hard_contrastive_reports_only_the_selection_it_uses():
 
 def test_stats_are_empty_before_the_first_call():
     """Catches ``last_stats`` unset until forward (a method logging it first would crash)."""
-    for loss in (InfoNCE(), HardContrastive(num_negatives=2), Simple(), HardSimple(2), SupCon()):
+    for loss in (InfoNCE(), HardContrastive(num_negatives=2), Simple(), HardSimple(2), SupCon(), PaCo()):
         assert loss.last_stats == {}
 
 

@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from ssl_app.losses import HardContrastive, HardSimple, InfoNCE, Simple, SupCon
+from ssl_app.losses import HardContrastive, HardSimple, InfoNCE, PaCo, Simple, SupCon
 from ssl_app.methods import MemoryBank, MoCo, SimCLR
 from tests.helpers import tiny_data, tiny_trainer
 
@@ -18,6 +18,8 @@ LOSSES = {
     "Simple": lambda: Simple(),
     "HardSimple": lambda: HardSimple(num_negatives=4),
     "SupCon": lambda: SupCon(temperature=0.01),
+    # tiny_data: 16 training images per class; the classifier's width is the datamodule's 3 classes.
+    "PaCo": lambda: PaCo(temperature=0.01, alpha=0.05, class_counts=[16, 16, 16]),
 }
 METHODS = {
     "SimCLR": (SimCLR, {}),
@@ -29,7 +31,8 @@ METHODS = {
 def build(method: str, loss: str):
     torch.manual_seed(0)
     cls, options = METHODS[method]
-    return cls(loss=LOSSES[loss](), backbone="small_cnn", proj_hidden_dim=16, proj_dim=8, **options)
+    centres = {"num_classes": 3} if loss == "PaCo" else {}  # the fp16 loop below runs without a Trainer
+    return cls(loss=LOSSES[loss](), backbone="small_cnn", proj_hidden_dim=16, proj_dim=8, **options, **centres)
 
 
 @pytest.mark.parametrize("method", METHODS)
@@ -59,7 +62,7 @@ def test_fp16_autocast_with_a_gradient_scaler_stays_finite_at_small_temperature(
         optimizer.zero_grad()
         with torch.autocast("cpu", dtype=torch.float16):
             contrast = model.contrast(batch)
-            loss_value = model.loss(contrast.sim, contrast.pos_mask, contrast.neg_mask)
+            loss_value = model.compute_loss(contrast)
         assert loss_value.dtype == torch.float32 and torch.isfinite(loss_value), step
         scale = scaler.get_scale()
         scaler.scale(loss_value).backward()

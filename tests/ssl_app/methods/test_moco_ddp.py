@@ -15,7 +15,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 import torch.nn.functional as F
 
-from ssl_app.losses import InfoNCE
+from ssl_app.losses import InfoNCE, PaCo
 from ssl_app.methods import MemoryBank, MoCo
 
 pytestmark = pytest.mark.slow  # real processes (gloo); see docs/testing.md
@@ -28,10 +28,11 @@ BANK = 20
 PROJ = 16
 
 
-def make_moco(symmetric: bool = False, norm: str = "group") -> MoCo:
+def make_moco(symmetric: bool = False, norm: str = "group", paco: bool = False) -> MoCo:
     torch.manual_seed(0)
     return MoCo(
-        loss=InfoNCE(temperature=0.2),
+        loss=PaCo(temperature=0.2, alpha=0.5, class_counts=[5, 3, 2]) if paco else InfoNCE(temperature=0.2),
+        num_classes=3 if paco else None,
         backbone="small_cnn",
         backbone_norm=norm,
         proj_layers=2,
@@ -80,7 +81,7 @@ def drive(model, rank: int, world: int, steps: int) -> dict:
             data = rank_slice(data, rank)
         optimizer.zero_grad()
         contrast = model.contrast(data)
-        loss = model.loss(contrast.sim, contrast.pos_mask, contrast.neg_mask)
+        loss = model.compute_loss(contrast)
         loss.backward()
         average_gradients(model, world)
         if step == 0:
@@ -134,6 +135,7 @@ def _worker(rank: int, init_file: str, out_dir: str) -> None:
         results = {
             "moco": drive(make_moco(), rank, WORLD, STEPS),
             "moco_symmetric": drive(make_moco(symmetric=True), rank, WORLD, STEPS),
+            "moco_paco": drive(make_moco(paco=True), rank, WORLD, STEPS),
             "bank": drive(make_bank(), rank, WORLD, 2),
             "shuffle": shuffle_check(rank),
             "bn_keys": batch_norm_keys(rank),
@@ -158,6 +160,7 @@ def single():
         return {
             "moco": drive(make_moco(), 0, 1, STEPS),
             "moco_symmetric": drive(make_moco(symmetric=True), 0, 1, STEPS),
+            "moco_paco": drive(make_moco(paco=True), 0, 1, STEPS),
             "bank": drive(make_bank(), 0, 1, 2),
         }
     finally:
@@ -204,6 +207,18 @@ def test_two_ranks_equal_one_rank_with_the_double_batch(ranks, single):
     torch.testing.assert_close(sym["loss"], sym_ref["loss"], atol=1e-5, rtol=0)
     keys = sym["stored"][0][0].view(WORLD, 2, B, -1).transpose(0, 1).reshape(2 * WORLD * B, -1)
     torch.testing.assert_close(keys, sym_ref["stored"][0][0], atol=1e-5, rtol=1e-4)
+
+
+def test_paco_two_ranks_equal_one_rank_with_the_double_batch(ranks, single):
+    """Catches centre logits or label positives that differ under DDP (PaCo: every anchor has its own
+    centre, so the mean over ranks of the per-rank means is the global mean)."""
+    distributed, reference = ranks[0]["moco_paco"], single["moco_paco"]
+    torch.testing.assert_close(distributed["loss"], reference["loss"], atol=1e-5, rtol=0)
+    assert "classifier.weight" in reference["grads"] and distributed["grads"].keys() == reference["grads"].keys()
+    for name, grad in reference["grads"].items():
+        torch.testing.assert_close(distributed["grads"][name], grad, atol=1e-5, rtol=1e-4, msg=name)
+    for key, value in reference["state"].items():
+        torch.testing.assert_close(distributed["state"][key], value, atol=1e-5, rtol=1e-4, msg=key)
 
 
 def test_bank_updates_reach_every_rank_and_match_one_rank(ranks, single):
