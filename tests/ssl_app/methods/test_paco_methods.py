@@ -182,7 +182,7 @@ def test_training_moves_the_classifier_and_logs_its_accuracy(method, tmp_path):
     model = build(method, num_classes=3)
     before = model.classifier.weight.detach().clone()
     data = counted_data(reported=[30, 12, 6])
-    trainer = tiny_trainer(tmp_path, max_epochs=1, limit_train_batches=3, limit_val_batches=2)
+    trainer = tiny_trainer(tmp_path, max_epochs=1, limit_train_batches=3, limit_val_batches=2, log_every_n_steps=1)
     trainer.fit(model, data)
     expected = torch.log(torch.tensor([30, 12, 6]) / 48.0)
     torch.testing.assert_close(model.loss.log_prior, expected)
