@@ -21,7 +21,8 @@ same number of intra-op threads. Per step:
   its ``memory_bank_size`` queue, keys from a momentum copy updated by ``update_momentum``) →
   backward → optimiser step.
 
-Rounds alternate between all sides (``--steps`` steps each after a warm-up), so load from other
+Rounds alternate between all sides (``--steps`` steps each after a warm-up of at least 10 steps
+that also fills the MoCo queue), so load from other
 processes hits them alike; the ratio side/reference of images/s is reported per round with the
 median and the spread. No Trainer on either side: this measures the step, not Lightning's loop.
 Like ``python -m ssl_app``, the process keeps freed memory in malloc (``ssl_app.runtime``), which
@@ -152,11 +153,14 @@ def main() -> None:
         sides = [side(kind, args, variant) for variant in [None, *args.variants]]
         reference = reference_step(sides[0][2], kind, 0.5, args.queue)
         steps = {name: step for name, step, _ in sides} | {"reference": reference}
+        # Warm-up: until malloc's heap stops growing (~10 steps; no page faults after it) and the
+        # MoCo queue is full, as in any real run after its first steps; compiles the compile variant.
+        warm_up = max(10, -(-args.queue // args.batch) + 1)
         for name, step in steps.items():
             start = time.perf_counter()
-            timed(step, batch, 2)  # warm-up (fill the MoCo queues; compile)
+            timed(step, batch, warm_up)
             if name == "ours+compile":
-                print(f"  (compiling and 2 warm-up steps: {time.perf_counter() - start:.0f} s)")
+                print(f"  (compiling and {warm_up} warm-up steps: {time.perf_counter() - start:.0f} s)")
         rates: dict[str, list[float]] = {name: [] for name in steps}
         for _ in range(args.rounds):
             for name, step in steps.items():

@@ -100,9 +100,8 @@ def check_num_negatives(num_negatives: int, owner: str) -> int:
     return int(num_negatives)
 
 
-#: Stands in for the logits of excluded candidates: exp() of it is an exact 0 beside any real
-#: logit (|s/τ| ≤ 1/τ), and unlike -inf it keeps the log-sum-exp of a row with no candidate
-#: left, and its gradient, finite.
+#: Stands in for the logits of excluded candidates in the diagnostics: exp() of it is an exact 0
+#: beside any real logit (|s/τ| ≤ 1/τ), and unlike -inf, 0 · it is 0 in the entropy's sum.
 EXCLUDED_LOGIT = -1e30
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ssl_app.losses.base import EXCLUDED_LOGIT, ContrastiveLoss, check_temperature, negative_stats
+from ssl_app.losses.base import ContrastiveLoss, check_temperature, negative_stats
 
 
 def masked_info_nce(logits: Tensor, pos_mask: Tensor, neg_mask: Tensor) -> tuple[Tensor, Tensor]:
@@ -14,7 +14,6 @@ def masked_info_nce(logits: Tensor, pos_mask: Tensor, neg_mask: Tensor) -> tuple
     For anchor i with positives P(i) and negatives N(i), A(i) = P(i) ∪ N(i):
 
         L_i = -1/|P(i)| Σ_{p∈P(i)} [ l_ip − log Σ_{a∈A(i)} exp(l_ia) ]
-            = log Σ_{a∈A(i)} exp(l_ia) − mean_{p∈P(i)} l_ip
 
     With one positive this is ``-log(exp(l_ii) / (exp(l_ii) + Σ_k exp(l_ik)))``; with several
     it is SupCon's "L_out" form. Returns ``(L [N], has_positive [N] bool)``; anchors without a
@@ -23,10 +22,15 @@ def masked_info_nce(logits: Tensor, pos_mask: Tensor, neg_mask: Tensor) -> tuple
     logits = logits.float()
     num_pos = pos_mask.sum(dim=1)
     has_pos = num_pos > 0
-    # Four passes over [N, M] (select, log-sum-exp, select, sum): the loss is on every step's path.
-    log_denominator = torch.logsumexp(torch.where(pos_mask | neg_mask, logits, EXCLUDED_LOGIT), dim=1)
-    mean_positive = torch.where(pos_mask, logits, 0.0).sum(dim=1) / num_pos.clamp_min(1)
-    return (log_denominator - mean_positive).masked_fill(~has_pos, 0.0), has_pos
+    # Excluded entries become -inf, which exp() turns into 0 on its fast path (a large finite
+    # stand-in such as -1e30 sends exp() to its underflow path, ~4× slower per entry:
+    # benchmarks/README.md). A row without a positive has its excluded entries at 0 instead, so
+    # a row with no candidate at all keeps a finite log-softmax and gradient; its loss is masked
+    # out below. The fused log-softmax is the cheapest form of this on every step's path.
+    fill = torch.where(has_pos, float("-inf"), 0.0).unsqueeze(1)
+    log_prob = torch.log_softmax(torch.where(pos_mask | neg_mask, logits, fill), dim=1)
+    per_anchor = -torch.where(pos_mask, log_prob, 0.0).sum(dim=1) / num_pos.clamp_min(1)
+    return per_anchor.masked_fill(~has_pos, 0.0), has_pos
 
 
 def mean_over_anchors(per_anchor: Tensor, has_pos: Tensor) -> Tensor:

@@ -223,3 +223,20 @@ def test_device_views_repeat_with_the_seed_and_differ_between_ranks(tmp_path):
         torch.manual_seed(0)
         draws.append(torch.rand(4, generator=dm.view_generator(torch.device("cpu"))))
     assert not torch.equal(draws[0], draws[1])
+
+
+def test_loaders_pin_memory_on_cuda_and_keep_their_workers_by_default(monkeypatch):
+    """Catches loaders that restart their workers every epoch (seconds per epoch with a big
+    data set) or copy to a GPU from pageable memory; one-off callback loaders keep no workers."""
+    from tests.helpers import tiny_data
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    data = tiny_data(num_workers=2)
+    data.setup("fit")
+    for loader in (data.train_dataloader(), data.val_dataloader()):
+        assert loader.persistent_workers and loader.pin_memory and loader.num_workers == 2
+    assert not data.embedding_dataloader("val").persistent_workers
+    single = tiny_data(num_workers=0, pin_memory=False)
+    single.setup("fit")
+    loader = single.train_dataloader()
+    assert not loader.persistent_workers and not loader.pin_memory
