@@ -34,10 +34,16 @@ def build_run(config_args: list[str]) -> SSLCLI:
     )
 
 
-def take_batches(loader: Iterable, count: int) -> list[Any]:
-    """The first ``count`` batches of ``loader``, in memory."""
+def take_batches(loader: Iterable, count: int, datamodule: Any = None, views: int = 2) -> list[Any]:
+    """The first ``count`` batches of ``loader``, in memory; with a ``datamodule`` whose views are
+    made on the device (``augment_on: device``), as training batches (its views already made)."""
     batches = []
+    device_views = getattr(datamodule, "augment_on", "workers") == "device"
+    generator = torch.Generator().manual_seed(0)
     for batch in loader:
+        if device_views:
+            images, labels, indices = batch
+            batch = (datamodule.device_augmentation(images, views, generator=generator), labels, indices)
         batches.append(batch)
         if len(batches) == count:
             break

@@ -15,8 +15,10 @@ the start of validation to its end: the validation loop and the metric callbacks
 model's step (contrast, loss, backward, optimiser step) on batches of the same train loader held
 in memory, timed after the fit. With ``trainer.limit_train_batches`` the training part is scaled to
 the full epoch (time per batch × batches per epoch) before the evaluation share is computed,
-since the evaluation passes always cover whole splits. The first epoch is reported but excluded
-from the medians (workers starting, the first kNN bank).
+since the evaluation passes always cover whole splits, and the evaluation share is the time of
+all evaluations over that of the whole run (so a config that validates every n epochs is measured
+as it runs: use ``--epochs`` a multiple of n). The first epoch's training part is reported but
+left out of the rate and the mean (workers starting).
 """
 
 from __future__ import annotations
@@ -34,28 +36,43 @@ from lightning.pytorch.callbacks import Callback
 
 
 class EpochTimer(Callback):
-    """Wall time of each epoch's training part and evaluation part, and the images trained on."""
+    """Wall time of each epoch's training part and of each evaluation, and the images trained on."""
 
     def __init__(self) -> None:
-        self.epochs: list[dict[str, float]] = []
-        self._start = self._eval_start = 0.0
+        self.train: list[tuple[float, int]] = []  # per epoch: (seconds, images)
+        self.evaluations: list[dict[str, float]] = []  # per validation: seconds in all, in the loop
+        self._start = self._eval_start = self._loop_end = 0.0
         self._images = 0
+        self._in_epoch = False
 
     def on_train_epoch_start(self, trainer, pl_module) -> None:
-        self._start, self._images = time.perf_counter(), 0
+        self._start, self._images, self._in_epoch = time.perf_counter(), 0, True
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         self._images += batch[1].shape[0]
 
+    def _end_training_part(self) -> None:
+        if self._in_epoch:
+            self.train.append((time.perf_counter() - self._start, self._images))
+            self._in_epoch = False
+
     def on_validation_start(self, trainer, pl_module) -> None:
         if not trainer.sanity_checking:
-            self._eval_start = time.perf_counter()
+            self._end_training_part()
+            self._eval_start = self._loop_end = time.perf_counter()
+
+    def on_validation_batch_end(self, trainer, pl_module, *args, **kwargs) -> None:
+        self._loop_end = time.perf_counter()  # the last one: the validation loop's batches are done
 
     def on_validation_end(self, trainer, pl_module) -> None:
-        if trainer.sanity_checking:
-            return
-        end = time.perf_counter()
-        self.epochs.append({"train": self._eval_start - self._start, "eval": end - self._eval_start, "images": self._images})
+        if not trainer.sanity_checking:
+            end = time.perf_counter()
+            self.evaluations.append(
+                {"epoch": trainer.current_epoch, "eval": end - self._eval_start, "loop": self._loop_end - self._eval_start}
+            )
+
+    def on_train_epoch_end(self, trainer, pl_module) -> None:
+        self._end_training_part()  # epochs without validation
 
 
 def main() -> None:
@@ -82,7 +99,7 @@ def main() -> None:
     cli.trainer.fit(cli.model, cli.datamodule)
 
     model, datamodule, trainer = cli.model, cli.datamodule, cli.trainer
-    batches = take_batches(datamodule.train_dataloader(), args.bare_batches)
+    batches = take_batches(datamodule.train_dataloader(), args.bare_batches, datamodule, model.train_views)
     bare = bare_step_rate(model, batches)
     full_batches = len(datamodule.train_dataloader())
     limited = trainer.num_training_batches
@@ -91,20 +108,21 @@ def main() -> None:
         f"{' + '.join(args.config)} {' '.join(args.set)}: {type(model).__name__}/{model.hparams['backbone']}, "
         f"batch {datamodule.batch_size}, {datamodule.num_workers} workers; train part scaled ×{scale:.2f} to a full epoch"
     )
-    rows = []
-    for number, epoch in enumerate(timer.epochs):
-        rate = epoch["images"] / epoch["train"]
-        share = epoch["eval"] / (epoch["train"] * scale + epoch["eval"])
-        rows.append((rate, share))
+    for number, (seconds, images) in enumerate(timer.train):
+        print(f"  epoch {number}: training part {seconds:.2f} s, {images / seconds:.0f} img/s in the loop")
+    for evaluation in timer.evaluations:
         print(
-            f"  epoch {number}: train {epoch['train']:.1f} s ({rate:.0f} img/s in the loop), eval {epoch['eval']:.1f} s, "
-            f"eval share of the epoch {100 * share:.0f}%"
+            f"  evaluation after epoch {evaluation['epoch']}: {evaluation['eval']:.2f} s (validation batches "
+            f"{evaluation['loop']:.2f} s, then the callbacks {evaluation['eval'] - evaluation['loop']:.2f} s)"
         )
-    steady = rows[1:] or rows
-    rate, share = statistics.median(r for r, _ in steady), statistics.median(s for _, s in steady)
+    steady = timer.train[1:] or timer.train  # epoch 0 starts the workers
+    rate = statistics.median(images / seconds for seconds, images in steady)
+    train_time = statistics.mean(seconds for seconds, _ in steady) * scale * len(timer.train)
+    eval_time = sum(evaluation["eval"] for evaluation in timer.evaluations)
     print(
-        f"  in-loop {rate:.0f} img/s vs bare step {bare:.0f} img/s: ratio {rate / bare:.2f}; "
-        f"evaluation share {100 * share:.0f}% (median of epochs 1+)"
+        f"  in-loop {rate:.0f} img/s vs bare step {bare:.0f} img/s: ratio {rate / bare:.2f}; evaluation "
+        f"{100 * eval_time / (train_time + eval_time):.0f}% of the run's time ({len(timer.train)} epochs, "
+        f"{len(timer.evaluations)} evaluation(s); training scaled to full epochs)"
     )
 
 

@@ -11,7 +11,13 @@ from lightning.pytorch.utilities import rank_zero_info
 from torch.utils.data import DataLoader, Dataset, Subset
 
 from datamodules.augment import ViewAugmentation
-from datamodules.device_augment import BatchViewAugmentation, UnaugmentedImages, check_one_size, collate_images
+from datamodules.device_augment import (
+    AugmentingCollate,
+    BatchViewAugmentation,
+    UnaugmentedImages,
+    check_one_size,
+    collate_images,
+)
 from datamodules.long_tail import (
     check_imbalance_factor,
     class_counts,
@@ -26,7 +32,7 @@ from ssl_app.errors import ConfigError
 
 Split = Literal["train", "val", "test"]
 #: Where the training views are made: in the DataLoader workers (PIL), or on the batch's device.
-AugmentOn = Literal["workers", "device"]
+AugmentOn = Literal["workers", "workers_batched", "device"]
 #: Training views per sample when the method does not say (``train_views``): SimCLR and MoCo use 2.
 DEFAULT_TRAIN_VIEWS = 2
 SPLITS: tuple[str, ...] = get_args(Split)
@@ -72,6 +78,10 @@ class ContrastiveDataModule(LightningDataModule):
     Lightning adds the DistributedSampler to the three hook dataloaders under DDP;
     ``batch_size`` is per process.
 
+    With ``augment_on: workers_batched`` the workers load each image once as uint8 and make the
+    views of a whole batch at once (``device_augment.AugmentingCollate``), with the batched ops
+    that ``device`` runs on the device.
+
     With ``augment_on: device`` the training dataloader yields each image once, un-augmented, as
     uint8 ``[B, 3, H, W]`` (8× fewer bytes to copy than two float views), and
     :meth:`on_after_batch_transfer` makes the views on the device the batch was moved to
@@ -89,9 +99,10 @@ class ContrastiveDataModule(LightningDataModule):
         pin_memory: pin host memory for faster GPU copies; ``None``: when CUDA is available.
         imbalance_factor: IF = n_max / n_min of the long-tailed train split (>= 1; 1: the split as it is).
         imbalance_seed: which images each class keeps (LDAM's ``rand_number``).
-        augment_on: ``workers``: the training views are made in the DataLoader workers (PIL);
-            ``device``: on the training batch's device, batched (for GPU runs on small images,
-            where CPU workers cannot keep up).
+        augment_on: ``workers``: the training views are made in the DataLoader workers, image by
+            image (PIL); ``workers_batched``: in the workers, a whole batch at once with tensor ops
+            (the CPU's fastest: benchmarks/README.md); ``device``: on the training batch's device,
+            batched (for GPU runs on small images, where CPU workers cannot keep up).
     """
 
     #: The split a classifier's accuracy is measured on during ``fit`` (balanced, unlike train).
@@ -221,7 +232,7 @@ class ContrastiveDataModule(LightningDataModule):
 
     def train_dataloader(self) -> DataLoader:
         data: Dataset
-        if self.augment_on == "device":
+        if self.augment_on in ("device", "workers_batched"):
             data = UnaugmentedImages(self.dataset("train"))
             check_one_size(data, type(self).__name__)
         else:
@@ -233,7 +244,10 @@ class ContrastiveDataModule(LightningDataModule):
                 f"{type(self).__name__}: batch_size {self.batch_size} is larger than the train split "
                 f"per process ({len(data)} samples / {world_size} process(es)); lower batch_size"
             )
-        collate = collate_images if self.augment_on == "device" else None
+        collate = {
+            "device": collate_images,
+            "workers_batched": AugmentingCollate(self.augmentation, self.train_views()),
+        }.get(self.augment_on)
         return self._loader(data, shuffle=True, drop_last=True, collate_fn=collate)
 
     # --- views on the device (augment_on: device) --------------------------------------------

@@ -288,3 +288,21 @@ def collate_images(samples: list[tuple[Tensor, int, int]]) -> tuple[Tensor, Tens
             "set augment_on: workers for this data, or resize the images to one size on disk"
         )
     return torch.stack(images), torch.tensor(labels, dtype=torch.int64), torch.tensor(indices, dtype=torch.int64)
+
+
+class AugmentingCollate:
+    """A DataLoader ``collate_fn`` that stacks uint8 images and makes their views for the whole batch
+    at once in the worker (``augment_on: workers_batched``): the batched ops of
+    :class:`BatchViewAugmentation` on the CPU, beside the training step rather than between steps.
+
+    Draws from the worker's torch RNG, which the DataLoader seeds per worker and epoch (as the
+    PIL path's transforms do).
+    """
+
+    def __init__(self, augmentation: ViewAugmentation, num_views: int) -> None:
+        self.views = BatchViewAugmentation(augmentation)
+        self.num_views = num_views
+
+    def __call__(self, samples: list[tuple[Tensor, int, int]]) -> tuple[list[Tensor], Tensor, Tensor]:
+        images, labels, indices = collate_images(samples)
+        return self.views(images, self.num_views), labels, indices

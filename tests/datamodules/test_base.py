@@ -240,3 +240,32 @@ def test_loaders_pin_memory_on_cuda_and_keep_their_workers_by_default(monkeypatc
     single.setup("fit")
     loader = single.train_dataloader()
     assert not loader.persistent_workers and not loader.pin_memory
+
+
+@pytest.mark.parametrize("workers", [0, 1])
+@pytest.mark.parametrize("train_views", [1, 2])
+def test_workers_batched_makes_the_method_s_views_in_the_loader(workers, train_views, tmp_path):
+    """Catches ``workers_batched`` handing uint8 images to the method (views never made), the
+    wrong number of views, labels detached from their images, or views that repeat each epoch;
+    validation keeps the worker path's fixed views."""
+    batched = fit_and_record(tmp_path, "workers_batched", train_views=train_views)
+    views, labels, index = batched.batches["train"]
+    assert isinstance(views, list) and len(views) == train_views
+    for view in views:
+        assert view.shape == (8, 3, 32, 32) and view.dtype == torch.float32 and view.min() < 0
+    data = small_module().dataset("train")
+    assert labels.tolist() == [data[i][1] for i in index.tolist()]
+    workers_path = fit_and_record(tmp_path, "workers", train_views=train_views)
+    for got, expected in zip(batched.batches["val"][0], workers_path.batches["val"][0]):
+        assert torch.equal(got, expected)
+    dm = small_module(augment_on="workers_batched", num_workers=workers)
+    dm.train_views = lambda: 2
+    torch.manual_seed(0)
+    epochs = []
+    for _ in range(2):  # the first view of every sample, per epoch
+        seen = {}
+        for views, _, index in dm.train_dataloader():
+            seen.update({int(i): v for i, v in zip(index, views[0])})
+        epochs.append(seen)
+    shared = sorted(set(epochs[0]) & set(epochs[1]))
+    assert shared and all(not torch.equal(epochs[0][i], epochs[1][i]) for i in shared)  # fresh views each epoch
