@@ -33,13 +33,14 @@ CASES = {
 }
 
 
-def loader_rate(datamodule, batches: int) -> tuple[float, list]:
-    """Images per second of the train loader (timed from its first batch on) and its batches."""
+def loader_rate(datamodule, batches: int, views: int) -> tuple[float, list]:
+    """Images per second of the train loader (timed from its first batch on) and its batches; with
+    ``augment_on: device``, the views made from each batch on the device count as loading."""
     loader = datamodule.train_dataloader()
     iterator = iter(loader)
-    first = next(iterator)  # workers started, first batch delivered
+    first = take_batches([next(iterator)], 1, datamodule, views)[0]  # workers started, first batch delivered
     start = time.perf_counter()
-    taken = [first] + take_batches(iterator, batches)
+    taken = [first] + take_batches(iterator, batches, datamodule, views)
     elapsed = time.perf_counter() - start
     images = sum(batch[1].shape[0] for batch in taken[1:])
     del iterator, loader  # stop the workers before the step is timed
@@ -52,21 +53,23 @@ def run_case(name: str, args: argparse.Namespace) -> None:
         config.append(f"--data.init_args.root={args.cifar10_root}")
     cli = build_run(config[1:] if config[0] == "fit" else config)
     model, datamodule = cli.model, cli.datamodule
-    model.setup("fit") if not name.endswith("memory_bank") else None
     if name.endswith("memory_bank"):
         model.bank.resize(datamodule.num_samples("train"))
+    else:
+        model.setup("fit")
     datamodule.train_views = lambda: model.train_views  # no Trainer attached: ask the method directly
     datamodule.setup("fit")
     loaders, steps = [], []
     for _ in range(args.rounds):
-        rate, batches = loader_rate(datamodule, args.batches)
+        rate, batches = loader_rate(datamodule, args.batches, model.train_views)
         loaders.append(rate)
         steps.append(bare_step_rate(model, batches[1:]))
     loader, step = statistics.median(loaders), statistics.median(steps)
     ratios = [a / b for a, b in zip(loaders, steps)]
     print(
         f"{name}: {type(model).__name__}/{model.hparams['backbone']}, batch {datamodule.batch_size}, "
-        f"{datamodule.num_workers} workers, {model.train_views} view(s): loader {loader:.0f} img/s, step {step:.0f} img/s, "
+        f"{datamodule.num_workers} workers, views made on {datamodule.augment_on}, {model.train_views} view(s): "
+        f"loader {loader:.0f} img/s, step {step:.0f} img/s, "
         f"loader/step {statistics.median(ratios):.2f} (spread {min(ratios):.2f}–{max(ratios):.2f})"
     )
 
