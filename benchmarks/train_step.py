@@ -21,8 +21,8 @@ same number of intra-op threads. Per step:
   its ``memory_bank_size`` queue, keys from a momentum copy updated by ``update_momentum``) →
   backward → optimiser step.
 
-Rounds alternate between all sides (``--steps`` steps each after a warm-up of at least 10 steps
-that also fills the MoCo queue), so load from other
+Rounds alternate between all sides (``--steps`` steps each after ``--warm-up`` untimed steps;
+ours starts with a full MoCo queue, as lightly's bank does), so load from other
 processes hits them alike; the ratio side/reference of images/s is reported per round with the
 median and the spread. No Trainer on either side: this measures the step, not Lightning's loop.
 Like ``python -m ssl_app``, the process keeps freed memory in malloc (``ssl_app.runtime``), which
@@ -122,6 +122,9 @@ def side(kind: str, args, variant: str | None):
     options = {"channels_last": variant == "channels_last", "compile": variant == "compile"}
     method = build(kind, args.backbone, 0.5, args.queue, **options)
     optimizer = torch.optim.SGD(method.parameters(), lr=0.06, momentum=0.9, weight_decay=5e-4)
+    if isinstance(method, MoCo):  # a full queue, as after the first steps of a run (lightly's bank starts full)
+        keys = F.normalize(torch.randn(args.queue, method.embedding_dim, generator=torch.Generator().manual_seed(1)), dim=1)
+        method.queue.enqueue(keys, torch.full((args.queue,), -1))
     log_every = 1 if variant == "stats_every_step" else args.log_every
     return f"ours+{variant}" if variant else "ours", ours_step(method, optimizer, log_every), method
 
@@ -144,6 +147,7 @@ def main() -> None:
     parser.add_argument("--queue", type=int, default=4096)
     parser.add_argument("--log-every", type=int, default=50, help="diagnostics every N steps (the Trainer's log_every_n_steps)")
     parser.add_argument("--variants", nargs="*", default=[], choices=VARIANTS)
+    parser.add_argument("--warm-up", type=int, default=10, help="untimed steps per side first")
     args = parser.parse_args()
     keep_freed_memory()
     torch.set_num_threads(args.threads)
@@ -153,9 +157,9 @@ def main() -> None:
         sides = [side(kind, args, variant) for variant in [None, *args.variants]]
         reference = reference_step(sides[0][2], kind, 0.5, args.queue)
         steps = {name: step for name, step, _ in sides} | {"reference": reference}
-        # Warm-up: until malloc's heap stops growing (~10 steps; no page faults after it) and the
-        # MoCo queue is full, as in any real run after its first steps; compiles the compile variant.
-        warm_up = max(10, -(-args.queue // args.batch) + 1)
+        # Warm-up: until malloc's heap stops growing (~10 steps; no page faults after it), as in any
+        # real run after its first steps; compiles the compile variant.
+        warm_up = args.warm_up
         for name, step in steps.items():
             start = time.perf_counter()
             timed(step, batch, warm_up)

@@ -193,19 +193,25 @@ def fit_and_record(tmp_path, augment_on, seed=0, **attributes):
     return module
 
 
-@pytest.mark.parametrize("train_views", [1, 3])
-def test_device_views_are_made_after_the_transfer_for_training_only(train_views, tmp_path):
-    device = fit_and_record(tmp_path, "device", train_views=train_views)
+def assert_batched_training_views(tmp_path, augment_on, train_views):
+    """The method got ``train_views`` normalised float views with their own labels, and validation
+    (with the sanity check before it) the worker path's fixed views; returns the recorder."""
+    recorded = fit_and_record(tmp_path, augment_on, train_views=train_views)
     workers = fit_and_record(tmp_path, "workers", train_views=train_views)
-    views, labels, index = device.batches["train"]
+    views, labels, index = recorded.batches["train"]
     assert isinstance(views, list) and len(views) == train_views
     for view in views:
         assert view.shape == (8, 3, 32, 32) and view.dtype == torch.float32 and view.min() < 0
     data = small_module().dataset("train")
     assert labels.tolist() == [data[i][1] for i in index.tolist()]
-    # Validation (and the sanity check before it) keeps the worker path's fixed views.
-    for got, expected in zip(device.batches["val"][0], workers.batches["val"][0]):
+    for got, expected in zip(recorded.batches["val"][0], workers.batches["val"][0]):
         assert torch.equal(got, expected)
+    return recorded
+
+
+@pytest.mark.parametrize("train_views", [1, 3])
+def test_device_views_are_made_after_the_transfer_for_training_only(train_views, tmp_path):
+    device = assert_batched_training_views(tmp_path, "device", train_views)
     assert device.seen == {"train": {train_views}, "val": {2}}
 
 
@@ -248,16 +254,7 @@ def test_workers_batched_makes_the_method_s_views_in_the_loader(workers, train_v
     """Catches ``workers_batched`` handing uint8 images to the method (views never made), the
     wrong number of views, labels detached from their images, or views that repeat each epoch;
     validation keeps the worker path's fixed views."""
-    batched = fit_and_record(tmp_path, "workers_batched", train_views=train_views)
-    views, labels, index = batched.batches["train"]
-    assert isinstance(views, list) and len(views) == train_views
-    for view in views:
-        assert view.shape == (8, 3, 32, 32) and view.dtype == torch.float32 and view.min() < 0
-    data = small_module().dataset("train")
-    assert labels.tolist() == [data[i][1] for i in index.tolist()]
-    workers_path = fit_and_record(tmp_path, "workers", train_views=train_views)
-    for got, expected in zip(batched.batches["val"][0], workers_path.batches["val"][0]):
-        assert torch.equal(got, expected)
+    assert_batched_training_views(tmp_path, "workers_batched", train_views)
     dm = small_module(augment_on="workers_batched", num_workers=workers)
     dm.train_views = lambda: 2
     torch.manual_seed(0)
