@@ -209,14 +209,14 @@ class MoCo(ContrastiveMethod):
             (features, queries), keys = self.embed_anchors(views[0]), self.global_keys(views[1])
         anchor_labels = labels.repeat(query_views)
         key_labels = distributed.gather(anchor_labels)
-        # Asymmetric: queries are view 0, keys view 1; symmetric: own-view keys are "self".
-        key_view = 0 if self.symmetric else 1
-        candidates = Members.cat(
-            gathered_views(batch_size, query_views, key_labels, world, device, first_view=key_view),
-            unmatched(self.queue_size, self.queue.labels, device),
-        )
 
         def masks() -> tuple[Tensor, Tensor]:
+            # Asymmetric: queries are view 0, keys view 1; symmetric: own-view keys are "self".
+            key_view = 0 if self.symmetric else 1
+            candidates = Members.cat(
+                gathered_views(batch_size, query_views, key_labels, world, device, first_view=key_view),
+                unmatched(self.queue_size, self.queue.labels, device),
+            )
             usable = torch.cat([torch.ones(keys.shape[0], dtype=torch.bool, device=device), self.queue.valid()])
             return contrast_masks(
                 views_of(rank * batch_size, batch_size, query_views, labels, device), candidates, self.loss.uses_labels, usable
