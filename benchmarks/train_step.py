@@ -1,25 +1,30 @@
 """Images per second of one training step: this application's SimCLR and MoCo steps against the
 same steps written directly with lightly's building blocks, side by side in one process.
 
-    python benchmarks/train_step.py                                  # small_cnn, batch 256, 6 rounds
+    python benchmarks/train_step.py                                  # small_cnn, batch 256, 10 rounds
     python benchmarks/train_step.py --backbone resnet18_cifar --batch 128 --rounds 4
-    python benchmarks/train_step.py --variants stats_every_step channels_last compile
+    python benchmarks/train_step.py --like-for-like --variants stats_every_step compile
 
 Both sides use the same backbone and projection-head modules (the reference gets deep copies
 with the same weights), the same batch of two 32×32 views, SGD with the same settings, and the
 same number of intra-op threads. Per step:
 
-- ``ours``: ``method.contrast(batch)`` → ``method.loss(sim, pos_mask, neg_mask)`` → backward →
-  optimiser step; MoCo adds its EMA update and its queue update (``on_after_backward``). The
-  loss diagnostics (``last_stats``) are computed on one step in ``--log-every`` (50: Lightning's
-  default ``log_every_n_steps``), as inside the Trainer, which computes them only on the steps
-  whose values it logs.
-- variants of ours (``--variants``), each timed in the same rounds: ``stats_every_step`` (the
-  diagnostics on every step), ``channels_last`` (weights and images in NHWC: the method option
-  of that name), ``compile`` (``torch.compile`` of the backbones; compiled before timing).
+- ``ours``: the method as the application builds it (its defaults, ``setup("fit")`` applied:
+  on the CPU that includes ``channels_last: auto`` → NHWC), then ``method.contrast(batch)`` →
+  ``method.loss(sim, pos_mask, neg_mask)`` → backward → optimiser step; MoCo adds its EMA update
+  and its queue update (``on_after_backward``). The loss diagnostics (``last_stats``) are
+  computed on one step in ``--log-every`` (50: Lightning's default ``log_every_n_steps``), as
+  inside the Trainer, which computes them only on the steps whose values it logs.
 - ``reference``: ``z = normalize(head(backbone(views)))`` → lightly's ``NTXentLoss`` (MoCo: with
   its ``memory_bank_size`` queue, keys from a momentum copy updated by ``update_momentum``) →
-  backward → optimiser step.
+  backward → optimiser step, in PyTorch's default (NCHW) layout, as one writes it with lightly.
+- ``--like-for-like`` adds the two comparisons in one layout: ``ours+contiguous`` (ours with
+  ``channels_last: false``) against ``reference``, and ``reference+channels_last`` (the reference
+  with NHWC modules and images) against ``ours``. They separate what the application's code
+  costs from what its layout default gains.
+- variants of ours (``--variants``), each timed in the same rounds and against ``reference``:
+  ``stats_every_step`` (the diagnostics on every step), ``contiguous`` (NCHW), ``compile``
+  (``torch.compile`` of the backbones; compiled before timing).
 
 Rounds alternate between all sides (``--steps`` steps each after ``--warm-up`` untimed steps;
 ours starts with a full MoCo queue, as lightly's bank does), so load from other
@@ -45,7 +50,7 @@ from ssl_app.losses import InfoNCE
 from ssl_app.methods import MoCo, SimCLR
 from ssl_app.runtime import keep_freed_memory
 
-VARIANTS = ("stats_every_step", "channels_last", "compile")
+VARIANTS = ("stats_every_step", "contiguous", "compile")
 
 
 def make_batch(batch: int, size: int = 32) -> tuple:
@@ -73,16 +78,22 @@ def ours_step(method, optimizer, log_every: int):
     return step
 
 
-def reference_step(method, kind: str, temperature: float, queue: int):
-    backbone, head = copy.deepcopy(method.backbone), copy.deepcopy(method.projection_head)
+def reference_step(method, kind: str, temperature: float, queue: int, channels_last: bool = False):
+    layout = torch.channels_last if channels_last else torch.contiguous_format
+    backbone = copy.deepcopy(method.backbone).to(memory_format=layout)
+    head = copy.deepcopy(method.projection_head)
     params = list(backbone.parameters()) + list(head.parameters())
     optimizer = torch.optim.SGD(params, lr=0.06, momentum=0.9, weight_decay=5e-4)
+
+    def encode(encoder, images):
+        return F.normalize(encoder[1](encoder[0](images.contiguous(memory_format=layout))), dim=1)
+
     if kind == "simclr":
         criterion = NTXentLoss(temperature=temperature)
 
         def step(batch):
             optimizer.zero_grad(set_to_none=True)
-            z0, z1 = (F.normalize(head(backbone(v)), dim=1) for v in batch[0])
+            z0, z1 = (encode((backbone, head), v) for v in batch[0])
             criterion(z0, z1).backward()
             optimizer.step()
 
@@ -94,9 +105,9 @@ def reference_step(method, kind: str, temperature: float, queue: int):
 
     def step(batch):
         optimizer.zero_grad(set_to_none=True)
-        query = F.normalize(head(backbone(batch[0][0])), dim=1)
+        query = encode((backbone, head), batch[0][0])
         with torch.no_grad():
-            key = F.normalize(key_head(key_backbone(batch[0][1])), dim=1)
+            key = encode((key_backbone, key_head), batch[0][1])
         criterion(query, key).backward()
         optimizer.step()
         update_momentum(backbone, key_backbone, 0.99)
@@ -119,7 +130,7 @@ def build(kind: str, backbone: str, temperature: float, queue: int, **options):
 
 def side(kind: str, args, variant: str | None):
     """``(name, step)`` of ours in ``variant`` (``None``: the defaults), on a fresh copy of the model."""
-    options = {"channels_last": variant == "channels_last", "compile": variant == "compile"}
+    options = {"compile": variant == "compile"} | ({"channels_last": False} if variant == "contiguous" else {})
     method = build(kind, args.backbone, 0.5, args.queue, **options)
     optimizer = torch.optim.SGD(method.parameters(), lr=0.06, momentum=0.9, weight_decay=5e-4)
     if isinstance(method, MoCo):  # a full queue, as after the first steps of a run (lightly's bank starts full)
@@ -141,41 +152,46 @@ def main() -> None:
     parser.add_argument("--methods", nargs="+", default=["simclr", "moco"], choices=["simclr", "moco"])
     parser.add_argument("--backbone", default="small_cnn")
     parser.add_argument("--batch", type=int, default=256)
-    parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--queue", type=int, default=4096)
     parser.add_argument("--log-every", type=int, default=50, help="diagnostics every N steps (the Trainer's log_every_n_steps)")
     parser.add_argument("--variants", nargs="*", default=[], choices=VARIANTS)
+    parser.add_argument("--like-for-like", action="store_true", help="add ours+contiguous and reference+channels_last")
     parser.add_argument("--warm-up", type=int, default=10, help="untimed steps per side first")
     args = parser.parse_args()
     keep_freed_memory()
     torch.set_num_threads(args.threads)
     batch = make_batch(args.batch)
+    variants = list(dict.fromkeys(args.variants + (["contiguous"] if args.like_for_like else [])))
     print(f"{args.backbone}, batch {args.batch}, {args.threads} threads, {args.rounds} rounds × {args.steps} steps")
     for kind in args.methods:
-        sides = [side(kind, args, variant) for variant in [None, *args.variants]]
-        reference = reference_step(sides[0][2], kind, 0.5, args.queue)
-        steps = {name: step for name, step, _ in sides} | {"reference": reference}
+        sides = [side(kind, args, variant) for variant in [None, *variants]]
+        steps = {name: step for name, step, _ in sides} | {"reference": reference_step(sides[0][2], kind, 0.5, args.queue)}
+        # (side, the reference it is compared with)
+        pairs = [(name, "reference") for name, _, _ in sides]
+        if args.like_for_like:
+            steps["reference+channels_last"] = reference_step(sides[0][2], kind, 0.5, args.queue, channels_last=True)
+            pairs.append(("ours", "reference+channels_last"))
         # Warm-up: until malloc's heap stops growing (~10 steps; no page faults after it), as in any
         # real run after its first steps; compiles the compile variant.
-        warm_up = args.warm_up
         for name, step in steps.items():
             start = time.perf_counter()
-            timed(step, batch, warm_up)
+            timed(step, batch, args.warm_up)
             if name == "ours+compile":
-                print(f"  (compiling and {warm_up} warm-up steps: {time.perf_counter() - start:.0f} s)")
+                print(f"  (compiling and {args.warm_up} warm-up steps: {time.perf_counter() - start:.0f} s)")
         rates: dict[str, list[float]] = {name: [] for name in steps}
         for _ in range(args.rounds):
             for name, step in steps.items():
                 rates[name].append(timed(step, batch, args.steps))
-        for name in steps:
-            if name == "reference":
-                continue
-            ratios = [a / b for a, b in zip(rates[name], rates["reference"])]
+        layout = "NHWC" if sides[0][2].memory_format is torch.channels_last else "NCHW"
+        print(f"{kind}: ours at its defaults runs in {layout}")
+        for name, reference in pairs:
+            ratios = [a / b for a, b in zip(rates[name], rates[reference])]
             print(
-                f"{kind}: {name} {statistics.median(rates[name]):.0f} img/s, reference "
-                f"{statistics.median(rates['reference']):.0f} img/s, ratio {name}/reference median "
+                f"{kind}: {name} {statistics.median(rates[name]):.0f} img/s, {reference} "
+                f"{statistics.median(rates[reference]):.0f} img/s, ratio median "
                 f"{statistics.median(ratios):.2f} (spread {min(ratios):.2f}–{max(ratios):.2f})"
             )
 

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Optional
+
 import torch
 from torch import Tensor
 
-from ssl_app.losses.base import ContrastiveLoss, check_temperature, negative_stats
+from ssl_app.losses.base import EXCLUDED_LOGIT, ContrastiveLoss, check_temperature, negative_stats
 
 
 def masked_info_nce(logits: Tensor, pos_mask: Tensor, neg_mask: Tensor) -> tuple[Tensor, Tensor]:
@@ -31,6 +34,66 @@ def masked_info_nce(logits: Tensor, pos_mask: Tensor, neg_mask: Tensor) -> tuple
     log_prob = torch.log_softmax(torch.where(pos_mask | neg_mask, logits, fill), dim=1)
     per_anchor = -torch.where(pos_mask, log_prob, 0.0).sum(dim=1) / num_pos.clamp_min(1)
     return per_anchor.masked_fill(~has_pos, 0.0), has_pos
+
+
+@dataclass(frozen=True)
+class MaskPlan:
+    """What InfoNCE reads from a ``(pos_mask, neg_mask)`` pair, precomputed once for reused masks.
+
+    With ``bias`` = 0 on A(i) and a large negative constant elsewhere, and ``weight`` =
+    1/|P(i)| on P(i) (0 elsewhere, so 0 on whole rows without a positive):
+
+        loss = −Σ_i Σ_j weight_ij · log_softmax(s/τ + bias)_ij / anchors
+
+    equals :func:`masked_info_nce`'s mean: the bias makes exp() of an excluded entry an exact 0
+    (and, unlike −inf, leaves its log-probability finite, so 0 · it is 0). Per step that is one
+    fused add, one log-softmax and one weighted sum — no mask passes.
+    """
+
+    bias: Tensor  # [N, M] float32
+    weight: Tensor  # [N, M] float32
+    anchors: Tensor  # () float32: anchors with a positive, at least 1
+
+    @staticmethod
+    def of(pos_mask: Tensor, neg_mask: Tensor) -> MaskPlan:
+        num_pos = pos_mask.sum(dim=1, keepdim=True)
+        bias = torch.where(pos_mask | neg_mask, 0.0, EXCLUDED_LOGIT)
+        weight = pos_mask.float() / num_pos.clamp_min(1)
+        return MaskPlan(bias, weight, (num_pos > 0).sum().clamp_min(1).float())
+
+    def mean_loss(self, sim: Tensor, temperature: float) -> Tensor:
+        log_prob = torch.log_softmax(torch.add(self.bias, sim.float(), alpha=1.0 / temperature), dim=1)
+        return -torch.linalg.vecdot(log_prob, self.weight).sum() / self.anchors
+
+
+class MaskPlanCache:
+    """The :class:`MaskPlan` of the mask pair a loss saw last, built when the same pair comes back.
+
+    Methods hand the same mask tensors to every step when the masks depend only on shapes
+    (``ContrastiveMethod.cached_masks``), so the second call with the very same, unmodified
+    tensors builds the plan and later calls reuse it. Masks built anew each step (labels, a
+    filling queue) never match and cost nothing extra. Identity is checked with the tensors'
+    version counters, so masks edited in place are planned again; inference tensors (masks made
+    under ``torch.inference_mode``) have none and are never planned.
+    """
+
+    def __init__(self) -> None:
+        self._masks: Optional[tuple[Tensor, Tensor]] = None
+        self._versions: tuple[int, int] = (-1, -1)
+        self._plan: Optional[MaskPlan] = None
+
+    def get(self, pos_mask: Tensor, neg_mask: Tensor) -> Optional[MaskPlan]:
+        """The plan for these masks if they are the previous call's (``None`` the first time)."""
+        if pos_mask.is_inference() or neg_mask.is_inference():
+            return None  # no version counter to tell an edit; evaluation is not the hot path
+        versions = (pos_mask._version, neg_mask._version)
+        last = self._masks
+        if last is not None and last[0] is pos_mask and last[1] is neg_mask and self._versions == versions:
+            if self._plan is None:
+                self._plan = MaskPlan.of(pos_mask, neg_mask)
+            return self._plan
+        self._masks, self._versions, self._plan = (pos_mask, neg_mask), versions, None
+        return None
 
 
 def mean_over_anchors(per_anchor: Tensor, has_pos: Tensor) -> Tensor:
@@ -60,6 +123,7 @@ class InfoNCE(ContrastiveLoss):
     def __init__(self, temperature: float = 0.5) -> None:
         super().__init__()
         self.temperature = check_temperature(temperature, type(self).__name__)
+        self.mask_plans = MaskPlanCache()
 
     def hparams(self) -> dict[str, object]:
         return {"temperature": self.temperature}
@@ -67,7 +131,14 @@ class InfoNCE(ContrastiveLoss):
     def forward(self, sim: Tensor, pos_mask: Tensor, neg_mask: Tensor) -> Tensor:
         self.check_inputs(sim, pos_mask, neg_mask)
         with torch.autocast(device_type=sim.device.type, enabled=False):
-            logits = sim.float() / self.temperature
-            per_anchor, has_pos = masked_info_nce(logits, pos_mask, neg_mask)
-            self.last_stats = negative_stats(logits, sim, pos_mask, neg_mask) if self.stats_enabled else {}
-            return mean_over_anchors(per_anchor, has_pos)
+            plan = self.mask_plans.get(pos_mask, neg_mask)
+            if plan is not None:  # masks reused from the previous step (MaskPlanCache)
+                loss = plan.mean_loss(sim, self.temperature)
+            else:
+                per_anchor, has_pos = masked_info_nce(sim.float() / self.temperature, pos_mask, neg_mask)
+                loss = mean_over_anchors(per_anchor, has_pos)
+            if self.stats_enabled:
+                self.last_stats = negative_stats(sim.float() / self.temperature, sim, pos_mask, neg_mask)
+            else:
+                self.last_stats = {}
+            return loss

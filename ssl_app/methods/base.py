@@ -12,7 +12,7 @@ import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Optional, Union
+from typing import Any, Literal, Optional, Union
 
 import lightning as L
 import torch
@@ -73,8 +73,11 @@ class ContrastiveMethod(L.LightningModule, ABC):
         proj_batch_norm: BatchNorm inside an MLP head.
         optim: optimiser and learning-rate schedule (``ssl_app.optim.Optimization``).
         channels_last: keep the encoders' weights and input images in the channels-last memory
-            layout (NHWC), which convolution kernels of CPUs and of GPUs with tensor cores run
-            faster on (benchmarks/README.md has the measured effect).
+            layout (NHWC): ``true``, ``false``, or ``auto`` (the default: NHWC when the run
+            trains on the CPU, where every shipped backbone's step is 1.1–1.8× faster with it —
+            benchmarks/README.md; the default layout on GPUs, where it has not been measured
+            here — set ``true`` there with mixed precision on tensor-core GPUs). The numbers
+            are the same either way to rounding, and checkpoints load into either layout.
         compile: compile the backbone(s) with ``torch.compile`` at the start of the run (the first
             steps then take longer while it compiles; needs a C++ compiler on the CPU).
         num_classes: classes of the classifier that a loss with class centres (PaCo) needs;
@@ -100,13 +103,15 @@ class ContrastiveMethod(L.LightningModule, ABC):
         proj_layers: int = 2,
         proj_batch_norm: bool = True,
         optim: Optimization = Optimization(),
-        channels_last: bool = False,
+        channels_last: Union[bool, Literal["auto"]] = "auto",
         compile: bool = False,
         num_classes: Optional[int] = None,
     ) -> None:
         super().__init__()
         if not isinstance(loss, ContrastiveLoss):
             raise ConfigError(f"model.loss must be an ssl_app.losses strategy, got {type(loss).__name__}")
+        if not (isinstance(channels_last, bool) or channels_last == "auto"):
+            raise ConfigError(f"model.channels_last must be true, false or auto, got {channels_last!r}")
         if num_classes is not None and (isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 2):
             raise ConfigError(f"model.num_classes must be an int >= 2 or null, got {num_classes!r}")
         self.save_hyperparameters(ignore=["loss"])
@@ -117,7 +122,9 @@ class ContrastiveMethod(L.LightningModule, ABC):
         self.backbone, self.feature_dim = build_backbone(backbone, backbone_norm)
         self.projection_head = build_projection_head(self.feature_dim, proj_hidden_dim, proj_dim, proj_layers, proj_batch_norm)
         self._mask_cache: dict[tuple, tuple[Tensor, Tensor]] = {}
-        self.memory_format = torch.channels_last if channels_last else torch.contiguous_format
+        self.channels_last = channels_last
+        # The layout in force: "auto" stays contiguous until ``setup`` knows the device.
+        self.memory_format = torch.channels_last if channels_last is True else torch.contiguous_format
         self.compile_backbone = bool(compile)
         self._compiled = False
         self.classifier: Optional[nn.Linear] = None
@@ -153,12 +160,19 @@ class ContrastiveMethod(L.LightningModule, ABC):
         ``channels_last`` and ``compile`` (subclasses call this after changing modules)."""
         if self.loss.uses_centres and self._trainer is not None:
             self._setup_centres(stage)
+        if self.channels_last == "auto":
+            self.memory_format = torch.channels_last if self._training_device().type == "cpu" else torch.contiguous_format
         if self.memory_format is torch.channels_last:
             self.to(memory_format=torch.channels_last)
         if self.compile_backbone and not self._compiled:
             for module in self.backbones():
                 module.compile()  # in place: parameter names and checkpoints stay as they were
             self._compiled = True
+
+    def _training_device(self) -> torch.device:
+        """The Trainer's device (the model may not have moved there yet), else the parameters'."""
+        strategy = getattr(self._trainer, "strategy", None)
+        return strategy.root_device if strategy is not None else next(self.parameters()).device
 
     def embed_anchors(self, images: Tensor) -> tuple[Optional[Tensor], Tensor]:
         """``(features, z)`` of anchor images for ``contrast``: the backbone features only when the

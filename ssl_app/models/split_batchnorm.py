@@ -9,6 +9,8 @@ query, as Shuffling BN across S GPUs would (He et al. 2020; the remedy of MoCo's
 
 from __future__ import annotations
 
+from typing import Optional
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -47,22 +49,40 @@ class SplitBatchNorm(nn.modules.batchnorm._BatchNorm):
                 f"at least 2 samples; make the per-process batch size a multiple of model.split_bn_groups "
                 f"(now {s}) or lower split_bn_groups"
             )
-        rest = input.shape[2:]
-        # [S, G, C, ...] -> [G, S·C, ...]: channel block g holds group g, so one batch_norm call
-        # computes S independent sets of statistics.
-        grouped = input.reshape(s, n // s, c, *rest).transpose(0, 1).reshape(n // s, s * c, *rest)
         factor = self._average_factor()
         tracking = self.track_running_stats and self.running_mean is not None
-        mean = self.running_mean.repeat(s) if tracking else None
-        var = self.running_var.repeat(s) if tracking else None
-        weight = self.weight.repeat(s) if self.affine else None
-        bias = self.bias.repeat(s) if self.affine else None
-        out = F.batch_norm(grouped, mean, var, weight, bias, True, factor, self.eps)
+        # Every group starts from the running statistics and moves its own copy; their mean
+        # over groups is the new running statistic.
+        mean = self.running_mean.repeat(s).view(s, c) if tracking else None
+        var = self.running_var.repeat(s).view(s, c) if tracking else None
+        if input.dim() == 2:
+            out = self._grouped_as_channels(input, mean, var, factor)
+        else:
+            # Images: one batch_norm per sub-batch. A sub-batch is a contiguous slice in both
+            # memory formats, so nothing is permuted and channels_last stays channels_last
+            # (regrouping [N, C, H, W] into [G, S·C, H, W] copies twice, slowest in NHWC).
+            stats = zip(mean, var) if tracking else [(None, None)] * s  # rows: views, updated in place
+            out = torch.cat([
+                F.batch_norm(group, group_mean, group_var, self.weight, self.bias, True, factor, self.eps)
+                for group, (group_mean, group_var) in zip(input.chunk(s), stats)
+            ])  # fmt: skip
         if tracking:
             with torch.no_grad():
-                self.running_mean.copy_(mean.view(s, c).mean(dim=0))
-                self.running_var.copy_(var.view(s, c).mean(dim=0))
-        return out.reshape(n // s, s, c, *rest).transpose(0, 1).reshape(input.shape)
+                self.running_mean.copy_(mean.mean(dim=0))
+                self.running_var.copy_(var.mean(dim=0))
+        return out
+
+    def _grouped_as_channels(self, input: Tensor, mean: Optional[Tensor], var: Optional[Tensor], factor: float) -> Tensor:
+        """[N, C] → [G, S·C]: channel block g holds group g, so one batch_norm call computes the
+        S groups' statistics (for vectors, cheaper than S calls); ``mean``/``var`` [S, C] move in place."""
+        n, c, s = input.shape[0], input.shape[1], self.num_splits
+        grouped = input.reshape(s, n // s, c).transpose(0, 1).reshape(n // s, s * c)
+        weight = None if self.weight is None else self.weight.repeat(s)
+        bias = None if self.bias is None else self.bias.repeat(s)
+        flat_mean = None if mean is None else mean.view(-1)
+        flat_var = None if var is None else var.view(-1)
+        out = F.batch_norm(grouped, flat_mean, flat_var, weight, bias, True, factor, self.eps)
+        return out.reshape(n // s, s, c).transpose(0, 1).reshape(n, c)
 
     def _average_factor(self) -> float:
         """The running-statistics momentum of this step, as ``nn.BatchNorm`` computes it."""

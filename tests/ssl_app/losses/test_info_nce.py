@@ -143,3 +143,103 @@ def test_masked_mean_of_empty_mask_is_zero():
 def test_bad_temperature(temperature):
     with pytest.raises(ConfigError, match="InfoNCE: temperature"):
         InfoNCE(temperature)
+
+
+# --- masks reused from step to step: the precomputed MaskPlan ------------------------------
+
+
+class OpRecorder(torch.utils._python_dispatch.TorchDispatchMode):
+    """The aten ops a call runs (to tell which of InfoNCE's two paths it took)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops: set[str] = set()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.ops.add(str(func.overloadpacket))
+        return func(*args, **(kwargs or {}))
+
+
+def _mask_layouts():
+    """(pos, neg) pairs of every kind a method hands over, each with ignored entries."""
+    generator = torch.Generator().manual_seed(6)
+    _, pos_simclr, neg_simclr = simclr_inputs(torch.randn(5, 8, generator=generator), torch.randn(5, 8, generator=generator))
+    moco_pos = torch.zeros(4, 10, dtype=torch.bool)
+    moco_pos[torch.arange(4), torch.arange(4)] = True
+    moco_neg = ~moco_pos
+    moco_neg[:, 7:] = False  # queue slots never written: in neither mask
+    labels = torch.tensor([0, 0, 0, 1, 2, 2, 3])  # two positives for class 0; 1 and 3 without one
+    same = labels[:, None] == labels[None, :]
+    eye = torch.eye(7, dtype=torch.bool)
+    supcon_pos, supcon_neg = same & ~eye, ~same & ~eye
+    supcon_neg[6] = False  # an anchor with no candidate at all
+    return {"simclr": (pos_simclr, neg_simclr), "moco-filling": (moco_pos, moco_neg), "supcon": (supcon_pos, supcon_neg)}
+
+
+@pytest.mark.parametrize("temperature", [0.05, 0.5])
+@pytest.mark.parametrize("layout", ["simclr", "moco-filling", "supcon"])
+def test_masks_reused_from_the_previous_call_take_the_plan_with_the_same_loss_and_gradient(layout, temperature):
+    """Catches a plan that differs from the masked loss (excluded entries leaking into the
+    softmax, rows without a positive counted or turning NaN, several positives weighted wrongly)
+    and a cache that never hits (the mask passes would still run every step)."""
+    pos, neg = _mask_layouts()[layout]
+    sim = torch.rand(pos.shape, generator=torch.Generator().manual_seed(7)) * 2 - 1
+    loss_fn = InfoNCE(temperature)
+    loss_fn.stats_enabled = False  # the diagnostics read the masks on the steps they run
+    results = []
+    for call in range(3):  # masked; planned (the plan is built); planned
+        leaf = sim.clone().requires_grad_(True)
+        with OpRecorder() as recorder:
+            value = loss_fn(leaf, pos, neg)
+            value.backward()
+        results.append((value.detach(), leaf.grad))
+        mask_passes = recorder.ops & {"aten.where", "aten.bitwise_or", "aten.masked_fill"}
+        assert bool(mask_passes) == (call < 2), (call, sorted(recorder.ops))
+    (masked_value, masked_grad), *planned = results
+    assert torch.isfinite(masked_value) and torch.isfinite(masked_grad).all()
+    for value, grad in planned:
+        torch.testing.assert_close(value, masked_value, rtol=1e-6, atol=1e-6)
+        torch.testing.assert_close(grad, masked_grad, rtol=1e-5, atol=1e-7)
+        assert torch.all(grad[~(pos | neg)] == 0)
+
+
+def test_masks_edited_in_place_are_planned_again():
+    """Catches a plan keyed on the tensors' identity alone: an in-place edit would keep the old
+    positives."""
+    pos, neg = (m.clone() for m in _mask_layouts()["supcon"])
+    sim = torch.rand(pos.shape, generator=torch.Generator().manual_seed(8)) * 2 - 1
+    loss_fn = InfoNCE(0.2)
+    loss_fn(sim, pos, neg), loss_fn(sim, pos, neg)  # the second call planned these masks
+    pos[3, 0], neg[3, 0] = True, False
+    expected = InfoNCE(0.2)(sim, pos.clone(), neg.clone())
+    torch.testing.assert_close(loss_fn(sim, pos, neg), expected)
+    torch.testing.assert_close(loss_fn(sim, pos, neg), expected)
+
+
+def test_the_plan_is_stable_at_small_temperature_under_bf16_autocast():
+    """Catches a plan whose excluded-entry constant overflows or turns into NaN once τ is small
+    and the similarities arrive in bf16 (the sum runs in float32)."""
+    pos, neg = _mask_layouts()["simclr"]
+    sim = (torch.rand(pos.shape, generator=torch.Generator().manual_seed(9)) * 2 - 1).bfloat16()
+    loss_fn = InfoNCE(0.01)
+    values = []
+    for _ in range(2):
+        leaf = sim.clone().requires_grad_(True)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            value = loss_fn(leaf, pos, neg)
+        value.backward()
+        assert torch.isfinite(leaf.grad).all()
+        values.append(value)
+    expected = InfoNCE(0.01)(sim.float(), pos, neg)
+    torch.testing.assert_close(values[1], values[0])
+    torch.testing.assert_close(values[1], expected)
+
+
+def test_masks_made_under_inference_mode_are_not_planned_and_give_the_same_loss():
+    """Inference tensors carry no version counter to tell an edit; evaluation keeps the masked path."""
+    with torch.inference_mode():
+        pos, neg = (m.clone() for m in _mask_layouts()["simclr"])
+        sim = torch.rand(pos.shape, generator=torch.Generator().manual_seed(10)) * 2 - 1
+        loss_fn = InfoNCE(0.3)
+        first, second = loss_fn(sim, pos, neg), loss_fn(sim, pos, neg)
+    assert torch.equal(first, second)
