@@ -46,8 +46,10 @@ class MaskPlan:
         loss = −Σ_i Σ_j weight_ij · log_softmax(s/τ + bias)_ij / anchors
 
     equals :func:`masked_info_nce`'s mean: the bias makes exp() of an excluded entry an exact 0
-    (and, unlike −inf, leaves its log-probability finite, so 0 · it is 0). Per step that is one
-    fused add, one log-softmax and one weighted sum — no mask passes.
+    (and, unlike −inf, leaves its log-probability finite, so 0 · it is 0; inside the fused
+    log-softmax it costs what −inf costs: benchmarks/README.md, "Tuning notes"). Per step that is
+    one fused add, one log-softmax and one weighted sum — no mask passes. The price is memory: two
+    float32 [N, M] tensors (8 bytes per entry) for as long as the masks are reused.
     """
 
     bias: Tensor  # [N, M] float32
