@@ -22,6 +22,9 @@ same number of intra-op threads. Per step:
   ``channels_last: false``) against ``reference``, and ``reference+channels_last`` (the reference
   with NHWC modules and images) against ``ours``. They separate what the application's code
   costs from what its layout default gains.
+- ``--key-bn split`` gives ours MoCo's one-process default (BatchNorm over sub-batches), which
+  the reference does not have: it measures what that remedy costs, and, with ``--variants
+  contiguous``, what NHWC gains with it.
 - variants of ours (``--variants``), each timed in the same rounds and against ``reference``:
   ``stats_every_step`` (the diagnostics on every step), ``contiguous`` (NCHW), ``compile``
   (``torch.compile`` of the backbones; compiled before timing).
@@ -116,14 +119,14 @@ def reference_step(method, kind: str, temperature: float, queue: int, channels_l
     return step
 
 
-def build(kind: str, backbone: str, temperature: float, queue: int, **options):
+def build(kind: str, backbone: str, temperature: float, queue: int, key_bn: str = "none", **options):
     torch.manual_seed(0)
     common = dict(loss=InfoNCE(temperature=temperature), backbone=backbone, proj_hidden_dim=512, proj_dim=128, **options)
     if kind == "simclr":
         method = SimCLR(**common)
     else:
-        # key_bn none: lightly's reference has no BatchNorm remedy, so both sides do the same work
-        method = MoCo(queue_size=queue, momentum=0.99, key_bn="none", **common)
+        # key_bn none by default: lightly's reference has no BatchNorm remedy, so both sides do the same work
+        method = MoCo(queue_size=queue, momentum=0.99, key_bn=key_bn, **common)
     method.setup("fit")  # applies channels_last / compile
     return method.train()
 
@@ -131,7 +134,7 @@ def build(kind: str, backbone: str, temperature: float, queue: int, **options):
 def side(kind: str, args, variant: str | None):
     """``(name, step)`` of ours in ``variant`` (``None``: the defaults), on a fresh copy of the model."""
     options = {"compile": variant == "compile"} | ({"channels_last": False} if variant == "contiguous" else {})
-    method = build(kind, args.backbone, 0.5, args.queue, **options)
+    method = build(kind, args.backbone, 0.5, args.queue, key_bn=args.key_bn, **options)
     optimizer = torch.optim.SGD(method.parameters(), lr=0.06, momentum=0.9, weight_decay=5e-4)
     if isinstance(method, MoCo):  # a full queue, as after the first steps of a run (lightly's bank starts full)
         keys = F.normalize(torch.randn(args.queue, method.embedding_dim, generator=torch.Generator().manual_seed(1)), dim=1)
@@ -159,6 +162,9 @@ def main() -> None:
     parser.add_argument("--log-every", type=int, default=50, help="diagnostics every N steps (the Trainer's log_every_n_steps)")
     parser.add_argument("--variants", nargs="*", default=[], choices=VARIANTS)
     parser.add_argument("--like-for-like", action="store_true", help="add ours+contiguous and reference+channels_last")
+    parser.add_argument(
+        "--key-bn", default="none", help="MoCo's key_bn for ours (none: the reference's work; split: the one-process default)"
+    )
     parser.add_argument("--warm-up", type=int, default=10, help="untimed steps per side first")
     args = parser.parse_args()
     keep_freed_memory()
