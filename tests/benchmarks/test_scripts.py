@@ -1,0 +1,38 @@
+"""The benchmark scripts still run (they are not timed here: their numbers live in benchmarks/README.md)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _run(script: str, *args: str) -> str:
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / script), *args], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result.stdout
+
+
+@pytest.mark.slow
+def test_train_step_compares_ours_at_the_defaults_and_like_for_like():
+    """Catches the step benchmark rotting as the methods change (a renamed option, a new argument)."""
+    tiny = ["--batch", "16", "--queue", "64", "--rounds", "1", "--steps", "1", "--warm-up", "1"]
+    out = _run("train_step.py", *tiny, "--like-for-like")
+    for method in ("simclr", "moco"):
+        assert f"{method}: ours at its defaults runs in NHWC" in out
+        assert f"{method}: ours+contiguous " in out and f"{method}: ours " in out
+        assert out.count(f"{method}: ") == 4  # the layout line and three comparisons
+    assert out.count("ratio median") == 6 and out.count("reference+channels_last") == 2
+
+
+@pytest.mark.slow
+def test_kernels_times_each_shipped_kernel_against_its_alternatives():
+    out = _run("kernels.py", "--cases", "loss", "log_softmax_fill", "split_bn", "--rounds", "1")
+    assert "loss MoCo [256, 4352]: masked" in out and "planned" in out and "cross_entropy" in out
+    assert "SplitBatchNorm [256, 16, 32, 32] NHWC: shipped" in out and "per sub-batch" in out and "regrouped" in out
