@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import Any, Literal, Optional, get_args
 
@@ -206,6 +207,23 @@ class ContrastiveDataModule(LightningDataModule):
     def num_samples(self, split: Split = "train") -> int:
         """Number of samples in ``split`` (builds the split if needed, so it works before fit)."""
         return len(self.dataset(split))  # type: ignore[arg-type]
+
+    def describe(self) -> dict[str, Any]:
+        """What identifies this data, for the run record: class, root (absolute, when the data has one),
+        classes, the sizes of the splits built so far, and the long-tail profile when there is one."""
+        kind = type(self)
+        info: dict[str, Any] = {"class_path": f"{kind.__module__}.{kind.__qualname__}"}
+        root = getattr(self, "root", None)
+        if root is not None:
+            info["root"] = os.path.abspath(os.fspath(root))
+        try:
+            info["num_classes"] = self.num_classes
+        except NotImplementedError:
+            pass
+        info["split_sizes"] = {split: len(data) for split, data in self._datasets.items()}  # type: ignore[arg-type]
+        if self.imbalance_factor != 1.0:
+            info["imbalance"] = {"factor": self.imbalance_factor, "seed": self.imbalance_seed}
+        return info
 
     def setup(self, stage: Optional[str] = None) -> None:
         # Build the splits the stage needs now, so missing or broken data fails before training.

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Optional
 
 import torch
 from lightning import LightningDataModule
@@ -78,6 +78,14 @@ class LinearEvalDataModule(LightningDataModule):
     def train_class_counts(self) -> list[int]:
         """Training images per class of ``data`` (after its imbalance), the groups' definition."""
         return self.data.train_class_counts()
+
+    def describe(self) -> dict[str, Any]:
+        """The wrapped data's description (run record), with this module's own splits."""
+        info = {**self.data.describe(), "class_path": f"{type(self).__module__}.{type(self).__qualname__}"}
+        info["data"] = self.data.describe()
+        info["split_sizes"] = {name: len(self._splits[name]) for name in ("train", "val", "test") if name in self._splits}
+        info["val_fraction"], info["split_seed"] = self.val_fraction, self.split_seed
+        return info
 
     def setup(self, stage: Optional[str] = None) -> None:
         if stage in ("fit", None):

@@ -12,11 +12,12 @@
 from __future__ import annotations
 
 import contextlib
+import copy
+import errno
 import os
 import re
 import signal
 import sys
-import tempfile
 import threading
 from pathlib import Path
 from typing import Any
@@ -28,47 +29,97 @@ from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities.exceptions import SIGTERMException
+from torch.optim.lr_scheduler import LambdaLR
 
-from ssl_app.errors import ConfigError, NonFiniteError
+from ssl_app.errors import ConfigError, NonFiniteError, OutputError
+from ssl_app.runs.atomic import atomic_file
 
 LAST_CHECKPOINT = re.compile(r"last(-v\d+)?\.ckpt")
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):
-    """``torch.save`` to a temporary file beside the target, fsync, then ``os.replace``.
+    """Checkpoints written whole or not at all, and never holding a NaN or an infinity.
 
-    Lightning's own ``_atomic_save`` commits an fsspec transaction whose local temporary file
-    lives in the system temp folder; when that is another filesystem than the run folder (node
-    -local ``/tmp``, runs on NFS or Lustre), the commit is a copy that truncates the old
-    checkpoint first. A rename inside one folder is atomic on POSIX filesystems. Remote paths
-    (``s3://`` ...) keep Lightning's behaviour.
+    - ``torch.save`` to a temporary file beside the target, fsync, then ``os.replace``
+      (``ssl_app.runs.atomic.atomic_file``). Lightning's own ``_atomic_save`` commits an fsspec
+      transaction whose local temporary file lives in the system temp folder; when that is
+      another filesystem than the run folder (node-local ``/tmp``, runs on NFS or Lustre), the
+      commit is a copy that truncates the old checkpoint first. A rename inside one folder is
+      atomic on POSIX filesystems. Remote paths (``s3://`` ...) keep Lightning's behaviour.
+    - Before writing, every floating tensor of the model state and the optimiser state is checked
+      (:func:`first_nonfinite_entry`): a state that has diverged raises ``NonFiniteError`` naming
+      the tensor, so the previous checkpoint stays the last good one. (A BatchNorm whose running
+      variance overflowed to ``inf`` while the loss was still finite is the case this catches.)
+    - A full disk or a read-only folder raises ``OutputError`` naming the file, not torch's
+      ``inline_container.cc`` message.
     """
 
     def save_checkpoint(self, checkpoint: dict[str, Any], path: Any, storage_options: Any | None = None) -> None:
+        bad = first_nonfinite_entry(checkpoint)
+        if bad is not None:
+            raise NonFiniteError(
+                f"refusing to write {path}: {bad} holds NaN or infinite values (the run diverged at epoch "
+                f"{checkpoint.get('epoch')}, step {checkpoint.get('global_step')}); the previous checkpoint is the last good state"
+            )
         if get_protocol(str(path)) not in ("file", "local"):
             super().save_checkpoint(checkpoint, path, storage_options=storage_options)
             return
-        target = Path(path)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        handle, temporary = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
         try:
-            with os.fdopen(handle, "wb") as file:
+            with atomic_file(path) as file:
                 torch.save(checkpoint, file)
-                file.flush()
-                os.fsync(file.fileno())
-            os.replace(temporary, target)
-        except BaseException:
-            if os.path.exists(temporary):
-                os.remove(temporary)
-            raise
-        try:  # make the rename itself durable
-            directory = os.open(target.parent, os.O_RDONLY)
-            try:
-                os.fsync(directory)
-            finally:
-                os.close(directory)
-        except OSError:
-            pass
+        except (OSError, RuntimeError) as error:
+            cause = output_error(error)
+            if cause is None:
+                raise
+            raise OutputError(f"cannot write checkpoint {path}: {cause}") from error
+
+
+#: Buffers allowed to hold ``-inf`` (never NaN or ``+inf``): PaCo's log class prior, ``log 0`` for a
+#: class without training images.
+NEG_INF_ALLOWED = (".log_prior",)
+
+
+def first_nonfinite_entry(checkpoint: dict[str, Any]) -> str | None:
+    """The first tensor of ``state_dict`` or ``optimizer_states`` with a NaN or infinite entry, named
+    (``state_dict['backbone.1.running_var']``), or None when every one is finite.
+
+    One host sync for the whole state (the per-tensor checks are stacked first).
+    """
+    named: list[tuple[str, torch.Tensor, bool]] = []
+    for key, tensor in (checkpoint.get("state_dict") or {}).items():
+        if isinstance(tensor, torch.Tensor) and tensor.is_floating_point() and tensor.numel():
+            named.append((f"state_dict[{key!r}]", tensor, key.endswith(NEG_INF_ALLOWED)))
+    for index, optimizer in enumerate(checkpoint.get("optimizer_states") or []):
+        for param, state in ((optimizer or {}).get("state") or {}).items():
+            for name, tensor in (state or {}).items():
+                if isinstance(tensor, torch.Tensor) and tensor.is_floating_point() and tensor.numel():
+                    named.append((f"optimizer_states[{index}] parameter {param} {name}", tensor, False))
+    if not named:
+        return None
+    with torch.no_grad():
+        flags = [
+            (~torch.isnan(t).any() & ~torch.isposinf(t).any()) if neg_inf_ok else torch.isfinite(t).all() for _, t, neg_inf_ok in named
+        ]
+        ok = torch.stack([flag.to(flags[0].device) for flag in flags])
+        if bool(ok.all()):
+            return None
+        return named[int((~ok).nonzero()[0])][0]
+
+
+_OUTPUT_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EACCES, errno.EPERM}
+
+
+def output_error(error: BaseException) -> str | None:
+    """Why writing failed, in words, when ``error`` (or what caused it) is a full disk, a quota, a file
+    size limit or a folder that cannot be written; None for any other error."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, OSError) and current.errno in _OUTPUT_ERRNOS:
+            return os.strerror(current.errno)
+        current = current.__cause__ or current.__context__
+    return None
 
 
 def _write(text: str) -> None:
@@ -212,6 +263,65 @@ class InterruptCheckpoint(Callback):
         self._restore_sigint()
 
 
+class ConfigWinsOnResume(Callback):
+    """On resume, the optimiser follows this command's config, not the checkpoint's.
+
+    Lightning restores an optimiser with the hyper-parameters of its saved param groups (``lr``,
+    ``momentum``, ``weight_decay``, ...) and a ``LambdaLR`` with its saved base rates, so
+    ``--model.init_args.optim.lr=0.01`` on a resume would silently keep the checkpoint's rate —
+    the very advice a divergence message gives would not work. This callback remembers what the
+    config gave the fresh optimiser (``on_fit_start``: after ``configure_optimizers``, before the
+    restore) and puts it back after the restore (``on_train_start``), keeping the restored state
+    (momentum buffers, Adam moments, the schedule's step): the rate at the resumed step is then
+    ``new base rate × the schedule's factor at that step``, whose length follows this command's
+    ``max_epochs``. Without ``--ckpt_path`` it does nothing. ``changed`` lists what it changed.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._fresh_groups: list[list[dict[str, Any]]] = []
+        self._fresh_bases: list[list[float]] = []
+        self.changed: list[str] = []
+
+    def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.changed = []
+        if trainer.ckpt_path is None:
+            self._fresh_groups, self._fresh_bases = [], []
+            return
+        self._fresh_groups = [
+            [{key: copy.deepcopy(value) for key, value in group.items() if key != "params"} for group in optimizer.param_groups]
+            for optimizer in trainer.optimizers
+        ]
+        self._fresh_bases = [list(getattr(config.scheduler, "base_lrs", [])) for config in trainer.lr_scheduler_configs]
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if not self._fresh_groups:
+            return
+        changed: set[str] = set()
+        scheduled = {id(config.scheduler.optimizer) for config in trainer.lr_scheduler_configs}
+        for optimizer, fresh_groups in zip(trainer.optimizers, self._fresh_groups):
+            for group, fresh in zip(optimizer.param_groups, fresh_groups):
+                for key, value in fresh.items():
+                    if key == "lr" and id(optimizer) in scheduled:
+                        continue  # set from the schedule below
+                    if group.get(key) != value:
+                        changed.add(key)
+                        group[key] = copy.deepcopy(value)
+        for config, bases in zip(trainer.lr_scheduler_configs, self._fresh_bases):
+            scheduler = config.scheduler
+            if not bases or list(scheduler.base_lrs) == bases:
+                continue
+            changed.add("lr")
+            scheduler.base_lrs = list(bases)
+            if isinstance(scheduler, LambdaLR):
+                rates = [base * factor(scheduler.last_epoch) for base, factor in zip(scheduler.base_lrs, scheduler.lr_lambdas)]
+                for group, rate in zip(scheduler.optimizer.param_groups, rates):
+                    group["lr"] = rate
+                scheduler._last_lr = rates  # what get_last_lr() and the LR monitor read
+        self.changed = sorted(changed)
+        self._fresh_groups, self._fresh_bases = [], []
+
+
 def save_last(trainer: L.Trainer) -> str:
     """Write ``last.ckpt`` of the current state into the ModelCheckpoint folder; return its path."""
     callback = trainer.checkpoint_callback
@@ -270,7 +380,30 @@ def load_checkpoint(path: str, option: str = "--ckpt_path") -> dict[str, Any]:
         raise ConfigError(f"{option}: {path} is not a readable checkpoint ({_load_failure(error)})") from None
     if not isinstance(checkpoint, dict) or not isinstance(checkpoint.get("state_dict"), dict):
         raise ConfigError(f"{option}: {path} is not a Lightning checkpoint (it has no state_dict)")
+    _check_lightning_version(checkpoint, path, option)
     return checkpoint
+
+
+def _check_lightning_version(checkpoint: dict[str, Any], path: str, option: str) -> None:
+    """A checkpoint from an older Lightning must upgrade the way Lightning will upgrade it when the run
+    loads it; one that cannot is refused here, in one line, instead of a traceback mid-start."""
+    from lightning.pytorch.utilities.migration.utils import migrate_checkpoint
+
+    written_by = checkpoint.get("pytorch-lightning_version")
+    if written_by is None:
+        raise ConfigError(f"{option}: {path} is not a Lightning checkpoint (it names no Lightning version)")
+    try:
+        migrate_checkpoint(checkpoint)  # in place: what is read from it afterwards is the upgraded form
+    except Exception as error:  # noqa: BLE001 - whatever the migration raises, the file cannot be resumed
+        raise ConfigError(
+            f"{option}: {path} was written by Lightning {written_by} and cannot be upgraded to this Lightning "
+            f"({type(error).__name__}: {error})"
+        ) from None
+
+
+def is_weights_only(checkpoint: dict[str, Any]) -> bool:
+    """Whether ``checkpoint`` holds only weights (``save_weights_only``): no optimiser or loop state to resume."""
+    return "optimizer_states" not in checkpoint or "loops" not in checkpoint
 
 
 def _load_failure(error: BaseException) -> str:

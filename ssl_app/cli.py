@@ -18,36 +18,57 @@ its first step is removed again).
 
 from __future__ import annotations
 
+import importlib
 import os
 import re
 import shutil
 import signal
 import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from fnmatch import fnmatch
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, NoReturn, Optional
+
+import yaml
 
 from jsonargparse import Namespace
 from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.fabric.utilities.rank_zero import rank_zero_only
 from lightning.pytorch import LightningDataModule, LightningModule
 from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint
-from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
+from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
 from lightning.pytorch.plugins.io import CheckpointIO
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from ssl_app import __version__
 from ssl_app.checkpointing import (
+    LAST_CHECKPOINT,
     AtomicCheckpointIO,
+    ConfigWinsOnResume,
     InterruptCheckpoint,
     check_state_dict,
     checkpoint_method,
-    find_last_checkpoint,
+    is_weights_only,
     load_checkpoint,
+    output_error,
     resume_hint,
-    version_folder,
 )
-from ssl_app.errors import ConfigError, NonFiniteError
+from ssl_app.errors import ConfigError, NonFiniteError, OutputError
 from ssl_app.health import NumericalHealth
+from ssl_app.resume import (
+    check_same_experiment,
+    checkpoint_config,
+    checkpoint_run_id,
+    describe_changes,
+    find_last,
+)
+from ssl_app.runs.identity import describe_differences, differences, flatten
+from ssl_app.runs.layout import EVALUATIONS_DIR, next_evaluation_name, relative_parent, run_folder_of_checkpoint
+from ssl_app.runs.record import DIVERGED, DONE, FAILED, INTERRUPTED
+from ssl_app.runs.recorder import NextName, RunRecorder
 from ssl_app.runtime import keep_freed_memory
 
 DEFAULT_RUN_DIR = "runs"
@@ -123,8 +144,36 @@ def condense_parser_error(message: str) -> str:
     return f"{option}: {reason}" if option else reason
 
 
+@dataclass
+class RunPlan:
+    """What the parsed command will do with run folders, decided before anything is built.
+
+    ``kind``: fit, validate, test or linear (a fit of a linear probe). ``parent``: the run an
+    evaluation or a probe belongs to. ``checkpoint``: the resolved ``--ckpt_path``. ``next_name``:
+    how to name the next free folder when the logger's version is automatic. ``resume_changes``:
+    the options this command changes on a resume, for the record.
+    """
+
+    kind: str
+    parent: Optional[Path] = None
+    checkpoint: Optional[str] = None
+    next_name: Optional[NextName] = None
+    resume_changes: dict[str, Any] = field(default_factory=dict)
+    run_id: Optional[str] = None
+
+
 class SSLCLI(LightningCLI):
+    """LightningCLI plus the run folders: the record, the lock, resume checks, evaluations filed with their run."""
+
     _checkpoint: dict | None = None
+
+    def __init__(self, *args: Any, recorder: Optional[RunRecorder] = None, interrupt: Optional[InterruptCheckpoint] = None,
+                 **kwargs: Any) -> None:  # fmt: skip
+        self.recorder = recorder or RunRecorder()
+        self.interrupt = interrupt
+        self.plan: Optional[RunPlan] = None
+        self.config_snapshot: dict[str, Any] = {}
+        super().__init__(*args, **kwargs)
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         parser.add_lightning_class_args(ModelCheckpoint, "checkpoint")
@@ -136,49 +185,160 @@ class SSLCLI(LightningCLI):
             }
         )
         parser.add_lightning_class_args(NumericalHealth, "health")
+        parser.add_argument(
+            "--resume_anyway",
+            type=bool,
+            default=False,
+            help="fit --ckpt_path: resume a checkpoint even when it was trained with another method, backbone, loss or data",
+        )
+        parser.add_argument(
+            "--attach_to_run",
+            type=bool,
+            default=True,
+            help="validate/test --ckpt_path and linear probes: write into the evaluated run's folder "
+            "(<run>/evaluations/<kind>_<n>/) instead of a new run folder of the configured logger",
+        )
 
     # --- before anything is instantiated -----------------------------------------------------
     def parse_arguments(self, parser: LightningArgumentParser, args: Any) -> None:
         super().parse_arguments(parser, args)
         # Runs before LightningCLI reads the checkpoint's hyper-parameters into the config.
-        self._resolve_ckpt_path()
+        self._plan_run()
 
-    def _resolve_ckpt_path(self) -> None:
+    def _current_config(self) -> dict[str, Any]:
+        """The resolved config of the subcommand as plain data (what ``config.yaml`` holds)."""
+        subcommand = self.config["subcommand"]
+        return yaml.safe_load(self._parser(subcommand).dump(self.config[subcommand], skip_unset=False)) or {}
+
+    def _plan_run(self) -> None:
+        """Resolve ``--ckpt_path``, check it against the config, and decide which folder the run writes."""
         subcommand = self.config.get("subcommand")
         if not subcommand:
             return
         config = self.config[subcommand]
-        ckpt_path = config.get("ckpt_path")
-        if ckpt_path is None or ckpt_path in ("best", "hpc") or str(ckpt_path).startswith("registry:"):
-            return
-        logger_args = _logger_init_args(config.get("trainer"))
-        run_root = Path(str(logger_args.save_dir)) / str(logger_args.name or "") if logger_args is not None else None
-        if ckpt_path == "last":
-            version = _version_name(logger_args.get("version")) if logger_args is not None else None
-            found = find_last_checkpoint(run_root, version) if run_root is not None else None
-            if found is None:
-                where = f"{run_root}/{version or 'version_*'}/checkpoints/" if run_root is not None else "the logger's folder"
-                if subcommand != "fit":
-                    raise ConfigError(f"--ckpt_path last: no last.ckpt under {where}")
-                _info(f"--ckpt_path last: no last.ckpt under {where} yet, so this starts a new run")
-                config.ckpt_path = None
-                return
-            _info(f"--ckpt_path last: resuming {found}")
-            config.ckpt_path = ckpt_path = str(found)
-        self._checkpoint = load_checkpoint(str(ckpt_path))
-        method = checkpoint_method(self._checkpoint)
         model = config.get("model")
-        wanted = model.get("class_path") if isinstance(model, Namespace) else None
+        class_path = model.get("class_path") if isinstance(model, Namespace) else None
+        probe = subcommand == "fit" and _is_probe(class_path)
+        plan = self.plan = RunPlan(kind="linear" if probe else subcommand)
+        logger_args = _logger_init_args(config.get("trainer"))
+        attach = bool(config.get("attach_to_run", True)) and logger_args is not None
+        if probe and attach:
+            encoder = model.get("init_args", Namespace()).get("checkpoint")
+            plan.parent = run_folder_of_checkpoint(encoder) if encoder else None
+        family = _family(plan, logger_args)
+        ckpt_path = config.get("ckpt_path")
+        if ckpt_path == "last":
+            ckpt_path = config.ckpt_path = self._resolve_last(subcommand, family, logger_args)
+        if ckpt_path is None or ckpt_path in ("best", "hpc") or str(ckpt_path).startswith("registry:"):
+            self._choose_new_folder(plan, logger_args, family)
+            return
+        plan.checkpoint = str(ckpt_path)
+        self._checkpoint = load_checkpoint(str(ckpt_path))
+        wanted = class_path
+        method = checkpoint_method(self._checkpoint)
         if method and wanted and method != wanted:
             raise ConfigError(
                 f"--ckpt_path {ckpt_path} was written by {method}, but the model is {wanted}; "
                 f"pass --model {method} (or its config) to use this checkpoint"
             )
-        _note_replaced_options(self._checkpoint, model)
-        if subcommand == "fit" and logger_args is not None and logger_args.get("version") is None:
-            version = version_folder(Path(ckpt_path), run_root)
-            if version is not None:
-                logger_args.version = version  # keep logging into the checkpoint's run
+        if not wanted and method and not method.startswith(_APP_PACKAGES):
+            raise ConfigError(
+                f"--ckpt_path {ckpt_path} was written by {method}, which is not part of ssl_app; name it with --model {method} "
+                "to load it (its module is imported)"
+            )
+        if subcommand == "fit":
+            self._plan_resume(plan, Path(ckpt_path), logger_args, family, bool(config.get("resume_anyway")))
+        else:
+            plan.parent = run_folder_of_checkpoint(ckpt_path) if attach else None
+            self._choose_new_folder(plan, logger_args, family)
+
+    def _resolve_last(self, subcommand: str, family: Optional[tuple[Path, str]], logger_args: Optional[Namespace]) -> Optional[str]:
+        """``--ckpt_path last``: the newest ``last.ckpt`` of this experiment in the run family (``ssl_app.resume``)."""
+        if family is None:
+            raise ConfigError("--ckpt_path last needs a TensorBoard or CSV logger with a save_dir (trainer.logger)")
+        root, pattern = family
+        current = self._current_config() if subcommand == "fit" else None
+        found = find_last(root, pattern, current)
+        for folder, why in found.passed_over:
+            _info(f"--ckpt_path last: passing over {folder}: another experiment ({why})")
+        where = f"{root}/{pattern}/checkpoints/"
+        if found.path is None:
+            if subcommand != "fit":
+                raise ConfigError(f"--ckpt_path last: no last.ckpt under {where}")
+            _info(f"--ckpt_path last: no last.ckpt of this experiment under {where} yet, so this starts a new run")
+            return None
+        return str(found.path)
+
+    def _plan_resume(
+        self, plan: RunPlan, path: Path, logger_args: Optional[Namespace], family: Optional[tuple[Path, str]], anyway: bool
+    ) -> None:
+        """A fit from a checkpoint: refuse weights-only files and other experiments; note what changes."""
+        checkpoint = self._checkpoint
+        assert checkpoint is not None
+        if is_weights_only(checkpoint):
+            raise ConfigError(
+                f"--ckpt_path {path} holds only weights (no optimiser or loop state; saved with save_weights_only), so "
+                "training cannot resume from it: evaluate it with validate/test, probe it (LinearProbe's checkpoint), "
+                "or start a new run"
+            )
+        current = self._current_config()
+        saved = checkpoint_config(checkpoint, path)
+        for note in check_same_experiment(str(path), saved, current, anyway):
+            _info(note)
+        plan.resume_changes = describe_changes(saved, current)
+        plan.run_id = checkpoint_run_id(checkpoint)
+        folder = path.absolute().parent.parent
+        if family is not None and logger_args is not None and logger_args.get("version") is None:
+            root, pattern = family
+            if path.absolute().parent.name == "checkpoints" and folder.parent == root.absolute() and fnmatch(folder.name, pattern):
+                logger_args.version = folder.name  # keep logging into the checkpoint's own run
+                if plan.parent is not None:
+                    logger_args.save_dir, logger_args.name = str(plan.parent), EVALUATIONS_DIR
+            else:
+                self._choose_new_folder(plan, logger_args, family)
+        changes = "; every option as in the checkpoint's run"
+        if plan.resume_changes:
+            found = [(key, change["checkpoint"], change["now"]) for key, change in plan.resume_changes.items()]
+            changes = "; from this command, not the checkpoint: " + describe_differences(found, "checkpoint", "now", limit=8)
+        _info(f"--ckpt_path: resuming {path} (epoch {checkpoint.get('epoch')}, step {checkpoint.get('global_step')}){changes}")
+
+    def _choose_new_folder(self, plan: RunPlan, logger_args: Optional[Namespace], family: Optional[tuple[Path, str]]) -> None:
+        """A new folder: an evaluation inside its run, or the logger's next ``version_<n>``."""
+        if logger_args is None:
+            return
+        if plan.parent is not None and plan.kind != "fit":
+            parent, kind = plan.parent, plan.kind
+            logger_args.save_dir, logger_args.name = str(parent), EVALUATIONS_DIR
+            logger_args.version = next_evaluation_name(parent, kind)
+            plan.next_name = lambda _root: next_evaluation_name(parent, kind)
+        elif logger_args.get("version") is None:
+            plan.next_name = _next_version_name
+
+    def _parse_ckpt_path(self) -> None:
+        """``validate``/``test``: the model as the checkpoint's run configured it (its loss too), except
+        paths this command gives; ``fit``: the config as given (its differences were checked and named)."""
+        subcommand = self.config.get("subcommand")
+        if not subcommand or subcommand == "fit" or self._checkpoint is None:
+            return
+        config = self.config[subcommand]
+        path = config.get("ckpt_path")
+        saved = checkpoint_config(self._checkpoint, path)
+        saved_model = saved.get("model") if isinstance(saved, dict) else None
+        if isinstance(saved_model, dict):
+            update: dict[str, Any] = dict(saved_model)
+        else:  # an older checkpoint: the hyper-parameters LightningCLI saved (no loss among them)
+            hparams = dict(self._checkpoint.get("hyper_parameters") or {})
+            hparams.pop("_instantiator", None)
+            if not hparams:
+                return
+            update = {"class_path": hparams.pop("_class_path"), "dict_kwargs": hparams} if "_class_path" in hparams else hparams
+        _keep_given_paths(update, config.get("model"))
+        before = flatten({"model": self._current_config().get("model")})
+        self.config = self.parser.parse_object({subcommand: {"model": update}}, self.config)
+        after = flatten({"model": self._current_config().get("model")})
+        found = differences(before, after)
+        if found:
+            _info(f"{subcommand}: the model is configured as in the checkpoint's run: {describe_differences(found, 'config', 'checkpoint')}")
 
     def before_instantiate_classes(self) -> None:
         subcommand = self.config.get("subcommand")
@@ -186,6 +346,9 @@ class SSLCLI(LightningCLI):
             return
         trainer = self.config[subcommand].get("trainer") or Namespace()
         _check_devices(trainer.get("accelerator"), trainer.get("devices"))
+        if self.config[subcommand].get("weights_only") is False:
+            raise ConfigError("--weights_only=false would let a checkpoint run code when it is loaded; ssl_app loads them with true")
+        self.config_snapshot = self._current_config()
 
     def instantiate_trainer(self, **kwargs: Any) -> Any:
         """The configured trainer, writing checkpoints atomically unless a CheckpointIO is configured."""
@@ -195,7 +358,7 @@ class SSLCLI(LightningCLI):
             plugins.append(AtomicCheckpointIO())
         return super().instantiate_trainer(plugins=plugins, **kwargs)
 
-    # --- the subcommands: vet the checkpoint, then remove what a failed start left behind --------
+    # --- the subcommands: vet the checkpoint, keep the record, remove what a failed start left ----
     def fit(self, model: Any, **kwargs: Any) -> None:
         self._run_guarded("fit", model, **kwargs)
 
@@ -207,35 +370,129 @@ class SSLCLI(LightningCLI):
 
     def _run_guarded(self, subcommand: str, model: Any, **kwargs: Any) -> None:
         trainer = self.trainer
+        plan = self.plan or RunPlan(kind=subcommand)
         if self._checkpoint is not None:
             check_state_dict(self._checkpoint, model, str(kwargs.get("ckpt_path")))
             self._checkpoint = None
+        kwargs["weights_only"] = True  # no checkpoint runs code when loaded (checked in before_instantiate_classes)
         log_dir = _log_dir(trainer)
         created_root = _first_missing_ancestor(Path(log_dir)) if log_dir is not None else None
         try:
+            folder = self.recorder.begin(
+                trainer,
+                plan.kind,
+                self.config_snapshot,
+                checkpoint=plan.checkpoint,
+                parent=relative_parent(Path(log_dir), plan.parent) if plan.parent is not None and log_dir else None,
+                resume_changes=plan.resume_changes,
+                run_id=plan.run_id,
+                next_name=plan.next_name,
+            )
+            if folder is not None and log_dir is not None and folder.absolute() != Path(log_dir).absolute():
+                created_root = folder  # another process took the first free number; this one claimed the next
             getattr(trainer, subcommand)(model, **kwargs)
-        except BaseException:
+        except BaseException as error:
+            status, reason = ending(error, trainer, self.interrupt)
+            self.recorder.end(trainer, status, reason)
             if created_root is not None and trainer.is_global_zero and trainer.global_step == 0:
                 _remove_failed_start(created_root)
             raise
+        self.recorder.end(trainer, DONE, f"finished at epoch {trainer.current_epoch}, step {trainer.global_step}")
 
 
-def _note_replaced_options(checkpoint: dict, model: Any) -> None:
-    """Say which model options LightningCLI is about to take from the checkpoint instead of the config."""
-    hparams = checkpoint.get("hyper_parameters")
-    init_args = model.get("init_args") if isinstance(model, Namespace) else None
-    if not isinstance(hparams, dict) or not isinstance(init_args, Namespace):
+def ending(error: BaseException, trainer: Any, interrupt: Optional[InterruptCheckpoint]) -> tuple[str, str]:
+    """The record's status and exit reason for a run that ended with ``error``."""
+    nonfinite = _find_in_chain(error, NonFiniteError)
+    if nonfinite is not None:
+        return DIVERGED, str(nonfinite).split("\n")[0]
+    if isinstance(error, StartInterrupted):
+        return INTERRUPTED, f"{signal.Signals(error.signum).name} before the first step"
+    if isinstance(error, (SIGTERMException, KeyboardInterrupt)) or (
+        isinstance(error, SystemExit) and isinstance(error.__context__, KeyboardInterrupt)
+    ):
+        number = interrupt.signal_number if interrupt is not None and interrupt.signal_number else signal.SIGINT
+        where = f"{signal.Signals(number).name} at epoch {trainer.current_epoch}, step {trainer.global_step}"
+        saved = interrupt.saved_path if interrupt is not None else None
+        return INTERRUPTED, where + (f"; saved {saved}" if saved else "; nothing saved")
+    if _peer_failed(error):
+        return FAILED, "another process of this run failed"
+    lines = [line for line in str(error).splitlines() if line.strip()]
+    return FAILED, f"{type(error).__name__}: {lines[0] if lines else ''}".strip()
+
+
+class StartInterrupted(BaseException):
+    """SIGINT/SIGTERM before training started (before ``InterruptCheckpoint`` takes the signals over)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+@contextmanager
+def signals_before_training(recorder: RunRecorder) -> Iterator[None]:
+    """Until training starts, SIGINT and SIGTERM raise :class:`StartInterrupted`, so a start interrupted
+    while it sets up still removes the folder it created and says one line; the previous handlers
+    come back afterwards. From the first training step on, ``InterruptCheckpoint`` handles them (Lightning
+    calls earlier SIGTERM handlers too, so this one stands down once ``recorder`` saw training start)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
         return
-    replaced = []
-    for key, saved in hparams.items():
-        if key.startswith("_") or key not in init_args:
+
+    def handler(signum: int, frame: Any) -> None:
+        if not recorder.training_started:
+            raise StartInterrupted(signum)
+
+    previous = {signum: signal.signal(signum, handler) for signum in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for signum, old in previous.items():
+            signal.signal(signum, old)
+
+
+def _family(plan: RunPlan, logger_args: Optional[Namespace]) -> Optional[tuple[Path, str]]:
+    """Where this command's runs live and which folder names belong to it: ``(root, glob)``."""
+    if plan.kind == "linear" and plan.parent is not None:
+        return plan.parent / EVALUATIONS_DIR, "linear_*"
+    if logger_args is None:
+        return None
+    root = Path(str(logger_args.save_dir)) / str(logger_args.get("name") or "")
+    return root, _version_name(logger_args.get("version")) or "version_*"
+
+
+def _next_version_name(root: Path) -> str:
+    numbers = [int(p.name.split("_", 1)[1]) for p in root.glob("version_*") if p.name.split("_", 1)[1].isdigit()]
+    return f"version_{max(numbers, default=-1) + 1}"
+
+
+def _is_probe(class_path: Any) -> bool:
+    """Whether ``class_path`` names ``ssl_app.evaluation.LinearProbe`` or a subclass."""
+    if not isinstance(class_path, str) or "." not in class_path:
+        return False
+    from ssl_app.evaluation import LinearProbe
+
+    module_name, _, name = class_path.rpartition(".")
+    try:
+        found = getattr(importlib.import_module(module_name), name, None)
+    except ImportError:
+        return False
+    return isinstance(found, type) and issubclass(found, LinearProbe)
+
+
+def _keep_given_paths(update: dict[str, Any], model: Any) -> None:
+    """A saved model option that names a file never replaces one this command gives (a probe's encoder
+    ``checkpoint``): drop it from ``update`` and say which was kept."""
+    given = model.get("init_args") if isinstance(model, Namespace) else None
+    for container in (update.get("init_args"), update.get("dict_kwargs"), update):
+        if not isinstance(container, dict) or "checkpoint" not in container:
             continue
-        current = init_args[key]
-        current = current.as_dict() if isinstance(current, Namespace) else current
-        if current != saved:
-            replaced.append(f"{key}={saved!r} (config: {current!r})")
-    if replaced:
-        _info("--ckpt_path: the checkpoint's model options replace the config's: " + ", ".join(replaced))
+        mine = given.get("checkpoint") if isinstance(given, Namespace) else None
+        if mine is None:
+            _info(f"model.init_args.checkpoint taken from the checkpoint: {container['checkpoint']}")
+            continue
+        saved = container.pop("checkpoint")
+        if saved != mine:
+            _info(f"model.init_args.checkpoint: kept {mine} (the checkpoint names {saved})")
 
 
 def _info(message: str) -> None:
@@ -313,13 +570,20 @@ def _remove_failed_start(root: Path) -> None:
         shutil.rmtree(root, ignore_errors=True)
 
 
-def trainer_defaults(interrupt: InterruptCheckpoint | None = None) -> dict:
+def trainer_defaults(
+    interrupt: InterruptCheckpoint | None = None, recorder: RunRecorder | None = None
+) -> dict:
     return {
         "logger": {
             "class_path": "lightning.pytorch.loggers.TensorBoardLogger",
             "init_args": {"save_dir": DEFAULT_RUN_DIR, "name": "default"},
         },
-        "callbacks": [LearningRateMonitor(logging_interval="step"), interrupt or InterruptCheckpoint()],
+        "callbacks": [
+            LearningRateMonitor(logging_interval="step"),
+            interrupt or InterruptCheckpoint(),
+            recorder or RunRecorder(),
+            ConfigWinsOnResume(),
+        ],
     }
 
 
@@ -327,25 +591,34 @@ def main(args: list[str] | None = None) -> LightningCLI:
     """Run the CLI and return it.
 
     A bad input becomes one ``error: ...`` line and exit status 2; a non-finite loss one
-    ``error: ...`` line and status 1; SIGINT/SIGTERM during ``fit`` a checkpoint, a line naming
+    ``error: ...`` line and status 1; a file that cannot be written (disk full, read-only
+    folder) one line and status 1; SIGINT/SIGTERM during ``fit`` a checkpoint, a line naming
     it and the command that resumes, and status 128 + the signal number (130, 143).
     """
     keep_freed_memory()  # also for the ssl-app entry point (a no-op after python -m ssl_app)
     interrupt = InterruptCheckpoint()
+    recorder = RunRecorder()
     argv = list(sys.argv[1:] if args is None else args)
     try:
-        return SSLCLI(
-            LightningModule,  # any method of ssl_app.methods, or ssl_app.evaluation.LinearProbe
-            LightningDataModule,
-            subclass_mode_model=True,
-            subclass_mode_data=True,
-            auto_configure_optimizers=False,
-            trainer_defaults=trainer_defaults(interrupt),
-            save_config_kwargs={"overwrite": True},
-            args=args,
-            parser_class=_Parser,
-            parser_kwargs={"prog": "python -m ssl_app", "dump_header": [f"ssl_app {__version__}"]},
-        )
+        with signals_before_training(recorder):
+            return SSLCLI(
+                LightningModule,  # any method of ssl_app.methods, or ssl_app.evaluation.LinearProbe
+                LightningDataModule,
+                subclass_mode_model=True,
+                subclass_mode_data=True,
+                auto_configure_optimizers=False,
+                trainer_defaults=trainer_defaults(interrupt, recorder),
+                save_config_callback=KeepFirstConfig,
+                save_config_kwargs={"overwrite": True},
+                args=args,
+                parser_class=_Parser,
+                parser_kwargs={"prog": "python -m ssl_app", "dump_header": [f"ssl_app {__version__}"]},
+                recorder=recorder,
+                interrupt=interrupt,
+            )
+    except StartInterrupted as stop:
+        _report(f"Interrupted by {signal.Signals(stop.signum).name} before the first step; nothing to save")
+        sys.exit(128 + stop.signum)
     except SIGTERMException:
         if interrupt.signal_number is None:
             raise
@@ -358,18 +631,15 @@ def main(args: list[str] | None = None) -> LightningCLI:
         else:
             _report(f"Interrupted by {name} before the first step; nothing to save")
         sys.exit(128 + interrupt.signal_number)
+    except SystemExit as stop:
+        if isinstance(stop.__context__, KeyboardInterrupt):  # Lightning's own Ctrl-C path (exit 1)
+            _report("Interrupted by SIGINT; nothing to save")
+            sys.exit(128 + signal.SIGINT)
+        raise
     except Exception as error:
         nonfinite = _find_in_chain(error, NonFiniteError)
         if nonfinite is not None:
-            message = f"error: {nonfinite}"
-            if interrupt.saved_path is not None:
-                message += (
-                    f"\nThe last good state is in {interrupt.saved_path}; resume with: "
-                    f"{resume_hint(argv, interrupt.saved_path)} (e.g. with a lower learning rate, or --health.on_nonfinite=skip)"
-                )
-            elif interrupt.unsaved_reason:
-                message += f"\n{interrupt.unsaved_reason}; the previous last.ckpt, if any, is the last good state"
-            _report(message)
+            _report(f"error: {nonfinite}\n{last_good_state(argv, interrupt, recorder)}")
             sys.exit(1)
         saved = (
             f"\nThe state of step {interrupt.step} is saved in {interrupt.saved_path}; resume with: "
@@ -377,6 +647,10 @@ def main(args: list[str] | None = None) -> LightningCLI:
             if interrupt.saved_path is not None
             else ""
         )
+        unwritable = _unwritable(error)
+        if unwritable is not None:
+            _report(f"error: {unwritable}{saved}", every_rank=True)
+            sys.exit(1)
         bad_input = _bad_input(error)
         if bad_input is None:
             if _peer_failed(error):
@@ -389,6 +663,67 @@ def main(args: list[str] | None = None) -> LightningCLI:
             raise
         _report(f"error: {bad_input}{saved}", every_rank=True)
         sys.exit(2)
+
+
+class KeepFirstConfig(SaveConfigCallback):
+    """``config.yaml`` of the run's first start: a resume into the same folder leaves it as it is (the
+    record lists what the resume changed), so the file always says how the run began."""
+
+    def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
+        if stage == "fit" and trainer.ckpt_path is not None and not self.already_saved:
+            log_dir = trainer.log_dir
+            if log_dir is not None and (Path(log_dir) / self.config_filename).is_file():
+                self.already_saved = True
+                return
+        super().setup(trainer, pl_module, stage)
+
+
+def last_good_state(argv: list[str], interrupt: InterruptCheckpoint, recorder: RunRecorder) -> str:
+    """The line after a divergence: where the last good state is and the command that resumes it with
+    a lower learning rate (a resume takes this command's learning rate: ``ConfigWinsOnResume``)."""
+    lower = _lower_lr_option(recorder.config)
+    advice = f" {lower}" if lower else " (with a lower learning rate, or --health.on_nonfinite=skip)"
+    if interrupt.saved_path is not None:
+        path = interrupt.saved_path
+        return f"The last good state is in {path}; resume with: {resume_hint(argv, path)}{advice}"
+    previous = _previous_last_checkpoint(recorder.folder)
+    reason = f"{interrupt.unsaved_reason}; " if interrupt.unsaved_reason else "no checkpoint was written for this step; "
+    if previous is not None:
+        return f"{reason}the last good state is {previous}; resume with: {resume_hint(argv, str(previous))}{advice}"
+    return f"{reason}no earlier checkpoint exists: start again{advice}"
+
+
+def _lower_lr_option(config: dict[str, Any]) -> str | None:
+    """``--model.init_args.optim.lr=<a tenth of the run's rate>``, when the config has one."""
+    lr = flatten(config).get("model.init_args.optim.lr")
+    if isinstance(lr, (int, float)) and not isinstance(lr, bool) and lr > 0:
+        return f"--model.init_args.optim.lr={lr / 10:g}"
+    return None
+
+
+def _previous_last_checkpoint(folder: Path | None) -> Path | None:
+    if folder is None:
+        return None
+    found = [path for path in (folder / "checkpoints").glob("*.ckpt") if LAST_CHECKPOINT.fullmatch(path.name)]
+    return max(found, key=lambda path: path.stat().st_mtime, default=None)
+
+
+def _unwritable(error: BaseException) -> str | None:
+    """``cannot write <file>: <reason>`` when ``error`` comes from a full disk or an unwritable folder."""
+    found = _find_in_chain(error, OutputError)
+    if found is not None:
+        return str(found)
+    reason = output_error(error)
+    if reason is None:
+        return None
+    current: BaseException | None = error
+    seen: set[int] = set()
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, OSError) and current.filename:
+            return f"cannot write {current.filename}: {reason}"
+        current = current.__cause__ or current.__context__
+    return f"cannot write the run's files: {reason}"
 
 
 def _report(message: str, every_rank: bool = False) -> None:
@@ -477,7 +812,8 @@ def _app_constructor(error: BaseException) -> str | None:
             relative = Path(code.co_filename).resolve().relative_to(_ROOT)
         except ValueError:
             relative = None
-        if relative is not None and relative.parts[0] in _APP_PACKAGES and code.co_name == "__init__":
+        constructor = code.co_name == "__init__" and relative is not None and relative != Path("ssl_app", "cli.py")
+        if constructor and relative.parts[0] in _APP_PACKAGES:
             owner = tb.tb_frame.f_locals.get("self")
             return type(owner).__name__ if owner is not None else relative.stem
         tb = tb.tb_next

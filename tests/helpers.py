@@ -29,3 +29,15 @@ def tiny_trainer(tmp_path: Optional[Path] = None, **overrides: Any) -> L.Trainer
     if tmp_path is not None:
         options["default_root_dir"] = str(tmp_path)
     return L.Trainer(**{**options, **overrides})
+
+
+def newest_probe_folder(encoder_checkpoint: Path) -> Path:
+    """The folder of the newest linear probe of ``encoder_checkpoint``'s run: the CLI files a probe
+    inside the run it evaluates, as ``<run>/evaluations/linear_<n>/``."""
+    from ssl_app.runs.layout import evaluation_folders, run_folder_of_checkpoint
+
+    run = run_folder_of_checkpoint(encoder_checkpoint)
+    assert run is not None, f"{encoder_checkpoint} is not inside a run folder"
+    probes = evaluation_folders(run, "linear")
+    assert probes, f"no linear probe under {run}"
+    return probes[-1]

@@ -18,7 +18,7 @@ Two paths, the same model and metrics (pair it with ``datamodules.LinearEvalData
 from __future__ import annotations
 
 import importlib
-from pathlib import Path
+import sys
 from typing import Any, Literal, Optional
 
 import lightning as L
@@ -43,25 +43,32 @@ def paper_linear_optim() -> Optimization:
 def load_method(checkpoint: str) -> L.LightningModule:
     """The contrastive method saved in ``checkpoint`` (written by ``python -m ssl_app fit``), on the CPU.
 
-    The method's class comes from the checkpoint's hyper-parameters (``_class_path``, which
+    The file is read with ``weights_only=True`` (tensors and plain containers only: a crafted
+    pickle cannot run code) and checked like ``--ckpt_path`` (``ssl_app.checkpointing``). The
+    method's class comes from the checkpoint's hyper-parameters (``_class_path``, which
     LightningCLI stores); it must be a ``ContrastiveMethod``.
     """
+    from ssl_app.checkpointing import checkpoint_method, load_checkpoint
     from ssl_app.methods import ContrastiveMethod  # methods import losses; keep this module light
 
-    if not Path(checkpoint).is_file():
-        raise ConfigError(f"LinearProbe: checkpoint {checkpoint} does not exist")
-    try:
-        saved = torch.load(checkpoint, map_location="cpu", weights_only=False)
-        class_path = saved["hyper_parameters"]["_class_path"]
-    except Exception as error:  # noqa: BLE001 - any unreadable file gets the same one-line error
-        raise ConfigError(
-            f"LinearProbe: {checkpoint} is not a checkpoint written by python -m ssl_app fit ({type(error).__name__}: {error})"
-        ) from error
+    saved = load_checkpoint(checkpoint, option="LinearProbe: checkpoint")
+    class_path = checkpoint_method(saved)
+    if not class_path:
+        raise ConfigError(f"LinearProbe: {checkpoint} is not a checkpoint written by python -m ssl_app fit (it names no method)")
     module_name, _, class_name = class_path.rpartition(".")
-    method_class = getattr(importlib.import_module(module_name), class_name, None)
+    if module_name.split(".")[0] not in ("ssl_app", "callbacks", "datamodules") and module_name not in sys.modules:
+        # Importing a module a file names runs that module's code: only ours, or one already imported.
+        raise ConfigError(
+            f"LinearProbe: {checkpoint} was written by {class_path}, whose module is not imported; to trust it, run the "
+            f"probe from Python after `import {module_name}`"
+        )
+    try:
+        method_class = getattr(importlib.import_module(module_name), class_name, None) if module_name else None
+    except ImportError:
+        method_class = None
     if not (isinstance(method_class, type) and issubclass(method_class, ContrastiveMethod)):
         raise ConfigError(f"LinearProbe: {checkpoint} holds a {class_path}, not an ssl_app contrastive method")
-    return method_class.load_from_checkpoint(checkpoint, map_location="cpu")
+    return method_class.load_from_checkpoint(checkpoint, map_location="cpu", weights_only=True)
 
 
 class LinearProbe(L.LightningModule):

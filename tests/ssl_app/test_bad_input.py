@@ -62,12 +62,18 @@ def write(path: Path, text: str) -> str:
 
 
 def fake_checkpoint(path: Path, class_path: str | None, proj_dim: int = 128) -> str:
-    """A checkpoint of an untrained quickstart-shaped SimCLR (optionally claiming another method)."""
+    """A checkpoint of an untrained quickstart-shaped SimCLR, written by Lightning's own
+    ``Trainer.save_checkpoint`` (optionally claiming, in its saved hyper-parameters, another method)."""
+    import lightning as L
+
     from ssl_app.methods import SimCLR
 
     model = SimCLR(backbone="small_cnn", proj_dim=proj_dim, proj_hidden_dim=256, proj_layers=2)
-    hparams = {"_class_path": class_path} if class_path else {}
-    torch.save({"state_dict": model.state_dict(), "hyper_parameters": hparams, "global_step": 0}, path)
+    if class_path:
+        model.hparams["_class_path"] = class_path  # what LightningCLI stores for the method it built
+    trainer = L.Trainer(accelerator="cpu", logger=False, enable_checkpointing=False, enable_progress_bar=False)
+    trainer.strategy.connect(model)
+    trainer.save_checkpoint(path, weights_only=False)
     return str(path)
 
 
@@ -211,7 +217,7 @@ def test_a_failed_resume_does_not_touch_the_existing_run(tmp_path, monkeypatch, 
     (run / "events.out.tfevents.0").write_text("earlier curves")
     broken = fake_checkpoint(run / "checkpoints" / "last.ckpt", "ssl_app.methods.MoCo")
     with pytest.raises(SystemExit):
-        main(["fit", "--config", QUICKSTART, *SMALL, "--ckpt_path=last"])
+        main(["fit", "--config", QUICKSTART, *SMALL, f"--ckpt_path={broken}"])
     assert "ssl_app.methods.MoCo" in capsys.readouterr().err
     assert Path(broken).is_file() and (run / "events.out.tfevents.0").is_file()
 

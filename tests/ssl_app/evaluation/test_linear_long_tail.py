@@ -14,6 +14,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from datamodules.long_tail import exponential_profile
 from ssl_app.cli import main
+from tests.helpers import newest_probe_folder
 from tests.ssl_app.test_cli import REPO
 
 CONFIGS = REPO / "configs"
@@ -53,7 +54,7 @@ def test_the_probe_logs_the_long_tail_metrics_every_validation_epoch(supcon_chec
         ["fit", "--config", str(CONFIGS / "linear_shapes_lt.yaml"), f"--model.init_args.checkpoint={supcon_checkpoint}", *PROBE]
     )
     assert cli.datamodule.train_class_counts() == SHAPES_LT_COUNTS
-    run = tmp_path / "runs" / "linear_shapes_lt" / "version_0"
+    run = newest_probe_folder(supcon_checkpoint)
     logged = scalars(run)
     for tag in LT_TAGS:
         assert len(logged[tag]) == 2 and all(0.0 <= v <= 1.0 for v in logged[tag]), (tag, logged.get(tag))
@@ -75,7 +76,7 @@ def test_two_processes_log_what_one_process_computes_on_the_same_weights(supcon_
         cwd=tmp_path, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
-    run = tmp_path / "runs" / "linear_shapes_lt" / "version_0"
+    run = newest_probe_folder(supcon_checkpoint)
     logged = scalars(run)
     assert all(len(logged[tag]) == 2 for tag in LT_TAGS), logged.keys()
     monkeypatch.chdir(tmp_path)

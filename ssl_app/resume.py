@@ -1,0 +1,149 @@
+"""Which checkpoint ``--ckpt_path`` means, and whether it may be resumed with this config.
+
+- ``--ckpt_path last`` looks inside one run family: ``<save_dir>/<name>/version_*`` of the
+  configured logger (or only its ``version`` when one is set), or, for a linear probe, the
+  probes of the encoder's run. It takes the newest ``last.ckpt`` *of the same experiment*
+  (``ssl_app.runs.identity``: method, backbone, loss, data); newer runs of other experiments
+  under the same logger name are passed over and named, so a run never continues on another
+  run's data or loss.
+- An explicit ``fit --ckpt_path`` whose saved config differs from this one in those keys is
+  refused in one line naming each differing key (``--resume_anyway`` resumes it anyway).
+- Every other differing option (learning rate, epochs, callbacks) is this command's; the resume
+  line lists each with both values. ``ssl_app.checkpointing.ConfigWinsOnResume`` makes the
+  optimiser's hyper-parameters follow.
+
+A checkpoint carries the config of the run that wrote it (``RunRecorder``'s state); one from an
+older version falls back on its run folder's record or ``config.yaml``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+import yaml
+
+from ssl_app.checkpointing import LAST_CHECKPOINT
+from ssl_app.errors import ConfigError
+from ssl_app.runs.identity import WHERE_KEYS, describe_differences, differences, flatten, identity
+from ssl_app.runs.layout import CONFIG_FILE, run_folder_of_checkpoint
+from ssl_app.runs.record import RecordError, read_record
+
+#: ``Callback.state_key`` of ``ssl_app.runs.recorder.RunRecorder`` in a checkpoint's ``callbacks``.
+RECORDER_STATE_KEY = "RunRecorder"
+
+
+def checkpoint_config(checkpoint: dict[str, Any], path: str | Path) -> Optional[dict[str, Any]]:
+    """The resolved config of the run that wrote ``checkpoint`` (None: not known)."""
+    state = (checkpoint.get("callbacks") or {}).get(RECORDER_STATE_KEY)
+    if isinstance(state, dict) and isinstance(state.get("config"), dict) and state["config"]:
+        return state["config"]
+    return folder_config(run_folder_of_checkpoint(path))
+
+
+def checkpoint_run_id(checkpoint: dict[str, Any]) -> Optional[str]:
+    state = (checkpoint.get("callbacks") or {}).get(RECORDER_STATE_KEY)
+    run_id = state.get("run_id") if isinstance(state, dict) else None
+    return run_id if isinstance(run_id, str) and run_id else None
+
+
+def folder_config(folder: Optional[Path]) -> Optional[dict[str, Any]]:
+    """A run folder's config: its record's, else its ``config.yaml`` (None: neither is readable)."""
+    if folder is None:
+        return None
+    try:
+        record = read_record(folder)
+    except RecordError:
+        record = None
+    if record is not None and record.config:
+        return record.config
+    path = folder / CONFIG_FILE
+    if path.is_file():
+        try:
+            loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
+        except (OSError, yaml.YAMLError):
+            return None
+        return loaded if isinstance(loaded, dict) else None
+    return None
+
+
+def identity_differences(saved: dict[str, Any], current: dict[str, Any]) -> list[tuple[str, Any, Any]]:
+    """The identity keys (method, backbone, loss, data) whose values differ."""
+    return differences(identity(saved), identity(current))
+
+
+def option_differences(saved: dict[str, Any], current: dict[str, Any]) -> list[tuple[str, Any, Any]]:
+    """Every other differing key (what this command changes on resume), ``WHERE_KEYS`` left out."""
+    keys = set(identity(saved)) | set(identity(current))
+
+    def kept(flat: dict[str, Any]) -> dict[str, Any]:
+        return {
+            key: value
+            for key, value in flat.items()
+            if key not in keys and not any(key == w or key.startswith(w + ".") for w in WHERE_KEYS)
+        }
+
+    return differences(kept(flatten(saved)), kept(flatten(current)))
+
+
+def check_same_experiment(path: str, saved: Optional[dict[str, Any]], current: dict[str, Any], anyway: bool) -> list[str]:
+    """Raise a ConfigError when ``saved`` (the checkpoint's config) is another experiment, unless
+    ``anyway``; return notes for the console (what could not be checked, what was overridden)."""
+    if saved is None:
+        return [f"--ckpt_path {path}: it does not record the config it was trained with (an older version wrote it), so "
+                "it is not checked against this one"]  # fmt: skip
+    found = identity_differences(saved, current)
+    if not found:
+        return []
+    text = describe_differences(found, "checkpoint", "now")
+    if anyway:
+        return [f"--ckpt_path {path}: resuming another experiment's checkpoint (--resume_anyway): {text}"]
+    raise ConfigError(
+        f"--ckpt_path {path} was trained with other settings: {text}; it is not resumed with this config "
+        "(pass the config it was trained with, start a new run without --ckpt_path, or --resume_anyway=true to resume it anyway)"
+    )
+
+
+def describe_changes(saved: Optional[dict[str, Any]], current: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """``{key: {"checkpoint": old, "now": new}}`` for the options this command changes on resume."""
+    if saved is None:
+        return {}
+    return {key: {"checkpoint": old, "now": new} for key, old, new in option_differences(saved, current)}
+
+
+@dataclass
+class LastCheckpoint:
+    """The outcome of ``--ckpt_path last``: the checkpoint (None: none of this experiment) and the
+    newer runs passed over because they are other experiments (folder, differences)."""
+
+    path: Optional[Path]
+    passed_over: list[tuple[Path, str]] = field(default_factory=list)
+
+
+def find_last(root: Path, pattern: str, current: Optional[dict[str, Any]]) -> LastCheckpoint:
+    """The newest ``last.ckpt`` under ``root/<pattern>/checkpoints/`` whose run is this experiment.
+
+    Runs are ordered by their ``last.ckpt``'s modification time, newest first. ``current``
+    ``None`` skips the identity check (``validate``/``test``, whose model comes from the checkpoint).
+    A run folder whose config cannot be read is passed over too (it cannot be checked).
+    """
+    candidates = [path for path in root.glob(f"{pattern}/checkpoints/*.ckpt") if LAST_CHECKPOINT.fullmatch(path.name)]
+    candidates.sort(key=lambda path: path.stat().st_mtime, reverse=True)
+    result = LastCheckpoint(path=None)
+    for path in candidates:
+        folder = path.parent.parent
+        if current is None:
+            result.path = path
+            return result
+        saved = folder_config(folder)
+        if saved is None:
+            result.passed_over.append((folder, "its config is not recorded"))
+            continue
+        found = identity_differences(saved, current)
+        if found:
+            result.passed_over.append((folder, describe_differences(found, "there", "now", limit=3)))
+            continue
+        result.path = path
+        return result
+    return result

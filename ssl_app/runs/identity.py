@@ -1,0 +1,83 @@
+"""What makes two runs the same run: the resolved config, flattened, hashed, compared.
+
+A resolved LightningCLI config (``config.yaml``, the record's ``config``) is a nested dict. Flat
+keys (``model.init_args.loss.init_args.temperature``) make it comparable key by key.
+
+- :func:`config_hash`: a short hash of the whole resolved config less the keys that only say
+  *where* a run writes or *what it resumed from* (``WHERE_KEYS``), so the same experiment started
+  in two folders has one hash.
+- :func:`identity`: the keys a run cannot change and stay the same run — the method, its backbone,
+  its loss, and the data (every datamodule option except how it is loaded: workers, pinned memory,
+  where the views are made, whether to download). Resuming a checkpoint whose identity differs
+  would continue one experiment on another's data or loss and mix both in one curve; the CLI
+  refuses it (``--resume_anyway`` overrides). Everything else (learning rate, epochs, callbacks)
+  may change on resume and the resume line says so.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+#: Keys that say where a run writes or what it resumed from: never part of what a run *is*.
+WHERE_KEYS = ("ckpt_path", "resume_anyway", "attach_to_run", "trainer.logger", "trainer.default_root_dir")
+#: Datamodule options that change how data is loaded, not which data (they may change on resume).
+LOADING_KEYS = ("num_workers", "pin_memory", "augment_on", "download")
+_MODEL = "model"
+_DATA = "data"
+_IDENTITY_MODEL_KEYS = ("model.class_path", "model.init_args.backbone", "model.init_args.loss")
+
+
+def flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
+    """A nested config as ``{"a.b.c": value}``; lists become JSON text (hashable, comparable)."""
+    if isinstance(tree, dict):
+        flat: dict[str, Any] = {}
+        for key, value in tree.items():
+            flat.update(flatten(value, f"{prefix}{key}."))
+        return flat
+    if isinstance(tree, list):
+        return {prefix[:-1]: json.dumps(tree, sort_keys=True, default=str)}
+    return {prefix[:-1]: tree}
+
+
+def _under(key: str, prefixes: tuple[str, ...]) -> bool:
+    return any(key == prefix or key.startswith(prefix + ".") for prefix in prefixes)
+
+
+def config_hash(config: dict[str, Any]) -> str:
+    """First 16 hex digits of the SHA-256 of the config's canonical JSON, ``WHERE_KEYS`` left out."""
+    kept = {key: value for key, value in flatten(config).items() if not _under(key, WHERE_KEYS)}
+    text = json.dumps(kept, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+def identity(config: dict[str, Any]) -> dict[str, Any]:
+    """The flat keys that identify the experiment: method, backbone, loss and data (module docstring)."""
+    flat = flatten(config)
+    kept = {}
+    for key, value in flat.items():
+        if _under(key, _IDENTITY_MODEL_KEYS):
+            kept[key] = value
+        elif _under(key, (_DATA,)) and not any(key.endswith("." + name) for name in LOADING_KEYS):
+            kept[key] = value
+    return kept
+
+
+def differences(before: dict[str, Any], after: dict[str, Any]) -> list[tuple[str, Any, Any]]:
+    """``(key, value before, value after)`` for every flat key whose value differs (missing: ``None``)."""
+    keys = sorted(set(before) | set(after))
+    return [(key, before.get(key), after.get(key)) for key in keys if before.get(key) != after.get(key)]
+
+
+def describe_differences(found: list[tuple[str, Any, Any]], before: str, after: str, limit: int = 6) -> str:
+    """``key = A (before) / B (after), ...`` for at most ``limit`` differences, then how many more."""
+    parts = [f"{key} = {_short(old)} ({before}) / {_short(new)} ({after})" for key, old, new in found[:limit]]
+    if len(found) > limit:
+        parts.append(f"and {len(found) - limit} more")
+    return ", ".join(parts)
+
+
+def _short(value: Any, width: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= width else text[: width - 1] + "…"

@@ -1,0 +1,130 @@
+"""Where a run's files live, and how a checkpoint leads back to the run that wrote it.
+
+::
+
+    <run>/                       a fit: runs/<name>/version_<n>/, or a sweep's <out>/<sweep>/<point>/seed<k>/
+      run.json                   the record (ssl_app.runs.record)
+      .lock                      held while a process writes here (ssl_app.runs.lock)
+      config.yaml                the resolved config of the first start
+      events.out.tfevents.*      TensorBoard
+      checkpoints/               last.ckpt and the epoch checkpoints
+      sweep.json                 which sweep point and seed this run is (sweeps only)
+      evaluations/               what was measured on this run's checkpoints
+        validate_0/  test_0/     a validate / test --ckpt_path <run>/checkpoints/...: run.json, events, config.yaml
+        linear_0/                a linear probe of one of the run's checkpoints (its own checkpoints/ too)
+
+An evaluation never becomes a ``version_<n>`` of its own, so nothing mistakes it for another
+training run with the same config (another seed); its record names its ``parent``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+from ssl_app.runs.atomic import write_json
+from ssl_app.runs.record import RECORD_FILE
+
+EVALUATIONS_DIR = "evaluations"
+CHECKPOINTS_DIR = "checkpoints"
+CONFIG_FILE = "config.yaml"
+EVENTS_GLOB = "events.out.tfevents.*"
+SWEEP_FILE = "sweep.json"
+_EVALUATION_NAME = re.compile(r"(validate|test|linear)_(\d+)")
+
+
+def has_event_file(folder: Path) -> bool:
+    """True when ``folder`` itself (not a subfolder) holds a TensorBoard event file."""
+    return any(path.is_file() for path in folder.glob(EVENTS_GLOB))
+
+
+def is_run_folder(folder: Path) -> bool:
+    """A folder some run wrote: a record, a resolved config or an event file."""
+    return (folder / RECORD_FILE).is_file() or (folder / CONFIG_FILE).is_file() or has_event_file(folder)
+
+
+def run_folder_of_checkpoint(checkpoint: str | os.PathLike[str]) -> Optional[Path]:
+    """``<run>`` when ``checkpoint`` is ``<run>/checkpoints/<file>`` and ``<run>`` is a run folder, else None."""
+    path = Path(checkpoint).absolute()
+    if path.parent.name != CHECKPOINTS_DIR:
+        return None
+    run = path.parent.parent
+    return run if is_run_folder(run) else None
+
+
+def evaluation_folders(run: Path, kind: Optional[str] = None) -> list[Path]:
+    """``run``'s evaluation folders (of one ``kind``: validate, test or linear), oldest index first."""
+    root = run / EVALUATIONS_DIR
+    if not root.is_dir():
+        return []
+    found = []
+    for folder in root.iterdir():
+        match = _EVALUATION_NAME.fullmatch(folder.name)
+        if match and folder.is_dir() and (kind is None or match.group(1) == kind):
+            found.append((match.group(1), int(match.group(2)), folder))
+    return [folder for _, _, folder in sorted(found)]
+
+
+def next_evaluation_name(run: Path, kind: str) -> str:
+    """``<kind>_<n>`` with ``n`` one past the highest index of ``run``'s ``kind`` evaluations."""
+    taken = [int(_EVALUATION_NAME.fullmatch(folder.name).group(2)) for folder in evaluation_folders(run, kind)]
+    return f"{kind}_{max(taken, default=-1) + 1}"
+
+
+def parent_folder(folder: Path, parent: Optional[str]) -> Optional[Path]:
+    """The folder a record's ``parent`` names (stored relative to ``folder`` when possible)."""
+    if not parent:
+        return None
+    path = Path(parent)
+    return (folder / path).resolve() if not path.is_absolute() else path
+
+
+def relative_parent(folder: Path, parent: Path) -> str:
+    """How ``folder``'s record names ``parent``: a relative path when both are on one tree (so a
+    moved study keeps its links), else the absolute path."""
+    try:
+        return os.path.relpath(parent.resolve(), folder.resolve())
+    except ValueError:  # another drive (Windows)
+        return str(parent.resolve())
+
+
+@dataclass
+class SweepPoint:
+    """``sweep.json``: which sweep, grid point and seed a run folder is, and its stages' commands.
+
+    Status is not kept here: it is the run record's (``run.json``) and its probe's.
+    """
+
+    sweep: str
+    point: str
+    grid: dict[str, str]
+    seed: int
+    commands: dict[str, str] = field(default_factory=dict)
+    logs: dict[str, str] = field(default_factory=dict)
+
+
+def write_sweep_point(folder: Path, point: SweepPoint) -> None:
+    write_json(folder / SWEEP_FILE, asdict(point))
+
+
+def read_sweep_point(folder: Path) -> Optional[SweepPoint]:
+    """The folder's ``sweep.json``, or None (missing, unreadable, or not a sweep point)."""
+    path = folder / SWEEP_FILE
+    if not path.is_file():
+        return None
+    try:
+        data: Any = json.loads(path.read_text(encoding="utf-8"))
+        return SweepPoint(
+            sweep=str(data["sweep"]),
+            point=str(data["point"]),
+            grid={str(k): str(v) for k, v in dict(data["grid"]).items()},
+            seed=int(data["seed"]),
+            commands=dict(data.get("commands") or {}),
+            logs=dict(data.get("logs") or {}),
+        )
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
