@@ -2,33 +2,47 @@
 
 from __future__ import annotations
 
+import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from PIL import Image, UnidentifiedImageError
 from torch.utils.data import Dataset
 from torchvision.datasets import ImageFolder
+from torchvision.datasets.folder import IMG_EXTENSIONS
 
 from datamodules.augment import IMAGENET_MEAN, IMAGENET_STD, ViewAugmentation
 from datamodules.base import ContrastiveDataModule, Split
+from datamodules.image_files import CorruptImageError, FolderLinkError, list_images, load_rgb
 from ssl_app.errors import ConfigError
 
+__all__ = ["CorruptImageError", "ImageFolderDataModule", "ListedImageFolder", "load_rgb"]
 
-class CorruptImageError(ConfigError):
-    """An image file that PIL cannot read; the message names the file.
 
-    A ConfigError (bad input data), so the CLI prints it as one line when raised in the main
-    process; from a DataLoader worker the message also carries the worker's traceback.
+class ListedImageFolder(ImageFolder):
+    """torchvision's ``ImageFolder`` over images listed beforehand, instead of by its own ``os.walk``.
+
+    Keeps everything else of ``ImageFolder`` (``samples``, ``targets``, ``classes``,
+    ``class_to_idx``, the loader), which the rest of the code reads.
+
+    Args:
+        root: the split's folder.
+        classes: every class name, in label order (a split may hold images of only some).
+        images: the image files of each class present in this split.
+        loader: reads one image file.
     """
 
+    def __init__(self, root: Path, classes: list[str], images: dict[str, list[Path]], loader: Callable[[str], Any]) -> None:
+        self._listed_classes, self._listed_images = classes, images
+        super().__init__(str(root), loader=loader)
+        del self._listed_images  # now in ``samples``; not carried again to every DataLoader worker
 
-def load_rgb(path: str) -> Image.Image:
-    """Open an image as RGB, naming the file if it is corrupted or not an image."""
-    try:
-        with Image.open(path) as image:
-            return image.convert("RGB")
-    except (UnidentifiedImageError, OSError, SyntaxError, ValueError, Image.DecompressionBombError) as error:
-        raise CorruptImageError(f"corrupted or unreadable image: {path} ({error})") from None
+    def find_classes(self, directory: str) -> tuple[list[str], dict[str, int]]:
+        return list(self._listed_classes), {name: index for index, name in enumerate(self._listed_classes)}
+
+    def make_dataset(self, directory: str, class_to_idx: dict[str, int], *args: Any, **kwargs: Any) -> list[tuple[str, int]]:  # type: ignore[override]
+        present = sorted(self._listed_images, key=class_to_idx.__getitem__)
+        return [(str(path), class_to_idx[name]) for name in present for path in self._listed_images[name]]
 
 
 def _class_folders(folder: Path) -> list[Path]:
@@ -42,6 +56,11 @@ class ImageFolderDataModule(ContrastiveDataModule):
     ``root/<test_dir>/<class>/*`` tests, falling back to the validation folder when there is no
     test folder (ImageNet-100 has none). Class indices follow the sorted class-folder names of
     the train folder, and the other splits must use the same class names.
+
+    Images are the files with torchvision's image extensions at any depth of a class folder, read
+    as 8-bit RGB by ``load_rgb`` (16-bit, float and transparent images included). Links to folders
+    are followed (data on another disk) unless they lead to a folder the split reads anyway: a
+    loop, or another class folder, is one ConfigError naming the link.
 
     Args:
         root: the data set's folder.
@@ -89,12 +108,21 @@ class ImageFolderDataModule(ContrastiveDataModule):
         unknown = sorted(set(classes) - set(self.classes))
         if unknown:
             raise ConfigError(f"{type(self).__name__}: {str(folder)!r} has classes not in the train folder: {unknown[:5]}")
-        try:
-            data = ImageFolder(str(folder), loader=load_rgb)
-        except FileNotFoundError as error:  # a class folder without any image file
-            raise ConfigError(f"{type(self).__name__}: {error}") from None
-        # Map this split's class indices onto the train folder's, which may list more classes.
-        remap = {index: self.classes.index(name) for name, index in data.class_to_idx.items()}
-        data.samples = [(path, remap[label]) for path, label in data.samples]
-        data.targets = [label for _, label in data.samples]
-        return data
+        # Labels follow the train folder's classes, of which this split may hold only some.
+        return ListedImageFolder(folder, self.classes, self._list_classes(folder, classes), loader=load_rgb)
+
+    def _list_classes(self, folder: Path, classes: list[str]) -> dict[str, list[Path]]:
+        """The images of each class folder, every real folder read once (``list_images``)."""
+        name = type(self).__name__
+        read = [os.path.realpath(folder)]  # shared: a link into the split, or read twice, is refused
+        images = {}
+        for label in classes:
+            try:
+                images[label] = list_images(folder / label, read)
+            except FolderLinkError as error:
+                raise ConfigError(f"{name}: {error.describe(self.root)}") from None
+            except ConfigError as error:  # a folder that cannot be listed
+                raise ConfigError(f"{name}: {error}") from None
+            if not images[label]:
+                raise ConfigError(f"{name}: no image files in {str(folder / label)!r} (looked for {', '.join(IMG_EXTENSIONS)})")
+        return images

@@ -4,7 +4,8 @@ As usual in self-supervised papers, ``val`` and ``test`` are both the official t
 ``download: true`` the data must already be under ``root`` in torchvision's layout: a missing copy
 fails when the datamodule is built (before any process is launched), an incomplete or corrupted
 one at ``setup``, both with one line naming ``root``. Only the first process of each machine
-downloads (Lightning's ``prepare_data``).
+downloads (Lightning's ``prepare_data``). CIFAR's pickled files are read by a restricted
+unpickler (``datamodules.cifar``): a crafted file is refused, naming it, instead of running code.
 
 Each constructor states only its own options and the defaults it changes (a data set's own
 ``augmentation``: crop size, statistics) and passes everything else to its base class by
@@ -31,6 +32,7 @@ from datamodules.augment import (
     ViewAugmentation,
 )
 from datamodules.base import ContrastiveDataModule, Split
+from datamodules.cifar import SafeCIFAR10, SafeCIFAR100
 from ssl_app.errors import ConfigError
 
 
@@ -97,6 +99,8 @@ class TorchvisionDataModule(ContrastiveDataModule):
         except OSError as error:  # no network during a download, unreadable files
             action = "downloading" if download else "reading"
             raise ConfigError(f"{name}: {action} {self.title} under {self.root!r} failed: {error}") from None
+        except ConfigError as error:  # a data file refused as it is read (CIFAR's pickles), naming the file
+            raise ConfigError(f"{name}: {error}") from None
 
 
 class CIFAR10DataModule(TorchvisionDataModule):
@@ -114,7 +118,7 @@ class CIFAR10DataModule(TorchvisionDataModule):
     title, folder, NUM_CLASSES = "CIFAR-10", "cifar-10-batches-py", 10
 
     def make(self, split: Split, download: bool) -> Dataset:
-        return datasets.CIFAR10(self.root, train=split == "train", download=download)
+        return SafeCIFAR10(self.root, train=split == "train", download=download)
 
 
 class CIFAR100DataModule(TorchvisionDataModule):
@@ -141,7 +145,7 @@ class CIFAR100DataModule(TorchvisionDataModule):
         super().__init__(augmentation=augmentation, **kwargs)
 
     def make(self, split: Split, download: bool) -> Dataset:
-        return datasets.CIFAR100(self.root, train=split == "train", download=download)
+        return SafeCIFAR100(self.root, train=split == "train", download=download)
 
 
 class SVHNDataModule(TorchvisionDataModule):

@@ -1,3 +1,6 @@
+import os
+
+import numpy as np
 import pytest
 import torch
 from PIL import Image
@@ -88,3 +91,97 @@ def test_device_views_of_an_image_folder_of_one_size(tmp_path):
     assert images.shape == (2, 3, 18, 20) and images.dtype == torch.uint8
     views = dm.device_augmentation(images, 2)
     assert [v.shape for v in views] == [(2, 3, 16, 16)] * 2
+
+
+# --- links to folders: followed once, never into a folder read anyway ---------------------------
+
+
+def linked_tree(root):
+    """train/{a,b} with 2 and 3 images, val/{a,b} with 1 each."""
+    make_tree(root, splits=("train",), classes=("a",), per_class=2)
+    for i in range(3):
+        (root / "train" / "b").mkdir(exist_ok=True)
+        Image.new("RGB", (8, 8), (200, 10 * i, 0)).save(root / "train" / "b" / f"b{i}.png")
+    make_tree(root, splits=("val",), classes=("a", "b"), per_class=1)
+    return root
+
+
+@pytest.mark.parametrize(
+    "target,shown",
+    [("..", "links to train"), (".", "links to train/a"), ("../b", "links to train/b"), ("../..", "leads to train")],
+    ids=["loop-to-the-split", "loop-to-the-class-folder", "link-to-another-class", "link-above-the-split"],
+)
+def test_a_link_to_a_folder_read_anyway_is_one_error_naming_it(tmp_path, target, shown):
+    # Catches os.walk(followlinks=True) following the link: a loop re-reads the tree until the
+    # OS's link depth (class a grew from 20 to 1,620 images, 800 of them b's labelled a), and a
+    # link to b's folder counts b's images twice, once labelled a. Today: no error, wrong counts.
+    # A link above the split is not itself inside it, but leads back into it (train, met again).
+    linked_tree(tmp_path)
+    os.symlink(target, tmp_path / "train" / "a" / "link")
+    dm = small(tmp_path)
+    with pytest.raises(
+        ConfigError, match=f"ImageFolderDataModule: train/a/link {shown} \\(a folder already read\\): remove the link"
+    ):
+        dm.setup("fit")
+
+
+def test_a_class_folder_that_links_to_another_class_folder_is_refused(tmp_path):
+    # Catches a linked class folder read as a class of its own: b's images again, labelled c.
+    linked_tree(tmp_path)
+    os.symlink("b", tmp_path / "train" / "c")
+    with pytest.raises(ConfigError, match="train/c links to train/b \\(a folder already read\\)"):
+        small(tmp_path).dataset("train")
+
+
+def test_a_link_to_data_outside_the_split_is_read_once_with_its_class(tmp_path):
+    # Catches refusing every link (data on another disk is linked in on purpose) and labelling
+    # the linked images by anything but the class folder that holds the link.
+    linked_tree(tmp_path)
+    outside = tmp_path / "other-disk" / "more-a"
+    outside.mkdir(parents=True)
+    for i in range(4):
+        Image.new("RGB", (8, 8), (0, 0, 10 * i)).save(outside / f"x{i}.png")
+    os.symlink(outside, tmp_path / "train" / "a" / "more")
+    data = small(tmp_path).dataset("train")
+    class_a = ["0.png", "1.png"] + [f"more/x{i}.png" for i in range(4)]
+    class_b = [f"b{i}.png" for i in range(3)]
+    expected = [(str(tmp_path / "train" / "a" / name), 0) for name in class_a]
+    expected += [(str(tmp_path / "train" / "b" / name), 1) for name in class_b]
+    assert data.samples == expected and data.targets == [0] * 6 + [1] * 3
+
+
+def test_two_classes_linking_the_same_outside_folder_is_refused(tmp_path):
+    # Catches one real folder read through two links: its images would be in both classes.
+    linked_tree(tmp_path)
+    (tmp_path / "shared").mkdir()
+    Image.new("RGB", (8, 8)).save(tmp_path / "shared" / "s.png")
+    os.symlink(tmp_path / "shared", tmp_path / "train" / "a" / "extra")
+    os.symlink(tmp_path / "shared", tmp_path / "train" / "b" / "extra")
+    with pytest.raises(ConfigError, match="train/b/extra links to shared \\(a folder already read\\)"):
+        small(tmp_path).dataset("train")
+
+
+def test_a_class_folder_without_images_names_it(tmp_path):
+    # Catches an empty class (a misplaced folder) passing silently or as torchvision's message,
+    # which names the class but not the folder.
+    linked_tree(tmp_path)
+    (tmp_path / "train" / "c").mkdir()
+    (tmp_path / "train" / "c" / "readme.txt").write_text("no images here")
+    with pytest.raises(ConfigError, match=f"ImageFolderDataModule: no image files in '{tmp_path / 'train' / 'c'}'"):
+        small(tmp_path).dataset("train")
+
+
+def test_sixteen_bit_images_are_not_saturated(tmp_path):
+    # Catches PIL's convert("RGB") on 16-bit greyscale, which clips every level above 255: a
+    # mid-grey 16-bit image (32768) arrived as white (255) in every channel.
+    for split in ("train", "val"):
+        for name in ("a", "b"):
+            (tmp_path / split / name).mkdir(parents=True)
+            for i in range(2):
+                image = Image.fromarray(np.full((12, 12), 32768, np.uint16))
+                assert image.mode == "I;16"
+                image.save(tmp_path / split / name / f"{i}.png")
+    dm = small(tmp_path, augment_on="device")  # images arrive as the uint8 pixels read
+    dm.setup("fit")
+    images, _, _ = next(iter(dm.train_dataloader()))
+    assert images.dtype == torch.uint8 and images.unique().tolist() == [128]
