@@ -4,16 +4,27 @@
         --grid model.init_args.loss.init_args.temperature=0.07,0.3,0.7,1.0 --seeds 0,1 \\
         [--linear configs/linear.yaml] [--name tau] [--out runs/sweeps] [--jobs 2] [--dry-run] [-- extra fit args]
 
-Every point × seed is a run folder ``OUT/NAME/<point>/seed<k>/`` (the TensorBoard log dir of
-that fit, with ``config.yaml``, ``checkpoints/``, the fit's console output ``fit.log``, and
-``sweep.json``: the point's grid values, seed, command and status). A linear evaluation goes
-to ``<run>/linear/``. ``python -m ssl_app.report OUT/NAME`` reads the folders.
+Every point × seed is a run folder ``OUT/NAME/<point>/seed<k>/`` (the fit's run folder:
+``run.json``, ``config.yaml``, ``checkpoints/``, events, the console output ``fit.log``, and
+``sweep.json``: which point and seed it is and the commands). A linear evaluation is filed in
+the run it evaluates, ``<run>/evaluations/linear_<n>/`` (``ssl_app.runs.layout``).
+``python -m ssl_app.report OUT/NAME`` reads the folders.
 
-- Every point is parsed (``--print_config``) before anything runs: a grid key that does not
-  exist, or a value of the wrong type, is one ``error:`` line and nothing starts.
-- A re-run skips the runs whose status is ``done``, resumes interrupted ones from their
-  ``last.ckpt`` and starts the rest; a failed run does not stop the others and is listed at
-  the end with its log. The exit status is 1 if any run failed.
+- ``--out`` is checked first, then every point is parsed (``--print_config``) before anything
+  runs: a grid key that does not exist, a value of the wrong type or an unwritable ``--out`` is
+  one ``error:`` line and nothing starts.
+- Point names are the grid values' short forms (``loss=InfoNCE``); points whose short forms
+  would coincide (``ssl_app.losses.InfoNCE`` and ``mylosses.InfoNCE``) get a hash of their
+  full values appended, so two points never share a folder.
+- What a run still needs is read from the run records (``ssl_app.runs.record``), which the runs
+  write themselves: a re-run skips runs whose record says ``done``, resumes the others from their
+  ``last.ckpt`` and starts the rest afresh; a failed run does not stop the others and is listed at
+  the end with its exit reason and log. The exit status is 1 if any run failed.
+- A sweep holds each run folder (``.sweep.lock``) while it runs its stages: a second sweep started
+  into the same ``--out`` skips those runs and says so, so two sweeps share the work instead of
+  training one run twice.
+- Ctrl-C (or SIGTERM) stops the running fits, which save their ``last.ckpt``; the same command
+  resumes them.
 - ``--jobs N`` runs N at once; with GPUs each job is pinned to one (``CUDA_VISIBLE_DEVICES``).
 """
 
@@ -21,49 +32,93 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import hashlib
 import io
 import itertools
 import json
 import os
 import re
 import shlex
+import shutil
+import signal
 import subprocess
 import sys
+import tempfile
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-STATUS_FILE = "sweep.json"
+from ssl_app.runs.layout import (
+    CHECKPOINTS_DIR,
+    CONFIG_FILE,
+    EVENTS_GLOB,
+    SweepPoint,
+    evaluation_folders,
+    read_sweep_point,
+    write_sweep_point,
+)
+from ssl_app.runs.lock import RUN_LOCK, SWEEP_LOCK, RunLock, is_locked
+from ssl_app.runs.record import DONE, RECORD_FILE, RecordError, effective_status, read_record
+
+#: Exit status of a sweep stopped by a signal: 128 + the signal, as the fits it stopped.
+_STOPPED = {signal.SIGINT: 130, signal.SIGTERM: 143}
 
 
 @dataclass
-class Run:
-    """One grid point with one seed, and where it lives."""
+class PlannedRun:
+    """One grid point with one seed: where it lives and the command line of each stage."""
 
+    sweep: str
     point: str
     grid: dict[str, str]
     seed: int
     directory: Path
     fit_args: list[str]
     linear_args: Optional[list[str]] = None
-    status: dict = field(default_factory=dict)
 
     @property
     def checkpoint(self) -> Path:
-        return self.directory / "checkpoints" / "last.ckpt"
+        return self.directory / CHECKPOINTS_DIR / "last.ckpt"
 
-    def load_status(self) -> None:
-        path = self.directory / STATUS_FILE
-        self.status = json.loads(path.read_text()) if path.is_file() else {}
+    @property
+    def label(self) -> str:
+        return f"{self.point} seed {self.seed}"
 
-    def save_status(self, **changes: object) -> None:
-        self.status.update(changes)
-        self.directory.mkdir(parents=True, exist_ok=True)
-        tmp = self.directory / (STATUS_FILE + ".tmp")
-        tmp.write_text(json.dumps(self.status, indent=2, sort_keys=True))
-        tmp.replace(self.directory / STATUS_FILE)  # atomic: a reader never sees half a file
+    def fit_status(self) -> str:
+        """The fit's status as its record says (``vanished`` when its process died without a word)."""
+        try:
+            return effective_status(self.directory, read_record(self.directory))
+        except RecordError:
+            return "unreadable record"
+
+    def probe_done(self) -> bool:
+        """Whether a linear probe of this run finished (any of them: the report reads the newest done one)."""
+        for folder in evaluation_folders(self.directory, "linear"):
+            try:
+                record = read_record(folder)
+            except RecordError:
+                continue
+            if record is not None and record.status == DONE:
+                return True
+        return False
+
+    def stages(self) -> list[tuple[str, list[str]]]:
+        """What the run still needs: ``fit`` (resumed if it has a checkpoint) and/or ``linear``."""
+        todo = []
+        if self.fit_status() != DONE:
+            args = self.fit_args
+            if self.checkpoint.is_file():
+                args = [*args, f"--ckpt_path={self.checkpoint}"]
+            todo.append(("fit", args))
+        if self.linear_args is not None and not self.probe_done():
+            todo.append(("linear", self.linear_args))
+        return todo
+
+    def sidecar(self) -> SweepPoint:
+        return SweepPoint(sweep=self.sweep, point=self.point, grid=self.grid, seed=self.seed)
 
 
 def parse_grid(specs: Sequence[str]) -> list[tuple[str, list[str]]]:
@@ -82,7 +137,8 @@ def parse_grid(specs: Sequence[str]) -> list[tuple[str, list[str]]]:
 
 
 def point_name(values: dict[str, str]) -> str:
-    """A folder name from the point's values: the last part of each key, ``=`` its value."""
+    """A folder name from the point's values: the last part of each key, ``=`` its value's short form
+    (the last part of a class path). Not unique on its own: see :func:`point_names`."""
     if not values:
         return "base"
     parts = []
@@ -92,6 +148,20 @@ def point_name(values: dict[str, str]) -> str:
     return re.sub(r"[^\w.,=+-]", "_", ",".join(parts))
 
 
+def point_names(points: list[dict[str, str]]) -> list[str]:
+    """One folder name per point, unique: :func:`point_name`, plus ``-<hash of the full values>``
+    for the points whose short names coincide (names compared as a case-insensitive filesystem would)."""
+    short = [point_name(values) for values in points]
+    counts = Counter(name.lower() for name in short)
+    names = []
+    for name, values in zip(short, points):
+        if counts[name.lower()] > 1:
+            digest = hashlib.sha256(json.dumps(values, sort_keys=True).encode()).hexdigest()[:8]
+            name = f"{name}-{digest}"
+        names.append(name)
+    return names
+
+
 def plan(
     configs: list[str],
     grid: list[tuple[str, list[str]]],
@@ -99,13 +169,12 @@ def plan(
     sweep_dir: Path,
     extra: list[str],
     linear_config: Optional[str],
-) -> list[Run]:
+) -> list[PlannedRun]:
     """Every (point, seed) run with its fit (and linear) command line arguments."""
-    runs = []
     keys = [k for k, _ in grid]
-    for combination in itertools.product(*[values for _, values in grid]):
-        values = dict(zip(keys, combination))
-        point = point_name(values)
+    points = [dict(zip(keys, combination)) for combination in itertools.product(*[values for _, values in grid])]
+    runs = []
+    for values, point in zip(points, point_names(points)):
         for seed in seeds:
             directory = sweep_dir / point / f"seed{seed}"
             config_args = [a for c in configs for a in ("--config", c)]
@@ -114,9 +183,10 @@ def plan(
             fit_args = ["fit", *config_args, *grid_args, seed_arg, *logger_args(sweep_dir, point, f"seed{seed}"), *extra]
             linear_args = None
             if linear_config is not None:
-                checkpoint = f"--model.init_args.checkpoint={directory / 'checkpoints' / 'last.ckpt'}"
-                linear_args = ["fit", "--config", linear_config, checkpoint, seed_arg, *logger_args(directory, "", "linear")]
-            runs.append(Run(point, values, seed, directory, fit_args, linear_args))
+                # Filed by the CLI in <run>/evaluations/linear_<n>/ (the probe belongs to the run it evaluates).
+                checkpoint = f"--model.init_args.checkpoint={directory / CHECKPOINTS_DIR / 'last.ckpt'}"
+                linear_args = ["fit", "--config", linear_config, checkpoint, seed_arg]
+            runs.append(PlannedRun(sweep_dir.name, point, values, seed, directory, fit_args, linear_args))
     return runs
 
 
@@ -128,7 +198,24 @@ def logger_args(save_dir: Path, name: str, version: str) -> list[str]:
     ]
 
 
-def validate(runs: list[Run]) -> None:
+def check_out(out: Path) -> None:
+    """``--out`` must be (or be creatable as) a folder this process can write in; nothing is created."""
+    existing = out
+    while not existing.exists():
+        if existing.parent == existing:
+            break
+        existing = existing.parent
+    if not existing.is_dir():
+        fail(f"--out {out}: {existing} is a file, not a folder")
+    try:
+        handle, probe = tempfile.mkstemp(dir=existing, prefix=".ssl_app_sweep_probe_")
+        os.close(handle)
+        os.remove(probe)
+    except OSError as error:
+        fail(f"--out {out}: cannot write in {existing} ({error.strerror or error})")
+
+
+def validate(runs: list[PlannedRun]) -> None:
     """Parse every distinct command with ``--print_config``; the first error ends the sweep."""
     from ssl_app.cli import main  # heavy: imports torch and Lightning
 
@@ -169,53 +256,141 @@ def launch(args: list[str], log: Path, device: Optional[int]) -> subprocess.Pope
     return process
 
 
-def stages(run: Run) -> list[tuple[str, list[str]]]:
-    """What ``run`` still needs: ``fit`` (resumed if it has a checkpoint) and/or ``linear``."""
-    todo = []
-    if run.status.get("fit") != "done":
-        args = run.fit_args
-        if run.checkpoint.is_file():
-            args = [*args, f"--ckpt_path={run.checkpoint}"]
-        todo.append(("fit", args))
-    if run.linear_args is not None and run.status.get("linear") != "done":
-        todo.append(("linear", run.linear_args))
-    return todo
+def clear_attempt(directory: Path) -> None:
+    """Remove what a previous attempt of a fit left without a checkpoint (its record, config, events,
+    empty checkpoint folder), so a fresh start does not mix into it; logs and ``sweep.json`` stay."""
+    for name in (RECORD_FILE, CONFIG_FILE, "hparams.yaml"):
+        (directory / name).unlink(missing_ok=True)
+    for events in directory.glob(EVENTS_GLOB):
+        events.unlink()
+    checkpoints = directory / CHECKPOINTS_DIR
+    if checkpoints.is_dir() and not any(checkpoints.glob("*.ckpt")):
+        shutil.rmtree(checkpoints, ignore_errors=True)
 
 
-def execute(runs: list[Run], jobs: int) -> list[Run]:
-    """Run every pending stage, ``jobs`` at a time; return the runs that failed."""
+@dataclass
+class Outcome:
+    """What ``execute`` did: runs that failed (with the stage), runs held by another process, and
+    the signal that stopped the sweep (None: it ran to the end)."""
+
+    failed: list[tuple[PlannedRun, str]]
+    held: list[PlannedRun]
+    stopped_by: Optional[int] = None
+
+
+class _Stop(Exception):
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+@contextlib.contextmanager
+def _stop_on_signals() -> Iterator[None]:
+    """SIGINT/SIGTERM raise ``_Stop`` in the sweep's loop (main thread only), previous handlers restored after."""
+    def handler(signum: int, frame: object) -> None:
+        raise _Stop(signum)
+
+    previous = {signum: signal.signal(signum, handler) for signum in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for signum, old in previous.items():
+            signal.signal(signum, old)
+
+
+def execute(runs: list[PlannedRun], jobs: int) -> Outcome:
+    """Run every pending stage, ``jobs`` at a time; hold each run's folder while its stages run."""
     devices = _gpu_count()
-    pending = [run for run in runs if stages(run)]
-    active: dict[int, tuple[Run, str, subprocess.Popen, Optional[int]]] = {}
-    failed: list[Run] = []
+    pending = [run for run in runs if run.stages()]
+    active: dict[int, tuple[PlannedRun, str, subprocess.Popen, Optional[int]]] = {}
+    locks: dict[Path, RunLock] = {}
+    outcome = Outcome(failed=[], held=[])
     free = list(range(devices)) if devices else []
-    while pending or active:
-        while pending and len(active) < jobs:
-            run = pending.pop(0)
-            stage, args = stages(run)[0]
-            device = free.pop(0) if free else None
-            log = run.directory / f"{stage}.log"
-            command = shlex.join(["python", "-m", "ssl_app", *args])
-            started = {stage: "running", f"{stage}_command": command, f"{stage}_log": str(log)}
-            run.save_status(point=run.point, grid=run.grid, seed=run.seed, **started)
-            print(f"[sweep] start {run.point} seed {run.seed}: {stage}", flush=True)
-            process = launch(args, log, device)
-            active[process.pid] = (run, stage, process, device)
-        time.sleep(0.2)
-        for pid, (run, stage, process, device) in list(active.items()):
-            if process.poll() is None:
-                continue
-            del active[pid]
-            if device is not None:
-                free.append(device)
-            ok = process.returncode == 0
-            run.save_status(**{stage: "done" if ok else "failed", f"{stage}_returncode": process.returncode})
-            print(f"[sweep] {'done' if ok else 'FAILED'} {run.point} seed {run.seed}: {stage}", flush=True)
-            if not ok:
-                failed.append(run)
-            elif stages(run):
-                pending.insert(0, run)  # its linear evaluation next
-    return failed
+    try:
+        with _stop_on_signals():
+            while pending or active:
+                while pending and len(active) < jobs:
+                    run = pending.pop(0)
+                    if not _hold(run, locks, outcome):
+                        continue
+                    stages = run.stages()
+                    if not stages:  # another sweep finished it meanwhile
+                        locks.pop(run.directory).release()
+                        continue
+                    stage, args = stages[0]
+                    if stage == "fit" and not run.checkpoint.is_file():
+                        clear_attempt(run.directory)
+                    device = free.pop(0) if free else None
+                    log = run.directory / f"{stage}.log"
+                    point = run.sidecar()
+                    existing = read_sweep_point(run.directory)
+                    point.commands = {**(existing.commands if existing else {}), stage: shlex.join(["python", "-m", "ssl_app", *args])}
+                    point.logs = {**(existing.logs if existing else {}), stage: str(log)}
+                    write_sweep_point(run.directory, point)
+                    print(f"[sweep] start {run.label}: {stage}", flush=True)
+                    process = launch(args, log, device)
+                    active[process.pid] = (run, stage, process, device)
+                time.sleep(0.2)
+                for pid, (run, stage, process, device) in list(active.items()):
+                    if process.poll() is None:
+                        continue
+                    del active[pid]
+                    if device is not None:
+                        free.append(device)
+                    ok = process.returncode == 0 and _stage_done(run, stage)
+                    print(f"[sweep] {'done' if ok else 'FAILED'} {run.label}: {stage}", flush=True)
+                    if not ok:
+                        outcome.failed.append((run, stage))
+                        locks.pop(run.directory).release()
+                    elif run.stages():
+                        pending.insert(0, run)  # its linear evaluation next, still held
+                    else:
+                        locks.pop(run.directory).release()
+    except _Stop as stop:
+        outcome.stopped_by = stop.signum
+        _stop_children(active)
+    finally:
+        for lock in locks.values():
+            lock.release()
+    return outcome
+
+
+def _hold(run: PlannedRun, locks: dict[Path, RunLock], outcome: Outcome) -> bool:
+    """Take the run's sweep lock; a run held by another sweep or written by another process is skipped."""
+    lock = RunLock(run.directory, SWEEP_LOCK)
+    if is_locked(run.directory, RUN_LOCK) or not lock.acquire():
+        holder = lock.holder() if not is_locked(run.directory, RUN_LOCK) else RunLock(run.directory).holder()
+        print(f"[sweep] skip {run.label}: {run.directory} is held by {holder}", flush=True)
+        outcome.held.append(run)
+        return False
+    locks[run.directory] = lock
+    return True
+
+
+def _stage_done(run: PlannedRun, stage: str) -> bool:
+    """What the run's own record says of the stage that just ended (not only the exit status)."""
+    return run.fit_status() == DONE if stage == "fit" else run.probe_done()
+
+
+def _stop_children(active: dict[int, tuple[PlannedRun, str, subprocess.Popen, Optional[int]]]) -> None:
+    """SIGTERM to every running fit (each saves ``last.ckpt`` after its current step), then wait for
+    them; a second signal kills them at once. SIGTERM, not SIGINT: a fit that already got the
+    terminal's Ctrl-C would read a second SIGINT as "quit without a checkpoint"."""
+    processes = [process for _, _, process, _ in active.values()]
+    print(f"[sweep] stopping {len(processes)} running job(s); each saves its last.ckpt (again to kill them now)", flush=True)
+    for process in processes:
+        with contextlib.suppress(OSError):
+            process.send_signal(signal.SIGTERM)
+    try:
+        with _stop_on_signals():
+            for process in processes:
+                process.wait()
+    except _Stop:
+        for process in processes:
+            with contextlib.suppress(OSError):
+                process.kill()
+        for process in processes:
+            process.wait()
 
 
 def _gpu_count() -> int:
@@ -262,26 +437,47 @@ def main(argv: Optional[list[str]] = None) -> int:
     grid = parse_grid(args.grid)
     name = args.name or ("+".join(k.rsplit(".", 1)[-1] for k, _ in grid) or "base")
     sweep_dir = Path(args.out) / name
+    check_out(Path(args.out))
     runs = plan(args.config, grid, args.seed_list, sweep_dir, args.extra, args.linear)
     validate(runs)
-    for run in runs:
-        run.load_status()
     if args.dry_run:
         for run in runs:
-            for _, stage_args in stages(run):
+            for _, stage_args in run.stages():
                 print(shlex.join(["python", "-m", "ssl_app", *stage_args]))
         return 0
-    todo = [run for run in runs if stages(run)]
+    todo = [run for run in runs if run.stages()]
     print(f"[sweep] {sweep_dir}: {len(runs)} runs, {len(runs) - len(todo)} already done, {len(todo)} to run", flush=True)
-    failed = execute(todo, args.jobs)
-    if failed:
-        print(f"[sweep] {len(failed)} run(s) failed:", file=sys.stderr)
-        for run in failed:
-            stage = "linear" if run.status.get("linear") == "failed" else "fit"
-            print(f"  {run.point} seed {run.seed} ({stage}): {run.status.get(f'{stage}_log')}", file=sys.stderr)
+    outcome = execute(todo, args.jobs)
+    if outcome.stopped_by is not None:
+        print(
+            f"[sweep] stopped by {signal.Signals(outcome.stopped_by).name}; the same command resumes the unfinished runs",
+            file=sys.stderr,
+        )
+        return _STOPPED.get(outcome.stopped_by, 1)
+    if outcome.held:
+        print(f"[sweep] {len(outcome.held)} run(s) skipped: another process holds them; re-run this command after it ends")
+    if outcome.failed:
+        print(f"[sweep] {len(outcome.failed)} run(s) failed:", file=sys.stderr)
+        for run, stage in outcome.failed:
+            print(f"  {run.label} ({stage}): {_why(run, stage)}; log: {run.directory / f'{stage}.log'}", file=sys.stderr)
         return 1
-    print(f"[sweep] all {len(runs)} runs done; report: python -m ssl_app.report {sweep_dir}", flush=True)
+    done = len(runs) - len(outcome.held)
+    print(f"[sweep] {done} of {len(runs)} runs done; report: python -m ssl_app.report {sweep_dir}", flush=True)
     return 0
+
+
+def _why(run: PlannedRun, stage: str) -> str:
+    """The failed stage's exit reason from its record, or its status when the record says none."""
+    folders = [run.directory] if stage == "fit" else evaluation_folders(run.directory, "linear")[-1:]
+    for folder in folders:
+        try:
+            record = read_record(folder)
+        except RecordError as error:
+            return str(error)
+        if record is not None:
+            status = effective_status(folder, record)
+            return f"{status}: {record.exit_reason}" if record.exit_reason else status
+    return "no run record (it failed before it started)"
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ from pathlib import Path
 from ssl_app.errors import ConfigError
 from ssl_app.report.figures import FigureResult, draw_all
 from ssl_app.report.groups import group_runs
-from ssl_app.report.runs import load_runs
+from ssl_app.report.runs import load_study
 from ssl_app.report.summary import COLUMNS, build_rows
 from ssl_app.report.table import markdown_table, write_csv
 
@@ -35,14 +35,16 @@ class Report:
 def make_report(runs_dir: Path, out_dir: Path | None = None, title: str | None = None) -> Report:
     """Read the runs under ``runs_dir``, write table and figures to ``out_dir``; raises
     ``ConfigError`` when there is nothing to report on."""
-    runs = load_runs(runs_dir)
+    study = load_study(runs_dir)
+    runs = study.runs
     configurations = group_runs(runs)
     rows = build_rows(configurations)
     if not rows:
-        raise ConfigError(f"no finished run under {str(runs_dir)!r}: {len(runs)} run(s), none done with an event file")
+        statuses = ", ".join(f"{run.name}: {run.status}" for run in runs[:10])
+        raise ConfigError(f"no finished run under {str(runs_dir)!r}: {len(runs)} run(s), none done with an event file ({statuses})")
     out_dir = out_dir if out_dir is not None else runs_dir / "report"
     out_dir.mkdir(parents=True, exist_ok=True)
-    markdown = markdown_table(rows, configurations, title)
+    markdown = markdown_table(rows, configurations, title, study.orphans)
     (out_dir / TABLE_MD).write_text(markdown, encoding="utf-8")
     write_csv(rows, out_dir / TABLE_CSV)
     return Report(markdown=markdown, csv_path=out_dir / TABLE_CSV, figures=draw_all(rows, out_dir, title))

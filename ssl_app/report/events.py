@@ -11,8 +11,6 @@ from pathlib import Path
 
 import numpy as np
 
-EVENTS_GLOB = "events.out.tfevents.*"
-
 
 @dataclass(frozen=True)
 class Histogram:
@@ -45,11 +43,6 @@ class EventData:
         """The last logged value of ``tag`` (the final epoch for per-epoch tags), or None."""
         series = self.scalars.get(tag)
         return series[-1][1] if series else None
-
-
-def has_event_file(directory: Path) -> bool:
-    """True when ``directory`` itself (not a subfolder) holds a TensorBoard event file."""
-    return any(path.is_file() for path in directory.glob(EVENTS_GLOB))
 
 
 def read_events(directory: Path) -> EventData:

@@ -19,13 +19,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ssl_app.report.runs import Run
+from ssl_app.runs.identity import WHERE_KEYS, flatten
 
 LOSS_PREFIX = "model.init_args.loss.init_args."
 LOSS_CLASS = "model.init_args.loss.class_path"
 METHOD_CLASS = "model.class_path"
-# Keys that never separate configurations: the repetition and where a run was written.
-IGNORED_KEYS = ("seed_everything", "ckpt_path", "trainer.default_root_dir")
-IGNORED_PREFIXES = ("trainer.logger",)
+# Keys that never separate configurations: the repetition, and where a run was written or what it resumed
+# from (ssl_app.runs.identity.WHERE_KEYS).
+IGNORED_KEYS = ("seed_everything", *WHERE_KEYS)
 # Loss hyper-parameters shown in every label, with the paper's symbols, in this order.
 LOSS_SYMBOLS = {"temperature": "τ", "num_negatives": "K", "quantile": "α", "lam": "λ"}
 # Other differing settings join a label in this order of key prefix, at most MAX_EXTRA_PARTS of
@@ -68,18 +69,6 @@ class Configuration:
         return _number(self.settings.get(LOSS_PREFIX + "num_negatives"))
 
 
-def flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
-    """A nested config as ``{"a.b.c": value}``; lists become JSON text (hashable)."""
-    if isinstance(tree, dict):
-        flat: dict[str, Any] = {}
-        for key, value in tree.items():
-            flat.update(flatten(value, f"{prefix}{key}."))
-        return flat
-    if isinstance(tree, list):
-        return {prefix[:-1]: json.dumps(tree, sort_keys=True, default=str)}
-    return {prefix[:-1]: tree}
-
-
 def settings_of(run: Run) -> dict[str, Any]:
     """The run's configuration as flat keys, without the keys that never separate configurations.
 
@@ -88,7 +77,7 @@ def settings_of(run: Run) -> dict[str, Any]:
     if run.config is not None:
         flat = flatten(run.config)
     else:
-        flat = dict((run.sweep or {}).get("grid") or {})
+        flat = dict(run.sweep.grid) if run.sweep is not None else {}
     return {key: value for key, value in flat.items() if not _ignored(key)}
 
 
@@ -110,9 +99,8 @@ def group_runs(runs: list[Run]) -> list[Configuration]:
 
 
 def _group_key(run: Run, settings: dict[str, Any]) -> tuple:
-    sweep = run.sweep or {}
-    if sweep.get("point") is not None:
-        return ("sweep", str(sweep.get("sweep")), str(sweep["point"]))
+    if run.sweep is not None:
+        return ("sweep", run.sweep.sweep, run.sweep.point)
     if run.config is not None:
         return ("config", tuple(sorted((key, _hashable(value)) for key, value in settings.items())))
     return ("folder", run.path.parent.name)
@@ -201,7 +189,7 @@ def _short_name(key: str, keys: list[str]) -> str:
 
 
 def _ignored(key: str) -> bool:
-    return key in IGNORED_KEYS or key.startswith(IGNORED_PREFIXES)
+    return any(key == ignored or key.startswith(ignored + ".") for ignored in IGNORED_KEYS)
 
 
 def _class_name(class_path: Any) -> str | None:

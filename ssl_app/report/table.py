@@ -7,7 +7,8 @@ import io
 from pathlib import Path
 
 from ssl_app.report.groups import Configuration
-from ssl_app.report.runs import DONE, Run
+from ssl_app.report.runs import Evaluation, Run
+from ssl_app.runs.record import DONE
 from ssl_app.report.summary import COLUMNS, EPOCH_TAG, Row, Stat
 
 COLLAPSED_TAG = "metrics/collapsed"
@@ -36,8 +37,11 @@ def format_stat(stat: Stat, digits: int) -> str:
     return f"{stat.mean:.{digits}f} ± {stat.std:.{digits}f}"
 
 
-def markdown_table(rows: list[Row], configurations: list[Configuration], title: str | None = None) -> str:
-    """The table, its footnotes and a one-line legend, as Markdown."""
+def markdown_table(
+    rows: list[Row], configurations: list[Configuration], title: str | None = None, orphans: list[Evaluation] | None = None
+) -> str:
+    """The table, its footnotes and a one-line legend, as Markdown. ``orphans``: evaluation records
+    whose run is not among the report's runs (listed in one note)."""
     notes = Footnotes()
     absent = [column for column in COLUMNS if all(row.stat(column.key).n == 0 for row in rows)]
     absent_marker = (
@@ -62,6 +66,9 @@ def markdown_table(rows: list[Row], configurations: list[Configuration], title: 
         if id(configuration) not in with_rows:
             for text in _configuration_notes(configuration):
                 notes.add(f"{configuration.label} (no row: no finished run): {text}")
+    if orphans:
+        listed = "; ".join(f"`{e.name}` ({e.kind}, {e.status}{f', of {e.parent}' if e.parent else ''})" for e in orphans)
+        notes.add(f"evaluations whose training run is not under this folder, not in the table: {listed}.")
     parts = [f"## {title}", ""] if title else []
     parts += lines
     parts += ["", LEGEND]
@@ -106,8 +113,10 @@ def _configuration_notes(configuration: Configuration) -> list[str]:
     for run in configuration.runs:
         if run.usable and run.problems:
             notes.append(f"run `{run.name}`: " + "; ".join(run.problems) + ".")
-        if run.usable and run.events is not None and (run.events.last(COLLAPSED_TAG) or 0) >= 1:
-            notes.append(f"run `{run.name}`: representation collapsed (`{COLLAPSED_TAG}` = 1 at the final epoch).")
+        if run.usable:
+            collapsed = _collapse_note(run)
+            if collapsed:
+                notes.append(f"run `{run.name}`: {collapsed}")
     augmented = [run.name for run in configuration.usable_runs if _uniformity_inputs(run) == "augmented"]
     if augmented:
         notes.append(
@@ -127,9 +136,30 @@ def _uniformity_inputs(run: Run) -> str | None:
     return None
 
 
+def _collapse_note(run: Run) -> str | None:
+    """What the run recorded of a collapse (mode, since when), or its final ``metrics/collapsed`` = 1."""
+    collapse = run.collapse
+    if collapse:
+        mode, since = collapse.get("mode", "collapse"), collapse.get("since_epoch")
+        reasons = "; ".join(str(reason) for reason in collapse.get("reasons") or [])
+        when = f" since epoch {since}" if since is not None else ""
+        return f"representation collapsed ({mode}{when}{': ' + reasons if reasons else ''}); averaged, as a result of its setting."
+    if run.events is not None and (run.events.last(COLLAPSED_TAG) or 0) >= 1:
+        return f"representation collapsed (`{COLLAPSED_TAG}` = 1 at the final epoch); averaged, as a result of its setting."
+    return None
+
+
 def _describe_left_out(run: Run) -> str:
-    reason = run.status if run.status != DONE else "; ".join(run.problems) or "no events"
-    log = (run.sweep or {}).get("log")
+    """Why a run is not averaged: its status and exit reason (the record's), or what could not be read."""
+    if run.status != DONE:
+        reason = run.status
+        if run.record is not None and run.record.exit_reason:
+            reason += f": {run.record.exit_reason}"
+        if run.problems:
+            reason += f"; {'; '.join(run.problems)}"
+    else:
+        reason = "; ".join(run.problems) or "no events"
+    log = (run.sweep.logs.get("fit") if run.sweep is not None else None)
     return f"run `{run.name}` ({reason}{f', log: `{log}`' if log else ''})"
 
 
