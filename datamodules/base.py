@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Callable
 from typing import Any, Literal, Optional, get_args
 
@@ -28,6 +29,7 @@ from datamodules.long_tail import (
     write_class_counts,
 )
 from datamodules.multiview import Labelled, MultiViewDataset, sample_seed
+from datamodules.resumable import ResumableDataLoader, ResumableDistributedSampler
 from ssl_app.checks import check_int
 from ssl_app.errors import ConfigError
 
@@ -61,7 +63,10 @@ class ContrastiveDataModule(LightningDataModule):
 
     - ``train_dataloader``: as many random views as the method consumes per step (its
       ``train_views`` attribute, 2 when it has none or no method is attached; the memory bank
-      uses 1), shuffled, ``drop_last=True``.
+      uses 1), shuffled, ``drop_last=True``. It is a torchdata ``StatefulDataLoader``: Lightning
+      saves its place in the epoch's shuffle in every checkpoint, so a run resumed mid-epoch (with
+      the same ``num_workers``) finishes that epoch's order and then shuffles the next epochs as an
+      uninterrupted run would (``datamodules.resumable``).
     - ``val_dataloader`` / ``test_dataloader``: 2 augmented views that are a fixed function of
       ``(val_seed, index)``, in order, nothing dropped, so metrics are reproducible and equal
       under any number of DDP ranks or workers.
@@ -76,8 +81,10 @@ class ContrastiveDataModule(LightningDataModule):
     built and saved as ``class_counts.json`` beside the run's logs (rank 0, at ``setup("fit")``);
     :meth:`train_class_counts` returns them for any datamodule, balanced or not.
 
-    Lightning adds the DistributedSampler to the three hook dataloaders under DDP;
-    ``batch_size`` is per process.
+    Under DDP the validation and test dataloaders get Lightning's DistributedSampler; the training
+    dataloader brings its own, a :class:`~datamodules.resumable.ResumableDistributedSampler` with
+    the shards and seed Lightning's would have, whose epoch and position are part of the
+    dataloader's saved state. ``batch_size`` is per process.
 
     With ``augment_on: workers_batched`` the workers load each image once as uint8 and make the
     views of a whole batch at once (``device_augment.AugmentingCollate``), with the batched ops
@@ -248,7 +255,7 @@ class ContrastiveDataModule(LightningDataModule):
             raise ConfigError(f"{type(self).__name__}: the method's train_views must be an integer >= 1, got {views!r}")
         return views
 
-    def train_dataloader(self) -> DataLoader:
+    def train_dataloader(self) -> ResumableDataLoader:
         data: Dataset
         if self.augment_on in ("device", "workers_batched"):
             data = UnaugmentedImages(self.dataset("train"))
@@ -266,7 +273,22 @@ class ContrastiveDataModule(LightningDataModule):
             "device": collate_images,
             "workers_batched": AugmentingCollate(self.augmentation, self.train_views()),
         }.get(self.augment_on)
-        return self._loader(data, shuffle=True, drop_last=True, collate_fn=collate)
+        options = self._loader_options(drop_last=True, collate_fn=collate)
+        sampler = self._distributed_train_sampler(data)
+        with warnings.catch_warnings():
+            # torchdata 0.11 calls torch.set_vital, which newer torch deprecates: noise on every run.
+            warnings.filterwarnings("ignore", message="'set_vital' is deprecated", category=UserWarning)
+            return ResumableDataLoader(data, shuffle=sampler is None, sampler=sampler, **options)
+
+    def _distributed_train_sampler(self, data: Dataset) -> Optional[ResumableDistributedSampler]:
+        """Under DDP, the sampler Lightning would inject (its shards and seed), made resumable; else None."""
+        trainer = self.trainer
+        connector = getattr(trainer, "_accelerator_connector", None)
+        # Lightning's own test for injecting a DistributedSampler (DataConnector._requires_distributed_sampler).
+        if connector is None or not (connector.use_distributed_sampler and connector.is_distributed):
+            return None
+        seed = int(os.getenv("PL_GLOBAL_SEED", 0))  # the seed Lightning gives its samplers
+        return ResumableDistributedSampler(data, shuffle=True, seed=seed, **trainer.distributed_sampler_kwargs)
 
     # --- views on the device (augment_on: device) --------------------------------------------
     def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
@@ -369,11 +391,20 @@ class ContrastiveDataModule(LightningDataModule):
         persistent: bool = True,
         collate_fn: Optional[Callable[[list[Any]], Any]] = None,
     ) -> DataLoader:
+        options = self._loader_options(drop_last=drop_last, batch_size=batch_size, persistent=persistent, collate_fn=collate_fn)
+        return DataLoader(data, shuffle=shuffle, **options)
+
+    def _loader_options(
+        self,
+        *,
+        drop_last: bool,
+        batch_size: Optional[int] = None,
+        persistent: bool = True,
+        collate_fn: Optional[Callable[[list[Any]], Any]] = None,
+    ) -> dict[str, Any]:
         workers = self.num_workers
-        return DataLoader(
-            data,
+        return dict(
             batch_size=batch_size or self.batch_size,
-            shuffle=shuffle,
             drop_last=drop_last,
             num_workers=workers,
             pin_memory=self.pin_memory,

@@ -148,6 +148,11 @@ class InterruptCheckpoint(Callback):
     process, any other exception after the first step also writes ``last.ckpt`` (no work is
     lost to a crash); under DDP only stops that all ranks agreed on do, since a failure on one
     rank cannot be waited for safely by the others.
+
+    Resuming: a checkpoint written during ``fit``'s validation makes the resumed run redo that
+    whole validation (so the epoch's metrics and epoch checkpoint are not lost), and a resumed run
+    gives the training dataloader the position in the epoch that the checkpoint saved, where
+    Lightning would drop it (so the epoch's sample order continues).
     """
 
     def __init__(self) -> None:
@@ -155,6 +160,7 @@ class InterruptCheckpoint(Callback):
         self._reset()
         self._previous_sigint: Any = None
         self._trainer: L.Trainer | None = None
+        self._saving_mid_validation = False
 
     def _reset(self) -> None:
         self.requested: int | None = None
@@ -178,6 +184,7 @@ class InterruptCheckpoint(Callback):
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if threading.current_thread() is threading.main_thread():
             self._previous_sigint = signal.signal(signal.SIGINT, self._on_signal)
+        self._resume_dataloader_position(trainer)
 
     def _restore_sigint(self) -> None:
         if self._previous_sigint is not None and threading.current_thread() is threading.main_thread():
@@ -251,6 +258,7 @@ class InterruptCheckpoint(Callback):
                 self.unsaved_reason = f"the model state is already non-finite ({bad}), so no checkpoint was written"
                 return
         self.step, self.epoch = trainer.global_step, trainer.current_epoch
+        self._saving_mid_validation = trainer.validating
         try:
             self.saved_path = save_last(trainer)
         except Exception as error:
@@ -258,9 +266,52 @@ class InterruptCheckpoint(Callback):
                 raise
             # Saving after an arbitrary failure (say out of memory) may fail too: keep the original error.
             self.unsaved_reason = f"saving a checkpoint after the failure failed too ({type(error).__name__}: {error})"
+        finally:
+            self._saving_mid_validation = False
+
+    def on_save_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]) -> None:
+        if self._saving_mid_validation:
+            self._restart_validation(checkpoint)
 
     def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         self._restore_sigint()
+
+    # --- resuming ------------------------------------------------------------------------------
+    @staticmethod
+    def _resume_dataloader_position(trainer: L.Trainer) -> None:
+        """Give the training dataloader the position in the epoch that the resumed checkpoint saved.
+
+        Lightning loads it when it sets the dataloader up, but a ``configure_optimizers`` that reads
+        ``trainer.estimated_stepping_batches`` (ours does) sets it up earlier, before the checkpoint's
+        loop state is restored, and the saved position is then never loaded (Lightning issue #20550,
+        open in 2.6): the resumed epoch would start a fresh shuffle. Before the first batch, load it
+        and restart the dataloader's iterator from it, as ``_FitLoop.setup_data`` would have.
+        """
+        loop = trainer.fit_loop
+        fetcher = getattr(loop, "_data_fetcher", None)
+        if not (loop.restarting and getattr(loop, "_combined_loader_states_to_load", None) and fetcher is not None):
+            return
+        loop._load_combined_loader_states()
+        iter(fetcher)
+
+    @staticmethod
+    def _restart_validation(checkpoint: dict[str, Any]) -> None:
+        """Make a checkpoint written during ``fit``'s validation restart that validation from its first batch.
+
+        Lightning restarts a validation only from a checkpoint that caught it inside a step (a batch
+        started but not processed: ``_EvaluationLoop.restarted_mid_evaluation``). One written between
+        two validation batches, as a stop is, looks like one written after the validation: the resumed
+        run skips it (``_TrainingEpochLoop.restarted_on_last``), and that epoch's validation metrics and
+        its ModelCheckpoint are lost. So the validation's progress is set to what it would be inside
+        its first step. Not inside the current one: Lightning would then run only as many batches as
+        were left, counted from the first one (its fetcher starts at the completed count).
+        """
+        progress = checkpoint["loops"]["fit_loop"]["epoch_loop.val_loop.batch_progress"]
+        total, current = progress["total"], progress["current"]
+        earlier = total["completed"] - current["completed"]  # batches of the epoch's earlier validations
+        total.update(ready=earlier + 1, started=earlier + 1, processed=earlier, completed=earlier)
+        current.update(ready=1, started=1, processed=0, completed=0)
+        progress["is_last_batch"] = False
 
 
 class ConfigWinsOnResume(Callback):
