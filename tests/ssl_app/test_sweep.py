@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
-import json
+import os
 import re
 import shlex
+import signal
+import sys
+from pathlib import Path
 
 import pytest
 
 from ssl_app.report.cli import main as report_main
+from ssl_app.runs.layout import read_sweep_point
+from ssl_app.runs.record import finish_record, read_record, start_record, write_record
 from ssl_app.sweep import main, parse_grid, point_name
 from tests.ssl_app.test_cli import QUICKSTART, REPO
 
@@ -57,8 +62,9 @@ def test_sweep_then_report_end_to_end_and_a_rerun_finishes_only_what_is_missing(
     for point in ("temperature=0.2", "temperature=0.5"):
         for seed in (0, 1):
             run = sweep / point / f"seed{seed}"
-            status = json.loads((run / "sweep.json").read_text())
-            assert status["fit"] == "done" and status["seed"] == seed and status["grid"] == {TAU: point.split("=")[1]}
+            sidecar = read_sweep_point(run)
+            assert sidecar.seed == seed and sidecar.grid == {TAU: point.split("=")[1]} and "fit" in sidecar.commands
+            assert read_record(run).status == "done"
             assert list(run.glob("events.out.tfevents.*")) and (run / "config.yaml").is_file()
             assert (run / "checkpoints" / "last.ckpt").is_file()
     capsys.readouterr()
@@ -71,13 +77,16 @@ def test_sweep_then_report_end_to_end_and_a_rerun_finishes_only_what_is_missing(
     pngs = list((sweep / "report").glob("*.png"))
     assert pngs and all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in pngs)
 
-    # an interrupted run (status still "running") is the only one run again, from its last.ckpt
-    marker = sweep / "temperature=0.5" / "seed1" / "sweep.json"
-    marker.write_text(json.dumps({**json.loads(marker.read_text()), "fit": "running"}))
+    # a run whose record says interrupted is the only one run again, from its last.ckpt
+    interrupted = sweep / "temperature=0.5" / "seed1"
+    record = read_record(interrupted)
+    record.status = "interrupted"
+    write_record(interrupted, record)
     assert main(args) == 0
     out = capsys.readouterr().out
     assert "4 runs, 3 already done, 1 to run" in out and "start temperature=0.5 seed 1: fit" in out
-    assert "--ckpt_path=" in (marker.parent / "fit.log").read_text()
+    assert "--ckpt_path=" in (interrupted / "fit.log").read_text()
+    assert read_record(interrupted).status == "done" and len(read_record(interrupted).resumes) == 1
 
 
 @pytest.mark.slow
@@ -86,10 +95,10 @@ def test_a_failed_run_does_not_stop_the_others_and_is_listed_with_its_log(tmp_pa
             *FAST[:-1]]  # fmt: skip
     assert main(args) == 1  # batch 1000 > the 128 training shapes: that run fails at its start
     err = capsys.readouterr().err
-    assert "1 run(s) failed" in err and "batch_size=1000 seed 0 (fit):" in err and "fit.log" in err
-    assert json.loads((tmp_path / "b" / "batch_size=32" / "seed0" / "sweep.json").read_text())["fit"] == "done"
+    assert "1 run(s) failed" in err and "batch_size=1000 seed 0 (fit): failed: " in err and "fit.log" in err
+    assert read_record(tmp_path / "b" / "batch_size=32" / "seed0").status == "done"
     failed = tmp_path / "b" / "batch_size=1000" / "seed0"
-    assert json.loads((failed / "sweep.json").read_text())["fit"] == "failed"
+    assert read_record(failed).status == "failed" and "batch_size" in read_record(failed).exit_reason
     assert "batch_size" in (failed / "fit.log").read_text()
 
 
@@ -113,36 +122,51 @@ def test_the_readmes_sweep_commands_parse(tmp_path, capsys, monkeypatch):
         assert printed and all(line.startswith("python -m ssl_app fit") for line in printed)
 
 
+def fake_fit(status: str | None, exit_code: int):
+    """A ``launch`` stand-in whose "fit" ends at once: it writes the run record the CLI would write
+    (``status``; None: none, a start that failed before the record) and exits with ``exit_code``."""
+
+    class Process:
+        def __init__(self, directory):
+            self.pid, self.returncode, self.directory = id(self), None, directory
+
+        def poll(self):
+            if self.returncode is None:
+                if status is not None:
+                    record = start_record(self.directory, "fit", {"seed_everything": 0})
+                    finish_record(self.directory, record, status, f"{status} (fake fit)")
+                self.returncode = exit_code
+            return self.returncode
+
+    return lambda args, log, device: Process(log.parent)
+
+
+def planned(tmp_path, values=("0.1",)):
+    import ssl_app.sweep as sweep
+
+    return sweep.plan([QUICKSTART], [(TAU, list(values))], [0], tmp_path, [], None)
+
+
 def test_parallel_jobs_are_pinned_to_free_gpus(tmp_path, monkeypatch):
     """With GPUs, each running job gets its own device, released when it ends (no GPU needed here)."""
     import ssl_app.sweep as sweep
 
-    class Finished:
-        returncode = 0
-
-        def __init__(self):
-            self.pid = id(self)
-            self.polls = 0
-
-        def poll(self):
-            self.polls += 1
-            return 0 if self.polls > 2 else None
-
     seen: list[int] = []
     running: set[int] = set()
+    finish = fake_fit("done", 0)
 
     def fake_launch(args, log, device):
         assert device is not None and device not in running  # never two jobs on one GPU
         running.add(device)
         seen.append(device)
-        process = Finished()
-        original_poll = process.poll
+        process = finish(args, log, device)
+        polls = iter([None, None])
 
         def poll():
-            done = original_poll()
-            if done is not None:
-                running.discard(device)
-            return done
+            if next(polls, "done") is None:
+                return None
+            running.discard(device)
+            return type(process).poll(process)
 
         process.poll = poll
         return process
@@ -150,7 +174,141 @@ def test_parallel_jobs_are_pinned_to_free_gpus(tmp_path, monkeypatch):
     monkeypatch.setattr(sweep, "_gpu_count", lambda: 2)
     monkeypatch.setattr(sweep, "launch", fake_launch)
     monkeypatch.setattr(sweep.time, "sleep", lambda _: None)
-    runs = sweep.plan([QUICKSTART], [(TAU, ["0.1", "0.2", "0.3"])], [0], tmp_path, [], None)
-    assert sweep.execute(runs, jobs=2) == []
+    runs = planned(tmp_path, ("0.1", "0.2", "0.3"))
+    assert sweep.execute(runs, jobs=2).failed == []
     assert len(seen) == 3 and set(seen) == {0, 1}
-    assert all(json.loads((run.directory / "sweep.json").read_text())["fit"] == "done" for run in runs)
+    assert all(read_record(run.directory).status == "done" for run in runs)
+
+
+@pytest.mark.parametrize(
+    ("status", "exit_code", "why"),
+    [(None, 3, "no run record"), ("failed", 1, "failed: failed (fake fit)"), ("interrupted", 0, "interrupted")],
+)
+def test_a_fit_that_fails_or_lies_is_a_failure_of_the_sweep(tmp_path, monkeypatch, capsys, status, exit_code, why):
+    """Catches a sweep that reads success from anything but the run's own record: a fit that exits
+    non-zero before writing one, a failed record, and a process that exits 0 while its record says
+    it did not finish. The sweep exits 1 and names the run, the reason and its log."""
+    import ssl_app.sweep as sweep
+
+    monkeypatch.setattr(sweep, "launch", fake_fit(status, exit_code))
+    monkeypatch.setattr(sweep.time, "sleep", lambda _: None)
+    monkeypatch.setattr(sweep, "validate", lambda runs: None)
+    code = main(["--config", QUICKSTART, "--grid", f"{TAU}=0.1", "--out", str(tmp_path), "--name", "s"])
+    err = capsys.readouterr().err
+    assert code == 1 and "1 run(s) failed" in err and f"temperature=0.1 seed 0 (fit): {why}" in err, err
+    assert "fit.log" in err
+
+
+def test_a_real_failing_process_gives_the_sweep_its_exit_code(tmp_path, monkeypatch, capsys):
+    """A real child process (a tiny Python, not the CLI) that exits 2: the sweep reports the failure
+    and returns 1, without waiting on anything else."""
+    import subprocess
+
+    import ssl_app.sweep as sweep
+
+    def launch(args, log, device):
+        log.parent.mkdir(parents=True, exist_ok=True)
+        return subprocess.Popen([sys.executable, "-c", "import sys; print('error: bad'); sys.exit(2)"], stdout=log.open("a"))
+
+    monkeypatch.setattr(sweep, "launch", launch)
+    monkeypatch.setattr(sweep, "validate", lambda runs: None)
+    assert main(["--config", QUICKSTART, "--grid", f"{TAU}=0.1", "--out", str(tmp_path), "--name", "s"]) == 1
+    assert "temperature=0.1 seed 0 (fit): no run record" in capsys.readouterr().err
+    assert "error: bad" in (tmp_path / "s" / "temperature=0.1" / "seed0" / "fit.log").read_text()
+
+
+def test_points_whose_short_names_coincide_get_distinct_folders():
+    """Catches ``mylosses.InfoNCE`` resuming ``ssl_app.losses.InfoNCE``'s run: both were ``loss=InfoNCE``."""
+    from ssl_app.sweep import point_names
+
+    values = [{"model.init_args.loss": "ssl_app.losses.InfoNCE"}, {"model.init_args.loss": "mylosses.InfoNCE"},
+              {"model.init_args.loss": "ssl_app.losses.Simple"}]  # fmt: skip
+    names = point_names(values)
+    assert len(set(names)) == 3 and names[2] == "loss=Simple"
+    assert all(name.startswith("loss=InfoNCE-") for name in names[:2])
+    assert point_names([{"a": "x/y"}, {"a": "x_y"}])[0] != point_names([{"a": "x/y"}, {"a": "x_y"}])[1]
+    assert point_names(values) == names  # stable across re-runs: the same folders are found again
+
+
+def test_a_run_another_sweep_holds_is_skipped_and_named(tmp_path, monkeypatch, capsys):
+    """Two sweeps started into one folder: the second must not train the run the first is running."""
+    import ssl_app.sweep as sweep
+    from ssl_app.runs.lock import SWEEP_LOCK, RunLock
+
+    launched = []
+    monkeypatch.setattr(sweep, "launch", lambda args, log, device: launched.append(log) or fake_fit("done", 0)(args, log, device))
+    monkeypatch.setattr(sweep.time, "sleep", lambda _: None)
+    held, free = planned(tmp_path, ("0.1", "0.2"))
+    with RunLock(held.directory, SWEEP_LOCK) as other_sweep:
+        assert other_sweep.acquire()
+        outcome = sweep.execute([held, free], jobs=1)
+    assert outcome.held == [held] and outcome.failed == [] and launched == [free.directory / "fit.log"]
+    assert f"skip {held.label}: {held.directory} is held by pid {os.getpid()}" in capsys.readouterr().out
+    assert read_record(held.directory) is None
+
+
+def test_an_unwritable_or_wrong_out_is_one_error_before_anything(tmp_path, monkeypatch, capsys):
+    import ssl_app.sweep as sweep
+
+    monkeypatch.setattr(sweep, "validate", lambda runs: pytest.fail("--out is checked before the points are parsed"))
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    for out, text in ((blocker / "sweeps", "is a file"), (Path("/sys/ssl_app_sweeps"), "cannot write in /sys")):
+        with pytest.raises(SystemExit) as exit_:
+            main(["--config", QUICKSTART, "--out", str(out)])
+        err = capsys.readouterr().err
+        assert exit_.value.code == 2 and err.startswith(f"error: --out {out}: ") and text in err, err
+        assert err.count("\n") == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]
+
+
+def test_ctrl_c_stops_the_running_fits_and_says_how_to_resume(tmp_path, monkeypatch, capsys):
+    """Catches a traceback (and orphaned fits) on Ctrl-C in the sweep: the children get SIGTERM (they
+    save their last.ckpt), the sweep waits for them and exits 130 with one line."""
+    import subprocess
+    import threading
+
+    import ssl_app.sweep as sweep
+
+    children = []
+
+    def launch(args, log, device):
+        log.parent.mkdir(parents=True, exist_ok=True)
+        child = subprocess.Popen([sys.executable, "-c", "import time; print('started', flush=True); time.sleep(120)"])
+        children.append(child)
+        return child
+
+    monkeypatch.setattr(sweep, "launch", launch)
+    monkeypatch.setattr(sweep, "validate", lambda runs: None)
+    timer = threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGINT))
+    timer.start()
+    try:
+        code = main(["--config", QUICKSTART, "--grid", f"{TAU}=0.1,0.2", "--jobs", "2", "--out", str(tmp_path)])
+    finally:
+        timer.cancel()
+    captured = capsys.readouterr()
+    assert code == 130 and "stopped by SIGINT; the same command resumes the unfinished runs" in captured.err
+    assert "Traceback" not in captured.err
+    assert len(children) == 2 and all(child.poll() == -signal.SIGTERM for child in children)
+
+
+def test_a_fresh_restart_clears_what_the_failed_attempt_left(tmp_path, monkeypatch):
+    """A run that failed before its first checkpoint is started afresh; its old events must not mix
+    into the new attempt (and the CLI would refuse a new run into a folder with events)."""
+    import ssl_app.sweep as sweep
+
+    [run] = planned(tmp_path)
+    run.directory.mkdir(parents=True)
+    (run.directory / "events.out.tfevents.1.host").write_bytes(b"old attempt")
+    record = start_record(run.directory, "fit", {})
+    finish_record(run.directory, record, "failed", "crashed")
+    seen = []
+
+    def launch(args, log, device):
+        seen.append(sorted(p.name for p in run.directory.iterdir() if not p.name.startswith(".")))
+        return fake_fit("done", 0)(args, log, device)
+
+    monkeypatch.setattr(sweep, "launch", launch)
+    monkeypatch.setattr(sweep.time, "sleep", lambda _: None)
+    assert sweep.execute([run], jobs=1).failed == []
+    assert seen == [["sweep.json"]]

@@ -84,7 +84,8 @@ def write_study(root: Path) -> Study:
         run_config("InfoNCE", 2, temperature=0.3),
         {"knn_acc": 0.0, "uniformity": 0.0, "tolerance": 1.0, "alignment": 0.0, "pos_sim": 1.0, "top10_neg_sim": 1.0},
         epochs=1,
-        sweep=sweep_sidecar("infonce_t0.3", {TAU: 0.3}, 2, status="failed"),
+        sweep=sweep_sidecar("infonce_t0.3", {TAU: 0.3}, 2),
+        status="failed",
     )
     return Study(root=root / "tau", finals=finals, linear=linear, effective_negatives=effective)
 

@@ -1,14 +1,18 @@
-"""Fake run folders for the report tests: what LightningCLI and the sweep tool would write,
-made with ``SummaryWriter`` in milliseconds (no training)."""
+"""Fake run folders for the report tests: what the CLI and the sweep tool would write, made in
+milliseconds (no training) by the code that writes the real thing: events with ``SummaryWriter``,
+run records with ``ssl_app.runs.record`` (``start_record``/``finish_record``, as the CLI's
+``RunRecorder`` does), ``sweep.json`` with ``ssl_app.runs.layout.write_sweep_point``."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
 import yaml
 from torch.utils.tensorboard import SummaryWriter
+
+from ssl_app.runs.layout import EVALUATIONS_DIR, SweepPoint, write_sweep_point
+from ssl_app.runs.record import DONE, RUNNING, finish_record, start_record
 
 STEPS_PER_EPOCH = 4
 EPOCH_METRICS = ("knn_acc", "uniformity", "tolerance", "alignment", "pos_sim", "top10_neg_sim")
@@ -55,13 +59,21 @@ def write_run(
     linear_top1: float | None = None,
     positive: np.ndarray | None = None,
     negatives: np.ndarray | None = None,
-    sweep: dict | None = None,
+    sweep: SweepPoint | None = None,
     log_epoch: bool = True,
+    status: str | None = DONE,
+    collapse: dict | None = None,
 ) -> Path:
     """A run folder whose per-epoch ``metrics/<name>`` end at ``final[name]`` (earlier epochs:
     ``final − 0.1 × epochs to go``); ``effective_negatives[e]`` are the per-step values of epoch e;
-    histograms are logged at every epoch, the last one being ``positive`` / ``negatives``."""
+    histograms are logged at every epoch, the last one being ``positive`` / ``negatives``.
+
+    ``status``: the run record's final status (``running``: started, never finished; ``None``: no
+    record at all, as an older version wrote). ``linear_top1``: a finished linear probe filed in the
+    run, as the CLI files one.
+    """
     folder.mkdir(parents=True, exist_ok=True)
+    record = start_record(folder, "fit", config or {}) if status is not None else None
     writer = SummaryWriter(log_dir=str(folder))
     for epoch in range(epochs):
         for step_in_epoch in range(STEPS_PER_EPOCH):
@@ -74,7 +86,7 @@ def write_run(
         end = (epoch + 1) * STEPS_PER_EPOCH - 1
         for name, value in final.items():
             writer.add_scalar(f"metrics/{name}", value - 0.1 * (epochs - 1 - epoch), end)
-        writer.add_scalar("metrics/collapsed", 0.0, end)
+        writer.add_scalar("metrics/collapsed", 0.0 if collapse is None else 1.0, end)
         if positive is not None:
             shift = 0.05 * (epochs - 1 - epoch)
             writer.add_histogram("similarity/positive", positive - shift, end)
@@ -83,16 +95,32 @@ def write_run(
     if config is not None:
         (folder / "config.yaml").write_text(yaml.safe_dump(config), encoding="utf-8")
     if sweep is not None:
-        (folder / "sweep.json").write_text(json.dumps(sweep), encoding="utf-8")
+        write_sweep_point(folder, sweep)
+    if record is not None and status != RUNNING:
+        finish_record(folder, record, status, f"{status} (fake)", epoch=epochs, step=epochs * STEPS_PER_EPOCH, collapse=collapse)
     if linear_top1 is not None:
-        linear = SummaryWriter(log_dir=str(folder / "linear"))
-        for epoch, value in enumerate((linear_top1 - 0.2, linear_top1)):
-            linear.add_scalar("linear/val_top1", value + 0.01, epoch)
-            linear.add_scalar("linear/top1", value, epoch)
-            linear.add_scalar("linear/top5", min(1.0, value + 0.2), epoch)
-        linear.close()
+        write_probe(folder / EVALUATIONS_DIR / "linear_0", linear_top1)
     return folder
 
 
-def sweep_sidecar(point: str, grid: dict, seed: int, status: str = "done") -> dict:
-    return {"sweep": "tau", "point": point, "grid": grid, "seed": seed, "status": status, "log": f"logs/{point}_s{seed}.log"}
+def write_probe(folder: Path, top1: float, status: str = DONE, parent: str = "../..") -> Path:
+    """A linear probe's folder with its record (``parent``: the evaluated run, relative to ``folder``);
+    the CLI files a probe of ``<run>`` in ``<run>/evaluations/linear_<n>/``, whose parent is ``../..``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    record = start_record(folder, "linear", {"model": {"class_path": "ssl_app.evaluation.LinearProbe"}}, parent=parent)
+    linear = SummaryWriter(log_dir=str(folder))
+    for epoch, value in enumerate((top1 - 0.2, top1)):
+        linear.add_scalar("linear/val_top1", value + 0.01, epoch)
+        linear.add_scalar("linear/top1", value, epoch)
+        linear.add_scalar("linear/top5", min(1.0, value + 0.2), epoch)
+    linear.close()
+    if status != RUNNING:
+        finish_record(folder, record, status, f"{status} (fake)")
+    return folder
+
+
+def sweep_sidecar(point: str, grid: dict, seed: int) -> SweepPoint:
+    """``sweep.json`` of a point of the sweep ``tau``, as the sweep writes it."""
+    return SweepPoint(
+        sweep="tau", point=point, grid={k: str(v) for k, v in grid.items()}, seed=seed, logs={"fit": f"logs/{point}_s{seed}.log"}
+    )

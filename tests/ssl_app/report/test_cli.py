@@ -51,7 +51,8 @@ def test_only_failed_runs_is_an_error_too(tmp_path, capsys):
         tmp_path / "p" / "seed0",
         run_config("InfoNCE", 0, 0.5),
         {"uniformity": 3.0},
-        sweep=sweep_sidecar("p", {}, 0, status="failed"),
+        sweep=sweep_sidecar("p", {}, 0),
+        status="failed",
     )
     assert main([str(tmp_path)]) == 2
     assert capsys.readouterr().err.startswith("error: no finished run")

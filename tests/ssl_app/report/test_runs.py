@@ -9,20 +9,25 @@ from torch.utils.tensorboard import SummaryWriter
 from ssl_app.errors import ConfigError
 from ssl_app.report.events import read_events
 from ssl_app.report.runs import find_run_dirs, load_runs
+from ssl_app.runs.layout import write_sweep_point
+from ssl_app.runs.record import start_record
 from tests.ssl_app.report.fakes import run_config, sweep_sidecar, write_run
 
 FINAL = {"uniformity": 3.5, "tolerance": 0.2}
 
 
-def test_a_run_is_a_folder_with_events_or_sweep_json_and_its_subfolders_belong_to_it(tmp_path):
+def test_a_run_is_a_folder_with_a_record_events_or_sweep_json_and_its_subfolders_belong_to_it(tmp_path):
+    """Catches a walk that reads a run's probe or evaluations as runs of their own (extra seeds)."""
     write_run(tmp_path / "a" / "version_0", run_config("InfoNCE", 0, 0.3), FINAL, linear_top1=0.8)
     (tmp_path / "a" / "version_0" / "checkpoints").mkdir()
     crashed = tmp_path / "b" / "point" / "seed0"
     crashed.mkdir(parents=True)
-    (crashed / "sweep.json").write_text('{"point": "point", "status": "failed"}')
+    write_sweep_point(crashed, sweep_sidecar("point", {}, 0))
+    started = tmp_path / "c" / "version_0"
+    start_record(started, "fit", run_config("InfoNCE", 0, 0.3))  # failed before it logged anything
     (tmp_path / "notes").mkdir()
 
-    assert find_run_dirs(tmp_path) == [tmp_path / "a" / "version_0", crashed]
+    assert find_run_dirs(tmp_path) == [tmp_path / "a" / "version_0", crashed, started]
 
 
 @pytest.mark.parametrize("make", ["empty", "missing", "file", "no_runs"])
@@ -74,11 +79,11 @@ def test_unreadable_sidecars_are_recorded_not_raised(tmp_path):
 def test_a_sweep_run_without_events_is_listed_not_averaged(tmp_path):
     folder = tmp_path / "p" / "seed0"
     folder.mkdir(parents=True)
-    (folder / "sweep.json").write_text(__import__("json").dumps(sweep_sidecar("p", {}, 0, status="running")))
+    write_sweep_point(folder, sweep_sidecar("p", {}, 0))
 
     [run] = load_runs(tmp_path)
 
-    assert run.status == "running" and not run.usable
+    assert run.status == "unknown" and not run.usable
 
 
 def test_histograms_keep_counts_range_and_exact_mean(tmp_path):
