@@ -14,7 +14,14 @@ from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities import rank_zero_only, rank_zero_warn
 from torch import Tensor
 
-from callbacks.collapse import CollapseAlarm, CollapseCriteria, CollapseEvidence, random_points_uniformity
+from callbacks.collapse import (
+    ChanceGap,
+    CollapseAlarm,
+    CollapseCriteria,
+    CollapseEvidence,
+    LossEvidence,
+    random_points_uniformity,
+)
 from callbacks.embedding_pass import embed_split, require_embedding_dataloader
 from callbacks.gather import SampleBuffer, Samples
 from callbacks.plots import find_tensorboard, similarity_figure
@@ -103,8 +110,19 @@ class EmbeddingMetrics(Callback):
     once, the text ``metrics/inputs`` listing each tag's formula and inputs (rank 0; needs a
     TensorBoardLogger).
 
-    A collapse is reported once, as a console warning naming the epoch and the values. The
-    history the slow-collapse rule needs (best uniformity so far) is saved in checkpoints.
+    Collapse modes (``callbacks.collapse``): ``diverged``, ``sudden``, ``progressive`` and, for a
+    run that does not learn, ``loss_at_chance`` and ``concentrating``. ``metrics/collapsed`` is 1
+    when any holds. For ``loss_at_chance`` the callback watches the training steps itself: on
+    every logged step (``trainer.log_every_n_steps``) it reads the method's
+    ``loss_and_chance`` (``ContrastiveMethod``: the step's loss and its loss's ``chance`` value,
+    also logged as ``loss/chance``), accumulates on the device, and reads the epoch's evidence
+    once, at the evaluation (an epoch without logged steps is not judged on its loss).
+
+    A collapse is reported once, as a console warning naming the epoch, the modes and the
+    values. ``collapse_summary()`` says which mode held first, since which epoch and why (plain
+    JSON types, for the run's record). Only ``fit`` records: the history the history-based
+    rules need (best and earlier uniformities) and the summary are saved in checkpoints;
+    ``validate``/``test`` judge and log but record nothing.
 
     Args:
         split: ``None``: the loop's own split and batches for the views; otherwise the split
@@ -125,7 +143,14 @@ class EmbeddingMetrics(Callback):
             uniformity of the run so far, once that best reached ``collapse_drop_min_best``, while
             the mean top-k negative similarity is ≥ ``collapse_drop_similarity`` (``None``: off).
         collapse_drop_min_best: see ``collapse_uniformity_drop``.
-        collapse_drop_similarity: see ``collapse_uniformity_drop``.
+        collapse_drop_similarity: see ``collapse_uniformity_drop``; also the top-k negative
+            similarity the ``concentrating`` rule needs.
+        collapse_chance_tolerance: collapsed (``loss_at_chance``) when every logged training step
+            of an epoch ≥ 1 has ``|loss − chance| ≤ this × max(|chance|, 1)`` (``None``: off).
+        collapse_concentrating_evaluations: collapsed (``concentrating``) when uniformity fell at
+            each of at least this many evaluations in a row (≥ 3; ``None``: off) ...
+        collapse_concentrating_drop: ... by at least this fraction of its value before the
+            first of those falls, with the top-k negatives at ``collapse_drop_similarity`` or above.
         stop_on_collapse: stop training (``trainer.should_stop``) when collapsed.
     """
 
@@ -144,6 +169,9 @@ class EmbeddingMetrics(Callback):
         collapse_uniformity_drop: float | None = 0.75,
         collapse_drop_min_best: float = 1.0,
         collapse_drop_similarity: float = 0.99,
+        collapse_chance_tolerance: float | None = 0.01,
+        collapse_concentrating_evaluations: int | None = 3,
+        collapse_concentrating_drop: float = 0.5,
         stop_on_collapse: bool = False,
     ) -> None:
         super().__init__()
@@ -160,6 +188,7 @@ class EmbeddingMetrics(Callback):
         criteria = CollapseCriteria(
             collapse_uniformity, collapse_alignment, collapse_alignment_uniformity, collapse_similarity,
             collapse_uniformity_drop, collapse_drop_min_best, collapse_drop_similarity,
+            collapse_chance_tolerance, collapse_concentrating_evaluations, collapse_concentrating_drop,
         )  # fmt: skip
         criteria.validate()
         self.split = split
@@ -171,6 +200,7 @@ class EmbeddingMetrics(Callback):
         self.alarm = CollapseAlarm(criteria)
         self.stop_on_collapse = stop_on_collapse
         self._buffer: SampleBuffer | None = None
+        self._chance_gap = ChanceGap()
         self._warned_no_tensorboard = False
         self._warned_no_labels = False
         self._described_inputs = False
@@ -183,6 +213,12 @@ class EmbeddingMetrics(Callback):
     def collapsed_at(self) -> int | None:
         """The first epoch found collapsed (``None``: never)."""
         return self.alarm.collapsed_at
+
+    def collapse_summary(self) -> dict[str, Any] | None:
+        """``{"mode", "since_epoch", "reasons", "modes"}`` of the run's collapse (``None``: never
+        collapsed during ``fit``); see ``CollapseAlarm.summary``. JSON-serialisable, and in the
+        checkpoint state, so a resumed run keeps it."""
+        return self.alarm.summary()
 
     @property
     def state_key(self) -> str:
@@ -206,6 +242,14 @@ class EmbeddingMetrics(Callback):
             require_embedding_dataloader(trainer, f"EmbeddingMetrics with split={self.split}")
 
     # --- collecting ------------------------------------------------------------------------
+    def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._chance_gap.reset()
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        pair = getattr(pl_module, "loss_and_chance", None)
+        if pair is not None and self.criteria.chance_tolerance is not None:
+            self._chance_gap.add(*pair)
+
     def on_validation_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._buffer = SampleBuffer(self.max_samples) if self._due(trainer) and self.split is None else None
 
@@ -285,10 +329,10 @@ class EmbeddingMetrics(Callback):
         evidence = collapse_evidence(report)
         fitting = trainer.state.fn == TrainerFn.FITTING
         best_before = self.alarm.best_uniformity
-        reasons = self.alarm.check(evidence, trainer.current_epoch, record=fitting)
+        modes = self.alarm.judge(evidence, trainer.current_epoch, record=fitting, loss=self._loss_evidence(trainer, pl_module))
         scalars = {f"metrics/{tag}": value for tag, value in report.scalars().items()}
         scalars["metrics/nonfinite"] = float(report.nonfinite)
-        scalars["metrics/collapsed"] = float(bool(reasons))
+        scalars["metrics/collapsed"] = float(bool(modes))
         for name, value in scalars.items():
             pl_module.log(name, value, sync_dist=False)  # identical on every rank
         if report.nonfinite:
@@ -305,8 +349,14 @@ class EmbeddingMetrics(Callback):
         self._describe_inputs(trainer)
         if self.log_histograms:
             self._log_distributions(trainer, report)
-        if reasons:
-            self._on_collapse(trainer, evidence, reasons, best_before, dim=views.features.shape[-1])
+        if modes:
+            self._on_collapse(trainer, evidence, modes, best_before, dim=views.features.shape[-1])
+
+    def _loss_evidence(self, trainer: L.Trainer, pl_module: L.LightningModule) -> LossEvidence | None:
+        """This epoch's training loss against its chance value (``None`` outside ``fit`` or when off)."""
+        if trainer.state.fn != TrainerFn.FITTING or self.criteria.chance_tolerance is None:
+            return None
+        return self._chance_gap.read(trainer.strategy, pl_module.device)  # the same on every rank
 
     def _tensorboard(self, trainer: L.Trainer):
         tensorboard = find_tensorboard(trainer)
@@ -339,7 +389,9 @@ class EmbeddingMetrics(Callback):
         figure = similarity_figure(positive, negatives, k, title)
         experiment.add_figure(f"similarity/positive_vs_top{self.top_k}_negative", figure, step, close=True)
 
-    def _on_collapse(self, trainer: L.Trainer, e: CollapseEvidence, reasons: list[str], best_before: float, dim: int) -> None:
+    def _on_collapse(
+        self, trainer: L.Trainer, e: CollapseEvidence, modes: dict[str, list[str]], best_before: float, dim: int
+    ) -> None:
         stop = self.stop_on_collapse and trainer.state.fn == TrainerFn.FITTING
         if stop:
             trainer.should_stop = True  # every rank computed the same values, so every rank stops
@@ -347,12 +399,13 @@ class EmbeddingMetrics(Callback):
             return
         self.alarm.collapsed_at = trainer.current_epoch
         best = f", best so far {best_before:.4f}" if math.isfinite(best_before) else ""
+        reasons = "; ".join(f"{mode}: {', '.join(why)}" for mode, why in modes.items())
         message = (
-            f"Representation collapse at epoch {trainer.current_epoch}: "
+            f"Representation collapse at epoch {trainer.current_epoch} ({', '.join(modes)}): "
             f"uniformity {max(e.uniformity, 0.0):.4f} (random points: ~{random_points_uniformity(dim):.2f}{best}), "
             f"alignment {e.alignment:.2e}, positive similarity {e.pos_sim:.4f}, "
             f"top-{self.top_k} negative similarity {e.neg_sim:.4f}, effective rank {e.effective_rank:.2f} of {dim} "
-            f"({'; '.join(reasons)}). "
+            f"({reasons}). "
             + ("Stopping training (stop_on_collapse=True)." if stop else "Training continues; this is reported once.")
         )
         rank_zero_only(log.warning)(message)

@@ -14,6 +14,11 @@ while it is False); methods log it under ``loss/<key>``. A method turns the stat
 for the steps whose values reach the logger (every ``trainer.log_every_n_steps``), so a step
 that logs nothing pays nothing for them (benchmarks/README.md, "Training step").
 
+A strategy whose value at "every similarity equal" does not depend on that common value
+declares it with ``chance_value(pos_mask, neg_mask)`` and puts it in ``last_stats["chance"]``
+(logged as ``loss/chance``): a loss that stays there has stopped telling positives from
+negatives (``callbacks.EmbeddingMetrics``' loss-at-chance rule reads it).
+
 Losses with class centres (``uses_centres = True``, PaCo) read two more tensors, passed by
 keyword and only to such losses, so every other strategy keeps the three-tensor call:
 
@@ -57,6 +62,11 @@ class ContrastiveLoss(nn.Module):
     Instance attribute ``stats_enabled`` (default True): whether ``forward`` computes the
     diagnostics of ``last_stats``; when False it leaves ``last_stats`` empty, and the loss value
     and its gradient are the same either way.
+
+    Method ``chance_value(pos_mask, neg_mask)``: the loss's value when every similarity of the
+    step is equal (a uniform softmax for the InfoNCE family), which ``forward`` adds to
+    ``last_stats`` as ``chance`` with the masks of the candidates that entered the loss; ``None``
+    (the default) when that value depends on the common similarity, i.e. is not defined.
     """
 
     uses_labels: bool = False
@@ -77,6 +87,14 @@ class ContrastiveLoss(nn.Module):
                 raise ValueError(f"{name} must have the shape of sim {tuple(sim.shape)}, got {tuple(mask.shape)}")
             if mask.dtype != torch.bool:
                 raise ValueError(f"{name} must be a bool tensor, got {mask.dtype}")
+
+    def chance_value(self, pos_mask: Tensor, neg_mask: Tensor) -> Tensor | None:
+        """The loss at "all similarities equal" for these masks, a 0-d float32 tensor, or ``None``.
+
+        ``neg_mask`` holds the negatives that enter the loss (a hard loss passes its selection).
+        NaN where the step has no such value (no anchor with a positive). The base class: ``None``.
+        """
+        return None
 
     def extra_repr(self) -> str:
         return ", ".join(f"{k}={v}" for k, v in self.hparams().items())
@@ -112,6 +130,23 @@ def masked_mean(values: Tensor, mask: Tensor) -> Tensor:
     """
     selected = torch.where(mask, values, torch.zeros((), dtype=values.dtype, device=values.device))
     return selected.sum() / mask.sum().to(values.dtype).clamp_min(1.0)
+
+
+def uniform_softmax_loss(pos_mask: Tensor, neg_mask: Tensor) -> Tensor:
+    """InfoNCE's value when every logit is equal: ``mean_i log(|P(i)| + |N(i)|)``, sync-free.
+
+    With all logits equal each candidate of A(i) = P(i) ∪ N(i) gets probability 1/|A(i)|, so
+    ``L_i = −1/|P(i)| Σ_p log(1/|A(i)|) = log |A(i)|`` (``log(1 + K)`` with one positive and K
+    negatives), whatever τ. The mean runs over the anchors with a positive, as the loss's does;
+    NaN when there is none (the loss is then 0, not a chance value).
+    """
+    num_pos = pos_mask.sum(dim=1)
+    has_pos = num_pos > 0
+    candidates = (pos_mask | neg_mask).sum(dim=1).float()
+    per_anchor = torch.where(has_pos, candidates.clamp_min(1).log(), 0.0)
+    anchors = has_pos.sum()
+    mean = per_anchor.sum() / anchors.clamp_min(1).float()
+    return torch.where(anchors > 0, mean, float("nan"))
 
 
 def negative_stats(

@@ -9,7 +9,7 @@ import torch
 from torch import Tensor
 
 from ssl_app.errors import ConfigError
-from ssl_app.losses.base import ContrastiveLoss, check_num_negatives, check_temperature, negative_stats
+from ssl_app.losses.base import ContrastiveLoss, check_num_negatives, check_temperature, negative_stats, uniform_softmax_loss
 from ssl_app.losses.info_nce import masked_info_nce, mean_over_anchors
 
 # A quantile is read as the nearest fraction with at most this denominator, so that the
@@ -72,7 +72,9 @@ class HardContrastive(ContrastiveLoss):
 
     The selection is not differentiated through (the excluded negatives get zero gradient);
     everything runs in float32 even under autocast, without host syncs.
-    ``last_stats`` adds ``used_negatives`` / ``used_neg_sim`` for the kept negatives.
+    ``last_stats`` adds ``used_negatives`` / ``used_neg_sim`` for the kept negatives, and
+    ``chance`` = ``mean_i log(|P(i)| + |H(i)|)`` (InfoNCE's at a uniform softmax, over the
+    negatives this step kept; with all similarities tied a quantile keeps every negative).
 
     Args:
         temperature: τ > 0.
@@ -113,6 +115,10 @@ class HardContrastive(ContrastiveLoss):
             return {"temperature": self.temperature, "num_negatives": self.num_negatives}
         return {"temperature": self.temperature, "quantile": self.quantile}
 
+    def chance_value(self, pos_mask: Tensor, neg_mask: Tensor) -> Tensor:
+        """``mean_i log(|P(i)| + |H(i)|)``; ``neg_mask`` is the kept H (``select_negatives``)."""
+        return uniform_softmax_loss(pos_mask, neg_mask)
+
     def select_negatives(self, sim: Tensor, neg_mask: Tensor) -> Tensor:
         """The bool mask [N, M] of the negatives that enter the loss."""
         if self.num_negatives is not None:
@@ -128,4 +134,6 @@ class HardContrastive(ContrastiveLoss):
             kept = self.select_negatives(sim32, neg_mask)
             per_anchor, has_pos = masked_info_nce(logits, pos_mask, kept)
             self.last_stats = negative_stats(logits, sim, pos_mask, neg_mask, used_mask=kept) if self.stats_enabled else {}
+            if self.stats_enabled:
+                self.last_stats["chance"] = self.chance_value(pos_mask, kept)
             return mean_over_anchors(per_anchor, has_pos)

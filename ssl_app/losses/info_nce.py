@@ -8,7 +8,7 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from ssl_app.losses.base import EXCLUDED_LOGIT, ContrastiveLoss, check_temperature, negative_stats
+from ssl_app.losses.base import EXCLUDED_LOGIT, ContrastiveLoss, check_temperature, negative_stats, uniform_softmax_loss
 
 
 def masked_info_nce(logits: Tensor, pos_mask: Tensor, neg_mask: Tensor) -> tuple[Tensor, Tensor]:
@@ -114,6 +114,9 @@ class InfoNCE(ContrastiveLoss):
     per-positive terms (so this is also the core of SupCon); rows with none are skipped.
     The log-sum-exp runs in float32 even under bf16/fp16 autocast.
 
+    Chance value (``last_stats["chance"]``): with every similarity equal the softmax is uniform
+    and ``L = mean_i log(|P(i)| + |N(i)|)``, i.e. ``log(1 + K)`` with one positive and K negatives.
+
     Args:
         temperature: τ > 0. Small τ concentrates the penalty on the hardest negatives.
 
@@ -130,6 +133,9 @@ class InfoNCE(ContrastiveLoss):
     def hparams(self) -> dict[str, object]:
         return {"temperature": self.temperature}
 
+    def chance_value(self, pos_mask: Tensor, neg_mask: Tensor) -> Tensor:
+        return uniform_softmax_loss(pos_mask, neg_mask)
+
     def forward(self, sim: Tensor, pos_mask: Tensor, neg_mask: Tensor) -> Tensor:
         self.check_inputs(sim, pos_mask, neg_mask)
         with torch.autocast(device_type=sim.device.type, enabled=False):
@@ -141,6 +147,7 @@ class InfoNCE(ContrastiveLoss):
                 loss = mean_over_anchors(per_anchor, has_pos)
             if self.stats_enabled:
                 self.last_stats = negative_stats(sim.float() / self.temperature, sim, pos_mask, neg_mask)
+                self.last_stats["chance"] = self.chance_value(pos_mask, neg_mask)
             else:
                 self.last_stats = {}
             return loss

@@ -63,6 +63,10 @@ class PaCo(ContrastiveLoss):
     even under autocast, without host syncs. ``last_stats`` adds ``num_positives`` (mean |P(i)|)
     and ``centre_prob`` (mean p_i(c_{y_i}) over labelled anchors).
 
+    No chance value (``chance_value`` returns ``None``, so the loss-at-chance check of
+    ``callbacks.EmbeddingMetrics`` is off): the centre logits are a classifier's outputs with the
+    class prior added, not similarities, so "every similarity equal" does not fix the loss.
+
     Differences from the authors' MoCo code, by design of ssl_app's MoCo: the sample candidates
     are the keys and the queue (theirs also include the other queries of the batch).
 

@@ -14,6 +14,18 @@ from ssl_app.losses.hard_contrastive import top_k_negatives
 from ssl_app.losses.info_nce import mean_over_anchors
 
 
+def linear_contrast_chance(pos_mask: Tensor, neg_mask: Tensor) -> Tensor:
+    """0, the value of ``−mean_P s + mean_N s`` when every similarity is c; NaN when undefined.
+
+    Undefined (NaN): no anchor has a positive, or one with a positive has no negative (its
+    ``L_i = −c`` then depends on c). Sync-free.
+    """
+    has_pos = pos_mask.any(dim=1)
+    lacks_negatives = has_pos & ~neg_mask.any(dim=1)
+    defined = has_pos.any() & ~lacks_negatives.any()
+    return torch.where(defined, 0.0, float("nan"))
+
+
 def linear_contrast(sim: Tensor, pos_mask: Tensor, neg_mask: Tensor, lam: float | None) -> tuple[Tensor, Tensor]:
     """Per-anchor ``-mean_{p∈P(i)} s_ip + λ_i Σ_{k∈neg(i)} s_ik`` in float32, sync-free.
 
@@ -47,6 +59,10 @@ class Simple(ContrastiveLoss):
     positives, λ on negatives), so every negative is pushed equally (``effective_negatives``
     is the number of negatives). The paper shows it gives a far less uniform embedding.
 
+    Chance value (``last_stats["chance"]``): with λ = 1/|neg(i)| (``lam=None``) and every
+    similarity equal to c, ``L_i = −c + c = 0``. With another λ, ``L_i = c(λ|neg(i)| − 1)``
+    depends on c, so there is none (``chance_value`` returns ``None``; no loss-at-chance check).
+
     Args:
         lam: λ > 0, or None for the mean over negatives.
 
@@ -64,11 +80,17 @@ class Simple(ContrastiveLoss):
     def hparams(self) -> dict[str, object]:
         return {"lam": self.lam}
 
+    def chance_value(self, pos_mask: Tensor, neg_mask: Tensor) -> Tensor | None:
+        return linear_contrast_chance(pos_mask, neg_mask) if self.lam is None else None
+
     def forward(self, sim: Tensor, pos_mask: Tensor, neg_mask: Tensor) -> Tensor:
         self.check_inputs(sim, pos_mask, neg_mask)
         with torch.autocast(device_type=sim.device.type, enabled=False):
             per_anchor, has_pos = linear_contrast(sim, pos_mask, neg_mask, self.lam)
             self.last_stats = negative_stats(None, sim, pos_mask, neg_mask) if self.stats_enabled else {}
+            chance = self.chance_value(pos_mask, neg_mask) if self.stats_enabled else None
+            if chance is not None:
+                self.last_stats["chance"] = chance
             return mean_over_anchors(per_anchor, has_pos)
 
 
@@ -81,6 +103,7 @@ class HardSimple(ContrastiveLoss):
 
     and the loss is the mean over anchors with a positive. The selection is not differentiated
     through; the kept negatives get the constant gradient 1/|H(i)|, the others zero.
+    Chance value: 0, as Simple's with λ = 1/|neg(i)|.
 
     Args:
         num_negatives: K ≥ 1, the number of hardest negatives averaged per anchor.
@@ -97,6 +120,10 @@ class HardSimple(ContrastiveLoss):
     def hparams(self) -> dict[str, object]:
         return {"num_negatives": self.num_negatives}
 
+    def chance_value(self, pos_mask: Tensor, neg_mask: Tensor) -> Tensor:
+        """0 (NaN when undefined: ``linear_contrast_chance``); ``neg_mask`` is the kept H."""
+        return linear_contrast_chance(pos_mask, neg_mask)
+
     def forward(self, sim: Tensor, pos_mask: Tensor, neg_mask: Tensor) -> Tensor:
         self.check_inputs(sim, pos_mask, neg_mask)
         with torch.autocast(device_type=sim.device.type, enabled=False):
@@ -104,4 +131,6 @@ class HardSimple(ContrastiveLoss):
             kept = top_k_negatives(sim32, neg_mask, self.num_negatives)
             per_anchor, has_pos = linear_contrast(sim32, pos_mask, kept, None)
             self.last_stats = negative_stats(None, sim, pos_mask, neg_mask, used_mask=kept) if self.stats_enabled else {}
+            if self.stats_enabled:
+                self.last_stats["chance"] = self.chance_value(pos_mask, kept)
             return mean_over_anchors(per_anchor, has_pos)

@@ -90,6 +90,10 @@ class ContrastiveMethod(L.LightningModule, ABC):
     """
 
     train_views: int = 2
+    #: The last training step's ``(loss, chance value)``, detached, on the steps whose loss computed
+    #: its diagnostics and declares a chance value (``ContrastiveLoss.chance_value``); ``None`` on
+    #: the others. ``callbacks.EmbeddingMetrics`` reads it for its loss-at-chance rule.
+    loss_and_chance: Optional[tuple[Tensor, Tensor]] = None
     # The classifier's width may come from the datamodule in ``setup`` (checked by --ckpt_path).
     state_built_in_setup = ("classifier.",)
 
@@ -320,6 +324,8 @@ class ContrastiveMethod(L.LightningModule, ABC):
             stats = {f"loss/{key}": value for key, value in self.loss.last_stats.items()}
             if stats:
                 self.log_dict(stats, on_step=True, on_epoch=False, batch_size=batch_size)
+            chance = self.loss.last_stats.get("chance")
+            self.loss_and_chance = None if chance is None else (loss.detach(), chance)
             return loss
         self._log_classifier_top1(contrast, stage)
         # Validation/test: hand the view embeddings to callbacks (see ``MaskedSimilarities.views``).

@@ -1,16 +1,19 @@
-"""The collapse alarm: every rule at its threshold, histories, non-finite embeddings, resume, a real run."""
+"""The collapse alarm: every rule at its threshold, histories, non-finite embeddings, resume, a real run, a run that does not learn."""
 
 from __future__ import annotations
 
+import io
+import json
 import logging
 import math
+from types import SimpleNamespace
 
 import pytest
 import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 
 from callbacks import EmbeddingMetrics
-from callbacks.collapse import CollapseAlarm, CollapseCriteria, CollapseEvidence
+from callbacks.collapse import ChanceGap, CollapseAlarm, CollapseCriteria, CollapseEvidence, LossEvidence
 from ssl_app.losses import InfoNCE
 from ssl_app.losses.base import ContrastiveLoss
 from ssl_app.methods import SimCLR
@@ -18,7 +21,9 @@ from ssl_app.optim import Optimization
 from tests.callbacks.helpers import VAL_SIZE, RecordingLogger, tiny_data, tiny_model, tiny_trainer
 
 NAN = math.nan
-OFF = CollapseCriteria(None, None, 1.0, None, None)  # every optional rule disabled
+OFF = CollapseCriteria(
+    None, None, 1.0, None, None, chance_tolerance=None, concentrating_evaluations=None
+)  # every optional rule off
 
 
 def evidence(uniformity=3.0, alignment=0.5, pos_sim=0.8, neg_sim=0.7, **extra) -> CollapseEvidence:
@@ -118,8 +123,10 @@ def test_sudden_collapse_alarms_at_once():
 
 def test_slow_collapse_alarms_and_the_fixed_thresholds_alone_never_did():
     assert first_alarm(SLOW) == 6  # 0.55 < 0.25 x 2.4 with negatives at 0.997
-    static_only = CollapseCriteria(uniformity_drop=None)
+    static_only = CollapseCriteria(uniformity_drop=None, concentrating_evaluations=None)
     assert first_alarm(SLOW, static_only) is None
+    # its three falls in a row (2.4 -> 0.55) also count as concentrating, at the same epoch
+    assert first_alarm(SLOW, CollapseCriteria(uniformity_drop=None)) == 6
 
 
 def test_fresh_network_and_healthy_run_are_silent():
@@ -199,7 +206,7 @@ def test_nan_embeddings_are_reported_not_a_crash(caplog):
     assert logger.values("metrics/collapsed") == [1.0]
     uniformity = logger.values("metrics/uniformity")
     assert len(uniformity) == 1 and math.isfinite(uniformity[0])  # computed on the finite rows
-    assert "Representation collapse at epoch 0" in caplog.text and "non-finite" in caplog.text
+    assert "Representation collapse at epoch 0 (diverged" in caplog.text and "non-finite" in caplog.text
 
 
 def test_all_nan_embeddings_log_the_count_and_the_flag_only():
@@ -250,3 +257,234 @@ def test_a_run_that_collapses_is_reported_by_the_alarm(caplog):
     assert callback.collapsed_at is not None and callback.collapsed_at >= 1
     message = next(r.getMessage() for r in caplog.records if "Representation collapse" in r.getMessage())
     assert "fell below 0.25 x its best" in message
+
+
+# --------------------------------------------------------------------------- a run that does not learn
+# The real run that escaped the first two modes: loss at log(1 + K) from the third epoch on,
+# uniformity sliding 1.3 -> 0.38 over ten epochs (a steady slide between those two measured ends),
+# positives at 0.97 (alignment 2 - 2 x 0.97), top-10 negatives at 0.995.
+NOT_LEARNING = [1.30, 1.10, 0.95, 0.80, 0.68, 0.58, 0.50, 0.44, 0.40, 0.38]
+AT_CHANCE_FROM = 2
+ONLY_CONCENTRATING = CollapseCriteria(None, None, 1.0, None, None, chance_tolerance=None)
+ONLY_CHANCE = CollapseCriteria(None, None, 1.0, None, None, concentrating_evaluations=None)
+
+
+def not_learning(uniformity: float) -> CollapseEvidence:
+    return evidence(uniformity=uniformity, alignment=0.06, pos_sim=0.97, neg_sim=0.995)
+
+
+def at_chance(chance: float = math.log(256), gap: float = 1e-3) -> LossEvidence:
+    return LossEvidence(steps=8, max_gap=gap, loss=chance + gap, chance=chance)
+
+
+def replay(alarm: CollapseAlarm, uniformities, losses=None) -> list[dict[str, list[str]]]:
+    """Judge one evaluation per epoch (with its epoch's loss evidence, if any); the modes of each."""
+    return [
+        alarm.judge(not_learning(u), epoch, loss=None if losses is None else losses[epoch])
+        for epoch, u in enumerate(uniformities)
+    ]
+
+
+def test_the_run_that_did_not_learn_escaped_the_old_modes_and_is_caught_by_both_new_triggers():
+    """Catches the escape itself: with only the sudden and progressive rules (the old alarm) this
+    run is never collapsed; the concentrating rule fires once the slide passes 50% (epoch 5:
+    0.58 <= 0.65), and the loss rule from the first epoch at chance."""
+    old = CollapseCriteria(chance_tolerance=None, concentrating_evaluations=None)
+    assert not any(replay(CollapseAlarm(old), NOT_LEARNING))
+    modes = replay(CollapseAlarm(CollapseCriteria()), NOT_LEARNING)
+    assert [sorted(m) for m in modes[:5]] == [[]] * 5
+    assert all("concentrating" in m for m in modes[5:])
+    losses = [at_chance() if epoch >= AT_CHANCE_FROM else LossEvidence(8, 0.2) for epoch in range(len(NOT_LEARNING))]
+    alarm = CollapseAlarm(CollapseCriteria())
+    modes = replay(alarm, NOT_LEARNING, losses)
+    assert [epoch for epoch, m in enumerate(modes) if "loss_at_chance" in m] == list(range(AT_CHANCE_FROM, 10))
+    summary = alarm.summary()
+    assert summary["mode"] == "loss_at_chance" and summary["since_epoch"] == AT_CHANCE_FROM
+    assert summary["modes"] == {"loss_at_chance": AT_CHANCE_FROM, "concentrating": 5}
+    assert "chance" in summary["reasons"][0]
+
+
+def test_concentrating_rule_at_its_thresholds():
+    """Catches an off-by-one in the number of falls, a drop measured from the wrong evaluation,
+    a plateau or a rise counted as a fall, and the negatives' condition left out."""
+
+    def fires(earlier, now, neg_sim=0.99, criteria=ONLY_CONCENTRATING):
+        e = evidence(uniformity=now, neg_sim=neg_sim)
+        return bool(criteria.reasons(e, earlier=earlier))
+
+    assert fires([2.0, 1.6, 1.2], 1.0)  # three falls, exactly 50% below the 2.0 they started from
+    assert not fires([2.0, 1.6, 1.2], 1.0001)  # 49.99%
+    assert not fires([1.6, 1.2], 0.5)  # only two falls, however deep
+    assert fires([3.0, 2.0, 1.6, 1.2], 1.0)  # a longer run: measured from its start (3.0), not a window
+    assert not fires([2.0, 1.6, 1.7, 1.2], 0.4)  # the rise to 1.7 restarts the count: two falls since
+    assert not fires([2.0, 1.6, 1.6, 1.0], 0.5)  # a plateau is no fall
+    assert not fires([2.0, NAN, 1.2, 1.0], 0.5)  # a NaN evaluation ends the run
+    assert not fires([2.0, 1.6, 1.2], 0.4, neg_sim=0.9899)  # negatives not close enough
+    four = CollapseCriteria(None, None, 1.0, None, None, chance_tolerance=None, concentrating_evaluations=4)
+    assert not fires([2.0, 1.6, 1.2], 0.4, criteria=four) and fires([2.4, 2.0, 1.6, 1.2], 0.4, criteria=four)
+    deeper = CollapseCriteria(None, None, 1.0, None, None, chance_tolerance=None, concentrating_drop=0.8)
+    assert not fires([2.0, 1.6, 1.2], 0.5, criteria=deeper) and fires([2.0, 1.6, 1.2], 0.39, criteria=deeper)
+
+
+def test_healthy_and_fresh_runs_never_look_concentrating():
+    """Catches a concentrating rule that fires on a healthy run's wobble (HEALTHY: one fall, then a
+    rise), on a fresh network's early drop (FRESH_SMALL_CNN) or on a long, shallow slide of a
+    trained model with near-1 negatives (a 25% fall over three evaluations)."""
+    for history in (HEALTHY, FRESH_SMALL_CNN, [(1.2, 0.995), (1.1, 0.995), (1.0, 0.995), (0.9, 0.995)]):
+        assert first_alarm(history, ONLY_CONCENTRATING) is None, history
+    assert first_alarm([(u, 0.98) for u in NOT_LEARNING], ONLY_CONCENTRATING) is None  # negatives at 0.98: no
+
+
+def test_loss_at_chance_rule_thresholds_and_epoch_zero():
+    """Catches a tolerance compared the wrong way or without its max(|chance|, 1) scale, a judgement
+    on no evidence (no logged step, or a NaN loss), and epoch 0 judged (a fresh network starts at
+    chance)."""
+
+    def fires(loss, epoch=1, criteria=ONLY_CHANCE):
+        return "loss_at_chance" in CollapseAlarm(criteria).judge(evidence(), epoch, loss=loss)
+
+    assert fires(LossEvidence(steps=4, max_gap=0.01)) and not fires(LossEvidence(steps=4, max_gap=0.0101))
+    assert not fires(LossEvidence(steps=0, max_gap=0.0)) and not fires(LossEvidence(steps=4, max_gap=NAN))
+    assert not fires(at_chance(), epoch=0) and fires(at_chance(), epoch=1)
+    assert not fires(at_chance(), criteria=CollapseCriteria(None, None, 1.0, None, None, chance_tolerance=None))
+
+
+def test_chance_gap_accumulates_an_epoch_and_is_relative_to_max_chance_1():
+    """Catches a gap that is not relative (K = 255: 0.05 nats is inside 1% of log 256 = 5.55, and a
+    healthy τ = 1 run 0.5 nats below is 9% away), that is not relative to max(|chance|, 1) (the
+    Simple loss's chance is 0), an epoch judged on its last step only, NaN chance steps counted,
+    and an accumulator not emptied by reset."""
+    chance = torch.tensor(math.log(256))
+    gap = ChanceGap()
+    assert gap.read().steps == 0  # nothing added yet: nothing to judge
+    for delta in (0.05, -0.03, 0.0):
+        gap.add(chance + delta, chance)
+    gap.add(torch.tensor(1.0), torch.tensor(NAN))  # a batch without a chance value: left out
+    read = gap.read()
+    assert read.steps == 3 and read.max_gap == pytest.approx(0.05 / math.log(256), rel=1e-5)
+    assert read.loss == pytest.approx(math.log(256) + 0.02 / 3, rel=1e-5) and read.chance == pytest.approx(math.log(256))
+    assert CollapseCriteria()._at_chance(read)
+    gap.add(chance - 0.5, chance)  # one step of a learning network in the epoch
+    assert not CollapseCriteria()._at_chance(gap.read())
+    gap.reset()
+    gap.add(torch.tensor(0.009), torch.tensor(0.0))  # Simple: chance 0, so the scale is 1
+    assert gap.read().max_gap == pytest.approx(0.009) and CollapseCriteria()._at_chance(gap.read())
+    gap.add(torch.tensor(NAN), torch.tensor(0.0))  # a NaN loss: never at chance
+    assert math.isnan(gap.read().max_gap) and not CollapseCriteria()._at_chance(gap.read())
+
+
+def test_chance_gap_combines_every_rank():
+    """Catches ranks judging only their own steps (under DDP they could disagree and one stop alone):
+    the worst gap over ranks and the summed steps."""
+
+    class TwoRanks:
+        world_size = 2
+
+        def all_gather(self, values):
+            other = torch.tensor([0.2, 3.0, 3.0, 3.0])  # rank 1: three steps, one far from chance
+            return torch.stack([values, other])
+
+    gap = ChanceGap()
+    gap.add(torch.tensor(1.05), torch.tensor(1.0))  # rank 0: one step, gap 0.05
+    read = gap.read(TwoRanks())
+    assert read.steps == 4 and read.max_gap == pytest.approx(0.2) and read.loss == pytest.approx(4.05 / 4)
+
+
+def test_the_callback_judges_each_epoch_on_its_own_logged_steps():
+    """Catches evidence carried over from an earlier epoch (no reset at the epoch's start: one
+    learning step of epoch 1 would hide a stuck epoch 2 for ever) and steps without diagnostics
+    (``loss_and_chance`` None) counted."""
+    callback, module = EmbeddingMetrics(), SimpleNamespace(loss_and_chance=None)
+    chance = torch.tensor(math.log(31))
+
+    def epoch(*losses):
+        callback.on_train_epoch_start(None, module)
+        for loss in losses:
+            module.loss_and_chance = None if loss is None else (torch.tensor(loss), chance)
+            callback.on_train_batch_end(None, module, None, None, 0)
+        return callback._chance_gap.read()
+
+    assert not CollapseCriteria()._at_chance(epoch(2.9, math.log(31)))  # epoch 1: still learning
+    stuck = epoch(math.log(31), None, math.log(31) + 0.01)  # epoch 2: at chance; the unlogged step is no step
+    assert stuck.steps == 2 and CollapseCriteria()._at_chance(stuck)
+
+
+def test_summary_is_json_names_the_first_mode_and_survives_a_resume():
+    """Catches a summary that is not plain JSON, that names the latest rather than the first mode,
+    that moves ``since_epoch`` forward while the mode keeps holding, or that is lost on resume
+    (not in the callback's checkpoint state)."""
+    callback = EmbeddingMetrics()
+    assert callback.collapse_summary() is None
+    callback.alarm.judge(evidence(uniformity=2.0), 0)
+    callback.alarm.judge(evidence(uniformity=2.0), 1, loss=at_chance())
+    callback.alarm.judge(evidence(uniformity=0.01), 2, loss=at_chance())  # sudden joins in
+    summary = callback.collapse_summary()
+    assert json.loads(json.dumps(summary)) == summary
+    assert summary["mode"] == "loss_at_chance" and summary["since_epoch"] == 1
+    assert summary["modes"] == {"sudden": 2, "loss_at_chance": 1}
+    resumed = EmbeddingMetrics()
+    resumed.load_state_dict(torch.load(io_round_trip(callback.state_dict()), weights_only=False))
+    assert resumed.collapse_summary() == summary
+
+
+def io_round_trip(state) -> io.BytesIO:
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    buffer.seek(0)
+    return buffer
+
+
+class ChanceSimCLR(SimCLR):
+    """SimCLR whose training similarities are all equal (0 x sim: the loss sits at log(1 + K) and
+    the encoder gets no gradient), while evaluation sees the untrained, not collapsed, encoder."""
+
+    def contrast(self, batch):
+        contrast = super().contrast(batch)
+        if self.training:
+            contrast.sim = contrast.sim * 0
+        return contrast
+
+
+def test_a_run_whose_loss_sits_at_chance_is_flagged_from_epoch_one(tmp_path, caplog):
+    """Catches the loss evidence not reaching the alarm (the method's ``loss_and_chance``, the
+    callback's per-step collection or its per-epoch read), epoch 0 judged, and a summary missing
+    from the checkpoint."""
+    logger = RecordingLogger()
+    # The untrained tiny encoder is bunched below uniformity 0.05 (a sudden collapse from epoch 0),
+    # so the embedding rules are off: only the loss can flag this run.
+    off = dict(collapse_uniformity=None, collapse_alignment=None, collapse_similarity=None, collapse_uniformity_drop=None)
+    callback = EmbeddingMetrics(log_histograms=False, collapse_concentrating_evaluations=None, **off)
+    checkpoint = ModelCheckpoint(dirpath=tmp_path, save_last=True)
+    trainer = tiny_trainer([callback, checkpoint], logger=logger, max_epochs=3, log_every_n_steps=1, enable_checkpointing=True)
+    with caplog.at_level(logging.WARNING):
+        # an explicit loss: a copy of the lazy default loss would keep its diagnostics to itself
+        trainer.fit(tiny_model(ChanceSimCLR, loss=InfoNCE(0.5)), tiny_data())
+    assert logger.values("metrics/collapsed") == [0.0, 1.0, 1.0]
+    chance = logger.values("loss/chance")
+    assert len(chance) == 6 and chance[0] == pytest.approx(math.log(2 * 16 - 1))  # batch 16: 1 positive + 30 negatives
+    summary = callback.collapse_summary()
+    assert summary["mode"] == "loss_at_chance" and summary["since_epoch"] == 1 and summary["modes"] == {"loss_at_chance": 1}
+    assert "Representation collapse at epoch 1 (loss_at_chance)" in caplog.text
+    saved = torch.load(tmp_path / "last.ckpt", weights_only=False)["callbacks"][callback.state_key]
+    resumed = EmbeddingMetrics()
+    resumed.load_state_dict(saved)
+    assert resumed.collapse_summary() == summary
+
+
+def test_validate_and_test_record_no_history():
+    """Catches ``validate``/``test`` recording like ``fit`` (``record=True``): their evaluations of
+    a better model would append to the history, raise the best uniformity the progressive rule
+    compares with, and enter the collapse summary."""
+    callback = EmbeddingMetrics(log_histograms=False)
+    callback.alarm.judge(evidence(uniformity=0.01), epoch=0)  # a fit evaluation: recorded, sudden collapse
+    before = callback.alarm.state_dict()
+    logger = RecordingLogger()
+    trainer = tiny_trainer([callback], logger=logger)
+    model, data = tiny_model(), tiny_data()
+    trainer.validate(model, data, verbose=False)
+    trainer.test(model, data, verbose=False)
+    uniformity = logger.values("metrics/uniformity")
+    assert len(uniformity) == 2 and min(uniformity) > 0.01  # both evaluated, better than the recorded best
+    after = callback.alarm.state_dict()
+    assert after["history"] == before["history"] and after["best_uniformity"] == before["best_uniformity"] == 0.01
+    assert after["modes"] == before["modes"]

@@ -278,7 +278,7 @@ def test_a_constant_encoder_is_reported_once_and_logged_every_time(caplog):
     assert logger.values("metrics/collapsed") == [1.0, 1.0]
     messages = collapse_warnings(caplog)
     assert len(messages) == 1, messages
-    assert messages[0].startswith("Representation collapse at epoch 0: uniformity 0.0000 (random points: ~3.51)")
+    assert messages[0].startswith("Representation collapse at epoch 0 (sudden): uniformity 0.0000 (random points: ~3.51)")
     assert "continues" in messages[0] and callback.collapsed_at == 0
 
 

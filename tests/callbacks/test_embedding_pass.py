@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
-from callbacks import EmbeddingMetrics, KNNMonitor
-from tests.callbacks.helpers import EPOCHS, tiny_data, tiny_model, tiny_trainer
+import pytest
+import torch
+from lightning.pytorch.callbacks import Callback
+
+from callbacks import EmbeddingMetrics, KNNMonitor, embedding_pass
+from callbacks.embedding_pass import embed_split
+from tests.callbacks.helpers import EPOCHS, RecordingLogger, tiny_data, tiny_model, tiny_trainer
 
 
 def test_the_clean_validation_pass_is_shared_and_redone_after_training_changes_the_weights():
@@ -20,3 +25,70 @@ def test_the_clean_validation_pass_is_shared_and_redone_after_training_changes_t
     # per epoch: one clean pass over val (both callbacks read it) and one over train (the kNN bank)
     assert requested.count(("val", 1, False)) == EPOCHS
     assert requested.count(("train", 1, False)) == EPOCHS
+
+
+def test_knn_accuracy_is_the_same_beside_a_callback_embedding_fewer_train_samples():
+    """Catches ``max_samples`` missing from the pass cache key: ``EmbeddingMetrics(split="train",
+    max_samples=8)`` embeds the first 8 train samples cleanly, and ``KNNMonitor`` would then read
+    that 8-sample pass as its whole bank (a review measured 0.222 instead of 0.289)."""
+
+    def knn_accuracy(callbacks: list) -> float:
+        logger = RecordingLogger()
+        tiny_trainer(callbacks, logger=logger).validate(tiny_model(), tiny_data(), verbose=False)
+        (accuracy,) = logger.values("metrics/knn_acc")
+        return accuracy
+
+    alone = knn_accuracy([KNNMonitor()])
+    beside = knn_accuracy([EmbeddingMetrics(split="train", max_samples=8, log_histograms=False), KNNMonitor()])
+    assert beside == alone
+
+
+class TwoPasses(Callback):
+    """At the end of validation: a pass with ``first``'s options, then one with ``second``'s (which
+    may come from the cache), then ``second`` again with the cache emptied (a fresh pass)."""
+
+    def __init__(self, first: dict, second: dict) -> None:
+        self.first, self.second = first, second
+
+    def on_validation_epoch_end(self, trainer, pl_module) -> None:
+        self.first_pass = embed_split(trainer, pl_module, **self.first).local()
+        self.cached = embed_split(trainer, pl_module, **self.second).local()
+        embedding_pass._PASSES.pop(pl_module, None)
+        self.fresh = embed_split(trainer, pl_module, **self.second).local()
+
+
+BASE = dict(split="val", views=1, augment=False, features="projection", max_samples=None, batch_size=None)
+
+
+@pytest.mark.parametrize(
+    "field,first,second",
+    [
+        ("split", "val", "test"),
+        ("views", 1, 2),
+        ("augment", False, True),
+        ("features", "projection", "backbone"),
+        ("max_samples", None, 8),
+    ],
+)
+def test_every_option_that_changes_a_pass_is_in_its_cache_key(field, first, second):
+    """Catches a field missing from ``embed_split``'s cache key: two passes whose options differ
+    only in it would share one, so the second caller would get the first one's split, number of
+    views, transform, features or subset. (``batch_size`` is in the key too, but changes no
+    embedding: the next test.)"""
+    passes = TwoPasses({**BASE, field: first}, {**BASE, field: second})
+    tiny_trainer([passes]).validate(tiny_model(), tiny_data(), verbose=False)
+    assert torch.equal(passes.cached.indices, passes.fresh.indices)
+    assert passes.cached.features.shape == passes.fresh.features.shape
+    assert torch.allclose(passes.cached.features, passes.fresh.features, atol=1e-6)
+
+
+def test_the_batch_size_of_a_pass_changes_no_embedding():
+    """Why dropping ``batch_size`` from the cache key would be harmless: in eval mode every sample's
+    embedding (and augmented view, a function of its index) is the same in any batch. Catches a
+    pass whose result depends on how it was batched (BatchNorm left in training mode, views drawn
+    per batch), which would make ``batch_size`` a key field that matters."""
+    views = {**BASE, "views": 2, "augment": True}
+    passes = TwoPasses({**views, "batch_size": 4}, {**views, "batch_size": 16})
+    tiny_trainer([passes]).validate(tiny_model(), tiny_data(), verbose=False)
+    assert torch.equal(passes.first_pass.indices, passes.fresh.indices)
+    assert torch.allclose(passes.first_pass.features, passes.fresh.features, atol=1e-5)

@@ -15,7 +15,10 @@ import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from ssl_app.cli import main
+from ssl_app.errors import NonFiniteError
+from ssl_app.health import NumericalHealth
 from ssl_app.methods import SimCLR
+from tests.helpers import tiny_data, tiny_trainer
 
 REPO = Path(__file__).resolve().parents[2]
 QUICKSTART = str(REPO / "configs" / "quickstart.yaml")
@@ -163,3 +166,27 @@ def test_ddp_nan_on_one_rank_stops_every_rank_at_the_same_step(tmp_path):
     assert len(lines) == 1 and "at step 2 (epoch 0)" in lines[0], err[-3000:]
     assert "Traceback" not in err and "another process" not in err, err[-3000:]
     assert last_checkpoint(tmp_path)["global_step"] == 2
+
+
+def fit_poisoned(nan_loss_at: list[int], max_consecutive_skips: int) -> tuple[Any, Any, Any]:
+    """Two epochs of 6 steps in-process, NaN losses at ``nan_loss_at``; (trainer, health, error)."""
+    torch.manual_seed(0)
+    model = Poisoned(nan_loss_at=nan_loss_at, backbone="small_cnn", proj_dim=16, proj_hidden_dim=32)
+    health = NumericalHealth(on_nonfinite="skip", max_consecutive_skips=max_consecutive_skips)
+    trainer = tiny_trainer(max_epochs=2, callbacks=[health])
+    try:
+        trainer.fit(model, tiny_data())  # 48 samples, batches of 8: 6 steps an epoch
+    except NonFiniteError as error:
+        return trainer, health, error
+    return trainer, health, None
+
+
+def test_scattered_skips_never_stop_only_more_than_k_in_a_row_do(recwarn):  # recwarn: the skip warnings
+    """Catches the skip limit counting all skips instead of those in a row (the streak not reset by
+    a finite step), or off by one: with k = 2, five scattered NaN steps (more than k in all) train
+    to the end; two in a row (k) are skipped; the third in a row stops at that step."""
+    trainer, health, error = fit_poisoned([1, 3, 5, 7, 9], max_consecutive_skips=2)
+    assert error is None and trainer.global_step == 12 and health.skipped == 5
+    trainer, health, error = fit_poisoned([2, 3, 6, 7, 8], max_consecutive_skips=2)
+    assert error is not None and "at step 8" in str(error) and "2 steps in a row" in str(error)
+    assert health.skipped == 4 and trainer.global_step == 8

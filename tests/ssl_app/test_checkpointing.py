@@ -1,0 +1,73 @@
+"""AtomicCheckpointIO: the order of the durable save (write, flush, fsync, rename, fsync the folder)."""
+
+from __future__ import annotations
+
+import io
+import os
+import stat
+
+import torch
+
+from ssl_app.checkpointing import AtomicCheckpointIO
+
+
+class RecordingFile:
+    """Wraps the temporary file ``os.fdopen`` opens, recording writes and flushes."""
+
+    def __init__(self, file, calls: list[str]) -> None:
+        self._file, self._calls = file, calls
+
+    def write(self, data):
+        if not self._calls or self._calls[-1] != "write":  # one entry per run of writes
+            self._calls.append("write")
+        return self._file.write(data)
+
+    def flush(self):
+        self._calls.append("flush")
+        return self._file.flush()
+
+    def __getattr__(self, name):
+        return getattr(self._file, name)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self._file.__exit__(*exc)
+
+
+def test_save_writes_flushes_and_fsyncs_the_temporary_file_before_the_rename_then_fsyncs_the_folder(tmp_path, monkeypatch):
+    """Catches each way the save stops being durable: the flush dropped (Python's buffer never
+    reaches the OS before the fsync; torch.save happens to flush at its end, so the test's save
+    does not), the file's fsync dropped or moved after ``os.replace`` (a
+    crash can leave the new name pointing at unwritten blocks), or the folder's fsync dropped
+    (the rename itself can be lost)."""
+    calls: list[str] = []
+    real_fdopen, real_fsync, real_replace, real_save = os.fdopen, os.fsync, os.replace, torch.save
+
+    def save(obj, file):  # torch.save, but without its own final flush: the save must flush itself
+        buffer = io.BytesIO()
+        real_save(obj, buffer)
+        file.write(buffer.getvalue())
+
+    def fdopen(fd, *args, **kwargs):
+        return RecordingFile(real_fdopen(fd, *args, **kwargs), calls)
+
+    def fsync(fd):
+        calls.append("fsync folder" if stat.S_ISDIR(os.fstat(fd).st_mode) else f"fsync file {os.fstat(fd).st_ino}")
+        real_fsync(fd)
+
+    def replace(source, target):
+        calls.append(f"replace {os.stat(source).st_ino}")
+        real_replace(source, target)
+
+    monkeypatch.setattr(os, "fdopen", fdopen)
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "replace", replace)
+    monkeypatch.setattr(torch, "save", save)
+    target = tmp_path / "checkpoints" / "last.ckpt"
+    AtomicCheckpointIO().save_checkpoint({"weights": torch.arange(5)}, target)
+    monkeypatch.undo()
+    inode = os.stat(target).st_ino  # the temporary file, renamed: the one fsynced and replaced
+    assert calls == ["write", "flush", f"fsync file {inode}", f"replace {inode}", "fsync folder"]
+    assert torch.equal(torch.load(target, weights_only=True)["weights"], torch.arange(5))
