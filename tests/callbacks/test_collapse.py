@@ -244,15 +244,16 @@ class CollapsesAfter(ContrastiveLoss):
 
 def test_a_run_that_collapses_is_reported_by_the_alarm(caplog):
     logger = RecordingLogger()
-    # the tiny 16-d model spreads to ~0.36 (not the 1.0 a real network passes), so lower drop_min_best;
-    # without batch norm in the head nothing holds the embeddings apart once the push is gone
-    callback = EmbeddingMetrics(log_histograms=False, collapse_drop_min_best=0.3)
+    # the tiny 16-d model spreads to ~0.2 in its two InfoNCE steps (not the 1.0 a real network passes),
+    # so lower drop_min_best; without batch norm in the head nothing holds the embeddings apart once
+    # the push is gone
+    callback = EmbeddingMetrics(log_histograms=False, collapse_drop_min_best=0.15)
     optim = Optimization(lr=0.2, schedule="constant", weight_decay=0.0)
     model = tiny_model(loss=CollapsesAfter(steps=2), proj_batch_norm=False, optim=optim)
     with caplog.at_level(logging.WARNING):
         tiny_trainer([callback], logger=logger, max_epochs=3).fit(model, tiny_data())
     uniformity = logger.values("metrics/uniformity")
-    assert uniformity[0] > 0.3 and uniformity[-1] < 0.25 * uniformity[0]
+    assert uniformity[0] > 0.15 and uniformity[-1] < 0.25 * uniformity[0]
     assert logger.values("metrics/collapsed")[0] == 0.0 and logger.values("metrics/collapsed")[-1] == 1.0
     assert callback.collapsed_at is not None and callback.collapsed_at >= 1
     message = next(r.getMessage() for r in caplog.records if "Representation collapse" in r.getMessage())

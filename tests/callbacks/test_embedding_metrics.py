@@ -237,7 +237,8 @@ def test_validate_logs_the_same_metrics_on_one_and_two_processes(tmp_path, monke
     checkpoint = tmp_path / "runs" / "quickstart" / "version_0" / "checkpoints" / "last.ckpt"
     validate = ["validate", "--config", QUICKSTART, *sizes, f"--ckpt_path={checkpoint}"]
     main(validate)
-    single = last_scalars(tmp_path / "runs" / "quickstart" / "version_1")
+    run = checkpoint.parent.parent
+    single = last_scalars(run / "evaluations" / "validate_0")  # filed with the run it evaluates
     ddp_dir = tmp_path / "ddp"
     ddp_dir.mkdir()
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
@@ -247,7 +248,8 @@ def test_validate_logs_the_same_metrics_on_one_and_two_processes(tmp_path, monke
         cwd=ddp_dir, env=env, capture_output=True, text=True, timeout=300, check=False,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
-    double = last_scalars(ddp_dir / "runs" / "quickstart" / "version_0")
+    double = last_scalars(run / "evaluations" / "validate_1")
+    assert not (ddp_dir / "runs").exists()
     names = {f"metrics/{name}" for name in SCALARS} | {"metrics/knn_acc"}
     assert names <= set(single) and set(single) == set(double)
     for name in names:
