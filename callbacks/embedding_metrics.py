@@ -25,7 +25,8 @@ from callbacks.collapse import (
 from callbacks.embedding_pass import embed_split, require_embedding_dataloader
 from callbacks.gather import SampleBuffer, Samples
 from callbacks.plots import find_tensorboard, similarity_figure
-from ssl_app.errors import ConfigError
+from ssl_app.checkpointing import first_nonfinite
+from ssl_app.errors import ConfigError, NonFiniteError
 from ssl_app.metrics import EMBEDDING_METRICS, EmbeddingInputs, EmbeddingReport, evaluate_metrics
 
 log = logging.getLogger(__name__)
@@ -152,6 +153,10 @@ class EmbeddingMetrics(Callback):
         collapse_concentrating_drop: ... by at least this fraction of its value before the
             first of those falls, with the top-k negatives at ``collapse_drop_similarity`` or above.
         stop_on_collapse: stop training (``trainer.should_stop``) when collapsed.
+        stop_on_nonfinite: during ``fit``, stop the run as diverged (``NonFiniteError``, naming the
+            step and the first non-finite parameter or buffer) when any embedding is NaN/inf:
+            training on would only write a non-finite state (``false``: evaluate the finite
+            ones, warn, and train on).
     """
 
     def __init__(
@@ -173,6 +178,7 @@ class EmbeddingMetrics(Callback):
         collapse_concentrating_evaluations: int | None = 3,
         collapse_concentrating_drop: float = 0.5,
         stop_on_collapse: bool = False,
+        stop_on_nonfinite: bool = True,
     ) -> None:
         super().__init__()
         if not isinstance(every_n_epochs, int) or every_n_epochs < 1:
@@ -199,6 +205,7 @@ class EmbeddingMetrics(Callback):
         self.log_histograms = log_histograms
         self.alarm = CollapseAlarm(criteria)
         self.stop_on_collapse = stop_on_collapse
+        self.stop_on_nonfinite = bool(stop_on_nonfinite)
         self._buffer: SampleBuffer | None = None
         self._chance_gap = ChanceGap()
         self._warned_no_tensorboard = False
@@ -335,6 +342,18 @@ class EmbeddingMetrics(Callback):
         scalars["metrics/collapsed"] = float(bool(modes))
         for name, value in scalars.items():
             pl_module.log(name, value, sync_dist=False)  # identical on every rank
+        if report.nonfinite and fitting and self.stop_on_nonfinite:
+            tensor = first_nonfinite(pl_module)
+            raise NonFiniteError(
+                f"EmbeddingMetrics: {report.nonfinite} of {report.total} embeddings are non-finite at epoch "
+                f"{trainer.current_epoch}, step {trainer.global_step}: the run diverged ("
+                + (
+                    f"{tensor} holds NaN or infinite values"
+                    if tensor
+                    else "every parameter and buffer is finite: the forward pass overflows"
+                )
+                + "; EmbeddingMetrics.stop_on_nonfinite=false evaluates the finite ones and trains on)"
+            )
         if report.nonfinite:
             rank_zero_warn(
                 f"EmbeddingMetrics: {report.nonfinite} of {report.total} embeddings are non-finite (diverged) "

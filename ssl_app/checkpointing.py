@@ -57,9 +57,10 @@ class AtomicCheckpointIO(TorchCheckpointIO):
     def save_checkpoint(self, checkpoint: dict[str, Any], path: Any, storage_options: Any | None = None) -> None:
         bad = first_nonfinite_entry(checkpoint)
         if bad is not None:
+            where = f"epoch {checkpoint.get('epoch')}, step {checkpoint.get('global_step')}"
             raise NonFiniteError(
-                f"refusing to write {path}: {bad} holds NaN or infinite values (the run diverged at epoch "
-                f"{checkpoint.get('epoch')}, step {checkpoint.get('global_step')}); the previous checkpoint is the last good state"
+                f"refusing to write {path}: {bad} holds NaN or infinite values (the run diverged at {where}); "
+                "the previous checkpoint is the last good state"
             )
         if get_protocol(str(path)) not in ("file", "local"):
             super().save_checkpoint(checkpoint, path, storage_options=storage_options)
@@ -98,7 +99,8 @@ def first_nonfinite_entry(checkpoint: dict[str, Any]) -> str | None:
         return None
     with torch.no_grad():
         flags = [
-            (~torch.isnan(t).any() & ~torch.isposinf(t).any()) if neg_inf_ok else torch.isfinite(t).all() for _, t, neg_inf_ok in named
+            (~torch.isnan(t).any() & ~torch.isposinf(t).any()) if neg_inf_ok else torch.isfinite(t).all()
+            for _, t, neg_inf_ok in named
         ]
         ok = torch.stack([flag.to(flags[0].device) for flag in flags])
         if bool(ok.all()):
@@ -147,7 +149,10 @@ class InterruptCheckpoint(Callback):
     After a stop, ``signal_number``, ``saved_path``, ``step`` and ``epoch`` describe it. In one
     process, any other exception after the first step also writes ``last.ckpt`` (no work is
     lost to a crash); under DDP only stops that all ranks agreed on do, since a failure on one
-    rank cannot be waited for safely by the others.
+    rank cannot be waited for safely by the others. A divergence is saved only when its state is
+    good (``NonFiniteError.state_is_good``: NumericalHealth refused the bad update, and every
+    tensor is finite); otherwise the checkpoint written before stays the last good state and
+    ``unsaved_reason`` says why nothing was written.
 
     Resuming: a checkpoint written during ``fit``'s validation makes the resumed run redo that
     whole validation (so the epoch's metrics and epoch checkpoint are not lost), and a resumed run
@@ -249,6 +254,9 @@ class InterruptCheckpoint(Callback):
         if isinstance(exception, SIGTERMException) and not self.stopping:
             self.signal_number = signal.SIGTERM
         if isinstance(exception, NonFiniteError):
+            if not exception.state_is_good:  # this step's weights are what went non-finite: keep the checkpoint before
+                self.unsaved_reason = "the state of this step is not a good one, so it was not saved"
+                return
             bad = first_nonfinite(pl_module)
             if trainer.world_size > 1:  # buffers such as BatchNorm statistics differ between ranks: agree
                 flag = torch.tensor(float(bad is not None), device=trainer.strategy.root_device)
@@ -356,7 +364,7 @@ class ConfigWinsOnResume(Callback):
                     if key == "lr" and id(optimizer) in scheduled:
                         continue  # set from the schedule below
                     if group.get(key) != value:
-                        changed.add(key)
+                        changed.add("lr" if key == "initial_lr" else key)  # the schedule's copy of the base rate
                         group[key] = copy.deepcopy(value)
         for config, bases in zip(trainer.lr_scheduler_configs, self._fresh_bases):
             scheduler = config.scheduler
@@ -508,20 +516,22 @@ def check_state_dict(checkpoint: dict[str, Any], model: torch.nn.Module, path: s
             )
 
 
-def resume_hint(argv: list[str], checkpoint: str) -> str:
-    """The command line that resumes from ``checkpoint``: ``argv`` with ``--ckpt_path`` replaced."""
+def resume_hint(argv: list[str], checkpoint: str, replace: list[str] | None = None) -> str:
+    """The command line that resumes from ``checkpoint``: ``argv`` with ``--ckpt_path`` replaced, and
+    each ``--option=value`` of ``replace`` instead of that option's earlier values."""
     import shlex
 
+    dropped = {"--ckpt_path", *(option.split("=", 1)[0] for option in replace or [])}
     kept: list[str] = []
     skip = False
     for arg in argv:
         if skip:
             skip = False
             continue
-        if arg == "--ckpt_path":
+        if arg in dropped:
             skip = True
             continue
-        if arg.startswith("--ckpt_path="):
+        if arg.split("=", 1)[0] in dropped:
             continue
         kept.append(arg)
-    return shlex.join([Path(sys.executable).name, "-m", "ssl_app", *kept, f"--ckpt_path={checkpoint}"])
+    return shlex.join([Path(sys.executable).name, "-m", "ssl_app", *kept, *(replace or []), f"--ckpt_path={checkpoint}"])

@@ -18,6 +18,7 @@ its first step is removed again).
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import os
 import re
@@ -33,7 +34,6 @@ from pathlib import Path
 from typing import Any, NoReturn, Optional
 
 import yaml
-
 from jsonargparse import Namespace
 from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.fabric.utilities.rank_zero import rank_zero_only
@@ -252,7 +252,9 @@ class SSLCLI(LightningCLI):
             plan.parent = run_folder_of_checkpoint(ckpt_path) if attach else None
             self._choose_new_folder(plan, logger_args, family)
 
-    def _resolve_last(self, subcommand: str, family: Optional[tuple[Path, str]], logger_args: Optional[Namespace]) -> Optional[str]:
+    def _resolve_last(
+        self, subcommand: str, family: Optional[tuple[Path, str]], logger_args: Optional[Namespace]
+    ) -> Optional[str]:
         """``--ckpt_path last``: the newest ``last.ckpt`` of this experiment in the run family (``ssl_app.resume``)."""
         if family is None:
             raise ConfigError("--ckpt_path last needs a TensorBoard or CSV logger with a save_dir (trainer.logger)")
@@ -290,7 +292,11 @@ class SSLCLI(LightningCLI):
         folder = path.absolute().parent.parent
         if family is not None and logger_args is not None and logger_args.get("version") is None:
             root, pattern = family
-            if path.absolute().parent.name == "checkpoints" and folder.parent == root.absolute() and fnmatch(folder.name, pattern):
+            if (
+                path.absolute().parent.name == "checkpoints"
+                and folder.parent == root.absolute()
+                and fnmatch(folder.name, pattern)
+            ):
                 logger_args.version = folder.name  # keep logging into the checkpoint's own run
                 if plan.parent is not None:
                     logger_args.save_dir, logger_args.name = str(plan.parent), EVALUATIONS_DIR
@@ -327,7 +333,7 @@ class SSLCLI(LightningCLI):
         if isinstance(saved_model, dict):
             update: dict[str, Any] = dict(saved_model)
         else:  # an older checkpoint: the hyper-parameters LightningCLI saved (no loss among them)
-            hparams = dict(self._checkpoint.get("hyper_parameters") or {})
+            hparams = _plain(dict(self._checkpoint.get("hyper_parameters") or {}))
             hparams.pop("_instantiator", None)
             if not hparams:
                 return
@@ -338,7 +344,8 @@ class SSLCLI(LightningCLI):
         after = flatten({"model": self._current_config().get("model")})
         found = differences(before, after)
         if found:
-            _info(f"{subcommand}: the model is configured as in the checkpoint's run: {describe_differences(found, 'config', 'checkpoint')}")
+            changes = describe_differences(found, "config", "checkpoint")
+            _info(f"{subcommand}: the model is configured as in the checkpoint's run: {changes}")
 
     def before_instantiate_classes(self) -> None:
         subcommand = self.config.get("subcommand")
@@ -347,7 +354,9 @@ class SSLCLI(LightningCLI):
         trainer = self.config[subcommand].get("trainer") or Namespace()
         _check_devices(trainer.get("accelerator"), trainer.get("devices"))
         if self.config[subcommand].get("weights_only") is False:
-            raise ConfigError("--weights_only=false would let a checkpoint run code when it is loaded; ssl_app loads them with true")
+            raise ConfigError(
+                "--weights_only=false would let a checkpoint run code when it is loaded; ssl_app loads them with true"
+            )
         self.config_snapshot = self._current_config()
 
     def instantiate_trainer(self, **kwargs: Any) -> Any:
@@ -375,6 +384,9 @@ class SSLCLI(LightningCLI):
             check_state_dict(self._checkpoint, model, str(kwargs.get("ckpt_path")))
             self._checkpoint = None
         kwargs["weights_only"] = True  # no checkpoint runs code when loaded (checked in before_instantiate_classes)
+        for callback in trainer.callbacks:
+            if isinstance(callback, KeepFirstConfig):
+                callback.resuming = plan.checkpoint is not None and subcommand == "fit"
         log_dir = _log_dir(trainer)
         created_root = _first_missing_ancestor(Path(log_dir)) if log_dir is not None else None
         try:
@@ -479,6 +491,17 @@ def _is_probe(class_path: Any) -> bool:
     return isinstance(found, type) and issubclass(found, LinearProbe)
 
 
+def _plain(value: Any) -> Any:
+    """Saved hyper-parameters as plain data: dataclasses (``Optimization``) become dicts."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, dict):
+        return {key: _plain(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(item) for item in value]
+    return value
+
+
 def _keep_given_paths(update: dict[str, Any], model: Any) -> None:
     """A saved model option that names a file never replaces one this command gives (a probe's encoder
     ``checkpoint``): drop it from ``update`` and say which was kept."""
@@ -570,9 +593,7 @@ def _remove_failed_start(root: Path) -> None:
         shutil.rmtree(root, ignore_errors=True)
 
 
-def trainer_defaults(
-    interrupt: InterruptCheckpoint | None = None, recorder: RunRecorder | None = None
-) -> dict:
+def trainer_defaults(interrupt: InterruptCheckpoint | None = None, recorder: RunRecorder | None = None) -> dict:
     return {
         "logger": {
             "class_path": "lightning.pytorch.loggers.TensorBoardLogger",
@@ -669,8 +690,10 @@ class KeepFirstConfig(SaveConfigCallback):
     """``config.yaml`` of the run's first start: a resume into the same folder leaves it as it is (the
     record lists what the resume changed), so the file always says how the run began."""
 
+    resuming = False  # set by the CLI for a fit from a checkpoint (Lightning sets trainer.ckpt_path after setup)
+
     def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
-        if stage == "fit" and trainer.ckpt_path is not None and not self.already_saved:
+        if stage == "fit" and self.resuming and not self.already_saved:
             log_dir = trainer.log_dir
             if log_dir is not None and (Path(log_dir) / self.config_filename).is_file():
                 self.already_saved = True
@@ -681,23 +704,29 @@ class KeepFirstConfig(SaveConfigCallback):
 def last_good_state(argv: list[str], interrupt: InterruptCheckpoint, recorder: RunRecorder) -> str:
     """The line after a divergence: where the last good state is and the command that resumes it with
     a lower learning rate (a resume takes this command's learning rate: ``ConfigWinsOnResume``)."""
-    lower = _lower_lr_option(recorder.config)
-    advice = f" {lower}" if lower else " (with a lower learning rate, or --health.on_nonfinite=skip)"
+    lower = _lower_lr(recorder.config)
+    replace = [f"--model.init_args.optim.lr={lower:g}"] if lower else []
+    advice = (
+        " (a tenth of this run's learning rate; lower it further if it diverges again)"
+        if lower
+        else " (with a lower learning rate, or --health.on_nonfinite=skip)"
+    )
     if interrupt.saved_path is not None:
         path = interrupt.saved_path
-        return f"The last good state is in {path}; resume with: {resume_hint(argv, path)}{advice}"
+        return f"The last good state is in {path}; resume with: {resume_hint(argv, path, replace)}{advice}"
     previous = _previous_last_checkpoint(recorder.folder)
     reason = f"{interrupt.unsaved_reason}; " if interrupt.unsaved_reason else "no checkpoint was written for this step; "
+    reason = reason[0].upper() + reason[1:]
     if previous is not None:
-        return f"{reason}the last good state is {previous}; resume with: {resume_hint(argv, str(previous))}{advice}"
+        return f"{reason}the last good state is {previous}; resume with: {resume_hint(argv, str(previous), replace)}{advice}"
     return f"{reason}no earlier checkpoint exists: start again{advice}"
 
 
-def _lower_lr_option(config: dict[str, Any]) -> str | None:
-    """``--model.init_args.optim.lr=<a tenth of the run's rate>``, when the config has one."""
+def _lower_lr(config: dict[str, Any]) -> float | None:
+    """A tenth of the run's ``model.init_args.optim.lr``, when the config has one."""
     lr = flatten(config).get("model.init_args.optim.lr")
     if isinstance(lr, (int, float)) and not isinstance(lr, bool) and lr > 0:
-        return f"--model.init_args.optim.lr={lr / 10:g}"
+        return lr / 10
     return None
 
 

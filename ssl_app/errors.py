@@ -10,11 +10,20 @@ class ConfigError(ValueError):
 
 
 class NonFiniteError(RuntimeError):
-    """Training produced a non-finite loss or gradient (``ssl_app.health.NumericalHealth``).
+    """The run diverged: a non-finite loss or gradient (``ssl_app.health.NumericalHealth``), non-finite
+    embeddings (``callbacks.EmbeddingMetrics``) or a state that would have to be checkpointed with
+    NaN/inf (``ssl_app.checkpointing.AtomicCheckpointIO``).
 
-    Raised on every rank at the same step; the message names the step, the value and the last
-    finite loss. ``python -m ssl_app`` prints it as ``error: <message>`` and exits with status 1.
+    Raised on every rank at the same step; the message names the step and the value or tensor.
+    ``state_is_good``: the model's state at this step may be resumed from (NumericalHealth stops
+    *before* the bad update, so the state holds only finite updates); when False, the last good
+    state is the checkpoint written before. ``python -m ssl_app`` prints it as
+    ``error: <message>`` and exits with status 1.
     """
+
+    def __init__(self, message: str, state_is_good: bool = False) -> None:
+        super().__init__(message)
+        self.state_is_good = state_is_good
 
 
 class OutputError(OSError):

@@ -98,7 +98,7 @@ class NumericalHealth(Callback):
             return
         if self.on_nonfinite == "skip":
             what += f"; {self.consecutive} steps in a row were already skipped (NumericalHealth.max_consecutive_skips)"
-        raise NonFiniteError(what)
+        raise NonFiniteError(what, state_is_good=True)  # the bad update was not applied
 
     def _describe(self, trainer: L.Trainer, loss: Tensor, norm: Tensor | None) -> str:
         where = f"step {trainer.global_step} (epoch {trainer.current_epoch})"

@@ -287,6 +287,7 @@ class _Stop(Exception):
 @contextlib.contextmanager
 def _stop_on_signals() -> Iterator[None]:
     """SIGINT/SIGTERM raise ``_Stop`` in the sweep's loop (main thread only), previous handlers restored after."""
+
     def handler(signum: int, frame: object) -> None:
         raise _Stop(signum)
 
@@ -324,7 +325,10 @@ def execute(runs: list[PlannedRun], jobs: int) -> Outcome:
                     log = run.directory / f"{stage}.log"
                     point = run.sidecar()
                     existing = read_sweep_point(run.directory)
-                    point.commands = {**(existing.commands if existing else {}), stage: shlex.join(["python", "-m", "ssl_app", *args])}
+                    point.commands = {
+                        **(existing.commands if existing else {}),
+                        stage: shlex.join(["python", "-m", "ssl_app", *args]),
+                    }
                     point.logs = {**(existing.logs if existing else {}), stage: str(log)}
                     write_sweep_point(run.directory, point)
                     print(f"[sweep] start {run.label}: {stage}", flush=True)

@@ -41,7 +41,9 @@ def make_report(runs_dir: Path, out_dir: Path | None = None, title: str | None =
     rows = build_rows(configurations)
     if not rows:
         statuses = ", ".join(f"{run.name}: {run.status}" for run in runs[:10])
-        raise ConfigError(f"no finished run under {str(runs_dir)!r}: {len(runs)} run(s), none done with an event file ({statuses})")
+        raise ConfigError(
+            f"no finished run under {str(runs_dir)!r}: {len(runs)} run(s), none done with an event file ({statuses})"
+        )
     out_dir = out_dir if out_dir is not None else runs_dir / "report"
     out_dir.mkdir(parents=True, exist_ok=True)
     markdown = markdown_table(rows, configurations, title, study.orphans)

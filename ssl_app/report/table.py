@@ -8,8 +8,8 @@ from pathlib import Path
 
 from ssl_app.report.groups import Configuration
 from ssl_app.report.runs import Evaluation, Run
-from ssl_app.runs.record import DONE
 from ssl_app.report.summary import COLUMNS, EPOCH_TAG, Row, Stat
+from ssl_app.runs.record import DONE
 
 COLLAPSED_TAG = "metrics/collapsed"
 
@@ -143,7 +143,9 @@ def _collapse_note(run: Run) -> str | None:
         mode, since = collapse.get("mode", "collapse"), collapse.get("since_epoch")
         reasons = "; ".join(str(reason) for reason in collapse.get("reasons") or [])
         when = f" since epoch {since}" if since is not None else ""
-        return f"representation collapsed ({mode}{when}{': ' + reasons if reasons else ''}); averaged, as a result of its setting."
+        return (
+            f"representation collapsed ({mode}{when}{': ' + reasons if reasons else ''}); averaged, as a result of its setting."
+        )
     if run.events is not None and (run.events.last(COLLAPSED_TAG) or 0) >= 1:
         return f"representation collapsed (`{COLLAPSED_TAG}` = 1 at the final epoch); averaged, as a result of its setting."
     return None
@@ -159,7 +161,7 @@ def _describe_left_out(run: Run) -> str:
             reason += f"; {'; '.join(run.problems)}"
     else:
         reason = "; ".join(run.problems) or "no events"
-    log = (run.sweep.logs.get("fit") if run.sweep is not None else None)
+    log = run.sweep.logs.get("fit") if run.sweep is not None else None
     return f"run `{run.name}` ({reason}{f', log: `{log}`' if log else ''})"
 
 

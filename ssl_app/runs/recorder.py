@@ -155,7 +155,9 @@ def refuse_second_run(folder: Path) -> None:
         previous = read_record(folder)
     except RecordError:
         previous = None
-    what = f"a {previous.status} run started {previous.started}" if previous is not None else "another run's checkpoints or events"
+    what = (
+        f"a {previous.status} run started {previous.started}" if previous is not None else "another run's checkpoints or events"
+    )
     raise ConfigError(
         f"{folder} already holds {what}; resume it with --ckpt_path last (or a checkpoint in it), or write the new run "
         "elsewhere (another --trainer.logger.init_args.version)"

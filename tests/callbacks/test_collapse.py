@@ -1,4 +1,5 @@
-"""The collapse alarm: every rule at its threshold, histories, non-finite embeddings, resume, a real run, a run that does not learn."""
+"""The collapse alarm: every rule at its threshold, histories, non-finite embeddings, resume, a real run,
+a run that does not learn."""
 
 from __future__ import annotations
 
@@ -207,6 +208,23 @@ def test_nan_embeddings_are_reported_not_a_crash(caplog):
     uniformity = logger.values("metrics/uniformity")
     assert len(uniformity) == 1 and math.isfinite(uniformity[0])  # computed on the finite rows
     assert "Representation collapse at epoch 0 (diverged" in caplog.text and "non-finite" in caplog.text
+
+
+def test_nan_embeddings_during_fit_stop_the_run_as_diverged_naming_the_step():
+    """Catches the run that reported 1500/1500 non-finite embeddings at epoch 0 and trained on
+    (its epoch checkpoint then held ``inf``): during ``fit`` the run stops, by default, before the
+    epoch's checkpoint, and the error names the epoch, the step and whether the state went bad."""
+    from ssl_app.errors import NonFiniteError
+
+    with pytest.raises(NonFiniteError, match=r"embeddings are non-finite at epoch 0, step 2: the run diverged") as error:
+        tiny_trainer([EmbeddingMetrics(log_histograms=False)]).fit(tiny_model(NaNRowsSimCLR), tiny_data())
+    # without NumericalHealth in this trainer the NaN loss reached the weights: the first bad tensor is named
+    assert "backbone.0.weight holds NaN or infinite values" in str(error.value) and not error.value.state_is_good
+    # opted out: the finite ones are evaluated and training goes on to the end
+    trainer = tiny_trainer([EmbeddingMetrics(log_histograms=False, stop_on_nonfinite=False)])
+    with pytest.warns(UserWarning, match="non-finite"):
+        trainer.fit(tiny_model(NaNRowsSimCLR), tiny_data())
+    assert trainer.current_epoch == trainer.max_epochs
 
 
 def test_all_nan_embeddings_log_the_count_and_the_flag_only():

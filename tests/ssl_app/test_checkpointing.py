@@ -71,3 +71,34 @@ def test_save_writes_flushes_and_fsyncs_the_temporary_file_before_the_rename_the
     inode = os.stat(target).st_ino  # the temporary file, renamed: the one fsynced and replaced
     assert calls == ["write", "flush", f"fsync file {inode}", f"replace {inode}", "fsync folder"]
     assert torch.equal(torch.load(target, weights_only=True)["weights"], torch.arange(5))
+
+
+def test_a_non_finite_state_is_never_written_and_the_previous_checkpoint_stays(tmp_path):
+    """Catches the "last good state" holding ``running_var = inf`` (written by the epoch checkpoint of a
+    run whose forward pass had overflowed while its loss was still finite)."""
+    import pytest
+
+    from ssl_app.errors import NonFiniteError
+
+    target = tmp_path / "last.ckpt"
+    good = {"state_dict": {"bn.running_var": torch.ones(3)}, "epoch": 0, "global_step": 2}
+    AtomicCheckpointIO().save_checkpoint(good, target)
+    bad_states = {
+        "buffer": {"state_dict": {"bn.running_var": torch.tensor([1.0, float("inf"), 1.0])}},
+        "parameter": {"state_dict": {"w": torch.tensor([float("nan")])}},
+        "optimizer": {
+            "state_dict": {"w": torch.ones(1)},
+            "optimizer_states": [{"state": {0: {"momentum_buffer": torch.tensor([float("inf")])}}}],
+        },
+        "prior NaN": {"state_dict": {"loss.log_prior": torch.tensor([0.0, float("nan")])}},
+    }
+    names = {"buffer": "bn.running_var", "parameter": "'w'", "optimizer": "momentum_buffer", "prior NaN": "log_prior"}
+    for case, state in bad_states.items():
+        with pytest.raises(NonFiniteError, match=names[case]) as error:
+            AtomicCheckpointIO().save_checkpoint({**state, "epoch": 1, "global_step": 4}, target)
+        assert not error.value.state_is_good
+        assert torch.equal(torch.load(target, weights_only=True)["state_dict"]["bn.running_var"], torch.ones(3)), case
+    # PaCo's log prior is -inf for a class without training images: a legitimate value
+    AtomicCheckpointIO().save_checkpoint({"state_dict": {"loss.log_prior": torch.tensor([0.0, float("-inf")])}}, target)
+    assert torch.load(target, weights_only=True)["state_dict"]["loss.log_prior"][1] == float("-inf")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["last.ckpt"]
