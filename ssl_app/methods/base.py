@@ -119,8 +119,7 @@ class ContrastiveMethod(L.LightningModule, ABC):
         if num_classes is not None and (isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 2):
             raise ConfigError(f"model.num_classes must be an int >= 2 or null, got {num_classes!r}")
         self.save_hyperparameters(ignore=["loss"])
-        # A copy: the lazy default is one object shared by every model built without a loss.
-        self.loss = copy.deepcopy(loss)
+        self.loss = _own_loss(loss)
         self.optim = dataclasses.replace(optim)  # a copy: the default instance is shared
         self.embedding_dim = proj_dim
         self.backbone, self.feature_dim = build_backbone(backbone, backbone_norm)
@@ -411,6 +410,17 @@ class ContrastiveMethod(L.LightningModule, ABC):
         else:  # an iterable dataloader without a length
             steps_per_epoch = max(total_steps // max(trainer.max_epochs or 1, 1), 1)
         return self.optim.build(self.parameters(), global_batch, steps_per_epoch, total_steps)
+
+
+def _own_loss(loss: ContrastiveLoss) -> ContrastiveLoss:
+    """This model's own loss object: a copy, since the default (jsonargparse's ``lazy_instance``) is one
+    object shared by every model built without a loss, and a real instance of its class, since a
+    copied lazy instance forwards its calls to the original (its ``last_stats`` never changed)."""
+    if callable(getattr(loss, "lazy_get_init_args", None)):
+        lazy = [cls for cls in type(loss).__mro__ if hasattr(cls, "lazy_get_init_args")]
+        real = next(cls for cls in type(loss).__mro__ if issubclass(cls, ContrastiveLoss) and cls not in lazy)
+        return real(**dict(loss.lazy_get_init_args()))
+    return copy.deepcopy(loss)
 
 
 def similarity(anchors: Tensor, candidates: Tensor) -> Tensor:

@@ -20,6 +20,8 @@ import torch
 from lightning.pytorch.callbacks import Callback
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+from ssl_app.runs.record import read_record
+
 REPO = Path(__file__).resolve().parents[2]
 MOCO = str(REPO / "configs" / "moco.yaml")
 BATCHES = 6  # per epoch
@@ -133,6 +135,8 @@ def test_sigint_then_sigterm_mid_epoch_resume_into_the_same_run(tmp_path):
     assert "Traceback" not in err, err[-3000:]
     saved = load(last)
     assert saved["global_step"] == 3 and saved["epoch"] == 0
+    record = read_record(last.parent.parent)
+    assert record.status == "interrupted" and record.exit_reason.startswith("SIGINT at epoch 0, step 3; saved ")
     assert saved["loops"]["fit_loop"]["epoch_loop.batch_progress"]["current"]["completed"] == 3
     assert int(saved["state_dict"]["queue.filled"]) == 40 and int(saved["state_dict"]["queue.ptr"]) == (3 * 16) % 40
 
@@ -160,6 +164,8 @@ def test_sigint_then_sigterm_mid_epoch_resume_into_the_same_run(tmp_path):
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert [p.name for p in (tmp_path / "runs" / "moco").iterdir()] == ["version_0"]
+    record = read_record(last.parent.parent)
+    assert record.status == "done" and [r["checkpoint"].endswith("last.ckpt") for r in record.resumes] == [True, True]
     final = load(last)
     assert final["global_step"] == 2 * BATCHES and final["epoch"] == 1
     events = EventAccumulator(str(tmp_path / "runs" / "moco" / "version_0"))

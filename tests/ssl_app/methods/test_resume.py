@@ -5,9 +5,9 @@ that checkpoint and train to 2N: weights, key encoder, optimiser state, LR sched
 MoCo's momentum-schedule value and queue, and the memory bank must be identical.
 
 The data order is made deterministic in the test (fixed tensors, no augmentation, no shuffling):
-the synthetic datamodule draws its shuffle order and augmentations from the global RNG, whose
-state a checkpoint does not carry, so with it the two runs would see different batches by
-design, not by a bug.
+the datamodules draw their augmentations from the global RNG, whose state a checkpoint does not
+carry, so with them the two runs would see different views by design, not by a bug (the shuffle
+order is restored exactly: tests/datamodules/test_resume_order.py).
 """
 
 from __future__ import annotations
