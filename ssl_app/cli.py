@@ -450,9 +450,22 @@ def signals_before_training(recorder: RunRecorder) -> Iterator[None]:
         yield
         return
 
+    owner = os.getpid()
+
+    def as_if_unhandled(signum: int) -> None:
+        if signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+
     def handler(signum: int, frame: Any) -> None:
-        if not recorder.training_started:
+        if os.getpid() != owner:  # a forked DataLoader worker inherited this handler: behave as without it
+            as_if_unhandled(signum)
+        elif not recorder.training_started:
             raise StartInterrupted(signum)
+        elif not recorder.in_training:  # after training: the default behaviour again
+            as_if_unhandled(signum)
+        # during training Lightning calls InterruptCheckpoint's handler first, which stops the run cleanly
 
     previous = {signum: signal.signal(signum, handler) for signum in (signal.SIGINT, signal.SIGTERM)}
     try:
@@ -707,7 +720,7 @@ def last_good_state(argv: list[str], interrupt: InterruptCheckpoint, recorder: R
     lower = _lower_lr(recorder.config)
     replace = [f"--model.init_args.optim.lr={lower:g}"] if lower else []
     advice = (
-        " (a tenth of this run's learning rate; lower it further if it diverges again)"
+        " (a tenth of the learning rate that diverged; lower it further if it diverges again)"
         if lower
         else " (with a lower learning rate, or --health.on_nonfinite=skip)"
     )

@@ -360,7 +360,10 @@ def execute(runs: list[PlannedRun], jobs: int) -> Outcome:
 
 
 def _hold(run: PlannedRun, locks: dict[Path, RunLock], outcome: Outcome) -> bool:
-    """Take the run's sweep lock; a run held by another sweep or written by another process is skipped."""
+    """Take the run's sweep lock (kept from its previous stage); a run held by another sweep or written by
+    another process is skipped."""
+    if run.directory in locks:
+        return True
     lock = RunLock(run.directory, SWEEP_LOCK)
     if is_locked(run.directory, RUN_LOCK) or not lock.acquire():
         holder = lock.holder() if not is_locked(run.directory, RUN_LOCK) else RunLock(run.directory).holder()

@@ -47,6 +47,7 @@ class RunRecorder(Callback):
         self.config: dict[str, Any] = {}
         self.run_id: Optional[str] = None
         self.training_started = False
+        self.in_training = False
 
     # --- called by the CLI ----------------------------------------------------------------------
     def begin(
@@ -92,6 +93,7 @@ class RunRecorder(Callback):
 
     def end(self, trainer: L.Trainer, status: str, reason: str) -> None:
         """Write the final status (rank 0) and release the folder; safe to call when ``begin`` did nothing."""
+        self.in_training = False
         try:
             if self.record is not None and self.folder is not None and self.folder.is_dir():
                 finish_record(
@@ -119,7 +121,10 @@ class RunRecorder(Callback):
             write_record(self.folder, self.record)
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self.training_started = True
+        self.training_started = self.in_training = True
+
+    def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        self.in_training = False
 
     def state_dict(self) -> dict[str, Any]:
         return {"run_id": self.run_id, "config": self.config}

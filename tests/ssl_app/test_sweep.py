@@ -102,6 +102,30 @@ def test_a_failed_run_does_not_stop_the_others_and_is_listed_with_its_log(tmp_pa
     assert "batch_size" in (failed / "fit.log").read_text()
 
 
+@pytest.mark.slow
+def test_the_linear_stage_is_filed_in_its_run_and_reaches_the_report(tmp_path, capsys):
+    """The sweep's probe of each fit lands in ``<run>/evaluations/linear_<n>/`` (the CLI files it with
+    the run it evaluates) and gives the report its linear top-1; a re-run does not probe again."""
+    linear = tmp_path / "linear_tiny.yaml"
+    linear.write_text(
+        f"config: {REPO / 'configs' / 'linear.yaml'}\n"
+        "trainer.max_epochs: 1\ntrainer.check_val_every_n_epoch: 1\ntrainer.enable_progress_bar: false\n"
+        "model.init_args.cache_features: flips\n"
+        "data.init_args.data.init_args.train_size: 100\ndata.init_args.data.init_args.test_size: 40\n"
+    )
+    args = ["--config", QUICKSTART, "--linear", str(linear), "--out", str(tmp_path / "out"), "--name", "p", *FAST]
+    assert main(args) == 0
+    run = tmp_path / "out" / "p" / "base" / "seed0"
+    [probe] = [p.name for p in (run / "evaluations").iterdir()]
+    assert probe == "linear_0" and read_record(run / "evaluations" / probe).status == "done"
+    assert read_sweep_point(run).commands.keys() == {"fit", "linear"}
+    capsys.readouterr()
+    assert main(args) == 0 and "1 runs, 1 already done, 0 to run" in capsys.readouterr().out
+    assert report_main([str(tmp_path / "out" / "p")]) == 0
+    row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("| InfoNCE"))
+    assert row.split("|")[3].strip() not in ("", "0.00")  # the linear top-1 column
+
+
 def readme_sweep_commands() -> list[list[str]]:
     """Every ``python -m ssl_app.sweep`` command of the README, backslash continuations joined."""
     text = (REPO / "README.md").read_text().replace("\\\n", " ")
@@ -228,6 +252,29 @@ def test_points_whose_short_names_coincide_get_distinct_folders():
     assert all(name.startswith("loss=InfoNCE-") for name in names[:2])
     assert point_names([{"a": "x/y"}, {"a": "x_y"}])[0] != point_names([{"a": "x/y"}, {"a": "x_y"}])[1]
     assert point_names(values) == names  # stable across re-runs: the same folders are found again
+
+
+def test_a_run_goes_on_to_its_linear_stage_under_the_lock_it_holds(tmp_path, monkeypatch):
+    """Catches the sweep refusing its own lock between a run's fit and its probe (it skipped every probe
+    as "held by another process" and still exited 0)."""
+    import ssl_app.sweep as sweep
+
+    stages = []
+
+    def launch(args, log, device):
+        stage = log.stem
+        stages.append(stage)
+        if stage == "fit":
+            return fake_fit("done", 0)(args, log, device)
+        probe = log.parent / "evaluations" / "linear_0"
+        return fake_fit("done", 0)(args, probe / "linear.log", device)
+
+    monkeypatch.setattr(sweep, "launch", launch)
+    monkeypatch.setattr(sweep.time, "sleep", lambda _: None)
+    [run] = sweep.plan([QUICKSTART], [], [0], tmp_path, [], str(REPO / "configs" / "linear.yaml"))
+    outcome = sweep.execute([run], jobs=1)
+    assert stages == ["fit", "linear"] and outcome.held == [] and outcome.failed == []
+    assert run.stages() == []
 
 
 def test_a_run_another_sweep_holds_is_skipped_and_named(tmp_path, monkeypatch, capsys):
