@@ -25,7 +25,6 @@ import re
 import shutil
 import signal
 import sys
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -70,6 +69,7 @@ from ssl_app.runs.layout import EVALUATIONS_DIR, next_evaluation_name, relative_
 from ssl_app.runs.record import DIVERGED, DONE, FAILED, INTERRUPTED
 from ssl_app.runs.recorder import NextName, RunRecorder
 from ssl_app.runtime import keep_freed_memory
+from ssl_app.signals import handling
 
 DEFAULT_RUN_DIR = "runs"
 
@@ -446,10 +446,6 @@ def signals_before_training(recorder: RunRecorder) -> Iterator[None]:
     while it sets up still removes the folder it created and says one line; the previous handlers
     come back afterwards. From the first training step on, ``InterruptCheckpoint`` handles them (Lightning
     calls earlier SIGTERM handlers too, so this one stands down once ``recorder`` saw training start)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
     owner = os.getpid()
 
     def as_if_unhandled(signum: int) -> None:
@@ -467,12 +463,8 @@ def signals_before_training(recorder: RunRecorder) -> Iterator[None]:
             as_if_unhandled(signum)
         # during training Lightning calls InterruptCheckpoint's handler first, which stops the run cleanly
 
-    previous = {signum: signal.signal(signum, handler) for signum in (signal.SIGINT, signal.SIGTERM)}
-    try:
+    with handling(handler):
         yield
-    finally:
-        for signum, old in previous.items():
-            signal.signal(signum, old)
 
 
 def _family(plan: RunPlan, logger_args: Optional[Namespace]) -> Optional[tuple[Path, str]]:

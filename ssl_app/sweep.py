@@ -62,6 +62,7 @@ from ssl_app.runs.layout import (
 )
 from ssl_app.runs.lock import RUN_LOCK, SWEEP_LOCK, RunLock, is_locked
 from ssl_app.runs.record import DONE, RECORD_FILE, RecordError, effective_status, read_record
+from ssl_app.signals import handling
 
 #: Exit status of a sweep stopped by a signal: 128 + the signal, as the fits it stopped.
 _STOPPED = {signal.SIGINT: 130, signal.SIGTERM: 143}
@@ -291,12 +292,8 @@ def _stop_on_signals() -> Iterator[None]:
     def handler(signum: int, frame: object) -> None:
         raise _Stop(signum)
 
-    previous = {signum: signal.signal(signum, handler) for signum in (signal.SIGINT, signal.SIGTERM)}
-    try:
+    with handling(handler):
         yield
-    finally:
-        for signum, old in previous.items():
-            signal.signal(signum, old)
 
 
 def execute(runs: list[PlannedRun], jobs: int) -> Outcome:

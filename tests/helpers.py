@@ -41,3 +41,18 @@ def newest_probe_folder(encoder_checkpoint: Path) -> Path:
     probes = evaluation_folders(run, "linear")
     assert probes, f"no linear probe under {run}"
     return probes[-1]
+
+
+def cli_in(workdir: Path, args: list[str]) -> Any:
+    """``python -m ssl_app <args>`` in this process with ``workdir`` as the current folder (where
+    ``runs/`` goes), the previous folder restored after."""
+    import os
+
+    from ssl_app.cli import main
+
+    cwd = os.getcwd()
+    os.chdir(workdir)
+    try:
+        return main(args)
+    finally:
+        os.chdir(cwd)

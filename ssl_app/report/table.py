@@ -9,7 +9,7 @@ from pathlib import Path
 from ssl_app.report.groups import Configuration
 from ssl_app.report.runs import Evaluation, Run
 from ssl_app.report.summary import COLUMNS, EPOCH_TAG, Row, Stat
-from ssl_app.runs.record import DONE
+from ssl_app.runs.record import DONE, UNKNOWN
 
 COLLAPSED_TAG = "metrics/collapsed"
 
@@ -154,7 +154,7 @@ def _collapse_note(run: Run) -> str | None:
 def _describe_left_out(run: Run) -> str:
     """Why a run is not averaged: its status and exit reason (the record's), or what could not be read."""
     if run.status != DONE:
-        reason = run.status
+        reason = "status unknown" if run.status == UNKNOWN else run.status
         if run.record is not None and run.record.exit_reason:
             reason += f": {run.record.exit_reason}"
         if run.problems:

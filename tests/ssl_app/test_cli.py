@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -12,6 +11,7 @@ import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from ssl_app.cli import main
+from tests.helpers import cli_in
 
 REPO = Path(__file__).resolve().parents[2]
 QUICKSTART = str(REPO / "configs" / "quickstart.yaml")
@@ -56,12 +56,7 @@ def scalar_tags(log_dir: Path) -> set[str]:
 def trained_run(tmp_path_factory) -> Path:
     """One tiny quickstart run in a fresh directory; returns its version directory."""
     workdir = tmp_path_factory.mktemp("quickstart")
-    cwd = os.getcwd()
-    os.chdir(workdir)
-    try:
-        run_cli(["fit", "--config", QUICKSTART, *TINY])
-    finally:
-        os.chdir(cwd)
+    cli_in(workdir, ["fit", "--config", QUICKSTART, *TINY])
     return only_version_dir(workdir / "runs")
 
 

@@ -20,6 +20,7 @@ from ssl_app.cli import main
 from ssl_app.runs.layout import evaluation_folders
 from ssl_app.runs.lock import RunLock
 from ssl_app.runs.record import read_record, start_record
+from tests.helpers import cli_in
 from tests.ssl_app.test_cli import QUICKSTART, REPO, TINY
 
 LINEAR = str(REPO / "configs" / "linear.yaml")
@@ -44,12 +45,7 @@ def error_line(err: str) -> str:
 def trained(tmp_path_factory) -> Path:
     """A finished tiny quickstart run folder (copy it before changing it)."""
     workdir = tmp_path_factory.mktemp("trained")
-    cwd = os.getcwd()
-    os.chdir(workdir)
-    try:
-        main(["fit", "--config", QUICKSTART, *TINY])
-    finally:
-        os.chdir(cwd)
+    cli_in(workdir, ["fit", "--config", QUICKSTART, *TINY])
     return workdir / "runs" / "quickstart" / "version_0"
 
 

@@ -4,7 +4,6 @@ then the linear probe with LongTailAccuracy (configs/linear_shapes_lt.yaml), 1 a
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -14,7 +13,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from datamodules.long_tail import exponential_profile
 from ssl_app.cli import main
-from tests.helpers import newest_probe_folder
+from tests.helpers import cli_in, newest_probe_folder
 from tests.ssl_app.test_cli import REPO
 
 CONFIGS = REPO / "configs"
@@ -35,13 +34,8 @@ def scalars(run: Path) -> dict[str, list[float]]:
 def supcon_checkpoint(tmp_path_factory) -> Path:
     """One SupCon step of configs/shapes_lt.yaml (the probe's mechanics are tested, not the encoder)."""
     workdir = tmp_path_factory.mktemp("supcon_lt")
-    cwd = os.getcwd()
-    os.chdir(workdir)
-    try:
-        main(["fit", "--config", str(CONFIGS / "shapes_lt.yaml"), "--trainer.max_steps=1", "--trainer.limit_val_batches=0",
-              "--trainer.enable_progress_bar=false"])  # fmt: skip
-    finally:
-        os.chdir(cwd)
+    cli_in(workdir, ["fit", "--config", str(CONFIGS / "shapes_lt.yaml"), "--trainer.max_steps=1",
+                     "--trainer.limit_val_batches=0", "--trainer.enable_progress_bar=false"])  # fmt: skip
     run = workdir / "runs" / "shapes_lt" / "version_0"
     saved = json.loads((run / "class_counts.json").read_text())
     assert saved["class_counts"] == SHAPES_LT_COUNTS and saved["total"] == 1236

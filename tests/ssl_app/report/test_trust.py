@@ -41,7 +41,7 @@ def test_only_a_done_record_is_averaged_every_other_status_is_named(tmp_path):
     assert row.stat("uniformity").mean == 3.5
     report = make_report(tmp_path).markdown
     for name, shown in (("failed", "failed"), ("interrupted", "interrupted"), ("diverged", "diverged"),
-                        ("running", "vanished"), ("no_record", "unknown")):  # fmt: skip
+                        ("running", "vanished"), ("no_record", "status unknown")):  # fmt: skip
         assert f"run `{name}` ({shown}" in report, (name, report)
 
 
