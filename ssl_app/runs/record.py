@@ -153,7 +153,8 @@ def start_record(
     record = RunRecord(kind=kind, started=now())
     if run_id:
         record.run_id = run_id
-    if previous is not None and previous.kind == kind and checkpoint is not None and kind in ("fit", "linear"):
+    same_run = previous is not None and (run_id is None or previous.run_id == run_id)
+    if same_run and previous.kind == kind and checkpoint is not None and kind in ("fit", "linear"):
         record.run_id, record.started, record.resumes = previous.run_id, previous.started, list(previous.resumes)
         record.collapse = previous.collapse
         record.resumes.append({"at": now(), "checkpoint": checkpoint, "changed": resume_changes or {}})

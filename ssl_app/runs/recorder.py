@@ -80,7 +80,7 @@ class RunRecorder(Callback):
             )
         try:
             resuming = checkpoint is not None and kind in ("fit", "linear")
-            if not resuming:
+            if not resuming or not is_own_folder(folder, checkpoint, run_id):
                 refuse_second_run(folder)
             self.record = start_record(
                 folder, kind, config, parent=parent, checkpoint=checkpoint, resume_changes=resume_changes, run_id=run_id
@@ -148,6 +148,18 @@ def claim(logger: Any, next_name: Optional[NextName]) -> Path:
             logger._version = next_name(folder.parent)  # Lightning's loggers keep the chosen version here
             folder = Path(logger.log_dir)
     raise ConfigError(f"could not claim a free run folder under {folder.parent}")
+
+
+def is_own_folder(folder: Path, checkpoint: str, run_id: Optional[str]) -> bool:
+    """Whether ``checkpoint`` resumes into its own run's folder: it lies in ``folder/checkpoints/``, or
+    the run id it carries is the one of ``folder``'s record."""
+    if Path(checkpoint).absolute().parent == (folder / CHECKPOINTS_DIR).absolute():
+        return True
+    try:
+        previous = read_record(folder)
+    except RecordError:
+        return False
+    return previous is not None and run_id is not None and previous.run_id == run_id
 
 
 def refuse_second_run(folder: Path) -> None:

@@ -280,3 +280,17 @@ def test_an_unwritable_output_folder_is_one_line(tmp_path, monkeypatch, capsys):
     line = error_line(err)
     assert code == 1 and line.startswith("error: cannot write /sys/ssl_app_runs")
     assert "not permitted" in line or "denied" in line
+
+
+def test_a_checkpoint_resumed_into_another_runs_folder_is_refused(tmp_path, monkeypatch, capsys):
+    """Catches a resume that writes into a folder holding another run (its events and record would mix)."""
+    theirs = tmp_path / "runs" / "quickstart" / "theirs"
+    start_record(theirs, "fit", {})
+    writer = SummaryWriter(str(theirs))
+    writer.add_scalar("train/loss_step", 1.0, 0)
+    writer.close()
+    mine = lightning_checkpoint(tmp_path / "mine.ckpt")
+    monkeypatch.chdir(tmp_path)
+    args = ["fit", "--config", QUICKSTART, *TINY, "--trainer.logger.init_args.version=theirs", f"--ckpt_path={mine}"]
+    code, err = run_cli(args, capsys)
+    assert code == 2 and "theirs already holds a running run" in error_line(err)

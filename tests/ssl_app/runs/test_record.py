@@ -126,3 +126,11 @@ def test_write_json_fsyncs_the_file_before_the_rename_and_the_folder_after(tmp_p
     write_json(tmp_path / "x.json", {"a": 1})
     assert calls == ["fsync file", "replace", "fsync folder"]
     assert json.loads((tmp_path / "x.json").read_text()) == {"a": 1}
+
+
+def test_a_checkpoint_of_another_run_never_continues_this_folders_record(tmp_path):
+    """Catches two runs' histories merged into one record when a checkpoint is resumed into a folder
+    another run wrote (``--trainer.logger.init_args.version`` of another run)."""
+    first = start_record(tmp_path, "fit", CONFIG)
+    other = start_record(tmp_path, "fit", CONFIG, checkpoint="elsewhere/last.ckpt", run_id="another-run")
+    assert other.run_id == "another-run" and other.resumes == [] and other.run_id != first.run_id
