@@ -56,7 +56,7 @@ def bare_step(model: Any, optimizer: torch.optim.Optimizer):
     def step(batch: Any) -> None:
         optimizer.zero_grad(set_to_none=True)
         contrast = model.contrast(batch)
-        model.loss(contrast.sim, contrast.pos_mask, contrast.neg_mask).backward()
+        model.loss(contrast).value.backward()  # no diagnostics: the Trainer computes them on 1 step in log_every_n_steps
         model.on_after_backward()
         optimizer.step()
         update = getattr(model, "update_key_encoder", None)
@@ -69,7 +69,6 @@ def bare_step(model: Any, optimizer: torch.optim.Optimizer):
 def bare_step_rate(model: Any, batches: list[Any], repeats: int = 1) -> float:
     """Training images per second of the bare step over ``batches`` (after one warm-up step)."""
     model.train()
-    model.loss.stats_enabled = False  # the Trainer computes them on 1 step in log_every_n_steps
     step = bare_step(model, torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9))
     step(batches[0])
     images = 0

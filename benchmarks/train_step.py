@@ -11,8 +11,8 @@ same number of intra-op threads. Per step:
 
 - ``ours``: the method as the application builds it (its defaults, ``setup("fit")`` applied:
   on the CPU that includes ``channels_last: auto`` → NHWC), then ``method.contrast(batch)`` →
-  ``method.loss(sim, pos_mask, neg_mask)`` → backward → optimiser step; MoCo adds its EMA update
-  and its queue update (``on_after_backward``). The loss diagnostics (``last_stats``) are
+  ``method.loss(contrast, with_stats)`` → backward → optimiser step; MoCo adds its EMA update
+  and its queue update (``on_after_backward``). The loss diagnostics (``LossResult.stats``) are
   computed on one step in ``--log-every`` (50: Lightning's default ``log_every_n_steps``), as
   inside the Trainer, which computes them only on the steps whose values it logs.
 - ``reference``: ``z = normalize(head(backbone(views)))`` → lightly's ``NTXentLoss`` (MoCo: with
@@ -67,10 +67,10 @@ def ours_step(method, optimizer, log_every: int):
 
     def step(batch):
         # As in the Trainer: the diagnostics only on the steps whose values are logged.
-        method.loss.stats_enabled = (next(counter) + 1) % log_every == 0
+        with_stats = (next(counter) + 1) % log_every == 0
         optimizer.zero_grad(set_to_none=True)
         contrast = method.contrast(batch)
-        loss = method.loss(contrast.sim, contrast.pos_mask, contrast.neg_mask)
+        loss = method.loss(contrast, with_stats).value
         loss.backward()
         if isinstance(method, MoCo):
             method.on_after_backward()

@@ -488,6 +488,9 @@ def check_state_dict(checkpoint: dict[str, Any], model: torch.nn.Module, path: s
     e.g. a linear probe's classifier, whose width comes from the datamodule).
     """
     saved = checkpoint["state_dict"]
+    upgrade = getattr(model, "upgrade_state_dict", None)
+    if callable(upgrade):
+        saved = upgrade(dict(saved))  # keys an older version kept elsewhere, where this model has them
     expected = model.state_dict()
     method = checkpoint_method(checkpoint) or "another model"
     built_later = tuple(getattr(model, "state_built_in_setup", ()))

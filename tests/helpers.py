@@ -56,3 +56,25 @@ def cli_in(workdir: Path, args: list[str]) -> Any:
         return main(args)
     finally:
         os.chdir(cwd)
+
+
+def loss_value(loss: Any, sim: Any, pos_mask: Any, neg_mask: Any, **anchors: Any) -> Any:
+    """``loss``'s value on these similarities and masks, called the one way (no diagnostics)."""
+    from ssl_app.losses import MaskedSimilarities
+
+    return loss(MaskedSimilarities(sim, pos_mask, neg_mask, **anchors)).value
+
+
+def loss_stats(loss: Any, sim: Any, pos_mask: Any, neg_mask: Any, **anchors: Any) -> dict:
+    """``loss``'s diagnostics on these similarities and masks (``with_stats=True``)."""
+    from ssl_app.losses import MaskedSimilarities
+
+    return loss(MaskedSimilarities(sim, pos_mask, neg_mask, **anchors), with_stats=True).stats
+
+
+def loss_and_stats(loss: Any, sim: Any, pos_mask: Any, neg_mask: Any, **anchors: Any) -> tuple:
+    """``(value, diagnostics)`` of one call with ``with_stats=True``."""
+    from ssl_app.losses import MaskedSimilarities
+
+    result = loss(MaskedSimilarities(sim, pos_mask, neg_mask, **anchors), with_stats=True)
+    return result.value, result.stats

@@ -1,43 +1,50 @@
-"""The loss-strategy interface: every contrastive loss reads one similarity matrix.
+"""The loss-strategy interface: every contrastive loss reads one hand-over and is called one way.
 
-A method (SimCLR, MoCo, memory bank) turns images into three tensors and hands them to a
-strategy; the strategy never needs to know where the candidates came from:
+A method (SimCLR, MoCo, memory bank) turns images into a :class:`MaskedSimilarities` and hands it
+to a strategy; the strategy never needs to know where the candidates came from:
 
     sim       [N, M] float  cosine similarities of N anchors to M candidates (not divided by τ)
     pos_mask  [N, M] bool   True where candidate j is a positive of anchor i
     neg_mask  [N, M] bool   True where candidate j is a negative of anchor i
                             (an entry in neither mask, e.g. the anchor itself, is ignored)
 
-Strategies report what they did to the negatives through ``last_stats``, a dict of detached
-scalar tensors refreshed by every forward call while ``stats_enabled`` is True (and emptied
-while it is False); methods log it under ``loss/<key>``. A method turns the statistics on only
-for the steps whose values reach the logger (every ``trainer.log_every_n_steps``), so a step
-that logs nothing pays nothing for them (benchmarks/README.md, "Training step").
+plus, for a loss that declares it needs them (``needs_anchor_features``), who the anchors are:
+``anchor_features`` [N, feature_dim] (the backbone features the anchors' embeddings came from,
+with gradient) and ``anchor_labels`` [N] (< 0: unlabelled).
 
-A strategy whose value at "every similarity equal" does not depend on that common value
-declares it with ``chance_value(pos_mask, neg_mask)`` and puts it in ``last_stats["chance"]``
-(logged as ``loss/chance``): a loss that stays there has stopped telling positives from
-negatives (``callbacks.EmbeddingMetrics``' loss-at-chance rule reads it).
+One entrance: ``loss(handover, with_stats=False) -> LossResult(value, stats)``.
+:meth:`ContrastiveLoss.forward` is a template that checks the inputs, runs the loss in float32
+(even under bf16/fp16 autocast) and decides the diagnostics once; a loss writes only
+:meth:`ContrastiveLoss.terms`, its value for the step (and what its diagnostics read). ``stats``
+are detached 0-d tensors (``effective_negatives``, ``used_negatives``, ``pos_sim``,
+``mean_neg_sim``, ``used_neg_sim``, ``chance`` and a loss's own), computed only when asked for:
+a method asks on the steps whose values reach the logger (every ``trainer.log_every_n_steps``),
+so a step that logs nothing pays nothing for them (benchmarks/README.md, "Training step").
 
-Losses with class centres (``uses_centres = True``, PaCo) read two more tensors, passed by
-keyword and only to such losses, so every other strategy keeps the three-tensor call:
+What a loss declares (class attributes, read by the methods, the warnings and the generic tests;
+never a class name):
 
-    centre_logits  [N, C] float  the method's classifier on each anchor's backbone feature,
-                                 ``c_c · F(x_i)`` (no prior, not divided by τ): one extra
-                                 candidate column per class centre
-    anchor_labels  [N] int64     each anchor's class (< 0: unlabelled, no own centre)
-
-i.e. ``forward(sim, pos_mask, neg_mask, centre_logits=..., anchor_labels=...)``. Such a loss
-also has ``num_classes`` (None until known) and ``set_class_counts(counts)``, which the method
-calls at ``setup("fit")`` with the datamodule's ``train_class_counts()``. The method
-owns the classifier (``ContrastiveMethod.classifier``, built when the loss has centres); the
-loss owns what is its own: the per-positive weights (α for samples, 1 for the own centre) and
-the class prior, added to the centre logits in training only.
+- ``uses_labels``: positives are the candidates with the anchor's label (SupCon, PaCo), not
+  only its other views.
+- ``needs_anchor_features``: the method fills ``anchor_features`` and ``anchor_labels`` (PaCo's
+  class centres read the backbone features).
+- ``same_as_with_every_negative``: the loss this one equals when it keeps every negative
+  (HardContrastive with K ≥ the negatives: InfoNCE; HardSimple: Simple), with ``num_negatives``.
+- :meth:`ContrastiveLoss.chance_value`: the value at "every similarity equal", when that value
+  does not depend on the common similarity (``log(1 + K)`` for InfoNCE with one positive and K
+  negatives): a loss that stays there has stopped telling positives from negatives
+  (``callbacks.EmbeddingMetrics``' loss-at-chance rule reads it from ``stats["chance"]``).
+- :meth:`ContrastiveLoss.prepare`: the one hook through which a loss that owns parameters sized
+  by the data (PaCo's class centres and prior) receives the backbone's feature width and the
+  datamodule's class counts; ``classify`` (present only on such losses) serves evaluation.
 """
 
 from __future__ import annotations
 
 import numbers
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import ClassVar, Optional
 
 import torch
 from torch import Tensor, nn
@@ -45,41 +52,104 @@ from torch import Tensor, nn
 from ssl_app.errors import ConfigError
 
 
-class ContrastiveLoss(nn.Module):
-    """Base class of the loss strategies.
+@dataclass
+class MaskedSimilarities:
+    """The method → loss hand-over: similarities plus masks (module docstring).
 
-    Subclasses implement ``forward(sim, pos_mask, neg_mask) -> Tensor`` (a scalar, the mean
-    over anchors that have at least one positive) and fill ``self.last_stats``.
-
-    Class attribute ``uses_labels``: when True, the method builds ``pos_mask`` from class
-    labels (every candidate with the anchor's label, except the anchor itself) instead of
-    from instance identity. SupCon sets it.
-
-    Class attribute ``uses_centres``: when True, the method owns a linear classifier whose
-    weights are the class centres and passes ``centre_logits`` and ``anchor_labels`` as
-    keyword arguments (module docstring). PaCo sets it.
-
-    Instance attribute ``stats_enabled`` (default True): whether ``forward`` computes the
-    diagnostics of ``last_stats``; when False it leaves ``last_stats`` empty, and the loss value
-    and its gradient are the same either way.
-
-    Method ``chance_value(pos_mask, neg_mask)``: the loss's value when every similarity of the
-    step is equal (a uniform softmax for the InfoNCE family), which ``forward`` adds to
-    ``last_stats`` as ``chance`` with the masks of the candidates that entered the loss; ``None``
-    (the default) when that value depends on the common similarity, i.e. is not defined.
+    ``views``: the online encoder's normalised embeddings of each local view ([B, d] each, in batch
+    order); a method fills it outside training, so the metric callbacks need no second forward
+    pass. ``anchor_features``/``anchor_labels``: for a loss that ``needs_anchor_features``.
     """
 
-    uses_labels: bool = False
-    uses_centres: bool = False
+    sim: Tensor
+    pos_mask: Tensor
+    neg_mask: Tensor
+    views: Optional[tuple[Tensor, ...]] = None
+    anchor_features: Optional[Tensor] = None
+    anchor_labels: Optional[Tensor] = None
 
-    def __init__(self) -> None:
-        super().__init__()
-        self.last_stats: dict[str, Tensor] = {}
-        self.stats_enabled = True
+
+@dataclass(frozen=True)
+class LossResult:
+    """A loss's answer for one step: its ``value`` (a differentiable scalar, the mean over anchors
+    with a positive) and ``stats`` (detached 0-d diagnostics; empty unless asked for)."""
+
+    value: Tensor
+    stats: dict[str, Tensor] = field(default_factory=dict)
+
+
+@dataclass
+class LossTerms:
+    """What :meth:`ContrastiveLoss.terms` computed: the ``value`` and what the diagnostics read.
+
+    ``logits``: the penalty logits of the sample candidates (``s/τ`` for the InfoNCE family;
+    ``None`` when every used negative gets the same penalty, as in Simple). ``used_negatives``:
+    the negatives that entered the loss (``None``: all of ``neg_mask``). ``extra``: the loss's own
+    detached diagnostics (SupCon's ``num_positives``, PaCo's ``centre_prob``), computed only when
+    ``with_stats`` (``terms`` receives it).
+    """
+
+    value: Tensor
+    logits: Optional[Tensor] = None
+    used_negatives: Optional[Tensor] = None
+    extra: dict[str, Tensor] = field(default_factory=dict)
+
+
+class ContrastiveLoss(nn.Module):
+    """Base class of the loss strategies: the template of the one entrance (module docstring).
+
+    A subclass states its hyper-parameters in ``__init__`` (validated, with messages naming them),
+    implements :meth:`terms`, and declares what it needs with the class attributes below.
+    """
+
+    uses_labels: ClassVar[bool] = False
+    needs_anchor_features: ClassVar[bool] = False
+    same_as_with_every_negative: ClassVar[Optional[str]] = None
+    #: Keys of parameters or buffers the loss sizes from the data in :meth:`prepare` (relative to the loss).
+    state_built_in_setup: ClassVar[tuple[str, ...]] = ()
+
+    def forward(self, handover: MaskedSimilarities, with_stats: bool = False) -> LossResult:
+        """The loss of one step (and its diagnostics when ``with_stats``), in float32."""
+        self.check_inputs(handover)
+        with torch.autocast(device_type=handover.sim.device.type, enabled=False):
+            terms = self.terms(handover, with_stats)
+            stats = self.statistics(handover, terms) if with_stats else {}
+        return LossResult(terms.value, stats)
+
+    def terms(self, handover: MaskedSimilarities, with_stats: bool) -> LossTerms:
+        """The step's value (and what the diagnostics read); runs in float32 (autocast is off)."""
+        raise NotImplementedError
+
+    def statistics(self, handover: MaskedSimilarities, terms: LossTerms) -> dict[str, Tensor]:
+        """The diagnostics of one step: :func:`negative_stats`, the chance value, the loss's own."""
+        used = terms.used_negatives if terms.used_negatives is not None else handover.neg_mask
+        stats = negative_stats(terms.logits, handover.sim, handover.pos_mask, handover.neg_mask, used_mask=used)
+        chance = self.chance_value(handover.pos_mask, used)
+        if chance is not None:
+            stats["chance"] = chance
+        stats.update(terms.extra)
+        return stats
+
+    def chance_value(self, pos_mask: Tensor, neg_mask: Tensor) -> Tensor | None:
+        """The loss at "all similarities equal" for these masks, a 0-d float32 tensor, or ``None``.
+
+        ``neg_mask`` holds the negatives that enter the loss (a hard loss's selection). NaN where the
+        step has no such value (no anchor with a positive). The base class: ``None`` (not defined).
+        """
+        return None
+
+    def prepare(
+        self, feature_dim: int, num_classes: Optional[int], class_counts: Optional[Sequence[int]], fitting: bool
+    ) -> None:
+        """Receive what the data decides: the backbone's feature width, the datamodule's number of
+        classes and training samples per class (each ``None`` when the datamodule does not say), and
+        whether this is ``fit`` (``validate``/``test`` restore data-sized state from the checkpoint).
+        Called by the method at every ``setup``; the base class needs nothing."""
 
     @staticmethod
-    def check_inputs(sim: Tensor, pos_mask: Tensor, neg_mask: Tensor) -> None:
+    def check_inputs(handover: MaskedSimilarities) -> None:
         """Raise a ``ValueError`` naming the argument if shapes or dtypes do not fit."""
+        sim, pos_mask, neg_mask = handover.sim, handover.pos_mask, handover.neg_mask
         if sim.dim() != 2:
             raise ValueError(f"sim must be a 2-D [anchors, candidates] matrix, got shape {tuple(sim.shape)}")
         for name, mask in (("pos_mask", pos_mask), ("neg_mask", neg_mask)):
@@ -87,14 +157,6 @@ class ContrastiveLoss(nn.Module):
                 raise ValueError(f"{name} must have the shape of sim {tuple(sim.shape)}, got {tuple(mask.shape)}")
             if mask.dtype != torch.bool:
                 raise ValueError(f"{name} must be a bool tensor, got {mask.dtype}")
-
-    def chance_value(self, pos_mask: Tensor, neg_mask: Tensor) -> Tensor | None:
-        """The loss at "all similarities equal" for these masks, a 0-d float32 tensor, or ``None``.
-
-        ``neg_mask`` holds the negatives that enter the loss (a hard loss passes its selection).
-        NaN where the step has no such value (no anchor with a positive). The base class: ``None``.
-        """
-        return None
 
     def extra_repr(self) -> str:
         return ", ".join(f"{k}={v}" for k, v in self.hparams().items())
@@ -168,7 +230,8 @@ def negative_stats(
       equals the number of used negatives when all penalties are equal (τ → ∞, or Simple) and
       tends to 1 as τ → 0.
     - ``used_negatives``: mean number of negatives that enter the loss, over the same anchors.
-    - ``pos_sim`` / ``neg_sim``: mean positive and negative cosine similarity (all negatives).
+    - ``pos_sim`` / ``mean_neg_sim``: mean positive and mean negative cosine similarity (over all
+      the negatives; ``metrics/top10_neg_sim`` is the mean of each anchor's hardest ones).
     - ``used_neg_sim``: mean cosine similarity of the negatives that enter the loss.
     """
     if used_mask is None:
@@ -189,6 +252,53 @@ def negative_stats(
             "effective_negatives": masked_mean(effective, has_used),
             "used_negatives": masked_mean(count, has_used),
             "pos_sim": masked_mean(sim, pos_mask),
-            "neg_sim": masked_mean(sim, neg_mask),
+            "mean_neg_sim": masked_mean(sim, neg_mask),
             "used_neg_sim": masked_mean(sim, used_mask),
         }
+
+
+# --- pieces several losses share --------------------------------------------------------------------
+def masked_info_nce(logits: Tensor, pos_mask: Tensor, neg_mask: Tensor) -> tuple[Tensor, Tensor]:
+    """Per-anchor InfoNCE over masked logits, in float32, stable for any logit scale.
+
+    For anchor i with positives P(i) and negatives N(i), A(i) = P(i) ∪ N(i):
+
+        L_i = -1/|P(i)| Σ_{p∈P(i)} [ l_ip − log Σ_{a∈A(i)} exp(l_ia) ]
+
+    With one positive this is ``-log(exp(l_ii) / (exp(l_ii) + Σ_k exp(l_ik)))``; with several
+    it is SupCon's "L_out" form. Returns ``(L [N], has_positive [N] bool)``; anchors without a
+    positive get L_i = 0 and a zero (not NaN) gradient. Entries in neither mask are never read.
+    """
+    logits = logits.float()
+    num_pos = pos_mask.sum(dim=1)
+    has_pos = num_pos > 0
+    # Excluded entries become -inf, which exp() turns into 0 on its fast path (a large finite
+    # stand-in such as -1e30 sends exp() to its underflow path, ~4× slower per entry:
+    # benchmarks/README.md). A row without a positive has its excluded entries at 0 instead, so
+    # a row with no candidate at all keeps a finite log-softmax and gradient; its loss is masked
+    # out below. The fused log-softmax is the cheapest form of this on every step's path.
+    fill = torch.where(has_pos, float("-inf"), 0.0).unsqueeze(1)
+    log_prob = torch.log_softmax(torch.where(pos_mask | neg_mask, logits, fill), dim=1)
+    per_anchor = -torch.where(pos_mask, log_prob, 0.0).sum(dim=1) / num_pos.clamp_min(1)
+    return per_anchor.masked_fill(~has_pos, 0.0), has_pos
+
+
+def mean_over_anchors(per_anchor: Tensor, has_pos: Tensor) -> Tensor:
+    """Mean of the per-anchor losses over anchors with a positive (0 if there is none)."""
+    return per_anchor.sum() / has_pos.sum().clamp_min(1).to(per_anchor.dtype)
+
+
+def top_k_negatives(scores: Tensor, neg_mask: Tensor, k: int) -> Tensor:
+    """Bool mask [N, M] of each anchor's ``min(k, n_i)`` highest-scoring negatives.
+
+    ``n_i`` is the anchor's number of negatives; ties are broken arbitrarily, so exactly
+    ``min(k, n_i)`` entries are kept per row. Sync-free: non-negatives are pushed to -inf,
+    ``topk`` picks k columns per row, and the result is ANDed with ``neg_mask`` so a row with
+    fewer than k negatives keeps all of them and nothing else.
+    """
+    if k >= scores.shape[1]:
+        return neg_mask
+    masked = scores.detach().masked_fill(~neg_mask, float("-inf"))
+    index = masked.topk(k, dim=1, sorted=False).indices
+    keep = torch.zeros_like(neg_mask).scatter_(1, index, True)
+    return keep & neg_mask

@@ -5,32 +5,24 @@ from __future__ import annotations
 import numbers
 from fractions import Fraction
 
-import torch
 from torch import Tensor
 
 from ssl_app.errors import ConfigError
-from ssl_app.losses.base import ContrastiveLoss, check_num_negatives, check_temperature, negative_stats, uniform_softmax_loss
-from ssl_app.losses.info_nce import masked_info_nce, mean_over_anchors
+from ssl_app.losses.base import (
+    ContrastiveLoss,
+    LossTerms,
+    MaskedSimilarities,
+    check_num_negatives,
+    check_temperature,
+    masked_info_nce,
+    mean_over_anchors,
+    top_k_negatives,
+    uniform_softmax_loss,
+)
 
 # A quantile is read as the nearest fraction with at most this denominator, so that the
 # per-anchor count ceil(q · n) is computed in exact integer arithmetic on the device.
 _QUANTILE_MAX_DENOMINATOR = 10**6
-
-
-def top_k_negatives(scores: Tensor, neg_mask: Tensor, k: int) -> Tensor:
-    """Bool mask [N, M] of each anchor's ``min(k, n_i)`` highest-scoring negatives.
-
-    ``n_i`` is the anchor's number of negatives; ties are broken arbitrarily, so exactly
-    ``min(k, n_i)`` entries are kept per row. Sync-free: non-negatives are pushed to -inf,
-    ``topk`` picks k columns per row, and the result is ANDed with ``neg_mask`` so a row with
-    fewer than k negatives keeps all of them and nothing else.
-    """
-    if k >= scores.shape[1]:
-        return neg_mask
-    masked = scores.detach().masked_fill(~neg_mask, float("-inf"))
-    index = masked.topk(k, dim=1, sorted=False).indices
-    keep = torch.zeros_like(neg_mask).scatter_(1, index, True)
-    return keep & neg_mask
 
 
 def upper_quantile_negatives(scores: Tensor, neg_mask: Tensor, numerator: int, denominator: int) -> Tensor:
@@ -71,10 +63,10 @@ class HardContrastive(ContrastiveLoss):
       nearest fraction with denominator ≤ 10^6, so 0.3 means exactly 3/10.
 
     The selection is not differentiated through (the excluded negatives get zero gradient);
-    everything runs in float32 even under autocast, without host syncs.
-    ``last_stats`` adds ``used_negatives`` / ``used_neg_sim`` for the kept negatives, and
-    ``chance`` = ``mean_i log(|P(i)| + |H(i)|)`` (InfoNCE's at a uniform softmax, over the
-    negatives this step kept; with all similarities tied a quantile keeps every negative).
+    everything runs in float32 even under autocast, without host syncs. Its diagnostics'
+    ``used_negatives`` / ``used_neg_sim`` describe the kept negatives, and ``chance`` =
+    ``mean_i log(|P(i)| + |H(i)|)`` (InfoNCE's at a uniform softmax, over the negatives this step
+    kept; with all similarities tied a quantile keeps every negative).
 
     Args:
         temperature: τ > 0.
@@ -83,9 +75,11 @@ class HardContrastive(ContrastiveLoss):
 
     Example:
         >>> loss_fn = HardContrastive(temperature=0.5, num_negatives=4095)
-        >>> loss = loss_fn(sim, pos_mask, neg_mask)
+        >>> loss = loss_fn(MaskedSimilarities(sim, pos_mask, neg_mask)).value
         >>> loss_fn = HardContrastive(temperature=0.5, quantile=0.1)  # top 10% per anchor
     """
+
+    same_as_with_every_negative = "InfoNCE"  # with num_negatives >= the negatives an anchor has
 
     def __init__(
         self,
@@ -126,14 +120,9 @@ class HardContrastive(ContrastiveLoss):
         assert self._fraction is not None
         return upper_quantile_negatives(sim, neg_mask, *self._fraction)
 
-    def forward(self, sim: Tensor, pos_mask: Tensor, neg_mask: Tensor) -> Tensor:
-        self.check_inputs(sim, pos_mask, neg_mask)
-        with torch.autocast(device_type=sim.device.type, enabled=False):
-            sim32 = sim.float()
-            logits = sim32 / self.temperature
-            kept = self.select_negatives(sim32, neg_mask)
-            per_anchor, has_pos = masked_info_nce(logits, pos_mask, kept)
-            self.last_stats = negative_stats(logits, sim, pos_mask, neg_mask, used_mask=kept) if self.stats_enabled else {}
-            if self.stats_enabled:
-                self.last_stats["chance"] = self.chance_value(pos_mask, kept)
-            return mean_over_anchors(per_anchor, has_pos)
+    def terms(self, handover: MaskedSimilarities, with_stats: bool) -> LossTerms:
+        sim32 = handover.sim.float()
+        logits = sim32 / self.temperature
+        kept = self.select_negatives(sim32, handover.neg_mask)
+        per_anchor, has_pos = masked_info_nce(logits, handover.pos_mask, kept)
+        return LossTerms(mean_over_anchors(per_anchor, has_pos), logits=logits, used_negatives=kept)

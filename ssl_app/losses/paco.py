@@ -8,11 +8,18 @@ from collections.abc import Sequence
 from typing import Any, Optional
 
 import torch
-from torch import Tensor
+import torch.nn.functional as F
+from torch import Tensor, nn
 
 from ssl_app.errors import ConfigError
-from ssl_app.losses.base import ContrastiveLoss, check_temperature, masked_mean, negative_stats
-from ssl_app.losses.info_nce import mean_over_anchors
+from ssl_app.losses.base import (
+    ContrastiveLoss,
+    LossTerms,
+    MaskedSimilarities,
+    check_temperature,
+    masked_mean,
+    mean_over_anchors,
+)
 
 
 def log_class_prior(class_counts: Sequence[int]) -> Tensor:
@@ -35,8 +42,8 @@ class PaCo(ContrastiveLoss):
     Supervised contrast plus one learnable centre per class as extra candidates. For anchor i
     with label y_i, sample candidates A(i) = P(i) ∪ N(i) (``pos_mask``: every key / queue entry
     with the anchor's label, the anchor's own key among them; ``neg_mask``: the rest), sample
-    logits ``l_ij = s_ij / τ`` and centre logits ``u_ic = c_c · F(x_i) + log π_c`` (the
-    method's classifier on the backbone feature, **not** divided by τ; the balanced-softmax prior
+    logits ``l_ij = s_ij / τ`` and centre logits ``u_ic = c_c · F(x_i) + log π_c`` (this loss's
+    classifier on the anchor's backbone feature, **not** divided by τ; the balanced-softmax prior
     ``log π_c`` = log class frequency is added in training only, as in the authors' code):
 
         log p_i(z) = ℓ_i(z) − log( Σ_{j∈A(i)} exp(l_ij) + Σ_{c=1..C} exp(u_ic) )
@@ -44,8 +51,8 @@ class PaCo(ContrastiveLoss):
 
     where ℓ_i(z) is candidate z's logit (l_ij for a sample, u_ic for a centre), with
     Z_i = α|P(i)| + 1 (``normalise_weights=True``, the authors' code: the weighted mean over
-    positives) or Z_i = 1 (``False``: the summed form of the issue). The loss is the mean of L_i
-    over anchors with a positive of non-zero weight.
+    positives) or Z_i = 1 (``False``: the summed form). The loss is the mean of L_i over anchors
+    with a positive of non-zero weight.
 
     Special cases (tested): without centres it is α × SupCon's summed form (Z_i = 1), or SupCon
     itself (weighted mean); with α = 0 and no sample candidates it is the balanced-softmax
@@ -55,13 +62,17 @@ class PaCo(ContrastiveLoss):
     denominator too (a label-free image says nothing about the classes): their loss is the
     sample term alone, i.e. InfoNCE over their own key (× α in the summed form).
 
-    The hand-over (``uses_centres``, ``ssl_app.losses.base``): the method calls
-    ``forward(sim, pos_mask, neg_mask, centre_logits=[N, C], anchor_labels=[N])``; without
-    ``centre_logits`` only the sample terms remain. The prior comes from ``class_counts`` or
-    :meth:`set_class_counts` (the method passes the datamodule's ``train_class_counts()`` at
-    ``setup("fit")``); it is the buffer ``log_prior``, so checkpoints carry it. Runs in float32
-    even under autocast, without host syncs. ``last_stats`` adds ``num_positives`` (mean |P(i)|)
-    and ``centre_prob`` (mean p_i(c_{y_i}) over labelled anchors).
+    What PaCo owns: the centres (``classifier = nn.Linear(feature_dim, num_classes)``, whose
+    weights and bias are the centres c_c) and the prior (the buffer ``log_prior``, so checkpoints
+    carry it). Both are sized by the data through :meth:`prepare`, which the method calls at every
+    ``setup`` with the backbone's feature width, the number of classes and, in ``fit``, the
+    datamodule's ``train_class_counts()``; ``validate``/``test`` take the prior from the
+    checkpoint. :meth:`classify` (features → logits, no prior) serves evaluation
+    (``callbacks.LongTailAccuracy`` through the method's ``class_logits``). It needs the anchors'
+    backbone features and labels in the hand-over (``needs_anchor_features``: the method checks
+    it gives them); without ``anchor_features`` only the sample terms remain. Runs in float32 even
+    under autocast, without host syncs. Its diagnostics add ``num_positives`` (mean |P(i)|) and
+    ``centre_prob`` (mean p_i(c_{y_i}) over labelled anchors).
 
     No chance value (``chance_value`` returns ``None``, so the loss-at-chance check of
     ``callbacks.EmbeddingMetrics`` is off): the centre logits are a classifier's outputs with the
@@ -73,16 +84,21 @@ class PaCo(ContrastiveLoss):
     Args:
         temperature: τ > 0 of the sample logits (the authors' CIFAR-100-LT runs: 0.05).
         alpha: α >= 0, the weight of each sample positive (their CIFAR-100-LT runs: 0.02; the own centre has weight 1).
-        class_counts: training samples per class, for the prior (None: set later by the method).
+        class_counts: training samples per class, for the prior (None: the datamodule's, at ``fit``).
         normalise_weights: divide L_i by the sum of its weights (the authors' code) or not.
+        num_classes: classes of the centres (None: the datamodule's ``num_classes``, or the
+            length of ``class_counts``).
 
     Example:
         >>> loss_fn = PaCo(temperature=0.05, alpha=0.02, class_counts=[500, 50, 5])
-        >>> loss = loss_fn(sim, pos_mask, neg_mask, centre_logits=classifier(features), anchor_labels=labels)
+        >>> loss_fn.prepare(feature_dim=512, num_classes=3, class_counts=None, fitting=True)
+        >>> handover = MaskedSimilarities(sim, pos_mask, neg_mask, anchor_features=features, anchor_labels=labels)
+        >>> loss = loss_fn(handover).value
     """
 
     uses_labels = True
-    uses_centres = True
+    needs_anchor_features = True
+    state_built_in_setup = ("classifier.",)
 
     def __init__(
         self,
@@ -90,28 +106,97 @@ class PaCo(ContrastiveLoss):
         alpha: float = 0.05,
         class_counts: Optional[list[int]] = None,
         normalise_weights: bool = True,
+        num_classes: Optional[int] = None,
     ) -> None:
         super().__init__()
         self.temperature = check_temperature(temperature, "PaCo")
         if isinstance(alpha, bool) or not isinstance(alpha, numbers.Real) or not 0 <= alpha < math.inf:
             raise ConfigError(f"PaCo: alpha must be >= 0 and finite, got {alpha!r}")
+        if num_classes is not None and (isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 2):
+            raise ConfigError(f"PaCo: num_classes must be an int >= 2 or null, got {num_classes!r}")
         self.alpha = float(alpha)
         self.normalise_weights = bool(normalise_weights)
         self.register_buffer("log_prior", torch.empty(0))
+        self.classifier: Optional[nn.Linear] = None
+        self._wanted_classes = num_classes
+        self._given_counts = None if class_counts is None else list(class_counts)
         if class_counts is not None:
             self.set_class_counts(class_counts)
+            if num_classes is not None and num_classes != len(self._given_counts):
+                raise ConfigError(f"PaCo: num_classes={num_classes} but class_counts has {len(self._given_counts)} classes")
 
     def hparams(self) -> dict[str, object]:
         return {"temperature": self.temperature, "alpha": self.alpha, "normalise_weights": self.normalise_weights}
 
     @property
     def num_classes(self) -> Optional[int]:
-        """Classes of the prior (None until the counts are known)."""
-        return self.log_prior.numel() or None
+        """Classes of the centres (None until known)."""
+        if self.classifier is not None:
+            return self.classifier.out_features
+        return self._wanted_classes or self.log_prior.numel() or None
 
     def set_class_counts(self, class_counts: Sequence[int]) -> None:
         """Set the prior ``log π`` from the training samples per class."""
         self.log_prior = log_class_prior(class_counts).to(self.log_prior.device)
+
+    # --- the data hook ---------------------------------------------------------------------
+    def prepare(
+        self, feature_dim: int, num_classes: Optional[int], class_counts: Optional[Sequence[int]], fitting: bool
+    ) -> None:
+        """Build the centres for ``feature_dim``-wide features and, in ``fit``, set the prior from the
+        datamodule's ``class_counts``; counts given to the loss must agree with them."""
+        width = self.num_classes or num_classes
+        if isinstance(width, bool) or not isinstance(width, int) or width < 2:
+            raise ConfigError(
+                "PaCo needs the number of classes: set model.init_args.loss.init_args.num_classes (the datamodule does "
+                "not say how many classes it has)"
+            )
+        if num_classes is not None and num_classes != width:
+            raise ConfigError(f"PaCo: num_classes is {width} but the datamodule has {num_classes} classes")
+        if self.classifier is None:
+            device = self.log_prior.device
+            self.classifier = nn.Linear(feature_dim, width).to(device)
+        elif self.classifier.in_features != feature_dim:
+            raise ConfigError(
+                f"PaCo: the centres are {self.classifier.in_features}-d but the backbone gives {feature_dim}-d features"
+            )
+        if not fitting:
+            return  # validate/test: the prior (not used outside training) comes with the checkpoint
+        if class_counts is None:
+            if self._given_counts is None:
+                raise ConfigError(
+                    "PaCo needs a labelled datamodule with class counts (train_class_counts()) for its class prior, "
+                    "or model.init_args.loss.init_args.class_counts"
+                )
+            return
+        counts = [int(n) for n in class_counts]
+        if len(counts) != width:
+            raise ConfigError(f"the datamodule's train_class_counts() has {len(counts)} classes but PaCo's centres have {width}")
+        if self._given_counts is not None and self._given_counts != counts:
+            raise ConfigError(
+                f"model.init_args.loss.init_args.class_counts disagree with the datamodule's train_class_counts() {counts}; "
+                "leave class_counts unset to take them from the datamodule"
+            )
+        self.set_class_counts(counts)
+
+    def classify(self, features: Tensor) -> Tensor:
+        """The centres' logits ``c · F(x)`` [B, num_classes] of backbone features, without the prior
+        (what evaluation reads), in float32 even under autocast."""
+        if self.classifier is None:
+            raise ConfigError(
+                "PaCo: the centres are not built yet: set model.init_args.loss.init_args.num_classes or run it through a "
+                "Trainer whose datamodule has num_classes"
+            )
+        with torch.autocast(device_type=features.device.type, enabled=False):
+            return F.linear(features.float(), self.classifier.weight.float(), self.classifier.bias.float())
+
+    def upgrade_state_dict(self, state_dict: dict[str, Any], prefix: str) -> None:
+        """Checkpoints written before the centres moved into the loss kept them as the method's
+        ``classifier.*``: move those keys under this loss's ``prefix`` (in place)."""
+        for name in ("weight", "bias"):
+            old, new = f"classifier.{name}", f"{prefix}classifier.{name}"
+            if old in state_dict and new not in state_dict:
+                state_dict[new] = state_dict.pop(old)
 
     def _load_from_state_dict(
         self,
@@ -123,90 +208,71 @@ class PaCo(ContrastiveLoss):
         unexpected_keys: list[str],
         error_msgs: list[str],
     ) -> None:
-        # The prior's size comes from the data: take the checkpoint's (validate/test need no counts).
+        # The prior's and the centres' sizes come from the data: take the checkpoint's.
         saved = state_dict.get(prefix + "log_prior")
         if saved is not None and saved.shape != self.log_prior.shape:
             self.log_prior = torch.empty_like(saved, device=self.log_prior.device)
+        weight = state_dict.get(prefix + "classifier.weight")
+        if weight is not None and (self.classifier is None or self.classifier.weight.shape != weight.shape):
+            self.classifier = nn.Linear(weight.shape[1], weight.shape[0]).to(self.log_prior.device)
         super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs)
 
-    def forward(
-        self,
-        sim: Tensor,
-        pos_mask: Tensor,
-        neg_mask: Tensor,
-        centre_logits: Optional[Tensor] = None,
-        anchor_labels: Optional[Tensor] = None,
-    ) -> Tensor:
-        self.check_inputs(sim, pos_mask, neg_mask)
+    # --- the loss --------------------------------------------------------------------------
+    def terms(self, handover: MaskedSimilarities, with_stats: bool) -> LossTerms:
+        sim, pos_mask, neg_mask = handover.sim, handover.pos_mask, handover.neg_mask
         n = sim.shape[0]
-        if centre_logits is not None:
+        features, anchor_labels = handover.anchor_features, handover.anchor_labels
+        sample_logits = sim.float() / self.temperature
+        sample_weights = pos_mask.float() * self.alpha
+        sample_valid = pos_mask | neg_mask
+        if features is None:  # no anchors' features: the sample terms alone (α × SupCon, tested)
+            logits, valid, weights, own_centre = sample_logits, sample_valid, sample_weights, None
+        else:
+            if anchor_labels is None:
+                raise ValueError("anchor_labels must be given with anchor_features (one label per anchor, -1 = unlabelled)")
+            centre_logits = self.classify(features)
             self._check_centres(n, centre_logits, anchor_labels)
-        with torch.autocast(device_type=sim.device.type, enabled=False):
-            sample_logits = sim.float() / self.temperature
-            sample_weights = pos_mask.float() * self.alpha
-            sample_valid = pos_mask | neg_mask
-            if centre_logits is None:
-                logits, valid, weights = sample_logits, sample_valid, sample_weights
-                own_centre = None
-            else:
-                centres = centre_logits.float()
-                if self.training:
-                    centres = centres + self.log_prior
-                labelled = anchor_labels >= 0
-                num_classes = centres.shape[1]
-                # A comparison, not one_hot (which checks the label range with a host sync); -1 matches nothing.
-                own_centre = anchor_labels[:, None] == torch.arange(num_classes, device=sim.device)
-                logits = torch.cat([sample_logits, centres], dim=1)
-                valid = torch.cat([sample_valid, labelled[:, None].expand(n, num_classes)], dim=1)
-                weights = torch.cat([sample_weights, own_centre.float()], dim=1)
-            positive = weights > 0
-            has_pos = positive.any(dim=1)
-            # Rows without a positive are filled with zeros (not -inf), so their log-sum-exp and
-            # gradient stay finite; their loss is masked out below.
-            masked = logits.masked_fill(~valid, float("-inf")).masked_fill(~has_pos[:, None], 0.0)
-            log_prob = logits - torch.logsumexp(masked, dim=1, keepdim=True)
-            # where, not a product: a class without training samples has log π = -inf.
-            weighted = torch.where(positive, weights * log_prob, torch.zeros((), device=sim.device))
-            per_anchor = -weighted.sum(dim=1)
-            if self.normalise_weights:
-                per_anchor = per_anchor / weights.sum(dim=1).clamp_min(torch.finfo(torch.float32).tiny)
-            per_anchor = per_anchor.masked_fill(~has_pos, 0.0)
-            if self.stats_enabled:
-                self._fill_stats(sample_logits, sim, pos_mask, neg_mask, log_prob, own_centre)
-            else:
-                self.last_stats = {}
-            return mean_over_anchors(per_anchor, has_pos)
+            centres = centre_logits + self.log_prior if self.training else centre_logits
+            labelled = anchor_labels >= 0
+            num_classes = centres.shape[1]
+            # A comparison, not one_hot (which checks the label range with a host sync); -1 matches nothing.
+            own_centre = anchor_labels[:, None] == torch.arange(num_classes, device=sim.device)
+            logits = torch.cat([sample_logits, centres], dim=1)
+            valid = torch.cat([sample_valid, labelled[:, None].expand(n, num_classes)], dim=1)
+            weights = torch.cat([sample_weights, own_centre.float()], dim=1)
+        positive = weights > 0
+        has_pos = positive.any(dim=1)
+        # Rows without a positive are filled with zeros (not -inf), so their log-sum-exp and
+        # gradient stay finite; their loss is masked out below.
+        masked = logits.masked_fill(~valid, float("-inf")).masked_fill(~has_pos[:, None], 0.0)
+        log_prob = logits - torch.logsumexp(masked, dim=1, keepdim=True)
+        # where, not a product: a class without training samples has log π = -inf.
+        weighted = torch.where(positive, weights * log_prob, torch.zeros((), device=sim.device))
+        per_anchor = -weighted.sum(dim=1)
+        if self.normalise_weights:
+            per_anchor = per_anchor / weights.sum(dim=1).clamp_min(torch.finfo(torch.float32).tiny)
+        per_anchor = per_anchor.masked_fill(~has_pos, 0.0)
+        extra: dict[str, Tensor] = {}
+        if with_stats:
+            with torch.no_grad():
+                every_anchor = torch.ones(n, dtype=torch.bool, device=sim.device)
+                extra["num_positives"] = masked_mean(pos_mask.sum(dim=1).float(), every_anchor)
+                if own_centre is not None:
+                    extra["centre_prob"] = masked_mean(log_prob.detach()[:, sim.shape[1] :].exp(), own_centre)
+        return LossTerms(mean_over_anchors(per_anchor, has_pos), logits=sample_logits, extra=extra)
 
-    def _check_centres(self, n: int, centre_logits: Tensor, anchor_labels: Optional[Tensor]) -> None:
-        if centre_logits.dim() != 2 or centre_logits.shape[0] != n:
-            raise ValueError(f"centre_logits must be [{n}, num_classes] for {n} anchors, got shape {tuple(centre_logits.shape)}")
-        if anchor_labels is None or anchor_labels.shape != (n,):
-            shape = None if anchor_labels is None else tuple(anchor_labels.shape)
+    def _check_centres(self, n: int, centre_logits: Tensor, anchor_labels: Tensor) -> None:
+        if anchor_labels.shape != (n,):
+            shape = tuple(anchor_labels.shape)
             raise ValueError(f"anchor_labels must be [{n}] (one label per anchor, -1 = unlabelled), got {shape}")
+        if centre_logits.shape[0] != n:
+            raise ValueError(f"anchor_features must have one row per anchor ({n}), got {centre_logits.shape[0]}")
         if self.training and self.log_prior.numel() != centre_logits.shape[1]:
             if self.log_prior.numel() == 0:
                 raise ConfigError(
-                    "PaCo: the class prior is not set; pass class_counts or call set_class_counts "
-                    "(a method does it at setup('fit') from the datamodule's train_class_counts())"
+                    "PaCo: the class prior is not set; pass class_counts or train with a datamodule that has "
+                    "train_class_counts() (the method passes them to prepare() at setup('fit'))"
                 )
             raise ValueError(
                 f"PaCo: {centre_logits.shape[1]} centre logits per anchor but the prior has {self.log_prior.numel()} classes"
             )
-
-    def _fill_stats(
-        self,
-        sample_logits: Tensor,
-        sim: Tensor,
-        pos_mask: Tensor,
-        neg_mask: Tensor,
-        log_prob: Tensor,
-        own_centre: Optional[Tensor],
-    ) -> None:
-        stats = negative_stats(sample_logits, sim, pos_mask, neg_mask)
-        with torch.no_grad():
-            every_anchor = torch.ones(sim.shape[0], dtype=torch.bool, device=sim.device)
-            stats["num_positives"] = masked_mean(pos_mask.sum(dim=1).float(), every_anchor)
-            if own_centre is not None:
-                centre_log_prob = log_prob.detach()[:, sim.shape[1] :]
-                stats["centre_prob"] = masked_mean(centre_log_prob.exp(), own_centre)
-        self.last_stats = stats

@@ -9,9 +9,14 @@ import torch
 from torch import Tensor
 
 from ssl_app.errors import ConfigError
-from ssl_app.losses.base import ContrastiveLoss, check_num_negatives, negative_stats
-from ssl_app.losses.hard_contrastive import top_k_negatives
-from ssl_app.losses.info_nce import mean_over_anchors
+from ssl_app.losses.base import (
+    ContrastiveLoss,
+    LossTerms,
+    MaskedSimilarities,
+    check_num_negatives,
+    mean_over_anchors,
+    top_k_negatives,
+)
 
 
 def linear_contrast_chance(pos_mask: Tensor, neg_mask: Tensor) -> Tensor:
@@ -59,7 +64,7 @@ class Simple(ContrastiveLoss):
     positives, λ on negatives), so every negative is pushed equally (``effective_negatives``
     is the number of negatives). The paper shows it gives a far less uniform embedding.
 
-    Chance value (``last_stats["chance"]``): with λ = 1/|neg(i)| (``lam=None``) and every
+    Chance value (``stats["chance"]``): with λ = 1/|neg(i)| (``lam=None``) and every
     similarity equal to c, ``L_i = −c + c = 0``. With another λ, ``L_i = c(λ|neg(i)| − 1)``
     depends on c, so there is none (``chance_value`` returns ``None``; no loss-at-chance check).
 
@@ -68,7 +73,7 @@ class Simple(ContrastiveLoss):
 
     Example:
         >>> loss_fn = Simple()
-        >>> loss = loss_fn(sim, pos_mask, neg_mask)
+        >>> loss = loss_fn(MaskedSimilarities(sim, pos_mask, neg_mask)).value
     """
 
     def __init__(self, lam: float | None = None) -> None:
@@ -83,15 +88,9 @@ class Simple(ContrastiveLoss):
     def chance_value(self, pos_mask: Tensor, neg_mask: Tensor) -> Tensor | None:
         return linear_contrast_chance(pos_mask, neg_mask) if self.lam is None else None
 
-    def forward(self, sim: Tensor, pos_mask: Tensor, neg_mask: Tensor) -> Tensor:
-        self.check_inputs(sim, pos_mask, neg_mask)
-        with torch.autocast(device_type=sim.device.type, enabled=False):
-            per_anchor, has_pos = linear_contrast(sim, pos_mask, neg_mask, self.lam)
-            self.last_stats = negative_stats(None, sim, pos_mask, neg_mask) if self.stats_enabled else {}
-            chance = self.chance_value(pos_mask, neg_mask) if self.stats_enabled else None
-            if chance is not None:
-                self.last_stats["chance"] = chance
-            return mean_over_anchors(per_anchor, has_pos)
+    def terms(self, handover: MaskedSimilarities, with_stats: bool) -> LossTerms:
+        per_anchor, has_pos = linear_contrast(handover.sim, handover.pos_mask, handover.neg_mask, self.lam)
+        return LossTerms(mean_over_anchors(per_anchor, has_pos))  # logits None: every negative the same penalty
 
 
 class HardSimple(ContrastiveLoss):
@@ -110,8 +109,10 @@ class HardSimple(ContrastiveLoss):
 
     Example:
         >>> loss_fn = HardSimple(num_negatives=4095)
-        >>> loss = loss_fn(sim, pos_mask, neg_mask)
+        >>> loss = loss_fn(MaskedSimilarities(sim, pos_mask, neg_mask)).value
     """
+
+    same_as_with_every_negative = "Simple"  # with num_negatives >= the negatives an anchor has
 
     def __init__(self, num_negatives: int) -> None:
         super().__init__()
@@ -124,13 +125,8 @@ class HardSimple(ContrastiveLoss):
         """0 (NaN when undefined: ``linear_contrast_chance``); ``neg_mask`` is the kept H."""
         return linear_contrast_chance(pos_mask, neg_mask)
 
-    def forward(self, sim: Tensor, pos_mask: Tensor, neg_mask: Tensor) -> Tensor:
-        self.check_inputs(sim, pos_mask, neg_mask)
-        with torch.autocast(device_type=sim.device.type, enabled=False):
-            sim32 = sim.float()
-            kept = top_k_negatives(sim32, neg_mask, self.num_negatives)
-            per_anchor, has_pos = linear_contrast(sim32, pos_mask, kept, None)
-            self.last_stats = negative_stats(None, sim, pos_mask, neg_mask, used_mask=kept) if self.stats_enabled else {}
-            if self.stats_enabled:
-                self.last_stats["chance"] = self.chance_value(pos_mask, kept)
-            return mean_over_anchors(per_anchor, has_pos)
+    def terms(self, handover: MaskedSimilarities, with_stats: bool) -> LossTerms:
+        sim32 = handover.sim.float()
+        kept = top_k_negatives(sim32, handover.neg_mask, self.num_negatives)
+        per_anchor, has_pos = linear_contrast(sim32, handover.pos_mask, kept, None)
+        return LossTerms(mean_over_anchors(per_anchor, has_pos), used_negatives=kept)

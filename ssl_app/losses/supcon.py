@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import torch
-from torch import Tensor
 
-from ssl_app.losses.base import masked_mean
+from ssl_app.losses.base import LossTerms, MaskedSimilarities, masked_mean
 from ssl_app.losses.info_nce import InfoNCE
 
 
@@ -21,7 +20,7 @@ class SupCon(InfoNCE):
 
     and the loss is the mean over anchors with at least one positive; an anchor without one
     (a class seen once in the batch) contributes nothing and gets zero, not NaN, gradient.
-    Runs in float32 even under autocast. ``last_stats`` adds ``num_positives`` (mean |P(i)|)
+    Runs in float32 even under autocast. Its diagnostics add ``num_positives`` (mean |P(i)|)
     and ``has_positive`` (fraction of anchors with a positive).
 
     Args:
@@ -30,7 +29,7 @@ class SupCon(InfoNCE):
     Example:
         >>> loss_fn = SupCon(temperature=0.1)
         >>> same = labels[:, None] == candidate_labels[None, :]
-        >>> loss = loss_fn(sim, same & ~is_self, ~same & ~is_self)
+        >>> loss = loss_fn(MaskedSimilarities(sim, same & ~is_self, ~same & ~is_self)).value
     """
 
     uses_labels = True
@@ -38,14 +37,13 @@ class SupCon(InfoNCE):
     def __init__(self, temperature: float = 0.1) -> None:
         super().__init__(temperature)
 
-    def forward(self, sim: Tensor, pos_mask: Tensor, neg_mask: Tensor) -> Tensor:
+    def terms(self, handover: MaskedSimilarities, with_stats: bool) -> LossTerms:
         # InfoNCE already averages over several positives and skips anchors without one.
-        loss = super().forward(sim, pos_mask, neg_mask)
-        if not self.stats_enabled:
-            return loss
-        with torch.no_grad():
-            has_pos = pos_mask.any(dim=1)
-            all_anchors = torch.ones_like(has_pos)
-            self.last_stats["num_positives"] = masked_mean(pos_mask.sum(dim=1).float(), all_anchors)
-            self.last_stats["has_positive"] = masked_mean(has_pos.float(), all_anchors)
-        return loss
+        terms = super().terms(handover, with_stats)
+        if with_stats:
+            with torch.no_grad():
+                has_pos = handover.pos_mask.any(dim=1)
+                all_anchors = torch.ones_like(has_pos)
+                terms.extra["num_positives"] = masked_mean(handover.pos_mask.sum(dim=1).float(), all_anchors)
+                terms.extra["has_positive"] = masked_mean(has_pos.float(), all_anchors)
+        return terms

@@ -1,6 +1,7 @@
 """Contrastive methods: each turns a batch into (sim, pos_mask, neg_mask) for a loss strategy."""
 
-from ssl_app.methods.base import ContrastiveMethod, MaskedSimilarities
+from ssl_app.losses.base import MaskedSimilarities
+from ssl_app.methods.base import ContrastiveMethod
 from ssl_app.methods.simclr import SimCLR
 
 __all__ = ["MaskedSimilarities", "ContrastiveMethod", "SimCLR"]

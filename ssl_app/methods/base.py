@@ -1,7 +1,7 @@
 """What every contrastive method shares: encoder, projection head, loss strategy, optimiser.
 
 A method's only job is ``contrast(batch) -> MaskedSimilarities``: turn a batch into the similarity
-matrix and masks that every loss strategy reads (see ``ssl_app.losses.base``).
+matrix and masks that every loss strategy reads (``ssl_app.losses.base``, where the hand-over lives).
 """
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ import dataclasses
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, Literal, Optional, Union
 
 import lightning as L
@@ -24,33 +23,10 @@ from torchmetrics.classification import MulticlassAccuracy
 
 from ssl_app.errors import ConfigError
 from ssl_app.losses import ContrastiveLoss, InfoNCE
+from ssl_app.losses.base import LossResult, MaskedSimilarities
 from ssl_app.models import BackboneName, build_backbone, build_projection_head
 from ssl_app.models.backbones import NormName
 from ssl_app.optim import Optimization
-
-
-@dataclass
-class MaskedSimilarities:
-    """The method → loss hand-over: similarities plus masks.
-
-    ``sim`` [N, M] raw cosine similarities of N anchors to M candidates, ``pos_mask`` and
-    ``neg_mask`` [N, M] bool (build them with ``ssl_app.methods.masks``). ``views``: the
-    online encoder's normalised embeddings of each local view ([B, d] each, in batch order);
-    fill it outside training, so the metric callbacks need no second forward pass.
-
-    ``anchor_features`` [N, feature_dim] (the backbone features the anchors' z came from, with
-    gradient; ``ContrastiveMethod.embed_anchors`` returns both) and ``anchor_labels`` [N]: who the
-    anchors are, for a loss with class centres (``loss.uses_centres``, PaCo): the base class turns
-    them into ``centre_logits`` with its classifier. A method that leaves them ``None`` cannot
-    train such a loss (a ConfigError says so).
-    """
-
-    sim: Tensor
-    pos_mask: Tensor
-    neg_mask: Tensor
-    views: Optional[tuple[Tensor, ...]] = None
-    anchor_features: Optional[Tensor] = None
-    anchor_labels: Optional[Tensor] = None
 
 
 class ContrastiveMethod(L.LightningModule, ABC):
@@ -80,13 +56,13 @@ class ContrastiveMethod(L.LightningModule, ABC):
             are the same either way to rounding, and checkpoints load into either layout.
         compile: compile the backbone(s) with ``torch.compile`` at the start of the run (the first
             steps then take longer while it compiles; needs a C++ compiler on the CPU).
-        num_classes: classes of the classifier that a loss with class centres (PaCo) needs;
-            ``None``: the datamodule's ``num_classes`` at ``setup``. Unused by other losses.
 
-    With such a loss the method owns ``classifier = nn.Linear(feature_dim, num_classes)`` (its
-    weights are the class centres), reads the class prior from the datamodule's
-    ``train_class_counts()`` at ``setup("fit")``, logs ``{val,test}/classifier_top1`` (the
-    classifier on the anchor views) and serves :meth:`class_logits` for evaluation.
+    The loss is called one way, ``loss(contrast, with_stats)`` (``ssl_app.losses.base``); the
+    method asks for its diagnostics on the steps whose values reach the logger and logs them as
+    ``loss/<key>``. A loss that owns parameters sized by the data (``ContrastiveLoss.prepare``)
+    receives the backbone's feature width and the datamodule's class counts at every ``setup``; a
+    loss that can classify (``classify``, PaCo's centres) makes :attr:`class_logits` available and
+    ``{val,test}/classifier_top1`` logged.
     """
 
     train_views: int = 2
@@ -94,8 +70,6 @@ class ContrastiveMethod(L.LightningModule, ABC):
     #: its diagnostics and declares a chance value (``ContrastiveLoss.chance_value``); ``None`` on
     #: the others. ``callbacks.EmbeddingMetrics`` reads it for its loss-at-chance rule.
     loss_and_chance: Optional[tuple[Tensor, Tensor]] = None
-    # The classifier's width may come from the datamodule in ``setup`` (checked by --ckpt_path).
-    state_built_in_setup = ("classifier.",)
 
     def __init__(
         self,
@@ -109,15 +83,12 @@ class ContrastiveMethod(L.LightningModule, ABC):
         optim: Optimization = Optimization(),
         channels_last: Union[bool, Literal["auto"]] = "auto",
         compile: bool = False,
-        num_classes: Optional[int] = None,
     ) -> None:
         super().__init__()
         if not isinstance(loss, ContrastiveLoss):
             raise ConfigError(f"model.loss must be an ssl_app.losses strategy, got {type(loss).__name__}")
         if not (isinstance(channels_last, bool) or channels_last == "auto"):
             raise ConfigError(f"model.channels_last must be true, false or auto, got {channels_last!r}")
-        if num_classes is not None and (isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 2):
-            raise ConfigError(f"model.num_classes must be an int >= 2 or null, got {num_classes!r}")
         self.save_hyperparameters(ignore=["loss"])
         self.loss = _own_loss(loss)
         self.optim = dataclasses.replace(optim)  # a copy: the default instance is shared
@@ -130,9 +101,7 @@ class ContrastiveMethod(L.LightningModule, ABC):
         self.memory_format = torch.channels_last if channels_last is True else torch.contiguous_format
         self.compile_backbone = bool(compile)
         self._compiled = False
-        self.classifier: Optional[nn.Linear] = None
-        if self.loss.uses_centres and num_classes is not None:
-            self._build_classifier(num_classes)
+        self.classifier_top1: Optional[nn.ModuleDict] = None
 
     # --- encoders -------------------------------------------------------------------------
     def forward(self, images: Tensor) -> Tensor:
@@ -159,10 +128,10 @@ class ContrastiveMethod(L.LightningModule, ABC):
         return [self.backbone]
 
     def setup(self, stage: str) -> None:
-        """Build the classifier of a loss with class centres (and its prior), then apply
+        """Give the loss what the data decides (``ContrastiveLoss.prepare``), then apply
         ``channels_last`` and ``compile`` (subclasses call this after changing modules)."""
-        if self.loss.uses_centres and self._trainer is not None:
-            self._setup_centres(stage)
+        if self._trainer is not None:
+            self._prepare_loss(stage)
         if self.channels_last == "auto":
             self.memory_format = torch.channels_last if self._training_device().type == "cpu" else torch.contiguous_format
         if self.memory_format is torch.channels_last:
@@ -179,117 +148,77 @@ class ContrastiveMethod(L.LightningModule, ABC):
 
     def embed_anchors(self, images: Tensor) -> tuple[Optional[Tensor], Tensor]:
         """``(features, z)`` of anchor images for ``contrast``: the backbone features only when the
-        loss has class centres (``MaskedSimilarities.anchor_features``), else ``(None, embed(images))``,
-        so a subclass that overrides ``embed`` keeps it for every other loss (with PaCo, override ``encode``)."""
-        if self.loss.uses_centres:
+        loss needs them (``needs_anchor_features``: ``MaskedSimilarities.anchor_features``), else
+        ``(None, embed(images))``, so a subclass that overrides ``embed`` keeps it for every other loss
+        (with such a loss, override ``encode``)."""
+        if self.loss.needs_anchor_features:
             return self.encode(images)
         return None, self.embed(images)
 
-    # --- class centres (losses with ``uses_centres``, e.g. PaCo) ----------------------------
-    def _build_classifier(self, num_classes: int) -> None:
-        self.classifier = nn.Linear(self.feature_dim, num_classes)
-        self.hparams["num_classes"] = num_classes  # so that a checkpoint rebuilds it in __init__
-        self.classifier_top1 = nn.ModuleDict(
-            {stage: MulticlassAccuracy(num_classes, top_k=1, average="micro", ignore_index=-1) for stage in ("val", "test")}
-        )
+    # --- what the loss needs from the data, and a loss that classifies ----------------------
+    def _prepare_loss(self, stage: str) -> None:
+        """``loss.prepare(feature_dim, num_classes, class_counts)``: the datamodule's number of classes,
+        and at ``fit`` its training samples per class, for a loss that sizes parameters from them."""
+        if type(self.loss).prepare is ContrastiveLoss.prepare:
+            return  # the loss needs nothing from the data
+        datamodule = getattr(self.trainer, "datamodule", None)
+        found = getattr(datamodule, "num_classes", None) if datamodule is not None else None
+        num_classes = found if isinstance(found, int) and not isinstance(found, bool) else None
+        read_counts = getattr(datamodule, "train_class_counts", None)
+        counts = [int(n) for n in read_counts()] if stage == "fit" and callable(read_counts) else None
+        self.loss.prepare(self.feature_dim, num_classes, counts, fitting=stage == "fit")
+        classes = getattr(self.loss, "num_classes", None)
+        if callable(getattr(self.loss, "classify", None)) and self.classifier_top1 is None and classes:
+            self.classifier_top1 = nn.ModuleDict(
+                {split: MulticlassAccuracy(classes, top_k=1, average="micro", ignore_index=-1) for split in ("val", "test")}
+            ).to(self.device)
 
     @property
     def class_logits(self) -> Callable[[Tensor], Tensor]:
-        """``class_logits(images)``: the classifier's logits [B, num_classes] on the backbone feature,
-        without the class prior: what evaluation reads (``callbacks.LongTailAccuracy``).
+        """``class_logits(images)``: the loss's classifier on the backbone feature, logits
+        [B, num_classes] without any training-time prior: what evaluation reads
+        (``callbacks.LongTailAccuracy``).
 
-        Present only on a model with a classifier (a loss with class centres, PaCo; the classifier
-        itself may still be sized in ``setup``): otherwise the attribute does not exist, so
-        ``hasattr(model, "class_logits")`` says whether the model can classify, as for
-        ``ssl_app.evaluation.LinearProbe``.
+        Present only when the loss can classify (``loss.classify``, e.g. PaCo's centres):
+        otherwise the attribute does not exist, so ``hasattr(model, "class_logits")`` says whether
+        the model can classify, as for ``ssl_app.evaluation.LinearProbe``.
         """
-        if not self.loss.uses_centres:
+        classify = getattr(self.loss, "classify", None)
+        if not callable(classify):
             # nn.Module.__getattr__ then reports "'<Method>' object has no attribute 'class_logits'".
             raise AttributeError("class_logits")
-        return self._class_logits
+        return lambda images: classify(self(images))
 
-    def _class_logits(self, images: Tensor) -> Tensor:
-        if self.classifier is None:
-            raise ConfigError(
-                f"{type(self).__name__}: the classifier is not built yet: set model.num_classes or run it through a "
-                "Trainer whose datamodule has num_classes"
-            )
-        return self.centre_logits(self(images))
+    @property
+    def state_built_in_setup(self) -> tuple[str, ...]:
+        """Keys the loss sizes from the data at ``setup`` (not compared by ``--ckpt_path``'s check)."""
+        return tuple(f"loss.{key}" for key in self.loss.state_built_in_setup)
 
-    def centre_logits(self, features: Tensor) -> Tensor:
-        """``classifier(features)`` [N, num_classes], in float32 even under autocast (as ``similarity``)."""
-        with torch.autocast(device_type=features.device.type, enabled=False):
-            return F.linear(features.float(), self.classifier.weight.float(), self.classifier.bias.float())
+    def upgrade_state_dict(self, state_dict: dict[str, Any]) -> dict[str, Any]:
+        """A checkpoint's state dict in this version's layout (the loss moves keys it once kept
+        elsewhere: ``upgrade_state_dict`` of the loss), in place; returns it."""
+        upgrade = getattr(self.loss, "upgrade_state_dict", None)
+        if callable(upgrade):
+            upgrade(state_dict, "loss.")
+        return state_dict
 
-    def _setup_centres(self, stage: str) -> None:
-        """With a loss with class centres: build the classifier and give the loss the class prior."""
-        datamodule = getattr(self.trainer, "datamodule", None)
-        found = getattr(datamodule, "num_classes", None) if datamodule is not None else None
-        if self.classifier is None:
-            if isinstance(found, bool) or not isinstance(found, int) or found < 2:
-                raise ConfigError(
-                    f"{type(self.loss).__name__} needs the number of classes: set model.num_classes "
-                    "(the datamodule does not say how many classes it has)"
-                )
-            self._build_classifier(found)
-        elif isinstance(found, int) and found != self.classifier.out_features:
-            raise ConfigError(f"model.num_classes is {self.classifier.out_features} but the datamodule has {found} classes")
-        if stage != "fit":
-            return  # validate/test: the prior (not used outside training) comes with the checkpoint
-        self._set_class_prior(datamodule)
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        self.upgrade_state_dict(checkpoint["state_dict"])
 
-    def _set_class_prior(self, datamodule: Any) -> None:
-        """The loss's prior from the datamodule's ``train_class_counts()``; counts already given to the loss must agree."""
-        width = self.classifier.out_features
-        loss_name = type(self.loss).__name__
-        given = None if self.loss.num_classes is None else self.loss.log_prior.detach().cpu().clone()
-        if given is not None and given.numel() != width:
-            raise ConfigError(f"{loss_name}'s class_counts have {given.numel()} classes but the classifier has {width}")
-        read_counts = getattr(datamodule, "train_class_counts", None)
-        if not callable(read_counts):
-            if given is None:
-                raise ConfigError(
-                    f"{loss_name} needs a labelled datamodule with class counts (train_class_counts()) "
-                    "for its class prior, or model.loss.init_args.class_counts"
-                )
-            return
-        counts = [int(n) for n in read_counts()]
-        if len(counts) != width:
-            raise ConfigError(f"the datamodule's train_class_counts() has {len(counts)} classes but the classifier has {width}")
-        self.loss.set_class_counts(counts)
-        if given is not None and not torch.allclose(given, self.loss.log_prior.cpu()):
-            raise ConfigError(
-                f"model.loss.init_args.class_counts disagree with the datamodule's train_class_counts() {counts}; "
-                "leave class_counts unset to take them from the datamodule"
-            )
-
-    def compute_loss(self, contrast: MaskedSimilarities) -> Tensor:
-        """The loss strategy on the hand-over; a loss with class centres also gets their logits."""
-        if not self.loss.uses_centres:
-            return self.loss(contrast.sim, contrast.pos_mask, contrast.neg_mask)
-        if contrast.anchor_features is None or contrast.anchor_labels is None:
+    def compute_loss(self, contrast: MaskedSimilarities, with_stats: bool = False) -> LossResult:
+        """The loss strategy on the hand-over (one call, one answer)."""
+        if self.loss.needs_anchor_features and (contrast.anchor_features is None or contrast.anchor_labels is None):
             raise ConfigError(
                 f"{type(self).__name__} does not hand its anchors' features and labels to the loss, which "
                 f"{type(self.loss).__name__} needs (MaskedSimilarities.anchor_features / anchor_labels)"
             )
-        if self.classifier is None:
-            raise ConfigError(
-                f"{type(self.loss).__name__} needs a classifier: set model.num_classes or train with a datamodule "
-                "that has num_classes"
-            )
-        return self.loss(
-            contrast.sim,
-            contrast.pos_mask,
-            contrast.neg_mask,
-            centre_logits=self.centre_logits(contrast.anchor_features),
-            anchor_labels=contrast.anchor_labels,
-        )
+        return self.loss(contrast, with_stats)
 
     def _log_classifier_top1(self, contrast: MaskedSimilarities, stage: str) -> None:
-        if self.classifier is None or contrast.anchor_features is None or contrast.anchor_labels is None:
+        if self.classifier_top1 is None or contrast.anchor_features is None or contrast.anchor_labels is None:
             return
         metric = self.classifier_top1[stage]
-        metric.update(self.centre_logits(contrast.anchor_features.detach()), contrast.anchor_labels)
+        metric.update(self.loss.classify(contrast.anchor_features.detach()), contrast.anchor_labels)
         self.log(f"{stage}/classifier_top1", metric, on_epoch=True, batch_size=contrast.anchor_labels.shape[0])
 
     # --- the one method-specific piece -----------------------------------------------------
@@ -313,17 +242,17 @@ class ContrastiveMethod(L.LightningModule, ABC):
         on_step = stage == "train"
         # The loss diagnostics are logged per training step, so they are computed only on the
         # steps whose values the logger keeps (every trainer.log_every_n_steps).
-        self.loss.stats_enabled = on_step and self._step_is_logged()
-        loss = self.compute_loss(contrast)
+        result = self.compute_loss(contrast, with_stats=on_step and self._step_is_logged())
+        loss = result.value
         batch_size = contrast.sim.shape[0]
         self.log(
             f"{stage}/loss", loss, prog_bar=True, on_step=on_step, on_epoch=True, sync_dist=not on_step, batch_size=batch_size
         )
         if stage == "train":
-            stats = {f"loss/{key}": value for key, value in self.loss.last_stats.items()}
-            if stats:
-                self.log_dict(stats, on_step=True, on_epoch=False, batch_size=batch_size)
-            chance = self.loss.last_stats.get("chance")
+            if result.stats:
+                self.log_dict({f"loss/{key}": value for key, value in result.stats.items()}, on_step=True, on_epoch=False,
+                              batch_size=batch_size)  # fmt: skip
+            chance = result.stats.get("chance")
             self.loss_and_chance = None if chance is None else (loss.detach(), chance)
             return loss
         self._log_classifier_top1(contrast, stage)
@@ -366,10 +295,6 @@ class ContrastiveMethod(L.LightningModule, ABC):
             for name, default in (("proj_hidden_dim", 512), ("proj_batch_norm", True)):
                 if self.hparams.get(name, default) != default:
                     ignored.append(f"{name} (a linear head, proj_layers=1, has no hidden layer)")
-        if self.hparams.get("num_classes") is not None and not self.loss.uses_centres:
-            ignored.append(
-                f"num_classes (only a loss with class centres, e.g. PaCo, has a classifier; not {type(self.loss).__name__})"
-            )
         return ignored
 
     def on_train_start(self) -> None:
@@ -378,8 +303,8 @@ class ContrastiveMethod(L.LightningModule, ABC):
         batch_size = getattr(trainer.datamodule, "batch_size", None) if trainer.datamodule is not None else None
         kept = getattr(self.loss, "num_negatives", None)
         available = None if batch_size is None else self.negatives_per_anchor(batch_size, trainer.world_size)
-        if kept is not None and available is not None and kept >= available:
-            same_as = "Simple" if type(self.loss).__name__ == "HardSimple" else "InfoNCE"
+        same_as = self.loss.same_as_with_every_negative
+        if same_as is not None and kept is not None and available is not None and kept >= available:
             rank_zero_warn(
                 f"{type(self.loss).__name__}: num_negatives={kept} keeps every negative: an anchor of "
                 f"{type(self).__name__} has {available} negatives (batch {batch_size} per process × "
@@ -415,7 +340,7 @@ class ContrastiveMethod(L.LightningModule, ABC):
 def _own_loss(loss: ContrastiveLoss) -> ContrastiveLoss:
     """This model's own loss object: a copy, since the default (jsonargparse's ``lazy_instance``) is one
     object shared by every model built without a loss, and a real instance of its class, since a
-    copied lazy instance forwards its calls to the original (its ``last_stats`` never changed)."""
+    copied lazy instance forwards its calls to the original (its own state never changed)."""
     if callable(getattr(loss, "lazy_get_init_args", None)):
         lazy = [cls for cls in type(loss).__mro__ if hasattr(cls, "lazy_get_init_args")]
         real = next(cls for cls in type(loss).__mro__ if issubclass(cls, ContrastiveLoss) and cls not in lazy)

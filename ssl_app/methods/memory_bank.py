@@ -12,7 +12,8 @@ from ssl_app import distributed
 from ssl_app.checks import check_momentum, check_optional_int
 from ssl_app.errors import ConfigError
 from ssl_app.losses import ContrastiveLoss, InfoNCE
-from ssl_app.methods.base import ContrastiveMethod, MaskedSimilarities, similarity
+from ssl_app.losses.base import MaskedSimilarities
+from ssl_app.methods.base import ContrastiveMethod, similarity
 from ssl_app.methods.masks import Members, contrast_masks, gathered_views, unmatched, views_of
 from ssl_app.methods.stores import LabelledBank
 

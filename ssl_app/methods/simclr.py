@@ -7,7 +7,8 @@ from typing import Any
 import torch
 
 from ssl_app import distributed
-from ssl_app.methods.base import ContrastiveMethod, MaskedSimilarities, similarity
+from ssl_app.losses.base import MaskedSimilarities
+from ssl_app.methods.base import ContrastiveMethod, similarity
 from ssl_app.methods.masks import contrast_masks, gathered_views, views_of
 
 

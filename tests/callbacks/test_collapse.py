@@ -16,7 +16,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from callbacks import EmbeddingMetrics
 from callbacks.collapse import ChanceGap, CollapseAlarm, CollapseCriteria, CollapseEvidence, LossEvidence
 from ssl_app.losses import InfoNCE
-from ssl_app.losses.base import ContrastiveLoss
+from ssl_app.losses.base import ContrastiveLoss, LossTerms
 from ssl_app.methods import SimCLR
 from ssl_app.optim import Optimization
 from tests.callbacks.helpers import VAL_SIZE, RecordingLogger, tiny_data, tiny_model, tiny_trainer
@@ -251,13 +251,11 @@ class CollapsesAfter(ContrastiveLoss):
         super().__init__()
         self.steps, self.calls, self.info_nce = steps, 0, InfoNCE(temperature=0.5)
 
-    def forward(self, sim, pos_mask, neg_mask):
+    def terms(self, handover, with_stats):
         self.calls += 1
         if self.calls <= self.steps:
-            loss = self.info_nce(sim, pos_mask, neg_mask)
-            self.last_stats = self.info_nce.last_stats
-            return loss
-        return -sim[pos_mask].mean()
+            return self.info_nce.terms(handover, with_stats)
+        return LossTerms(-handover.sim[handover.pos_mask].mean())
 
 
 def test_a_run_that_collapses_is_reported_by_the_alarm(caplog):

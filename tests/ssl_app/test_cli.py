@@ -67,7 +67,7 @@ def test_fit_writes_checkpoints_and_tensorboard_logs(trained_run):
     assert (trained_run / "config.yaml").is_file()
     tags = scalar_tags(trained_run)
     assert {"train/loss_step", "train/loss_epoch", "val/loss", "lr"} <= tags, tags
-    assert {"loss/effective_negatives", "loss/pos_sim", "loss/neg_sim"} <= tags, tags
+    assert {"loss/effective_negatives", "loss/pos_sim", "loss/mean_neg_sim"} <= tags, tags
 
 
 @pytest.mark.slow

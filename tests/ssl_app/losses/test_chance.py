@@ -1,6 +1,6 @@
 """Chance values: each loss's value when every similarity is equal, as it declares it (``chance``).
 
-The definition is the test: ``loss(c · ones, masks)`` equals the declared ``last_stats["chance"]``
+The definition is the test: ``loss(c · ones, masks)`` equals the declared ``stats["chance"]``
 and a closed form counted here by hand, for one and several positives, hard top-K and quantile.
 """
 
@@ -11,7 +11,8 @@ import math
 import pytest
 import torch
 
-from ssl_app.losses import HardContrastive, HardSimple, InfoNCE, PaCo, Simple, SupCon
+from ssl_app.losses import HardContrastive, HardSimple, InfoNCE, MaskedSimilarities, PaCo, Simple, SupCon
+from tests.helpers import loss_and_stats, loss_stats, loss_value
 
 N, M = 6, 14
 
@@ -60,18 +61,16 @@ def test_chance_value_is_the_loss_on_an_all_equal_similarity_matrix(name, severa
     """Catches a chance value that is not the loss at a uniform softmax: log(1 + K) hard-coded
     (wrong with several positives), all negatives counted for a hard loss (top-3 keeps 3), anchors
     without a positive counted in the mean, a log(K) without the positives, or 0 for Simple replaced
-    by −c. Also that it is logged only on the steps with diagnostics (``stats_enabled``)."""
+    by −c. Also that it is reported only when diagnostics are asked for (``with_stats``)."""
     build, closed_form = CASES[name]
     pos, neg = masks(several_positives)
     loss_fn = build()
-    value = loss_fn(torch.full((N, M), c), pos, neg)
-    chance = loss_fn.last_stats["chance"]
+    value, stats = loss_and_stats(loss_fn, torch.full((N, M), c), pos, neg)
+    chance = stats["chance"]
     assert chance.dim() == 0 and not chance.requires_grad
     assert value.item() == pytest.approx(chance.item(), abs=1e-5)
     assert chance.item() == pytest.approx(closed_form(pos, neg), abs=1e-5)
-    loss_fn.stats_enabled = False
-    loss_fn(torch.full((N, M), c), pos, neg)
-    assert "chance" not in loss_fn.last_stats
+    assert loss_fn(MaskedSimilarities(torch.full((N, M), c), pos, neg)).stats == {}  # without with_stats
 
 
 @pytest.mark.parametrize(
@@ -88,9 +87,9 @@ def test_hard_chance_counts_the_negatives_this_step_kept(build, kept):
     nats below its "chance" and never be flagged)."""
     pos, neg = masks(several_positives=True)
     loss_fn = build()
-    loss_fn(torch.rand(N, M, generator=torch.Generator().manual_seed(0)), pos, neg)
+    stats = loss_stats(loss_fn, torch.rand(N, M, generator=torch.Generator().manual_seed(0)), pos, neg)
     expected = log_candidates(pos, [kept(n) for n in negatives(neg)])
-    assert loss_fn.last_stats["chance"].item() == pytest.approx(expected, abs=1e-5)
+    assert stats["chance"].item() == pytest.approx(expected, abs=1e-5)
 
 
 def test_losses_that_depend_on_the_common_similarity_declare_none():
@@ -99,12 +98,12 @@ def test_losses_that_depend_on_the_common_similarity_declare_none():
     centre logits are no similarities."""
     pos, neg = masks(several_positives=False)
     simple = Simple(lam=0.5)
-    at = [simple(torch.full((N, M), c), pos, neg).item() for c in (0.2, 0.8)]
+    at = [loss_value(simple, torch.full((N, M), c), pos, neg).item() for c in (0.2, 0.8)]
     assert at[0] != pytest.approx(at[1])  # the premise: no single value at "all equal"
-    assert simple.chance_value(pos, neg) is None and "chance" not in simple.last_stats
+    assert simple.chance_value(pos, neg) is None and "chance" not in loss_stats(simple, torch.full((N, M), 0.5), pos, neg)
     paco = PaCo(0.2, alpha=0.5, class_counts=[3, 3])
-    paco(torch.full((N, M), 0.5), pos, neg)
-    assert paco.chance_value(pos, neg) is None and "chance" not in paco.last_stats
+    stats = loss_stats(paco, torch.full((N, M), 0.5), pos, neg)
+    assert paco.chance_value(pos, neg) is None and "chance" not in stats
 
 
 def test_a_batch_without_a_chance_value_says_nan_not_zero():

@@ -11,6 +11,7 @@ import torch.nn.functional as F
 
 from ssl_app.errors import ConfigError
 from ssl_app.losses import HardContrastive, InfoNCE
+from tests.helpers import loss_and_stats, loss_stats, loss_value
 
 
 def ragged_inputs(seed: int = 0, n: int = 7, m: int = 15):
@@ -72,8 +73,8 @@ def test_k_at_least_all_negatives_is_exactly_info_nce(extra):
     k = int(neg.sum(dim=1).max()) + extra
     sim_a = sim.clone().requires_grad_(True)
     sim_b = sim.clone().requires_grad_(True)
-    hard = HardContrastive(0.2, num_negatives=k)(sim_a, pos, neg)
-    plain = InfoNCE(0.2)(sim_b, pos, neg)
+    hard = loss_value(HardContrastive(0.2, num_negatives=k), sim_a, pos, neg)
+    plain = loss_value(InfoNCE(0.2), sim_b, pos, neg)
     assert torch.equal(hard, plain)
     hard.backward()
     plain.backward()
@@ -84,7 +85,7 @@ def test_k_one_is_the_hardest_negative_only():
     sim, pos, neg = ragged_inputs(1)
     pos[4, 9], neg[4, 9] = False, True  # single positive everywhere for the closed form
     tau = 0.3
-    loss = HardContrastive(tau, num_negatives=1)(sim, pos, neg)
+    loss = loss_value(HardContrastive(tau, num_negatives=1), sim, pos, neg)
     terms = []
     for i in range(sim.shape[0]):
         if neg[i].any():
@@ -99,7 +100,7 @@ def test_k_one_is_the_hardest_negative_only():
 def test_top_k_against_loop(k):
     sim, pos, neg = ragged_inputs(2)
     tau = 0.25
-    loss = HardContrastive(tau, num_negatives=k)(sim, pos, neg)
+    loss = loss_value(HardContrastive(tau, num_negatives=k), sim, pos, neg)
     expected = reference(sim, pos, top_k_loop(sim, neg, k), tau)
     assert abs(loss.item() - expected) < 1e-5
 
@@ -109,11 +110,11 @@ def test_quantile_against_loop(q):
     sim, pos, neg = ragged_inputs(3, n=9, m=40)
     tau = 0.4
     loss_fn = HardContrastive(tau, quantile=q)
-    loss = loss_fn(sim, pos, neg)
+    loss, stats = loss_and_stats(loss_fn, sim, pos, neg)
     keep = quantile_loop(sim, neg, q)
     assert abs(loss.item() - reference(sim, pos, keep, tau)) < 1e-5
     has = keep.any(dim=1)
-    assert torch.allclose(loss_fn.last_stats["used_negatives"], keep.sum(dim=1)[has].float().mean())
+    assert torch.allclose(stats["used_negatives"], keep.sum(dim=1)[has].float().mean())
 
 
 def test_quantile_counts_are_exact_and_keep_ties():
@@ -122,15 +123,15 @@ def test_quantile_counts_are_exact_and_keep_ties():
     pos = torch.zeros_like(sim, dtype=torch.bool)
     pos[0, 0] = True
     loss_fn = HardContrastive(0.5, quantile=0.3)
-    loss_fn(sim, pos, ~pos)
-    assert loss_fn.last_stats["used_negatives"].item() == 3
+    stats = loss_stats(loss_fn, sim, pos, ~pos)
+    assert stats["used_negatives"].item() == 3
     # ties with the threshold are all kept: k = 1, but three negatives share the top value
     sim = torch.tensor([[0.9, 0.5, 0.5, 0.5, 0.1, 0.0, -0.2]])
     pos = torch.zeros_like(sim, dtype=torch.bool)
     pos[0, 0] = True
     loss_fn = HardContrastive(0.5, quantile=0.1)
-    loss_fn(sim, pos, ~pos)
-    assert loss_fn.last_stats["used_negatives"].item() == 3
+    stats = loss_stats(loss_fn, sim, pos, ~pos)
+    assert stats["used_negatives"].item() == 3
 
 
 @pytest.mark.parametrize("kwargs", [{"num_negatives": 2}, {"quantile": 0.3}])
@@ -138,7 +139,7 @@ def test_excluded_negatives_get_no_gradient(kwargs):
     sim, pos, neg = ragged_inputs(4, n=6, m=20)
     sim.requires_grad_(True)
     loss_fn = HardContrastive(0.2, **kwargs)
-    loss = loss_fn(sim, pos, neg)
+    loss = loss_value(loss_fn, sim, pos, neg)
     (grad,) = torch.autograd.grad(loss, sim)
     kept = loss_fn.select_negatives(sim.detach(), neg)
     assert (kept & ~neg).sum() == 0
@@ -148,7 +149,7 @@ def test_excluded_negatives_get_no_gradient(kwargs):
     assert torch.all(grad[~pos & ~neg] == 0)
 
 
-def test_last_stats_with_k_five():
+def test_diagnostics_with_k_five():
     torch.manual_seed(0)
     z = F.normalize(torch.randn(12, 8), dim=1)
     sim = z @ z.T
@@ -157,13 +158,12 @@ def test_last_stats_with_k_five():
     pos[idx, (idx + 6) % 12] = True
     neg = ~pos & ~torch.eye(12, dtype=torch.bool)
     loss_fn = HardContrastive(0.5, num_negatives=5)
-    loss_fn(sim, pos, neg)
-    stats = loss_fn.last_stats
-    assert {"effective_negatives", "pos_sim", "neg_sim", "used_negatives", "used_neg_sim"} <= stats.keys()
+    stats = loss_stats(loss_fn, sim, pos, neg)
+    assert {"effective_negatives", "pos_sim", "mean_neg_sim", "used_negatives", "used_neg_sim"} <= stats.keys()
     assert 1 <= stats["effective_negatives"].item() <= 5
     assert stats["used_negatives"].item() == 5
-    assert stats["used_neg_sim"] > stats["neg_sim"]  # the kept ones are the hardest
-    assert torch.allclose(stats["neg_sim"], sim[neg].mean())
+    assert stats["used_neg_sim"] > stats["mean_neg_sim"]  # the kept ones are the hardest
+    assert torch.allclose(stats["mean_neg_sim"], sim[neg].mean())
 
 
 @pytest.mark.parametrize(

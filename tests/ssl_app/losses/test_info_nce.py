@@ -12,6 +12,7 @@ from lightly.loss import NTXentLoss
 from ssl_app.errors import ConfigError
 from ssl_app.losses import InfoNCE
 from ssl_app.losses.base import masked_mean
+from tests.helpers import loss_stats, loss_value
 
 
 def simclr_inputs(out0: torch.Tensor, out1: torch.Tensor):
@@ -42,7 +43,7 @@ def test_equals_lightly_ntxent(temperature):
     torch.manual_seed(0)
     out0, out1 = torch.randn(8, 16), torch.randn(8, 16)
     sim, pos, neg = simclr_inputs(out0, out1)
-    ours = InfoNCE(temperature)(sim, pos, neg)
+    ours = loss_value(InfoNCE(temperature), sim, pos, neg)
     theirs = NTXentLoss(temperature=temperature)(out0, out1)
     assert torch.allclose(ours, theirs, atol=1e-5, rtol=0), (ours.item(), theirs.item())
 
@@ -51,7 +52,7 @@ def test_equals_lightly_ntxent(temperature):
 def test_gradient_facts(temperature):
     sim, pos, neg, ignored = hand_built()
     sim.requires_grad_(True)
-    loss = InfoNCE(temperature)(sim, pos, neg) * sim.shape[0]  # summed over anchors
+    loss = loss_value(InfoNCE(temperature), sim, pos, neg) * sim.shape[0]  # summed over anchors
     (grad,) = torch.autograd.grad(loss, sim)
     logits = (sim.detach() / temperature).masked_fill(ignored, float("-inf"))
     p = torch.softmax(logits, dim=1)  # P_ij over the positive and all negatives
@@ -80,12 +81,12 @@ def test_small_temperature_limit_is_the_hardest_negative_margin():
     tau = 1e-3
     loss_fn = InfoNCE(tau)
     for i in range(sim.shape[0]):
-        scaled = loss_fn(sim[i : i + 1], pos[i : i + 1], neg[i : i + 1]) * tau
+        scaled = loss_value(loss_fn, sim[i : i + 1], pos[i : i + 1], neg[i : i + 1]) * tau
         limit = max(sim[i, 1:].max().item() - sim[i, 0].item(), 0.0)
         # L·τ = margin + τ·log(1 + Σ smaller terms) ≤ margin + τ·log(M)
         assert abs(scaled.item() - limit) <= tau * math.log(sim.shape[1]) + 1e-6, (i, scaled.item(), limit)
     # at a large temperature it is nowhere near the limit: the test can tell
-    assert abs(InfoNCE(1.0)(sim[:1], pos[:1], neg[:1]).item() - 0.5) > 0.1
+    assert abs(loss_value(InfoNCE(1.0), sim[:1], pos[:1], neg[:1]).item() - 0.5) > 0.1
 
 
 def test_relative_penalties_concentrate_as_temperature_falls():
@@ -95,17 +96,17 @@ def test_relative_penalties_concentrate_as_temperature_falls():
     pos[0, 0] = True
     neg = ~pos
     loss_fn = InfoNCE(0.005)
-    loss_fn(sim, pos, neg)
-    assert loss_fn.last_stats["effective_negatives"] < 1.05
+    stats = loss_stats(loss_fn, sim, pos, neg)
+    assert stats["effective_negatives"] < 1.05
     loss_fn = InfoNCE(1000.0)
-    loss_fn(sim, pos, neg)
-    assert loss_fn.last_stats["effective_negatives"] > n_neg - 0.05
+    stats = loss_stats(loss_fn, sim, pos, neg)
+    assert stats["effective_negatives"] > n_neg - 0.05
     # in between it is exp(entropy of r_i), r_i = softmax of the negative logits
     loss_fn = InfoNCE(0.3)
-    loss_fn(sim, pos, neg)
+    stats = loss_stats(loss_fn, sim, pos, neg)
     r = torch.softmax(sim[0, 1:] / 0.3, dim=0)
     expected = torch.exp(-(r * r.log()).sum())
-    assert torch.allclose(loss_fn.last_stats["effective_negatives"], expected, rtol=1e-5)
+    assert torch.allclose(stats["effective_negatives"], expected, rtol=1e-5)
     assert 1.5 < expected < n_neg - 1
 
 
@@ -113,23 +114,23 @@ def test_anchor_without_positive_is_skipped_without_nan():
     sim, pos, neg, _ = hand_built(1)
     pos[2] = False
     sim.requires_grad_(True)
-    loss = InfoNCE(0.1)(sim, pos, neg)
+    loss = loss_value(InfoNCE(0.1), sim, pos, neg)
     keep = torch.tensor([0, 1, 3])
-    expected = InfoNCE(0.1)(sim.detach()[keep], pos[keep], neg[keep])
+    expected = loss_value(InfoNCE(0.1), sim.detach()[keep], pos[keep], neg[keep])
     assert torch.allclose(loss, expected)
     (grad,) = torch.autograd.grad(loss, sim)
     assert torch.isfinite(grad).all()
     assert torch.all(grad[2] == 0)
 
 
-def test_last_stats():
+def test_diagnostics():
     sim, pos, neg, ignored = hand_built(2)
     sim[ignored] = float("nan")  # never read: the ignored entries must not leak into the stats
     loss_fn = InfoNCE(0.5)
-    loss_fn(sim, pos, neg)
-    stats = loss_fn.last_stats
+    stats = loss_stats(loss_fn, sim, pos, neg)
+    stats = stats
     assert torch.allclose(stats["pos_sim"], sim[pos].mean().float())
-    assert torch.allclose(stats["neg_sim"], sim[neg].mean().float())
+    assert torch.allclose(stats["mean_neg_sim"], sim[neg].mean().float())
     assert stats["used_negatives"].item() == 5
     assert 1 <= stats["effective_negatives"].item() <= 5
     assert all(not v.requires_grad and v.dim() == 0 for v in stats.values())
@@ -184,13 +185,12 @@ def test_masks_reused_from_the_previous_call_take_the_plan_with_the_same_loss_an
     and a cache that never hits (the mask passes would still run every step)."""
     pos, neg = _mask_layouts()[layout]
     sim = torch.rand(pos.shape, generator=torch.Generator().manual_seed(7)) * 2 - 1
-    loss_fn = InfoNCE(temperature)
-    loss_fn.stats_enabled = False  # the diagnostics read the masks on the steps they run
+    loss_fn = InfoNCE(temperature)  # no diagnostics asked for: they read the masks on the steps they run
     results = []
     for call in range(3):  # masked; planned (the plan is built); planned
         leaf = sim.clone().requires_grad_(True)
         with OpRecorder() as recorder:
-            value = loss_fn(leaf, pos, neg)
+            value = loss_value(loss_fn, leaf, pos, neg)
             value.backward()
         results.append((value.detach(), leaf.grad))
         mask_passes = recorder.ops & {"aten.where", "aten.bitwise_or", "aten.masked_fill"}
@@ -209,11 +209,11 @@ def test_masks_edited_in_place_are_planned_again():
     pos, neg = (m.clone() for m in _mask_layouts()["supcon"])
     sim = torch.rand(pos.shape, generator=torch.Generator().manual_seed(8)) * 2 - 1
     loss_fn = InfoNCE(0.2)
-    loss_fn(sim, pos, neg), loss_fn(sim, pos, neg)  # the second call planned these masks
+    loss_value(loss_fn, sim, pos, neg), loss_value(loss_fn, sim, pos, neg)  # the second call planned these masks
     pos[3, 0], neg[3, 0] = True, False
-    expected = InfoNCE(0.2)(sim, pos.clone(), neg.clone())
-    torch.testing.assert_close(loss_fn(sim, pos, neg), expected)
-    torch.testing.assert_close(loss_fn(sim, pos, neg), expected)
+    expected = loss_value(InfoNCE(0.2), sim, pos.clone(), neg.clone())
+    torch.testing.assert_close(loss_value(loss_fn, sim, pos, neg), expected)
+    torch.testing.assert_close(loss_value(loss_fn, sim, pos, neg), expected)
 
 
 def test_the_plan_is_stable_at_small_temperature_under_bf16_autocast():
@@ -226,11 +226,11 @@ def test_the_plan_is_stable_at_small_temperature_under_bf16_autocast():
     for _ in range(2):
         leaf = sim.clone().requires_grad_(True)
         with torch.autocast("cpu", dtype=torch.bfloat16):
-            value = loss_fn(leaf, pos, neg)
+            value = loss_value(loss_fn, leaf, pos, neg)
         value.backward()
         assert torch.isfinite(leaf.grad).all()
         values.append(value)
-    expected = InfoNCE(0.01)(sim.float(), pos, neg)
+    expected = loss_value(InfoNCE(0.01), sim.float(), pos, neg)
     torch.testing.assert_close(values[1], values[0])
     torch.testing.assert_close(values[1], expected)
 
@@ -241,5 +241,5 @@ def test_masks_made_under_inference_mode_are_not_planned_and_give_the_same_loss(
         pos, neg = (m.clone() for m in _mask_layouts()["simclr"])
         sim = torch.rand(pos.shape, generator=torch.Generator().manual_seed(10)) * 2 - 1
         loss_fn = InfoNCE(0.3)
-        first, second = loss_fn(sim, pos, neg), loss_fn(sim, pos, neg)
+        first, second = loss_value(loss_fn, sim, pos, neg), loss_value(loss_fn, sim, pos, neg)
     assert torch.equal(first, second)

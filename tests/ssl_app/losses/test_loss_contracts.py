@@ -10,9 +10,10 @@ import pytest
 import torch
 
 from ssl_app.errors import ConfigError
-from ssl_app.losses import HardContrastive, HardSimple, InfoNCE, PaCo, Simple, SupCon
+from ssl_app.losses import HardContrastive, HardSimple, InfoNCE, MaskedSimilarities, PaCo, Simple, SupCon
 from ssl_app.losses.base import check_temperature
 from ssl_app.losses.hard_contrastive import upper_quantile_negatives
+from tests.helpers import loss_stats, loss_value
 
 
 # Built inside the test (lambdas), so that mutation testing attributes the constructors to it.
@@ -45,12 +46,6 @@ def test_hard_contrastive_reports_only_the_selection_it_uses():
     """Catches a top-K loss that also claims a quantile (or vice versa)."""
     assert HardContrastive(num_negatives=3).quantile is None
     assert HardContrastive(quantile=0.2).num_negatives is None
-
-
-def test_stats_are_empty_before_the_first_call():
-    """Catches ``last_stats`` unset until forward (a method logging it first would crash)."""
-    for loss in (InfoNCE(), HardContrastive(num_negatives=2), Simple(), HardSimple(2), SupCon(), PaCo()):
-        assert loss.last_stats == {}
 
 
 @pytest.mark.parametrize(
@@ -91,7 +86,7 @@ def test_stats_are_empty_before_the_first_call():
 def test_bad_inputs_name_the_argument_and_the_shapes(sim, pos, neg, message):
     """Catches an error message that names the wrong mask or hides the shapes a user needs to fix the call."""
     with pytest.raises(ValueError, match=message):
-        InfoNCE()(sim, pos, neg)
+        loss_value(InfoNCE(), sim, pos, neg)
 
 
 def test_temperature_errors_name_the_owner():
@@ -128,11 +123,11 @@ def test_hard_contrastive_effective_negatives_follow_the_softmax_weights():
     sim = torch.tensor([[0.9, 0.8, 0.1, -0.5, -0.9]])
     pos = torch.tensor([[True, False, False, False, False]])
     loss = HardContrastive(0.05, num_negatives=3)
-    loss(sim, pos, ~pos)
+    stats = loss_stats(loss, sim, pos, ~pos)
     weights = torch.softmax(torch.tensor([0.8, 0.1, -0.5]) / 0.05, dim=0)
     expected = math.exp(-(weights * weights.log()).sum().item())
-    assert loss.last_stats["used_negatives"].item() == 3
-    assert loss.last_stats["effective_negatives"].item() == pytest.approx(expected, rel=1e-5)
+    assert stats["used_negatives"].item() == 3
+    assert stats["effective_negatives"].item() == pytest.approx(expected, rel=1e-5)
     assert expected < 1.01  # at τ = 0.05 the hardest negative takes nearly all the weight
 
 
@@ -159,15 +154,14 @@ def test_turning_the_diagnostics_off_changes_neither_the_loss_nor_its_gradient(b
     neg = ~pos
     results = []
     loss = build()
-    for enabled in (True, False):
-        loss.stats_enabled = enabled
+    for with_stats in (True, False):
         leaf = sim.clone().requires_grad_(True)
         # Fresh mask tensors: both calls take the same path (a second call with the very same
         # tensors would run InfoNCE's precomputed MaskPlan, equal only to rounding).
-        value = loss(leaf, pos.clone(), neg.clone())
-        value.backward()
-        results.append((value.detach(), leaf.grad, dict(loss.last_stats)))
+        result = loss(MaskedSimilarities(leaf, pos.clone(), neg.clone()), with_stats)
+        result.value.backward()
+        results.append((result.value.detach(), leaf.grad, result.stats))
     (on_value, on_grad, on_stats), (off_value, off_grad, off_stats) = results
     assert torch.equal(on_value, off_value) and torch.equal(on_grad, off_grad)
-    assert on_stats and {"effective_negatives", "pos_sim", "neg_sim"} <= set(on_stats)
+    assert on_stats and {"effective_negatives", "pos_sim", "mean_neg_sim"} <= set(on_stats)
     assert off_stats == {}

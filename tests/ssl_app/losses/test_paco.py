@@ -8,15 +8,35 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 from ssl_app.errors import ConfigError
-from ssl_app.losses import PaCo, SupCon
-from ssl_app.losses.info_nce import masked_info_nce
+from ssl_app.losses import MaskedSimilarities, PaCo, SupCon
+from ssl_app.losses.base import masked_info_nce
+from tests.helpers import loss_value
 from tests.ssl_app.losses.test_autocast import HostSyncRecorder
 
 N, M, C = 7, 11, 4
 COUNTS = [60, 25, 9, 2]
 LABELS = torch.tensor([0, 1, 2, 3, -1, 1, 0])  # anchor 4 is unlabelled
+
+
+def centred(loss_fn: PaCo, classes: int) -> PaCo:
+    """``loss_fn`` with identity centres on ``classes``-wide features (``classify(f) == f``), so a
+    test hands the centre logits it wants as the anchors' features."""
+    loss_fn.classifier = nn.Linear(classes, classes)
+    with torch.no_grad():
+        loss_fn.classifier.weight.copy_(torch.eye(classes))
+        loss_fn.classifier.bias.zero_()
+    return loss_fn
+
+
+def paco(loss_fn: PaCo, sim, pos, neg, centre_logits=None, anchor_labels=None, stats=False):
+    """PaCo called the one way, with ``centre_logits`` as the classifier's output (``centred``)."""
+    if centre_logits is not None:
+        centred(loss_fn, centre_logits.shape[1])
+    result = loss_fn(MaskedSimilarities(sim, pos, neg, anchor_features=centre_logits, anchor_labels=anchor_labels), stats)
+    return result if stats else result.value
 
 
 def problem(seed: int = 0):
@@ -67,7 +87,7 @@ def test_matches_a_float64_loop_of_the_formula(seed, training, normalise):
     sim, pos, neg, centres = problem(seed)
     tau, alpha = 0.2, 0.3
     loss_fn = PaCo(tau, alpha=alpha, class_counts=COUNTS, normalise_weights=normalise).train(training)
-    value = loss_fn(sim, pos, neg, centre_logits=centres, anchor_labels=LABELS)
+    value = paco(loss_fn, sim, pos, neg, centre_logits=centres, anchor_labels=LABELS)
     expected = reference(sim, pos, neg, centres, LABELS, COUNTS, tau, alpha, training, normalise)
     assert value.dtype == torch.float32
     assert value.item() == pytest.approx(expected, rel=1e-5, abs=1e-5)
@@ -86,13 +106,13 @@ def test_without_centres_it_is_alpha_times_supcon_summed(alpha):
     """Catches centre-free PaCo that is not SupCon with weight α per positive (issue 13's summed form)."""
     sim, pos, neg, _ = problem(2)
     tau = 0.1
-    summed = PaCo(tau, alpha=alpha, normalise_weights=False)(sim, pos, neg)
+    summed = paco(PaCo(tau, alpha=alpha, normalise_weights=False), sim, pos, neg)
     per_anchor, has_pos = masked_info_nce(sim / tau, pos, neg)  # SupCon's L_out: the mean over P(i)
     supcon_summed = (per_anchor * pos.sum(dim=1)).sum() / has_pos.sum()
     assert summed.item() == pytest.approx(alpha * supcon_summed.item(), rel=1e-6)
     # With the authors' normalisation the weights cancel: SupCon itself.
-    mean = PaCo(tau, alpha=alpha, normalise_weights=True)(sim, pos, neg)
-    assert mean.item() == pytest.approx(SupCon(tau)(sim, pos, neg).item(), rel=1e-6)
+    mean = paco(PaCo(tau, alpha=alpha, normalise_weights=True), sim, pos, neg)
+    assert mean.item() == pytest.approx(loss_value(SupCon(tau), sim, pos, neg).item(), rel=1e-6)
 
 
 @pytest.mark.parametrize("normalise", [True, False])
@@ -103,9 +123,9 @@ def test_alpha_zero_without_sample_candidates_is_balanced_cross_entropy(normalis
     none = torch.zeros(N, M, dtype=torch.bool)
     loss_fn = PaCo(0.1, alpha=0.0, class_counts=COUNTS, normalise_weights=normalise)
     prior = torch.log(torch.tensor(COUNTS, dtype=torch.float32) / sum(COUNTS))
-    trained = loss_fn(torch.zeros(N, M), none, none, centre_logits=centres, anchor_labels=labels)
+    trained = paco(loss_fn, torch.zeros(N, M), none, none, centre_logits=centres, anchor_labels=labels)
     torch.testing.assert_close(trained, F.cross_entropy(centres + prior, labels))
-    evaluated = loss_fn.eval()(torch.zeros(N, M), none, none, centre_logits=centres, anchor_labels=labels)
+    evaluated = paco(loss_fn.eval(), torch.zeros(N, M), none, none, centre_logits=centres, anchor_labels=labels)
     torch.testing.assert_close(evaluated, F.cross_entropy(centres, labels))
 
 
@@ -113,8 +133,8 @@ def test_alpha_towards_zero_keeps_the_samples_in_the_denominator():
     """α → 0 removes the sample positives' terms, not the samples from the softmax (the loop's limit)."""
     sim, pos, neg, centres = problem(4)
     labels = torch.tensor([0, 1, 2, 3, 1, 1, 0])
-    tiny = PaCo(0.2, alpha=1e-7, class_counts=COUNTS)(sim, pos, neg, centre_logits=centres, anchor_labels=labels)
-    zero = PaCo(0.2, alpha=0.0, class_counts=COUNTS)(sim, pos, neg, centre_logits=centres, anchor_labels=labels)
+    tiny = paco(PaCo(0.2, alpha=1e-7, class_counts=COUNTS), sim, pos, neg, centre_logits=centres, anchor_labels=labels)
+    zero = paco(PaCo(0.2, alpha=0.0, class_counts=COUNTS), sim, pos, neg, centre_logits=centres, anchor_labels=labels)
     assert tiny.item() == pytest.approx(zero.item(), rel=1e-5)
     prior = torch.log(torch.tensor(COUNTS, dtype=torch.float32) / sum(COUNTS))
     assert zero.item() > F.cross_entropy(centres + prior, labels).item() + 0.1
@@ -128,8 +148,8 @@ def test_the_prior_changes_the_training_loss_only():
     skewed = PaCo(0.2, alpha=0.3, class_counts=COUNTS)
     args = (sim, pos, neg)
     kwargs = {"centre_logits": centres, "anchor_labels": LABELS}
-    assert balanced(*args, **kwargs).item() != pytest.approx(skewed(*args, **kwargs).item(), abs=1e-3)
-    assert balanced.eval()(*args, **kwargs).item() == pytest.approx(skewed.eval()(*args, **kwargs).item(), abs=1e-7)
+    assert paco(balanced, *args, **kwargs).item() != pytest.approx(paco(skewed, *args, **kwargs).item(), abs=1e-3)
+    assert paco(balanced.eval(), *args, **kwargs).item() == pytest.approx(paco(skewed.eval(), *args, **kwargs).item(), abs=1e-7)
 
 
 def test_a_class_without_training_samples_is_never_a_centre_in_training():
@@ -138,7 +158,7 @@ def test_a_class_without_training_samples_is_never_a_centre_in_training():
     labels = torch.tensor([0, 1, 2, 0, -1, 1, 2])  # class 3 has no samples and is no anchor's label
     centres.requires_grad_(True)
     loss_fn = PaCo(0.2, alpha=0.3, class_counts=[5, 3, 2, 0])
-    value = loss_fn(sim, pos, neg, centre_logits=centres, anchor_labels=labels)
+    value = paco(loss_fn, sim, pos, neg, centre_logits=centres, anchor_labels=labels)
     value.backward()
     assert torch.isfinite(value) and torch.isfinite(centres.grad).all()
     assert (centres.grad[:, 3] == 0).all()  # its centre gets exp(-inf) = 0 probability
@@ -165,13 +185,13 @@ def test_an_unlabelled_anchor_has_no_centre_term():
     centres.requires_grad_(True)
     unlabelled = torch.full((N,), -1)
     loss_fn = PaCo(0.2, alpha=0.3, class_counts=COUNTS)
-    value = loss_fn(sim, pos, neg, centre_logits=centres, anchor_labels=unlabelled)
+    value = paco(loss_fn, sim, pos, neg, centre_logits=centres, anchor_labels=unlabelled)
     value.backward()
-    torch.testing.assert_close(value, SupCon(0.2)(sim, pos, neg))
+    torch.testing.assert_close(value, loss_value(SupCon(0.2), sim, pos, neg))
     assert (centres.grad == 0).all()
     # Mixed: only the unlabelled row's centre logits are untouched.
     centres.grad = None
-    loss_fn(sim, pos, neg, centre_logits=centres, anchor_labels=LABELS).backward()
+    paco(loss_fn, sim, pos, neg, centre_logits=centres, anchor_labels=LABELS).backward()
     assert (centres.grad[4] == 0).all() and (centres.grad[LABELS >= 0] != 0).any(dim=1).all()
 
 
@@ -179,7 +199,7 @@ def test_an_unlabelled_anchor_without_sample_positive_is_skipped():
     """Catches a 0/0 (NaN) for an anchor with nothing to pull towards."""
     sim, pos, neg, centres = problem(8)
     pos[4] = False
-    value = PaCo(0.2, alpha=0.3, class_counts=COUNTS)(sim, pos, neg, centre_logits=centres, anchor_labels=LABELS)
+    value = paco(PaCo(0.2, alpha=0.3, class_counts=COUNTS), sim, pos, neg, centre_logits=centres, anchor_labels=LABELS)
     expected = reference(sim, pos, neg, centres, LABELS, COUNTS, 0.2, 0.3, True, True)
     assert value.item() == pytest.approx(expected, rel=1e-5)
 
@@ -188,8 +208,7 @@ def test_an_unlabelled_anchor_without_sample_positive_is_skipped():
 def test_stats_report_positives_and_the_own_centre_probability():
     sim, pos, neg, centres = problem(9)
     loss_fn = PaCo(0.2, alpha=0.3, class_counts=COUNTS).eval()
-    loss_fn(sim, pos, neg, centre_logits=centres, anchor_labels=LABELS)
-    stats = loss_fn.last_stats
+    stats = paco(loss_fn, sim, pos, neg, centre_logits=centres, anchor_labels=LABELS, stats=True).stats
     assert stats["num_positives"].item() == pytest.approx(pos.sum(dim=1).float().mean().item())
     with torch.no_grad():
         logits = torch.cat([(sim / 0.2).masked_fill(~(pos | neg), -math.inf), centres], dim=1)
@@ -197,7 +216,7 @@ def test_stats_report_positives_and_the_own_centre_probability():
     labelled = LABELS >= 0
     expected = probs[labelled, LABELS[labelled]].mean()
     assert stats["centre_prob"].item() == pytest.approx(expected.item(), rel=1e-5)
-    assert {"effective_negatives", "pos_sim", "neg_sim"} <= set(stats)
+    assert {"effective_negatives", "pos_sim", "mean_neg_sim"} <= set(stats)
 
 
 @pytest.mark.parametrize(
@@ -220,16 +239,16 @@ def test_bad_options_are_config_errors_naming_them(kwargs, match):
 def test_training_without_a_prior_says_where_it_comes_from():
     sim, pos, neg, centres = problem(0)
     with pytest.raises(ConfigError, match="train_class_counts"):
-        PaCo(0.2)(sim, pos, neg, centre_logits=centres, anchor_labels=LABELS)
+        paco(PaCo(0.2), sim, pos, neg, centre_logits=centres, anchor_labels=LABELS)
     # Outside training the prior is not needed.
-    assert torch.isfinite(PaCo(0.2).eval()(sim, pos, neg, centre_logits=centres, anchor_labels=LABELS))
+    assert torch.isfinite(paco(PaCo(0.2).eval(), sim, pos, neg, centre_logits=centres, anchor_labels=LABELS))
 
 
 @pytest.mark.parametrize(
     "centres,labels,match",
     [
-        (torch.zeros(N - 1, C), LABELS, r"centre_logits must be \[7, num_classes\]"),
-        (torch.zeros(N, C), None, r"anchor_labels must be \[7\]"),
+        (torch.zeros(N - 1, C), LABELS, r"anchor_features must have one row per anchor \(7\), got 6"),
+        (torch.zeros(N, C), None, r"anchor_labels must be given with anchor_features"),
         (torch.zeros(N, C), LABELS[:3], r"anchor_labels must be \[7\]"),
         (torch.zeros(N, C + 1), LABELS, "5 centre logits per anchor but the prior has 4 classes"),
     ],
@@ -237,14 +256,14 @@ def test_training_without_a_prior_says_where_it_comes_from():
 def test_bad_centre_inputs_name_the_argument(centres, labels, match):
     sim, pos, neg, _ = problem(0)
     with pytest.raises(ValueError, match=match):
-        PaCo(0.2, class_counts=COUNTS)(sim, pos, neg, centre_logits=centres, anchor_labels=labels)
+        paco(PaCo(0.2, class_counts=COUNTS), sim, pos, neg, centre_logits=centres, anchor_labels=labels)
 
 
 def test_hparams_and_repr():
     loss_fn = PaCo(0.05, alpha=0.02)
     assert loss_fn.hparams() == {"temperature": 0.05, "alpha": 0.02, "normalise_weights": True}
     assert "PaCo(temperature=0.05, alpha=0.02, normalise_weights=True)" in repr(loss_fn)
-    assert loss_fn.uses_labels and loss_fn.uses_centres and loss_fn.last_stats == {}
+    assert loss_fn.uses_labels and loss_fn.needs_anchor_features
 
 
 def test_bf16_inputs_are_computed_in_float32():
@@ -252,8 +271,8 @@ def test_bf16_inputs_are_computed_in_float32():
     sim, pos, neg, centres = problem(10)
     loss_fn = PaCo(0.05, alpha=0.3, class_counts=COUNTS)
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        amp = loss_fn(sim.bfloat16(), pos, neg, centre_logits=centres.bfloat16(), anchor_labels=LABELS)
-    exact = loss_fn(sim.bfloat16().float(), pos, neg, centre_logits=centres.bfloat16().float(), anchor_labels=LABELS)
+        amp = paco(loss_fn, sim.bfloat16(), pos, neg, centre_logits=centres.bfloat16(), anchor_labels=LABELS)
+    exact = paco(loss_fn, sim.bfloat16().float(), pos, neg, centre_logits=centres.bfloat16().float(), anchor_labels=LABELS)
     assert amp.dtype == torch.float32
     assert amp.item() == pytest.approx(exact.item(), abs=1e-5)
 
@@ -264,5 +283,5 @@ def test_forward_and_backward_with_centres_have_no_host_sync():
     centres.requires_grad_(True)
     loss_fn = PaCo(0.1, alpha=0.3, class_counts=COUNTS)
     with HostSyncRecorder() as recorder:
-        loss_fn(sim, pos, neg, centre_logits=centres, anchor_labels=LABELS).backward()
+        paco(loss_fn, sim, pos, neg, centre_logits=centres, anchor_labels=LABELS).backward()
     assert recorder.syncs == []

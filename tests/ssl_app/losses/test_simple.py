@@ -7,6 +7,7 @@ import torch
 
 from ssl_app.errors import ConfigError
 from ssl_app.losses import HardSimple, Simple
+from tests.helpers import loss_stats, loss_value
 
 
 def ragged_inputs(seed: int = 0, n: int = 8, m: int = 16):
@@ -42,7 +43,7 @@ def simple_loop(sim, pos, neg, lam=None, keep_top=None):
 @pytest.mark.parametrize("lam", [None, 0.3, 2.0])
 def test_simple_closed_form(lam):
     sim, pos, neg = ragged_inputs()
-    loss = Simple(lam)(sim, pos, neg)
+    loss = loss_value(Simple(lam), sim, pos, neg)
     assert abs(loss.item() - simple_loop(sim, pos, neg, lam)) < 1e-5
 
 
@@ -54,7 +55,7 @@ def test_simple_gradient_is_constant_in_s(lam):
     grads = []
     for sim in (sim_a, sim_b):
         sim = sim.clone().requires_grad_(True)
-        (grad,) = torch.autograd.grad(Simple(lam)(sim, pos, neg), sim)
+        (grad,) = torch.autograd.grad(loss_value(Simple(lam), sim, pos, neg), sim)
         grads.append(grad)
     assert torch.equal(grads[0], grads[1])
     # closed form: -1/|P(i)| on positives, λ_i on negatives, over the anchors with a positive
@@ -73,19 +74,19 @@ def test_simple_gradient_is_constant_in_s(lam):
 @pytest.mark.parametrize("k", [1, 3, 50])
 def test_hard_simple_against_loop(k):
     sim, pos, neg = ragged_inputs(3)
-    loss = HardSimple(k)(sim, pos, neg)
+    loss = loss_value(HardSimple(k), sim, pos, neg)
     assert abs(loss.item() - simple_loop(sim, pos, neg, keep_top=k)) < 1e-5
 
 
 def test_hard_simple_with_k_at_least_all_is_simple():
     sim, pos, neg = ragged_inputs(4)
-    assert torch.allclose(HardSimple(100)(sim, pos, neg), Simple()(sim, pos, neg))
+    assert torch.allclose(loss_value(HardSimple(100), sim, pos, neg), loss_value(Simple(), sim, pos, neg))
 
 
 def test_hard_simple_gradient_only_on_the_kept_negatives():
     sim, pos, neg = ragged_inputs(5)
     sim.requires_grad_(True)
-    (grad,) = torch.autograd.grad(HardSimple(2)(sim, pos, neg), sim)
+    (grad,) = torch.autograd.grad(loss_value(HardSimple(2), sim, pos, neg), sim)
     n_valid = pos.any(dim=1).sum()
     for i in range(sim.shape[0]):
         if not pos[i].any() or not neg[i].any():
@@ -98,21 +99,21 @@ def test_hard_simple_gradient_only_on_the_kept_negatives():
         assert torch.all(grad[i][neg[i] & ~kept] == 0)
 
 
-def test_last_stats_count_the_negatives_used():
+def test_diagnostics_count_the_negatives_used():
     sim, pos, neg = ragged_inputs(6)
     has_neg = neg.any(dim=1)
     loss_fn = Simple()
-    loss_fn(sim, pos, neg)
+    stats = loss_stats(loss_fn, sim, pos, neg)
     mean_count = neg.sum(dim=1)[has_neg].float().mean()
-    assert torch.allclose(loss_fn.last_stats["effective_negatives"], mean_count)
-    assert torch.allclose(loss_fn.last_stats["neg_sim"], sim[neg].mean())
-    assert torch.allclose(loss_fn.last_stats["pos_sim"], sim[pos].mean())
+    assert torch.allclose(stats["effective_negatives"], mean_count)
+    assert torch.allclose(stats["mean_neg_sim"], sim[neg].mean())
+    assert torch.allclose(stats["pos_sim"], sim[pos].mean())
     loss_fn = HardSimple(3)
-    loss_fn(sim, pos, neg)
+    stats = loss_stats(loss_fn, sim, pos, neg)
     capped = neg.sum(dim=1)[has_neg].clamp(max=3).float().mean()
-    assert torch.allclose(loss_fn.last_stats["effective_negatives"], capped)
-    assert loss_fn.last_stats["effective_negatives"] <= 3
-    assert torch.allclose(loss_fn.last_stats["neg_sim"], sim[neg].mean())
+    assert torch.allclose(stats["effective_negatives"], capped)
+    assert stats["effective_negatives"] <= 3
+    assert torch.allclose(stats["mean_neg_sim"], sim[neg].mean())
 
 
 @pytest.mark.parametrize("lam", [0, -1.0, float("inf"), float("nan"), True, "0.5"])

@@ -57,7 +57,7 @@ def test_strategy_trains_through_the_cli(name, tmp_path, monkeypatch):
     loss = cli.trainer.callback_metrics["train/loss_epoch"].item()
     assert math.isfinite(loss)
     tags = scalar_tags(only_version_dir(tmp_path / "runs"))
-    assert {"loss/effective_negatives", "loss/pos_sim", "loss/neg_sim"} <= tags
+    assert {"loss/effective_negatives", "loss/pos_sim", "loss/mean_neg_sim"} <= tags
 
 
 @pytest.mark.parametrize("method", ["moco", "memory_bank"])

@@ -10,6 +10,7 @@ import torch.nn.functional as F
 
 from ssl_app.errors import ConfigError
 from ssl_app.losses import InfoNCE, SupCon
+from tests.helpers import loss_and_stats, loss_value
 
 
 def labelled_inputs(seed: int = 0, n: int = 20, m: int = 40):
@@ -41,7 +42,7 @@ def supcon_loop(sim, pos, is_self, tau):
 def test_equals_loop_formula(tau):
     sim, pos, neg, is_self = labelled_inputs()
     assert not pos[7].any() and pos.sum(dim=1).max() > 1  # a no-positive anchor and multi-positive ones
-    loss = SupCon(tau)(sim, pos, neg)
+    loss = loss_value(SupCon(tau), sim, pos, neg)
     expected = supcon_loop(sim, pos, is_self, tau)
     assert abs(loss.item() - expected) < 1e-5 * max(1.0, abs(expected))
 
@@ -50,21 +51,21 @@ def test_anchor_without_positive_gives_finite_gradients():
     sim, pos, neg, _ = labelled_inputs(1)
     sim.requires_grad_(True)
     loss_fn = SupCon(0.1)
-    loss = loss_fn(sim, pos, neg)
+    loss, stats = loss_and_stats(loss_fn, sim, pos, neg)
     (grad,) = torch.autograd.grad(loss, sim)
     assert torch.isfinite(loss) and torch.isfinite(grad).all()
     assert torch.all(grad[7] == 0)
     assert grad[0].abs().sum() > 0
-    assert loss_fn.last_stats["has_positive"].item() == pytest.approx(19 / 20)
-    assert loss_fn.last_stats["num_positives"].item() == pytest.approx(pos.sum().item() / 20)
-    assert {"effective_negatives", "pos_sim", "neg_sim"} <= loss_fn.last_stats.keys()
+    assert stats["has_positive"].item() == pytest.approx(19 / 20)
+    assert stats["num_positives"].item() == pytest.approx(pos.sum().item() / 20)
+    assert {"effective_negatives", "pos_sim", "mean_neg_sim"} <= stats.keys()
 
 
 def test_all_anchors_without_positive_is_zero_not_nan():
     sim, _, neg, _ = labelled_inputs(2)
     sim.requires_grad_(True)
     pos = torch.zeros_like(neg)
-    loss = SupCon(0.1)(sim, pos, neg)
+    loss = loss_value(SupCon(0.1), sim, pos, neg)
     loss.backward()
     assert loss.item() == 0.0 and torch.all(sim.grad == 0)
 

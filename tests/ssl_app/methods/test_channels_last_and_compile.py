@@ -25,7 +25,7 @@ def _batch(size: int = 16):
 def _loss_and_grads(model):
     model.zero_grad(set_to_none=True)
     contrast = model.contrast(_batch())
-    loss = model.loss(contrast.sim, contrast.pos_mask, contrast.neg_mask)
+    loss = model.loss(contrast).value
     loss.backward()
     return loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
 

@@ -19,10 +19,10 @@ class CountingInfoNCE(InfoNCE):
         super().__init__(0.5)
         self.calls: list[bool] = []
 
-    def forward(self, sim, pos_mask, neg_mask):
-        value = super().forward(sim, pos_mask, neg_mask)
-        self.calls.append(bool(self.last_stats))
-        return value
+    def forward(self, handover, with_stats=False):
+        result = super().forward(handover, with_stats)
+        self.calls.append(bool(result.stats))
+        return result
 
 
 def test_diagnostics_are_computed_only_on_logged_steps_and_all_of_them_are_logged(tmp_path, monkeypatch):
@@ -32,7 +32,7 @@ def test_diagnostics_are_computed_only_on_logged_steps_and_all_of_them_are_logge
     model = SimCLR(loss=CountingInfoNCE(), backbone="small_cnn", proj_hidden_dim=16, proj_dim=8)
     computed = []
     original = loss_base.negative_stats
-    monkeypatch.setattr("ssl_app.losses.info_nce.negative_stats", lambda *a, **k: computed.append(1) or original(*a, **k))
+    monkeypatch.setattr("ssl_app.losses.base.negative_stats", lambda *a, **k: computed.append(1) or original(*a, **k))
     logger = CSVLogger(str(tmp_path), name="run")
     trainer = tiny_trainer(tmp_path, logger=logger, max_steps=6, log_every_n_steps=2)
     trainer.fit(model, datamodule=tiny_data())
@@ -50,7 +50,8 @@ def test_diagnostics_are_computed_only_on_logged_steps_and_all_of_them_are_logge
 @pytest.mark.filterwarnings("ignore:You are trying to `self.log\\(\\)`")
 def test_without_a_trainer_every_call_computes_the_diagnostics():
     """Catches a method that switches them off outside the Trainer (benchmarks and notebooks read them)."""
-    model = SimCLR(loss=InfoNCE(0.5), backbone="small_cnn", proj_hidden_dim=16, proj_dim=8).train()
+    model = SimCLR(loss=CountingInfoNCE(), backbone="small_cnn", proj_hidden_dim=16, proj_dim=8).train()
     views = [torch.randn(4, 3, 8, 8) for _ in range(2)]
     model.training_step((views, torch.zeros(4, dtype=torch.long), torch.arange(4)), 0)
-    assert {"effective_negatives", "pos_sim"} <= set(model.loss.last_stats)
+    assert model.loss.calls == [True]
+    assert model.loss_and_chance is not None  # the step's (loss, chance) reached the method

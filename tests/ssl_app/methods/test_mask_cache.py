@@ -77,6 +77,6 @@ def test_a_whole_training_step_has_no_host_sync(build):
         batch = _batch(torch.arange(4) % 2)
         with HostSyncRecorder() as recorder:
             contrast = model.contrast(batch)
-            model.loss(contrast.sim, contrast.pos_mask, contrast.neg_mask).backward()
+            model.loss(contrast).value.backward()
             model.on_after_backward()
         assert recorder.syncs == []

@@ -50,7 +50,7 @@ def bank_state(model) -> dict[str, torch.Tensor]:
 
 def train_step(model, data):
     contrast = model.contrast(data)
-    loss = model.loss(contrast.sim, contrast.pos_mask, contrast.neg_mask)
+    loss = model.loss(contrast).value
     loss.backward()
     model.on_after_backward()
     return loss

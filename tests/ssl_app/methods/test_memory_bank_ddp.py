@@ -69,7 +69,7 @@ def drive(model: MemoryBank, data_for_step) -> dict:
         with torch.no_grad():
             z = model.embed(data[0][0])
         contrast = model.contrast(data)
-        model.loss(contrast.sim, contrast.pos_mask, contrast.neg_mask).backward()
+        model.loss(contrast).value.backward()
         model.on_after_backward()
         steps.append({"before": before, "z": z, "indices": data[2]})
     return {"features": model.bank.features.clone(), "labels": model.bank.labels.clone(), "steps": steps}

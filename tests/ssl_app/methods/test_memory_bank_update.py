@@ -138,7 +138,7 @@ def test_supcon_sampled_negatives_loss_matches_a_hand_computed_supcon():
     views = (torch.randn(3, 3, 8, 8, generator=g), torch.randn(3, 3, 8, 8, generator=g))
     torch.manual_seed(11)
     contrast = model.contrast((views, labels, indices))
-    value = model.loss(contrast.sim, contrast.pos_mask, contrast.neg_mask)
+    value = model.loss(contrast).value
     with torch.no_grad():
         z = model.embed(views[0]).double()
     column = identify_columns(model, z.float(), contrast.sim)

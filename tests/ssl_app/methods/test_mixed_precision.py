@@ -31,8 +31,10 @@ METHODS = {
 def build(method: str, loss: str):
     torch.manual_seed(0)
     cls, options = METHODS[method]
-    centres = {"num_classes": 3} if loss == "PaCo" else {}  # the fp16 loop below runs without a Trainer
-    return cls(loss=LOSSES[loss](), backbone="small_cnn", proj_hidden_dim=16, proj_dim=8, **options, **centres)
+    model = cls(loss=LOSSES[loss](), backbone="small_cnn", proj_hidden_dim=16, proj_dim=8, **options)
+    if loss == "PaCo":  # the fp16 loop below runs without a Trainer: build the centres as setup would
+        model.loss.prepare(model.feature_dim, 3, None, fitting=False)
+    return model
 
 
 @pytest.mark.parametrize("method", METHODS)
@@ -62,7 +64,7 @@ def test_fp16_autocast_with_a_gradient_scaler_stays_finite_at_small_temperature(
         optimizer.zero_grad()
         with torch.autocast("cpu", dtype=torch.float16):
             contrast = model.contrast(batch)
-            loss_value = model.compute_loss(contrast)
+            loss_value = model.compute_loss(contrast).value
         assert loss_value.dtype == torch.float32 and torch.isfinite(loss_value), step
         scale = scaler.get_scale()
         scaler.scale(loss_value).backward()

@@ -113,7 +113,7 @@ def test_symmetric_own_key_is_never_a_negative(loss):
         assert torch.equal(keys_pos, other_view)
         assert torch.equal(keys_neg, ~own & ~other_view)
     # The loss is finite and both queries get a gradient
-    value = model.loss(contrast.sim, contrast.pos_mask, contrast.neg_mask)
+    value = model.loss(contrast).value
     value.backward()
     assert torch.isfinite(value)
     assert all(p.grad is None for p in model.key_backbone.parameters())
@@ -170,7 +170,7 @@ def test_sync_key_bn_is_rejected_for_several_cpu_processes():
     model._trainer = None
     # In one process SyncBatchNorm falls back to BatchNorm and the step runs.
     contrast = model.contrast(batch(4))
-    assert torch.isfinite(model.loss(contrast.sim, contrast.pos_mask, contrast.neg_mask))
+    assert torch.isfinite(model.loss(contrast).value)
 
 
 def test_cosine_momentum_goes_from_m_to_one():

@@ -1,5 +1,5 @@
-"""PaCo inside the methods: the base class's classifier (the class centres), the prior from the
-datamodule, the hand-over of anchor features, evaluation through ``class_logits``, checkpoints."""
+"""PaCo inside the methods: the loss owns its centres and prior, sized through ``prepare`` from the
+datamodule; the methods hand over anchor features; evaluation through ``class_logits``; checkpoints."""
 
 from __future__ import annotations
 
@@ -68,11 +68,16 @@ def counted_data(**overrides: Any) -> CountedShapes:
     return CountedShapes(augmentation=base.augmentation, **{**options, **overrides})
 
 
-def build(method: str = "MoCo", **kwargs: Any):
+def build(method: str = "MoCo", num_classes: int | None = None, **kwargs: Any):
+    """A method with a PaCo loss (or ``loss``); with ``num_classes`` its centres are built as ``setup``
+    would build them (``ContrastiveLoss.prepare``), so the tests can use them without a Trainer."""
     torch.manual_seed(0)
     cls, options = METHODS[method]
     loss = kwargs.pop("loss", None) or losses.PaCo(temperature=0.2, alpha=0.1)
-    return cls(loss=loss, **SMALL, **{**options, **kwargs})
+    model = cls(loss=loss, **SMALL, **{**options, **kwargs})
+    if num_classes is not None:
+        model.loss.prepare(model.feature_dim, num_classes, None, fitting=False)
+    return model
 
 
 def batch(size: int = 8, labels: torch.Tensor | None = None):
@@ -104,24 +109,24 @@ def test_symmetric_moco_anchors_are_both_views():
 def test_one_step_trains_the_classifier_and_the_backbone_through_the_centre_term():
     """Catches centre logits that are detached, or computed but never handed to the loss."""
     model = build(num_classes=3, loss=losses.PaCo(0.2, alpha=0.1, class_counts=TINY_COUNTS)).train()
-    loss = model.compute_loss(model.contrast(batch()))
+    loss = model.compute_loss(model.contrast(batch())).value
     loss.backward()
-    assert model.classifier.weight.grad is not None and model.classifier.weight.grad.abs().sum() > 0
+    assert model.loss.classifier.weight.grad is not None and model.loss.classifier.weight.grad.abs().sum() > 0
     assert all(p.grad is None for p in model.key_backbone.parameters())
     # The centre term alone reaches the backbone too (α = 0: no sample term).
     model = build(num_classes=3, loss=losses.PaCo(0.2, alpha=0.0, class_counts=TINY_COUNTS)).train()
-    model.compute_loss(model.contrast(batch())).backward()
-    assert model.classifier.weight.grad.abs().sum() > 0
+    model.compute_loss(model.contrast(batch())).value.backward()
+    assert model.loss.classifier.weight.grad.abs().sum() > 0
     assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in model.backbone.parameters())
 
 
 def test_unlabelled_samples_train_without_touching_the_centres():
     """Catches label -1 reaching the classifier (as the last class, or as a NaN)."""
     model = build(num_classes=3, loss=losses.PaCo(0.2, alpha=0.1, class_counts=TINY_COUNTS)).train()
-    loss = model.compute_loss(model.contrast(batch(labels=torch.full((8,), -1))))
+    loss = model.compute_loss(model.contrast(batch(labels=torch.full((8,), -1)))).value
     loss.backward()
     assert torch.isfinite(loss)
-    assert model.classifier.weight.grad is None or (model.classifier.weight.grad == 0).all()
+    assert model.loss.classifier.weight.grad is None or (model.loss.classifier.weight.grad == 0).all()
     assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in model.backbone.parameters())
 
 
@@ -130,14 +135,16 @@ def test_centre_logits_are_float32_under_autocast():
     model = build(num_classes=3, loss=losses.PaCo(0.2, class_counts=TINY_COUNTS))
     features = torch.randn(4, model.feature_dim)
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        logits = model.centre_logits(features)
+        logits = model.loss.classify(features)
     assert logits.dtype == torch.float32
-    torch.testing.assert_close(logits, model.classifier(features))
+    torch.testing.assert_close(logits, model.loss.classifier(features))
 
 
-def test_other_losses_keep_the_three_tensor_call_and_get_no_classifier():
+def test_other_losses_are_called_the_same_way_and_give_no_classifier():
+    """Catches a method that builds classifier state, or hands backbone features, for a loss that has no
+    centres (and a second call signature for such losses)."""
     model = build(loss=losses.SupCon(0.1))
-    assert model.classifier is None and not hasattr(model, "classifier_top1")
+    assert model.classifier_top1 is None and not hasattr(model.loss, "classify")
     assert not hasattr(model, "class_logits")  # what callbacks.LongTailAccuracy checks
     calls = []
     original = model.loss.forward
@@ -145,15 +152,9 @@ def test_other_losses_keep_the_three_tensor_call_and_get_no_classifier():
     contrast = model.contrast(batch())
     assert contrast.anchor_features is None  # embed(), not encode(): an override of embed keeps working
     model.compute_loss(contrast)
-    assert calls == [(3, {})]
+    assert calls == [(2, {})]  # loss(contrast, with_stats): the one entrance
     with pytest.raises(AttributeError, match="'MoCo' object has no attribute 'class_logits'"):
         model.class_logits(batch()[0][0])
-
-
-def test_num_classes_without_a_centre_loss_is_reported_as_ignored():
-    model = build(loss=losses.InfoNCE(0.2), num_classes=3)
-    assert model.classifier is None
-    assert any(option.startswith("num_classes") for option in model.ignored_options())
 
 
 class BareMethod(SimCLR):
@@ -170,7 +171,7 @@ class BareMethod(SimCLR):
 
 def test_a_method_without_anchor_features_is_a_config_error_naming_both():
     torch.manual_seed(0)
-    model = BareMethod(loss=losses.PaCo(0.2, class_counts=TINY_COUNTS), num_classes=3, **SMALL)
+    model = BareMethod(loss=losses.PaCo(0.2, class_counts=TINY_COUNTS), **SMALL)
     with pytest.raises(ConfigError, match="BareMethod does not hand its anchors' features.*PaCo needs"):
         model.compute_loss(model.contrast(batch()))
 
@@ -180,13 +181,13 @@ def test_a_method_without_anchor_features_is_a_config_error_naming_both():
 def test_training_moves_the_classifier_and_logs_its_accuracy(method, tmp_path):
     """Catches a classifier left out of the optimiser, or a prior not taken from the datamodule."""
     model = build(method, num_classes=3)
-    before = model.classifier.weight.detach().clone()
+    before = model.loss.classifier.weight.detach().clone()
     data = counted_data(reported=[30, 12, 6])
     trainer = tiny_trainer(tmp_path, max_epochs=1, limit_train_batches=3, limit_val_batches=2, log_every_n_steps=1)
     trainer.fit(model, data)
     expected = torch.log(torch.tensor([30, 12, 6]) / 48.0)
     torch.testing.assert_close(model.loss.log_prior, expected)
-    assert not torch.equal(before, model.classifier.weight)
+    assert not torch.equal(before, model.loss.classifier.weight)
     metrics = trainer.callback_metrics
     assert torch.isfinite(metrics["train/loss_step"]) and 0 <= metrics["val/classifier_top1"].item() <= 1
     assert 0 < metrics["loss/centre_prob"].item() < 1
@@ -196,10 +197,10 @@ def test_training_moves_the_classifier_and_logs_its_accuracy(method, tmp_path):
 
 def test_class_logits_are_the_classifier_on_the_backbone_without_the_prior():
     model = build(num_classes=3, loss=losses.PaCo(0.2, class_counts=[30, 12, 6])).eval()
-    assert hasattr(build(), "class_logits")  # also before setup sizes the classifier
-    with pytest.raises(ConfigError, match="the classifier is not built yet"):
+    assert hasattr(build(), "class_logits")  # also before setup sizes the centres
+    with pytest.raises(ConfigError, match="the centres are not built yet"):
         build().class_logits(images := batch()[0][0])
-    torch.testing.assert_close(model.class_logits(images), model.classifier(model.backbone(images)))
+    torch.testing.assert_close(model.class_logits(images), model.loss.classifier(model.backbone(images)))
 
 
 def test_checkpoint_round_trip_keeps_the_prior_and_the_centres(tmp_path):
@@ -208,19 +209,19 @@ def test_checkpoint_round_trip_keeps_the_prior_and_the_centres(tmp_path):
     model = build()
     trainer = tiny_trainer(tmp_path, max_steps=2)
     trainer.fit(model, data)
-    assert model.classifier.out_features == 3  # the datamodule's num_classes
+    assert model.loss.classifier.out_features == 3  # the datamodule's num_classes
     path = tmp_path / "paco.ckpt"
     trainer.save_checkpoint(path)
-    saved = torch.load(path, map_location="cpu", weights_only=False)
-    assert saved["hyper_parameters"]["num_classes"] == 3
+    saved = torch.load(path, map_location="cpu", weights_only=True)
+    assert saved["state_dict"]["loss.classifier.weight"].shape == (3, model.feature_dim)  # with the loss
 
     fresh = build()  # no counts, no classifier yet: both come from the checkpoint (and the datamodule's width)
-    results = tiny_trainer(tmp_path, limit_val_batches=1).validate(fresh, data, ckpt_path=path, verbose=False, weights_only=False)
+    results = tiny_trainer(tmp_path, limit_val_batches=1).validate(fresh, data, ckpt_path=path, verbose=False, weights_only=True)
     torch.testing.assert_close(fresh.loss.log_prior, model.loss.log_prior)
-    torch.testing.assert_close(fresh.classifier.weight, model.classifier.weight)
+    torch.testing.assert_close(fresh.loss.classifier.weight, model.loss.classifier.weight)
     assert "val/classifier_top1" in results[0]
 
-    loaded = MoCo.load_from_checkpoint(path, loss=losses.PaCo(0.2, alpha=0.1), weights_only=False)
+    loaded = MoCo.load_from_checkpoint(path, loss=losses.PaCo(0.2, alpha=0.1), weights_only=True)
     torch.testing.assert_close(loaded.loss.log_prior, model.loss.log_prior)
     images = batch()[0][0]
     torch.testing.assert_close(loaded.eval().class_logits(images), model.eval().class_logits(images))
@@ -235,7 +236,7 @@ def test_resume_continues_with_the_same_prior(tmp_path):
     trainer.save_checkpoint(path)
     resumed = build()
     more = tiny_trainer(tmp_path, max_steps=3)
-    more.fit(resumed, data, ckpt_path=path, weights_only=False)
+    more.fit(resumed, data, ckpt_path=path, weights_only=True)
     assert more.global_step == 3
     torch.testing.assert_close(resumed.loss.log_prior, model.loss.log_prior)
 
@@ -256,9 +257,9 @@ def test_counts_given_to_the_loss_serve_a_datamodule_without_them(tmp_path):
     "model_options,data_options,match",
     [
         ({"loss": losses.PaCo(0.2, class_counts=[1, 1, 1])}, {"reported": [30, 12, 6]}, "class_counts disagree"),
-        ({}, {"reported": [30, 12]}, "train_class_counts\\(\\) has 2 classes but the classifier has 3"),
-        ({"num_classes": 4}, {}, "model.num_classes is 4 but the datamodule has 3 classes"),
-        ({"loss": losses.PaCo(0.2, class_counts=[5, 5, 5, 5])}, None, "class_counts have 4 classes but the classifier has 3"),
+        ({}, {"reported": [30, 12]}, "train_class_counts\\(\\) has 2 classes but PaCo's centres have 3"),
+        ({"loss": losses.PaCo(0.2, num_classes=4)}, {}, "PaCo: num_classes is 4 but the datamodule has 3 classes"),
+        ({"loss": losses.PaCo(0.2, class_counts=[5, 5, 5, 5])}, None, "PaCo: num_classes is 4 but the datamodule has 3"),
     ],
     ids=["counts-disagree", "counts-width", "num-classes", "loss-counts-width"],
 )
@@ -269,5 +270,24 @@ def test_inconsistent_class_information_is_a_config_error(model_options, data_op
 
 
 def test_bad_num_classes_is_a_config_error():
-    with pytest.raises(ConfigError, match="num_classes"):
-        build(num_classes=1)
+    with pytest.raises(ConfigError, match="PaCo: num_classes"):
+        losses.PaCo(0.2, num_classes=1)
+
+
+def test_a_checkpoint_from_before_the_centres_moved_into_the_loss_still_loads():
+    """Catches PaCo checkpoints of the previous layout (the centres as the method's ``classifier.*``)
+    refused by ``--ckpt_path``'s check or by the state-dict load."""
+    from ssl_app.checkpointing import check_state_dict
+
+    model = build(num_classes=3, loss=losses.PaCo(0.2, class_counts=TINY_COUNTS))
+    old_layout = {
+        ("classifier." + key[len("loss.classifier.") :] if key.startswith("loss.classifier.") else key): value
+        for key, value in model.state_dict().items()
+    }
+    assert "classifier.weight" in old_layout and "loss.classifier.weight" not in old_layout
+    fresh = build(loss=losses.PaCo(0.2))
+    check_state_dict({"state_dict": old_layout, "hyper_parameters": {}}, fresh, "old.ckpt")
+    checkpoint = {"state_dict": dict(old_layout)}
+    fresh.on_load_checkpoint(checkpoint)
+    fresh.load_state_dict(checkpoint["state_dict"])
+    torch.testing.assert_close(fresh.loss.classifier.weight, model.loss.classifier.weight)

@@ -44,7 +44,7 @@ def make_batch(size: int) -> tuple:
 
 def loss_and_grads(model: SimCLR, batch: tuple) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     contrast = model.contrast(batch)
-    loss = model.loss(contrast.sim, contrast.pos_mask, contrast.neg_mask)
+    loss = model.loss(contrast).value
     loss.backward()
     return loss.detach(), {name: p.grad.detach().clone() for name, p in model.named_parameters()}
 
