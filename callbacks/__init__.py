@@ -5,17 +5,15 @@
   effective rank on clean embeddings), histograms, a figure, and a collapse alarm with history.
 - ``KNNMonitor``: weighted kNN accuracy against the train split.
 - ``LongTailAccuracy``: a classifier's top-1 overall and on many/medium/few-shot classes (``lt/*``).
-"""
 
-import warnings
+They log values that are identical on every rank (``sync_dist=False``); under DDP Lightning
+advises an epoch-level sync for such values, which ``python -m ssl_app`` silences for the
+``metrics/`` and ``lt/`` tags while it runs (``ssl_app.cli.identical_value_advice_silenced``).
+Importing this package changes no global state, the warnings filter included.
+"""
 
 from callbacks.embedding_metrics import EmbeddingMetrics, embedding_report
 from callbacks.knn import KNNMonitor
 from callbacks.long_tail import LongTailAccuracy
-
-# The callbacks log values that are identical on every rank by construction (gathered inputs,
-# metrics that all-reduce), so the epoch-level sync Lightning advises would change nothing;
-# silence that advice for their ``metrics/`` and ``lt/`` tags only.
-warnings.filterwarnings("ignore", message=r"It is recommended to use `self\.log\('(metrics|lt)/")
 
 __all__ = ["EmbeddingMetrics", "KNNMonitor", "LongTailAccuracy", "embedding_report"]

@@ -27,7 +27,7 @@ from callbacks.gather import SampleBuffer, Samples
 from callbacks.plots import find_tensorboard, similarity_figure
 from ssl_app.checkpointing import first_nonfinite
 from ssl_app.errors import ConfigError, NonFiniteError
-from ssl_app.metrics import EMBEDDING_METRICS, EmbeddingInputs, EmbeddingReport, evaluate_metrics
+from ssl_app.metrics import DEFAULT_TOP_K, EmbeddingInputs, EmbeddingReport, evaluate_metrics, registered_fields
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +38,7 @@ def embedding_report(
     za: Tensor,
     zb: Tensor,
     labels: Tensor,
-    top_k: int = 10,
+    top_k: int = DEFAULT_TOP_K,
     clean: Tensor | None = None,
     clean_labels: Tensor | None = None,
 ) -> EmbeddingReport:
@@ -74,9 +74,9 @@ def inputs_table(top_k: int, uniformity_inputs: UniformityInputs) -> str:
     clean = "clean (eval-transform) embeddings" if uniformity_inputs == "clean" else "first augmented view"
     words = {"clean": clean, "views": "two augmented views", "labels": "labels"}
     rows = ["| tag | formula | inputs |", "|---|---|---|"]
-    for metric in EMBEDDING_METRICS.values():
-        inputs = " + ".join(words[name] for name in metric.reads)
-        rows += [f"| metrics/{metric.tag(name, top_k)} | {metric.formula} | {inputs} |" for name in metric.tags]
+    for metric, name in registered_fields():
+        inputs = " + ".join(words[read] for read in metric.reads)
+        rows.append(f"| metrics/{metric.tag(name, top_k)} | {metric.formula(name, top_k)} | {inputs} |")
     rows.append("| metrics/nonfinite | embeddings with a NaN/inf entry (left out of the rest) | all |")
     return "\n".join(rows)
 
@@ -164,7 +164,7 @@ class EmbeddingMetrics(Callback):
         split: Literal["train", "val", "test"] | None = None,
         every_n_epochs: int = 1,
         max_samples: int | None = None,
-        top_k: int = 10,
+        top_k: int = DEFAULT_TOP_K,
         uniformity_inputs: UniformityInputs = "clean",
         log_histograms: bool = True,
         collapse_uniformity: float | None = 0.05,

@@ -13,6 +13,7 @@ from lightning.pytorch.utilities import rank_zero_warn
 from callbacks.embedding_pass import Features, embed_split, encoder, require_embedding_dataloader
 from ssl_app.checks import check_int, check_optional_int
 from ssl_app.metrics import WeightedKNNAccuracy
+from ssl_app.metrics.knn import DEFAULT_K, DEFAULT_TEMPERATURE
 
 
 class KNNMonitor(Callback):
@@ -39,8 +40,8 @@ class KNNMonitor(Callback):
 
     def __init__(
         self,
-        k: int = 200,
-        temperature: float = 0.07,
+        k: int = DEFAULT_K,
+        temperature: float = DEFAULT_TEMPERATURE,
         every_n_epochs: int = 1,
         max_train_samples: Optional[int] = None,
         features: Features = "projection",

@@ -25,6 +25,7 @@ import re
 import shutil
 import signal
 import sys
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -36,6 +37,7 @@ import yaml
 from jsonargparse import Namespace
 from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.fabric.utilities.rank_zero import rank_zero_only
+from lightning.fabric.utilities.warnings import PossibleUserWarning
 from lightning.pytorch import LightningDataModule, LightningModule
 from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
@@ -467,6 +469,24 @@ def signals_before_training(recorder: RunRecorder) -> Iterator[None]:
         yield
 
 
+#: Lightning's advice to sync a value logged per epoch under DDP, for the tags the metric callbacks log.
+IDENTICAL_VALUE_ADVICE = r"It is recommended to use `self\.log\('(metrics|lt)/"
+
+
+@contextmanager
+def identical_value_advice_silenced() -> Iterator[None]:
+    """While the CLI runs, ignore Lightning's advice to sync the ``metrics/`` and ``lt/`` values.
+
+    The callbacks (``callbacks.EmbeddingMetrics``, ``KNNMonitor``, ``LongTailAccuracy``) log values
+    that are identical on every rank by construction (gathered inputs, metrics that all-reduce), so
+    the sync would change nothing and the advice, once per tag, is noise. The filter is the CLI's:
+    it is removed when the run ends, and importing ``callbacks`` installs nothing.
+    """
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=IDENTICAL_VALUE_ADVICE, category=PossibleUserWarning)
+        yield
+
+
 def _family(plan: RunPlan, logger_args: Optional[Namespace]) -> Optional[tuple[Path, str]]:
     """Where this command's runs live and which folder names belong to it: ``(root, glob)``."""
     if plan.kind == "linear" and plan.parent is not None:
@@ -626,7 +646,7 @@ def main(args: list[str] | None = None) -> LightningCLI:
     recorder = RunRecorder()
     argv = list(sys.argv[1:] if args is None else args)
     try:
-        with signals_before_training(recorder):
+        with signals_before_training(recorder), identical_value_advice_silenced():
             return SSLCLI(
                 LightningModule,  # any method of ssl_app.methods, or ssl_app.evaluation.LinearProbe
                 LightningDataModule,

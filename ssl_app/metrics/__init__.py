@@ -21,6 +21,8 @@ from ssl_app.metrics.embedding import (
 )
 from ssl_app.metrics.rank import effective_rank
 from ssl_app.metrics.registry import (
+    CALLBACK_TAGS,
+    DEFAULT_TOP_K,
     EMBEDDING_METRICS,
     EmbeddingInputs,
     EmbeddingMetric,
@@ -28,10 +30,13 @@ from ssl_app.metrics.registry import (
     drop_nonfinite,
     evaluate_metrics,
     register,
+    registered_fields,
 )
 from ssl_app.metrics.sharding import resolve_world, row_range
 
 __all__ = [
+    "CALLBACK_TAGS",
+    "DEFAULT_TOP_K",
     "EMBEDDING_METRICS",
     "EmbeddingInputs",
     "EmbeddingMetric",
@@ -43,6 +48,7 @@ __all__ = [
     "evaluate_metrics",
     "positive_and_topk_negatives",
     "register",
+    "registered_fields",
     "resolve_world",
     "row_range",
     "tolerance",

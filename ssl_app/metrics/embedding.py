@@ -21,10 +21,10 @@ import math
 from typing import NamedTuple
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 from ssl_app.metrics.pairs import pair_blocks, pair_count, pair_tiles
+from ssl_app.metrics.rows import accumulation_dtype, check_chunk, check_rows, unit_rows
 from ssl_app.metrics.sharding import all_gather_rows, all_logsumexp, all_reduce_sum, resolve_world, row_range
 
 # Column tile of the uniformity blocks: cache-sized and deliberately not a power of two
@@ -56,16 +56,16 @@ def alignment(za: Tensor, zb: Tensor, alpha: float = 2.0) -> Tensor:
     0-d tensor. O(N·d) in chunks of 16384 rows, so not sharded: every rank simply computes it on
     what it is given.
     """
-    _check_rows("za", za, 1)
-    _check_rows("zb", zb, 1)
+    check_rows("za", za, 1)
+    check_rows("zb", zb, 1)
     if za.shape != zb.shape:
         raise ValueError(f"za and zb must have the same shape, got {tuple(za.shape)} and {tuple(zb.shape)}")
     if not isinstance(alpha, (int, float)) or not alpha > 0:
         raise ValueError(f"alpha must be > 0, got {alpha!r}")
     with torch.autocast(za.device.type, enabled=False):
-        total = torch.zeros((), dtype=_acc_dtype(za), device=za.device)
+        total = torch.zeros((), dtype=accumulation_dtype(za), device=za.device)
         for a in range(0, za.shape[0], _ROW_CHUNK):  # O(chunk·d) extra memory
-            ua, ub = _unit(za[a : a + _ROW_CHUNK]), _unit(zb[a : a + _ROW_CHUNK])
+            ua, ub = unit_rows(za[a : a + _ROW_CHUNK]), unit_rows(zb[a : a + _ROW_CHUNK])
             total += (ua - ub).norm(dim=1).pow(alpha).sum(dtype=total.dtype)
         return total / za.shape[0]
 
@@ -100,14 +100,14 @@ def uniformity(
         chunk_size: anchor rows per block.
         rank, world_size: see the module docstring.
     """
-    _check_rows("z", z, 2)
+    check_rows("z", z, 2)
     if not isinstance(t, (int, float)) or not t > 0:
         raise ValueError(f"t must be > 0, got {t!r}")
-    chunk = _check_chunk(chunk_size, _UNIFORMITY_CHUNK)
+    chunk = check_chunk(chunk_size, _UNIFORMITY_CHUNK)
     rank, world_size = resolve_world(rank, world_size)
     n = z.shape[0]
     with torch.autocast(z.device.type, enabled=False):
-        u = _unit(z)
+        u = unit_rows(z)
         blocks = pair_blocks(n, world_size, chunk)
         per_rank = len(blocks) // world_size  # this rank's blocks cover its row_range
         log_sum, _ = _uniformity_blocks(u, float(t), blocks, rank * per_rank, (rank + 1) * per_rank)
@@ -117,7 +117,7 @@ def uniformity(
 
 def _uniformity_blocks(u: Tensor, t: float, blocks: list[tuple[int, int]], first: int, last: int) -> tuple[Tensor, int]:
     """``(log Σ exp(2t·u_i·u_j), pair count)`` over the pairs of ``blocks[first:last]`` (see ``pairs``)."""
-    acc = _acc_dtype(u)
+    acc = accumulation_dtype(u)
     log_sum = torch.tensor(float("-inf"), dtype=acc, device=u.device)
     rows, rows_start = None, None
     for tile in pair_tiles(blocks, first, last, _TILE_COLS):
@@ -164,19 +164,19 @@ def tolerance(
         labels: [N] integer class labels, any values.
         chunk_size, rank, world_size: see the module docstring.
     """
-    _check_rows("z", z, 1)
+    check_rows("z", z, 1)
     if not isinstance(labels, Tensor) or labels.dim() != 1 or labels.shape[0] != z.shape[0]:
         shape = tuple(labels.shape) if isinstance(labels, Tensor) else type(labels).__name__
         raise ValueError(f"labels must be a 1-D tensor of length N={z.shape[0]} (rows of z), got {shape}")
     if labels.is_floating_point() or labels.is_complex() or labels.dtype == torch.bool:
         raise ValueError(f"labels must be an integer tensor, got {labels.dtype}")
-    chunk = _check_chunk(chunk_size, _ROW_CHUNK)
+    chunk = check_chunk(chunk_size, _ROW_CHUNK)
     rank, world_size = resolve_world(rank, world_size)
     with torch.autocast(z.device.type, enabled=False):
         _, cls, sizes = torch.unique(labels.to(z.device), return_inverse=True, return_counts=True)
         count = (sizes * (sizes - 1)).sum().item()
         if count == 0:
-            return torch.tensor(float("nan"), dtype=_acc_dtype(z), device=z.device)
+            return torch.tensor(float("nan"), dtype=accumulation_dtype(z), device=z.device)
         # Renumber the classes with ≥ 2 members 0..C−1; singletons get −1 and are skipped.
         shared = sizes >= 2
         new_id = torch.cumsum(shared, 0) - 1
@@ -191,13 +191,13 @@ def tolerance(
 
 def _tolerance_rows(z: Tensor, cls: Tensor, num_classes: int, start: int, stop: int, chunk: int) -> Tensor:
     """[C + 1, d]: class sums of the unit rows ``[start, stop)``, then Σ ||u_i||² (column 0) of their members."""
-    acc = _acc_dtype(z)
+    acc = accumulation_dtype(z)
     sums = torch.zeros(num_classes + 1, z.shape[1], dtype=acc, device=z.device)
     for a in range(start, stop, chunk):
         b = min(a + chunk, stop)
         ids = cls[a:b]
         keep = ids >= 0
-        rows, ids = _unit(z[a:b][keep]).to(acc), ids[keep]
+        rows, ids = unit_rows(z[a:b][keep]).to(acc), ids[keep]
         sums[:-1].index_add_(0, ids, rows)
         sums[-1, 0] += (rows * rows).sum()
     return sums
@@ -228,18 +228,18 @@ def positive_and_topk_negatives(
     Returns:
         ``PositiveAndNegatives(positive [rows], negatives [rows, k])``, negatives descending.
     """
-    _check_rows("za", za, 2)
-    _check_rows("zb", zb, 2)
+    check_rows("za", za, 2)
+    check_rows("zb", zb, 2)
     if za.shape != zb.shape:
         raise ValueError(f"za and zb must have the same shape, got {tuple(za.shape)} and {tuple(zb.shape)}")
     n = za.shape[0]
     if not isinstance(k, int) or not 1 <= k <= n - 1:
         raise ValueError(f"k must be an int in [1, N-1={n - 1}], got {k!r}")
-    chunk = _check_chunk(chunk_size, max(1, _TOPK_BLOCK_ELEMENTS // n))
+    chunk = check_chunk(chunk_size, max(1, _TOPK_BLOCK_ELEMENTS // n))
     rank, world_size = resolve_world(rank, world_size)
     with torch.autocast(za.device.type, enabled=False):
         start, stop = row_range(n, rank, world_size)
-        positive, negatives = _topk_rows(za, _unit(zb), k, start, stop, chunk)
+        positive, negatives = _topk_rows(za, unit_rows(zb), k, start, stop, chunk)
         if gather:
             positive = all_gather_rows(positive, n, world_size)
             negatives = all_gather_rows(negatives, n, world_size)
@@ -253,7 +253,7 @@ def _topk_rows(za: Tensor, ub: Tensor, k: int, start: int, stop: int, chunk: int
     """
     positives, negatives = [], []
     for a in range(start, stop, chunk):
-        sim = torch.mm(_unit(za[a : min(a + chunk, stop)]).to(ub.dtype), ub.T)
+        sim = torch.mm(unit_rows(za[a : min(a + chunk, stop)]).to(ub.dtype), ub.T)
         diagonal = sim.diagonal(offset=a)  # sim[r, a + r] = s_ii
         positives.append(diagonal.clone())
         diagonal.fill_(float("-inf"))
@@ -262,34 +262,3 @@ def _topk_rows(za: Tensor, ub: Tensor, k: int, start: int, stop: int, chunk: int
     if not positives:  # an empty slice (more ranks than rows)
         return ub.new_empty(0), ub.new_empty(0, k)
     return torch.cat(positives), torch.cat(negatives)
-
-
-def _check_rows(name: str, z: object, min_rows: int) -> None:
-    if not isinstance(z, Tensor):
-        raise ValueError(f"{name} must be a torch.Tensor, got {type(z).__name__}")
-    if z.dim() != 2 or z.shape[1] < 1:
-        raise ValueError(f"{name} must be a 2-D [N, d] tensor with d >= 1, got shape {tuple(z.shape)}")
-    if z.shape[0] < min_rows:
-        raise ValueError(f"{name} needs at least {min_rows} rows, got shape {tuple(z.shape)}")
-    if not z.is_floating_point():
-        raise ValueError(f"{name} must be a floating-point tensor, got {z.dtype}")
-
-
-def _check_chunk(chunk_size: int | None, default: int) -> int:
-    if chunk_size is None:
-        return default
-    if not isinstance(chunk_size, int) or isinstance(chunk_size, bool) or chunk_size < 1:
-        raise ValueError(f"chunk_size must be an int >= 1 or None, got {chunk_size!r}")
-    return chunk_size
-
-
-def _unit(z: Tensor) -> Tensor:
-    """Detached, L2-normalised rows in float32 (float64 if given float64)."""
-    z = z.detach()
-    if z.dtype != torch.float64:
-        z = z.float()
-    return F.normalize(z, dim=1)
-
-
-def _acc_dtype(z: Tensor) -> torch.dtype:
-    return torch.float32 if z.device.type == "mps" else torch.float64

@@ -25,6 +25,10 @@ from torchmetrics import Metric
 
 # Default block budget: rows × M similarities per block, 2^24 floats = 64 MB.
 _BLOCK_ELEMENTS = 1 << 24
+#: Wu et al.'s neighbours and vote temperature σ, the defaults here and of ``callbacks.KNNMonitor``
+#: (the report assumes them for a run whose saved config does not say).
+DEFAULT_K = 200
+DEFAULT_TEMPERATURE = 0.07
 
 
 @torch.no_grad()
@@ -33,8 +37,8 @@ def weighted_knn_predict(
     bank: Tensor,
     bank_labels: Tensor,
     num_classes: int,
-    k: int = 200,
-    temperature: float = 0.07,
+    k: int = DEFAULT_K,
+    temperature: float = DEFAULT_TEMPERATURE,
     *,
     chunk_size: Optional[int] = None,
 ) -> Tensor:
@@ -95,8 +99,8 @@ class WeightedKNNAccuracy(Metric):
     def __init__(
         self,
         num_classes: int,
-        k: int = 200,
-        temperature: float = 0.07,
+        k: int = DEFAULT_K,
+        temperature: float = DEFAULT_TEMPERATURE,
         chunk_size: Optional[int] = None,
         **kwargs: Any,
     ) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ssl_app.metrics.embedding import _acc_dtype, _check_chunk, _check_rows, _unit
+from ssl_app.metrics.rows import accumulation_dtype, check_chunk, check_rows, unit_rows
 from ssl_app.metrics.sharding import all_reduce_sum, resolve_world, row_range
 
 _ROW_CHUNK = 16384
@@ -38,14 +38,14 @@ def effective_rank(
         z: [N, d] embeddings, N ≥ 1 (gathered from every rank under DDP).
         chunk_size, rank, world_size: as for ``uniformity`` (see ``ssl_app.metrics.embedding``).
     """
-    _check_rows("z", z, 1)
-    chunk = _check_chunk(chunk_size, _ROW_CHUNK)
+    check_rows("z", z, 1)
+    chunk = check_chunk(chunk_size, _ROW_CHUNK)
     rank, world_size = resolve_world(rank, world_size)
     with torch.autocast(z.device.type, enabled=False):
         start, stop = row_range(z.shape[0], rank, world_size)
-        gram = torch.zeros(z.shape[1], z.shape[1], dtype=_acc_dtype(z), device=z.device)
+        gram = torch.zeros(z.shape[1], z.shape[1], dtype=accumulation_dtype(z), device=z.device)
         for a in range(start, stop, chunk):
-            rows = _unit(z[a : min(a + chunk, stop)]).to(gram.dtype)
+            rows = unit_rows(z[a : min(a + chunk, stop)]).to(gram.dtype)
             gram += rows.T @ rows
         gram = all_reduce_sum(gram, world_size)
         return spectrum_effective_rank(torch.linalg.eigvalsh(gram.cpu().double()).clamp(min=0).sqrt())

@@ -7,6 +7,12 @@ A metric reads some of the ``EmbeddingInputs`` of one evaluation and returns nam
     def _uniformity(x: EmbeddingInputs) -> dict[str, Tensor]:
         return {"uniformity": uniformity(x.clean)}
 
+Each field is logged as the scalar ``metrics/<tag>`` (its mean) and becomes a column of the
+Table-1 report (``ssl_app.report.summary``) with its formula as the column's meaning: one
+decorator is all a new metric needs. A tag belongs to one field only: ``register`` refuses a
+field or tag that another metric, or a callback beside the registry (``CALLBACK_TAGS``),
+already logs.
+
 ``evaluate_metrics`` runs every registered metric and returns an ``EmbeddingReport`` in which
 every declared field is present (NaN when the inputs were too few), so a consumer never meets
 a missing key. What the inputs are:
@@ -25,6 +31,7 @@ rank and the metric functions shard their own work.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Literal
@@ -32,11 +39,25 @@ from typing import Literal
 import torch
 from torch import Tensor
 
+from ssl_app.errors import ConfigError
 from ssl_app.metrics.embedding import alignment, positive_and_topk_negatives, tolerance, uniformity
 from ssl_app.metrics.rank import effective_rank
 
 Input = Literal["clean", "views", "labels"]
 INPUTS: tuple[Input, ...] = ("clean", "views", "labels")
+
+#: Hardest negatives per anchor unless the callback's ``top_k`` says otherwise (Wang & Liu: 10).
+DEFAULT_TOP_K = 10
+#: The ``metrics/`` tags that callbacks log beside the registered metrics, and who logs them: no
+#: registered field may take one.
+CALLBACK_TAGS: Mapping[str, str] = {
+    "nonfinite": "callbacks.EmbeddingMetrics (non-finite embeddings)",
+    "collapsed": "callbacks.EmbeddingMetrics (collapse alarm)",
+    "inputs": "callbacks.EmbeddingMetrics (text: each tag's inputs)",
+    "knn_acc": "callbacks.KNNMonitor",
+}
+#: A tag's only placeholder: ``{k}``, replaced by ``top_k``.
+_TAG = re.compile(r"(?:[A-Za-z0-9_.-]|\{k\})+")
 
 
 @dataclass(frozen=True)
@@ -51,7 +72,7 @@ class EmbeddingInputs:
     labels: Tensor
     view_a: Tensor
     view_b: Tensor
-    top_k: int = 10
+    top_k: int = DEFAULT_TOP_K
 
     def rows(self, name: Input) -> int:
         """How many samples the input ``name`` holds (labels: how many are labelled)."""
@@ -69,39 +90,104 @@ Compute = Callable[[EmbeddingInputs], Mapping[str, Tensor]]
 class EmbeddingMetric:
     """A registered metric: ``compute`` reads ``reads`` and returns the fields of ``tags``.
 
-    ``tags`` maps each field to its log name (``{k}`` is replaced by ``top_k``); ``formula``
-    says what it computes and from which inputs, for docs and TensorBoard descriptions.
+    ``tags`` maps each field to its log name (``{k}`` is replaced by ``top_k``); ``formulas``
+    says for each field what it computes and from which inputs (``{k}`` again ``top_k``), for the
+    docs, TensorBoard's ``metrics/inputs`` text and the report's column meanings.
     """
 
     name: str
     compute: Compute
     reads: tuple[Input, ...]
     tags: Mapping[str, str]
-    formula: str
+    formulas: Mapping[str, str]
 
     def tag(self, field_name: str, top_k: int) -> str:
         return self.tags[field_name].format(k=top_k)
+
+    def formula(self, field_name: str, top_k: int | None = None) -> str:
+        """What field ``field_name`` computes; ``{k}`` in it is ``top_k`` when given."""
+        text = self.formulas[field_name]
+        return text if top_k is None else text.replace("{k}", str(top_k))
 
 
 EMBEDDING_METRICS: dict[str, EmbeddingMetric] = {}
 
 
 def register(
-    name: str, *, reads: tuple[Input, ...], formula: str, tags: Mapping[str, str] | None = None
+    name: str,
+    *,
+    reads: tuple[Input, ...],
+    formula: str | Mapping[str, str],
+    tags: Mapping[str, str] | None = None,
 ) -> Callable[[Compute], Compute]:
-    """Decorator: add ``compute`` to ``EMBEDDING_METRICS`` under ``name`` (fields: ``tags`` keys,
-    default one field named ``name``). Metrics run in registration order."""
+    """Decorator: add ``compute`` to ``EMBEDDING_METRICS`` under ``name``. Metrics run in
+    registration order.
+
+    ``tags`` maps each field ``compute`` returns to its log tag (default: one field and tag named
+    ``name``); ``formula`` is one text for every field, or one per field. Raises ``ConfigError``
+    for unknown inputs, a name already registered, a tag with a placeholder other than ``{k}``,
+    and a field or tag already taken: by another field of this metric, by a registered metric
+    (naming both metrics and the field) or by a callback (``CALLBACK_TAGS``).
+    """
     unknown = set(reads) - set(INPUTS)
     if unknown or not reads:
-        raise ValueError(f"register({name!r}): reads must be a non-empty subset of {INPUTS}, got {reads!r}")
+        raise ConfigError(f"register({name!r}): reads must be a non-empty subset of {INPUTS}, got {reads!r}")
     if name in EMBEDDING_METRICS:
-        raise ValueError(f"register({name!r}): an embedding metric of that name is already registered")
+        raise ConfigError(f"register({name!r}): an embedding metric of that name is already registered")
+    tags = dict(tags or {name: name})
+    for field_name, tag in tags.items():
+        if not _TAG.fullmatch(tag):
+            raise ConfigError(
+                f"register({name!r}): field {field_name!r} has tag {tag!r}; a tag holds letters, digits, '_', '.', '-' "
+                "and at most the placeholder {k} (top_k)"
+            )
+    formulas = {field_name: formula for field_name in tags} if isinstance(formula, str) else dict(formula)
+    if set(formulas) != set(tags):
+        raise ConfigError(f"register({name!r}): formula must give one text per field {sorted(tags)}, got {sorted(formulas)}")
+    _check_tags_are_free(name, tags)
 
     def decorator(compute: Compute) -> Compute:
-        EMBEDDING_METRICS[name] = EmbeddingMetric(name, compute, tuple(reads), dict(tags or {name: name}), formula)
+        EMBEDDING_METRICS[name] = EmbeddingMetric(name, compute, tuple(reads), tags, formulas)
         return compute
 
     return decorator
+
+
+def _check_tags_are_free(name: str, tags: Mapping[str, str]) -> None:
+    """Raise ``ConfigError`` when a field or tag of the metric ``name`` is already taken."""
+    taken = [(other.name, field_name, tag) for other in EMBEDDING_METRICS.values() for field_name, tag in other.tags.items()]
+    for field_name, tag in tags.items():
+        for callback_tag, owner in CALLBACK_TAGS.items():
+            if _same_tag(tag, callback_tag):
+                raise ConfigError(
+                    f"register({name!r}): field {field_name!r} would log metrics/{tag}, which {owner} already logs; "
+                    "choose another tag"
+                )
+        for other, other_field, other_tag in taken:
+            if field_name == other_field or _same_tag(tag, other_tag):
+                raise ConfigError(
+                    f"register({name!r}): field {field_name!r} (metrics/{tag}) is already taken by field {other_field!r} "
+                    f"(metrics/{other_tag}) of the registered metric {other!r}; choose another field name and tag"
+                )
+        clash = [other for other, other_tag in tags.items() if other != field_name and _same_tag(tag, other_tag)]
+        if clash:
+            raise ConfigError(f"register({name!r}): fields {field_name!r} and {clash[0]!r} share the tag metrics/{tag}")
+
+
+def _same_tag(a: str, b: str) -> bool:
+    """Whether the tag templates ``a`` and ``b`` can name the same tag for some ``top_k``
+    (``top{k}_neg_sim`` and ``top5_neg_sim`` do, at k = 5)."""
+
+    def pattern(tag: str) -> str:
+        return r"\d+".join(re.escape(part) for part in tag.split("{k}"))
+
+    return bool(re.fullmatch(pattern(a), b.replace("{k}", "1")) or re.fullmatch(pattern(b), a.replace("{k}", "1")))
+
+
+def registered_fields() -> list[tuple[EmbeddingMetric, str]]:
+    """``(metric, field)`` of every registered field, in registration order: each is logged as
+    the scalar ``metrics/<metric.tag(field, top_k)>``."""
+    return [(metric, field_name) for metric in EMBEDDING_METRICS.values() for field_name in metric.tags]
 
 
 @dataclass
@@ -178,7 +264,7 @@ def evaluate_metrics(inputs: EmbeddingInputs, names: tuple[str, ...] | None = No
     else:
         missing = [n for n in names if n not in EMBEDDING_METRICS]
         if missing:
-            raise ValueError(f"unknown embedding metric(s) {missing}; registered: {sorted(EMBEDDING_METRICS)}")
+            raise ConfigError(f"unknown embedding metric(s) {missing}; registered: {sorted(EMBEDDING_METRICS)}")
         metrics = tuple(EMBEDDING_METRICS[n] for n in names)
     fields: dict[str, Tensor] = {}
     for metric in metrics:
@@ -211,7 +297,10 @@ def _tolerance(x: EmbeddingInputs) -> dict[str, Tensor]:
 @register(
     "positive_vs_topk_negatives",
     reads=("views",),
-    formula="s_ii = za_i·zb_i and the top-k za_i·zb_j (j ≠ i) of the two augmented views",
+    formula={
+        "pos_sim": "mean_i s_ii, s_ij = za_i·zb_j over the two augmented views",
+        "neg_sim": "mean over anchors i of its {k} largest s_ij (j ≠ i), s_ij = za_i·zb_j over the two augmented views",
+    },
     tags={"pos_sim": "pos_sim", "neg_sim": "top{k}_neg_sim"},
 )
 def _positive_vs_negatives(x: EmbeddingInputs) -> dict[str, Tensor]:

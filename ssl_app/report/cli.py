@@ -15,8 +15,8 @@ from pathlib import Path
 from ssl_app.errors import ConfigError
 from ssl_app.report.figures import FigureResult, draw_all
 from ssl_app.report.groups import group_runs
-from ssl_app.report.runs import load_study
-from ssl_app.report.summary import COLUMNS, build_rows
+from ssl_app.report.runs import RunOptions, load_study
+from ssl_app.report.summary import build_rows, fill_column, table_columns
 from ssl_app.report.table import markdown_table, write_csv
 
 TABLE_MD = "table.md"
@@ -53,11 +53,17 @@ def make_report(runs_dir: Path, out_dir: Path | None = None, title: str | None =
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    columns = "\n".join(f"  {column.header}: {column.meaning} ({column.tag})" for column in COLUMNS)
+    defaults = RunOptions()
+    shown = [fill_column(column, defaults) for column in table_columns()]
+    columns = "\n".join(f"  {column.header}: {column.meaning} ({column.tag})" for column in shown)
     parser = argparse.ArgumentParser(
         prog="python -m ssl_app.report",
         description="Table 1 (Markdown on stdout, CSV) and figures from a directory of runs.",
-        epilog=f"columns (final epoch, mean ± std over seeds):\n{columns}\nsee docs/report.md",
+        epilog=(
+            f"columns (final epoch, mean ± std over seeds):\n{columns}\n"
+            f"top-k (k={defaults.top_k}) and kNN's k and σ shown with the callbacks' defaults: the table reads each "
+            "run's own from its saved config (EmbeddingMetrics.top_k, KNNMonitor.k/temperature)\nsee docs/report.md"
+        ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("runs_dir", type=Path, metavar="RUNS_DIR", help="directory searched for run folders")

@@ -6,6 +6,7 @@ Each ``draw_*`` function returns a ``FigureResult``: the file it wrote, or why i
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,16 +18,18 @@ from matplotlib.ticker import MaxNLocator
 
 from ssl_app.report.events import Histogram
 from ssl_app.report.runs import Run
-from ssl_app.report.summary import EPOCH_TAG, Row, summarise
+from ssl_app.report.summary import EPOCH_TAG, Row, TableColumn, resolve_columns, summarise
 
 POSITIVE_TAG = "similarity/positive"
-NEGATIVE_TAG = "similarity/top10_negative"
-CURVES = (  # (tag, axis label, scale)
-    ("metrics/uniformity", "uniformity (−L_unif)", 1.0),
-    ("metrics/tolerance", "tolerance", 1.0),
-    ("metrics/knn_acc", "kNN accuracy (%)", 100.0),
-)
+NEGATIVE_TAG = "similarity/top{k}_negative"  # {k}: each run's EmbeddingMetrics.top_k
+CURVES_PER_LINE = 4  # panels per line of the metric-curves figure
 DPI = 110
+
+
+def curve_columns(rows: list[Row]) -> list[TableColumn]:
+    """The metrics drawn over epochs: every per-epoch column of the table (kNN accuracy and each
+    registered metric's field), in the table's order."""
+    return [column for column in resolve_columns(rows) if column.column.per_epoch_metric]
 
 
 @dataclass(frozen=True)
@@ -119,14 +122,16 @@ def draw_dilemma_plane(rows: list[Row], path: Path, colours: dict[str, str], tit
 
 
 def draw_similarity_distributions(rows: list[Row], path: Path, title: str | None) -> FigureResult:
-    """Positive vs top-10 negative similarity densities of the final epoch (Wang & Liu, Fig. 8).
+    """Positive vs top-k negative similarity densities of the final epoch (Wang & Liu, Fig. 8).
 
-    One panel per configuration (seeds pooled), one line of panels per loss, τ left to right.
+    One panel per configuration (seeds pooled), one line of panels per loss, τ left to right;
+    each run's k is its own ``EmbeddingMetrics.top_k``.
     """
     panels = [(row, _final(row.runs, POSITIVE_TAG), _final(row.runs, NEGATIVE_TAG)) for row in rows]
     panels = [(row, pos, neg) for row, pos, neg in panels if pos and neg]
     if not panels:
-        return FigureResult(path.name, None, f"skipped: no run logged the histograms {POSITIVE_TAG} and {NEGATIVE_TAG}")
+        negative = NEGATIVE_TAG.replace("{k}", "<k>")
+        return FigureResult(path.name, None, f"skipped: no run logged the histograms {POSITIVE_TAG} and {negative}")
     lines: dict[str, list] = defaultdict(list)
     for panel in panels:
         lines[panel[0].configuration.series].append(panel)
@@ -140,24 +145,30 @@ def draw_similarity_distributions(rows: list[Row], path: Path, title: str | None
                 continue
             row, positives, negatives = line[column]
             edges = _common_edges(positives + negatives)
-            for histograms, colour, name in ((positives, "tab:blue", "positive"), (negatives, "tab:red", "top-10 neg.")):
+            top_k = "/".join(sorted({str(run.options.top_k) for run in row.runs}, key=int))
+            for histograms, colour, name in ((positives, "tab:blue", "positive"), (negatives, "tab:red", f"top-{top_k} neg.")):
                 density, mean = _pooled_density(histograms, edges)
                 axis.stairs(density, edges, fill=True, alpha=0.5, color=colour, label=f"{name} ({mean:.3f})")
             axis.set_title(f"{row.configuration.label} (n={len(positives)})", fontsize="small")
             axis.set_xlabel("cosine similarity", fontsize="small")
             axis.legend(fontsize="x-small", loc="upper left")
-    return _save(figure, path, title, "positive vs top-10 negative similarities, final epoch")
+    return _save(figure, path, title, "positive vs top-k negative similarities, final epoch")
 
 
 def draw_metric_curves(rows: list[Row], path: Path, title: str | None) -> FigureResult:
-    """Uniformity, tolerance and kNN accuracy over epochs, one line (own colour) per
-    configuration: mean over seeds, band ± std."""
-    curves = {tag: [(row, _mean_curve(row.runs, tag, scale)) for row in rows] for tag, _, scale in CURVES}
-    if not any(curve for pairs in curves.values() for _, curve in pairs):
-        return FigureResult(path.name, None, "skipped: no run logged uniformity, tolerance or kNN accuracy")
-    figure, axes = _figure(1, len(CURVES), (5 * len(CURVES), 4.2))
-    for axis, (tag, label, _) in zip(axes, CURVES):
-        for index, (row, curve) in enumerate(curves[tag]):
+    """Every per-epoch metric (``curve_columns``: kNN accuracy and the registered metrics) over
+    epochs, one panel each, one line (own colour) per configuration: mean over seeds, band ± std."""
+    columns = curve_columns(rows)
+    curves = [[(row, _mean_curve(row.runs, column)) for row in rows] for column in columns]
+    if not any(curve for pairs in curves for _, curve in pairs):
+        return FigureResult(path.name, None, "skipped: no run logged a per-epoch metric (metrics/*)")
+    ncols = min(CURVES_PER_LINE, len(columns))
+    nrows = math.ceil(len(columns) / ncols)
+    figure, axes = _figure(nrows, ncols, (5 * ncols, 4.2 * nrows))
+    for axis in axes[len(columns) :]:
+        axis.set_visible(False)
+    for axis, column, pairs in zip(axes, columns, curves):
+        for index, (row, curve) in enumerate(pairs):
             if not curve:
                 continue
             epochs, means, stds = (np.asarray(values) for values in zip(*curve))
@@ -166,7 +177,7 @@ def draw_metric_curves(rows: list[Row], path: Path, title: str | None) -> Figure
             axis.fill_between(epochs, means - stds, means + stds, color=colour, alpha=0.15)
         axis.set_xlabel("epoch")
         axis.xaxis.set_major_locator(MaxNLocator(integer=True))
-        axis.set_ylabel(label)
+        axis.set_ylabel(column.shown.header)
         axis.grid(alpha=0.3)
     handles, labels = axes[0].get_legend_handles_labels()
     if not handles:
@@ -195,8 +206,13 @@ def _series_colours(rows: list[Row]) -> dict[str, str]:
 
 
 def _final(runs: list[Run], tag: str) -> list[Histogram]:
-    """The last histogram of ``tag`` of each run that logged one."""
-    return [run.events.histograms[tag][-1] for run in runs if run.events and run.events.histograms.get(tag)]
+    """The last histogram of ``tag`` (filled with each run's own options) of each run that logged one."""
+    found = []
+    for run in runs:
+        histograms = run.events.histograms.get(run.options.fill(tag)) if run.events else None
+        if histograms:
+            found.append(histograms[-1])
+    return found
 
 
 def _common_edges(histograms: list[Histogram], bins: int = 60) -> np.ndarray:
@@ -225,8 +241,9 @@ def _pooled_density(histograms: list[Histogram], edges: np.ndarray) -> tuple[np.
     return (pooled / (total * np.diff(edges)) if total else pooled), mean
 
 
-def _mean_curve(runs: list[Run], tag: str, scale: float) -> list[tuple[float, float, float]]:
-    """``(epoch, mean, std)`` over the runs that logged ``tag`` at that epoch (std 0 for one run).
+def _mean_curve(runs: list[Run], column: TableColumn) -> list[tuple[float, float, float]]:
+    """``(epoch, mean, std)`` of ``column`` (scaled) over the runs that logged its tag at that
+    epoch (std 0 for one run); each run's tag is read with its own options.
 
     The epoch of a value is the ``epoch`` scalar logged at its step, else its position.
     """
@@ -235,9 +252,9 @@ def _mean_curve(runs: list[Run], tag: str, scale: float) -> list[tuple[float, fl
         if run.events is None:
             continue
         epoch_at = dict(run.events.scalars.get(EPOCH_TAG, []))
-        for position, (step, value) in enumerate(run.events.scalars.get(tag, [])):
+        for position, (step, value) in enumerate(run.events.scalars.get(column.column.tag_of(run), [])):
             if np.isfinite(value):
-                by_epoch[epoch_at.get(step, position)].append(value * scale)
+                by_epoch[epoch_at.get(step, position)].append(value * column.column.scale)
     curve = []
     for epoch in sorted(by_epoch):
         stat = summarise(by_epoch[epoch])

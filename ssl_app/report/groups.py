@@ -27,8 +27,9 @@ METHOD_CLASS = "model.class_path"
 # Keys that never separate configurations: the repetition, and where a run was written or what it resumed
 # from (ssl_app.runs.identity.WHERE_KEYS).
 IGNORED_KEYS = ("seed_everything", *WHERE_KEYS)
-# Loss hyper-parameters shown in every label, with the paper's symbols, in this order.
-LOSS_SYMBOLS = {"temperature": "τ", "num_negatives": "K", "quantile": "α", "lam": "λ"}
+# Loss hyper-parameters shown in every label, with their symbols, in this order: the paper's τ, K, λ,
+# and q for HardContrastive's quantile (not α, which names PaCo's alpha).
+LOSS_SYMBOLS = {"temperature": "τ", "num_negatives": "K", "quantile": "q", "lam": "λ"}
 # Other differing settings join a label in this order of key prefix, at most MAX_EXTRA_PARTS of
 # them, and only when short (a differing callbacks list still separates rows, see `_label`).
 KEY_PRIORITY = ("model.", "data.", "trainer.")

@@ -11,11 +11,15 @@ A run's evaluations live inside it (``<run>/evaluations/``): ``validate_<n>``/``
 never read as runs (nor as seeds), and the newest finished ``linear_<n>`` probe gives the run its
 ``linear/top1``. A probe written elsewhere (``--attach_to_run=false``) joins the run its record
 names as ``parent``. Records of evaluations whose run is not in the report are listed apart.
-Nothing here needs the trainer.
+A run's saved config also says how its callbacks named and measured what they logged
+(``RunOptions``: the top-k of ``metrics/top{k}_neg_sim``, kNN's k and σ); the report reads each
+run's tags with its own options. Nothing here needs the trainer.
 """
 
 from __future__ import annotations
 
+import math
+import numbers
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +28,8 @@ from typing import Any
 import yaml
 
 from ssl_app.errors import ConfigError
+from ssl_app.metrics.knn import DEFAULT_K, DEFAULT_TEMPERATURE
+from ssl_app.metrics.registry import DEFAULT_TOP_K
 from ssl_app.report.events import EventData, read_events
 from ssl_app.runs.layout import (
     CONFIG_FILE,
@@ -35,6 +41,31 @@ from ssl_app.runs.layout import (
     read_sweep_point,
 )
 from ssl_app.runs.record import DONE, RECORD_FILE, RecordError, RunRecord, effective_status, read_record
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """The callback options a run's tags and column meanings depend on, from its saved config.
+
+    ``top_k``: ``EmbeddingMetrics.top_k`` (the tags ``metrics/top{k}_neg_sim`` and
+    ``similarity/top{k}_negative``); ``knn_k``, ``knn_temperature``: ``KNNMonitor.k`` and
+    ``temperature`` (σ). A run whose config does not say has the callbacks' defaults.
+    """
+
+    top_k: int = DEFAULT_TOP_K
+    knn_k: int = DEFAULT_K
+    knn_temperature: float = DEFAULT_TEMPERATURE
+
+    def fill(self, text: str) -> str:
+        """``text`` with the placeholders ``{k}`` (top-k), ``{knn_k}`` and ``{knn_temperature}`` filled in."""
+        return fill(text, {"k": str(self.top_k), "knn_k": str(self.knn_k), "knn_temperature": f"{self.knn_temperature:g}"})
+
+
+def fill(text: str, values: dict[str, str]) -> str:
+    """Replace each ``{name}`` of ``values`` in ``text``; any other brace (a formula's ``mean_{i<j}``) stays."""
+    for name, value in values.items():
+        text = text.replace("{" + name + "}", value)
+    return text
 
 
 @dataclass
@@ -55,6 +86,7 @@ class Run:
     linear: EventData | None = None
     linear_name: str | None = None
     problems: list[str] = field(default_factory=list)
+    options: RunOptions = field(default_factory=RunOptions)
 
     @property
     def usable(self) -> bool:
@@ -167,6 +199,7 @@ def read_run(directory: Path, name: str) -> Run:
     if run.sweep is None and (directory / SWEEP_FILE).is_file():
         run.problems.append(f"{SWEEP_FILE} unreadable")
     run.config = run.record.config if run.record is not None and run.record.config else _read_config(directory, run.problems)
+    run.options = read_options(run.config, run.problems)
     if run.status != DONE:
         return run  # listed, not averaged: no need to read its events
     if has_event_file(directory):
@@ -175,6 +208,49 @@ def read_run(directory: Path, name: str) -> Run:
         run.problems.append("no event file")
     _read_probe(run)
     return run
+
+
+def callback_args(config: dict[str, Any] | None, name: str) -> dict[str, Any] | None:
+    """The ``init_args`` of the callback class ``name`` in a saved config's ``trainer.callbacks``
+    (``{}`` when it has none), or None when the config lists no such callback."""
+    callbacks = ((config or {}).get("trainer") or {}).get("callbacks") or []
+    for callback in [callbacks] if isinstance(callbacks, dict) else callbacks if isinstance(callbacks, list) else []:
+        if isinstance(callback, dict) and str(callback.get("class_path", "")).rsplit(".", 1)[-1] == name:
+            init_args = callback.get("init_args")
+            return init_args if isinstance(init_args, dict) else {}
+    return None
+
+
+def read_options(config: dict[str, Any] | None, problems: list[str]) -> RunOptions:
+    """The run's ``RunOptions`` from its config; a value the callback would have refused (a
+    hand-edited config) is a problem of the run, and the default stands in for it."""
+    defaults = RunOptions()
+    embedding = callback_args(config, "EmbeddingMetrics") or {}
+    knn = callback_args(config, "KNNMonitor") or {}
+    wanted = (
+        ("top_k", embedding, "EmbeddingMetrics", "top_k", _positive_int),
+        ("knn_k", knn, "KNNMonitor", "k", _positive_int),
+        ("knn_temperature", knn, "KNNMonitor", "temperature", _positive_number),
+    )
+    values: dict[str, Any] = {}
+    for option, args, owner, key, valid in wanted:
+        value = args.get(key)
+        if value is None:
+            continue
+        if valid(value):
+            values[option] = value
+        else:
+            default = getattr(defaults, option)
+            problems.append(f"config: {owner} {key}={value!r} is not valid (the callback would refuse it); read as {default}")
+    return RunOptions(**values)
+
+
+def _positive_int(value: Any) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool) and value >= 1
+
+
+def _positive_number(value: Any) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool) and 0 < value < math.inf
 
 
 def _read_probe(run: Run) -> None:

@@ -1,30 +1,52 @@
-"""The numbers of the table: one value per run and column, then mean ± std over seeds.
+"""The numbers of the table: its columns, one value per run and column, then mean ± std over seeds.
 
 Every value is the run's *final* one: the last logged value of a per-epoch tag (the final
 epoch), the linear evaluation's last logged value, and for the per-step
 ``loss/effective_negatives`` the mean over the steps of the final epoch.
+
+Where the columns come from (``table_columns``), in this order:
+
+1. Table 1 of Wang & Liu (``TABLE_ORDER``): linear top-1, kNN, uniformity, tolerance,
+   alignment, positive similarity, top-k negative similarity, effective negatives;
+2. then every other field of the metric registry (``ssl_app.metrics.registry``), in
+   registration order (effective rank, and any metric registered later).
+
+A registered field is a column with no edit here: its tag is ``metrics/<tag>``, its meaning the
+registered formula, its header the tag with spaces (``HEADERS`` keeps the paper's short ones).
+The columns that are not registered metrics are declared once, in ``OWN_COLUMNS``. A column's
+texts may hold ``{k}`` (``EmbeddingMetrics.top_k``), ``{knn_k}`` and ``{knn_temperature}``
+(``KNNMonitor``'s k and σ): each run's tag is read with its own saved options
+(``ssl_app.report.runs.RunOptions``), and ``resolve_columns`` fills the texts for a table.
 """
 
 from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from ssl_app.errors import ConfigError
+from ssl_app.metrics.registry import registered_fields
 from ssl_app.report.events import EventData
 from ssl_app.report.groups import Configuration
-from ssl_app.report.runs import Run
+from ssl_app.report.runs import Run, RunOptions, fill
 
 EPOCH_TAG = "epoch"  # Lightning logs the epoch index at every step it logs anything
+#: How a placeholder reads in a column whose runs differ in it.
+SYMBOLS = {"k": "k", "knn_k": "k", "knn_temperature": "σ"}
+#: Which callback option each placeholder is, for the note on runs that differ.
+OPTION_NAMES = {"k": "EmbeddingMetrics.top_k", "knn_k": "KNNMonitor.k", "knn_temperature": "KNNMonitor.temperature"}
 
 
 @dataclass(frozen=True)
 class Column:
     """One column of the table.
 
-    ``tag`` is read from the run's events (``source="run"``) or from its ``linear/`` events
-    (``source="linear"``); the value shown is ``scale ×`` the final value (see ``final_value``),
-    with ``digits`` decimals.
+    ``key`` names the column's values (``Row.values``) and, filled, its CSV fields
+    (``<key>_mean``, …). ``tag`` is read from the run's events (``source="run"``) or from its
+    ``linear/`` events (``source="linear"``); the value shown is ``scale ×`` the final value
+    (see ``final_value``), with ``digits`` decimals. ``key``, ``header``, ``tag`` and ``meaning``
+    may hold the placeholders of ``RunOptions.fill``.
     """
 
     key: str
@@ -36,18 +58,29 @@ class Column:
     digits: int = 3
     per_step: bool = False
 
+    def tag_of(self, run: Run) -> str:
+        """The tag this column reads in ``run``: ``tag`` with the run's own options filled in."""
+        return run.options.fill(self.tag)
+
     def value(self, run: Run) -> float | None:
         """This column's number for one run, or None when the run did not log it (or logged NaN)."""
         events = run.linear if self.source == "linear" else run.events
         if events is None:
             return None
-        value = final_epoch_mean(events, self.tag) if self.per_step else events.last(self.tag)
+        tag = self.tag_of(run)
+        value = final_epoch_mean(events, tag) if self.per_step else events.last(tag)
         if value is None or not math.isfinite(value):
             return None
         return value * self.scale
 
+    @property
+    def per_epoch_metric(self) -> bool:
+        """A per-epoch value of the training run: drawn as a curve over epochs."""
+        return self.source == "run" and not self.per_step
 
-COLUMNS = (
+
+# The columns that are not registered metrics: the linear probe, the kNN monitor, the loss's diagnostic.
+OWN_COLUMNS = (
     Column(
         "linear_top1",
         "linear top-1 (%)",
@@ -57,15 +90,13 @@ COLUMNS = (
         scale=100.0,
         digits=2,
     ),
-    Column("knn_acc", "kNN (%)", "metrics/knn_acc", "weighted kNN accuracy (k=200, σ=0.07), %", scale=100.0, digits=2),
     Column(
-        "uniformity", "uniformity", "metrics/uniformity", "−L_unif, higher is more uniform (≈3.94 for random points on S^127)"
-    ),
-    Column("tolerance", "tolerance", "metrics/tolerance", "mean similarity of same-class pairs of different images"),
-    Column("alignment", "alignment", "metrics/alignment", "mean ‖z_a − z_b‖² over two views, 0 = views coincide"),
-    Column("pos_sim", "pos. sim.", "metrics/pos_sim", "mean positive similarity s_ii"),
-    Column(
-        "top10_neg_sim", "top-10 neg. sim.", "metrics/top10_neg_sim", "mean of each sample's 10 largest negative similarities"
+        "knn_acc",
+        "kNN (%)",
+        "metrics/knn_acc",
+        "weighted kNN accuracy (k={knn_k}, σ={knn_temperature}) against the train split, %",
+        scale=100.0,
+        digits=2,
     ),
     Column(
         "effective_negatives",
@@ -76,6 +107,111 @@ COLUMNS = (
         per_step=True,
     ),
 )
+# Table 1's columns, in its order, by key (a registered field's key is its tag template).
+TABLE_ORDER = (
+    "linear_top1",
+    "knn_acc",
+    "uniformity",
+    "tolerance",
+    "alignment",
+    "pos_sim",
+    "top{k}_neg_sim",
+    "effective_negatives",
+)
+# Short headers of registered fields (by tag template); any other field's header is its tag with spaces.
+HEADERS = {"pos_sim": "pos. sim.", "top{k}_neg_sim": "top-{k} neg. sim."}
+
+
+def registry_columns() -> list[Column]:
+    """One column per field of the metric registry, in registration order."""
+    columns = []
+    for metric, field_name in registered_fields():
+        tag = metric.tags[field_name]
+        header = HEADERS.get(tag, tag.replace("_", " "))
+        columns.append(Column(tag, header, f"metrics/{tag}", metric.formula(field_name)))
+    return columns
+
+
+def table_columns() -> list[Column]:
+    """Every column of the table, in the order of the module docstring (read from the registry
+    now, so a metric registered at any time is a column)."""
+    own = {column.key: column for column in OWN_COLUMNS}
+    registered = registry_columns()
+    for column in registered:
+        if column.key in own:
+            raise ConfigError(
+                f"the registered metric tag {column.key!r} is also the key of the report's own column "
+                f"{own[column.key].header!r}; register it under another tag"
+            )
+    by_key = own | {column.key: column for column in registered}
+    first = [by_key[key] for key in TABLE_ORDER if key in by_key]
+    return first + [column for column in registered if column.key not in TABLE_ORDER]
+
+
+def placeholders(column: Column) -> list[str]:
+    """The run options (``RunOptions.fill``'s names) that a column's texts depend on."""
+    texts = (column.key, column.header, column.tag, column.meaning)
+    return [name for name in SYMBOLS if any("{" + name + "}" in text for text in texts)]
+
+
+def fill_column(column: Column, options: RunOptions) -> Column:
+    """The column with the placeholders of its texts filled with ``options``."""
+    return _filled(column, options.fill)
+
+
+def _filled(column: Column, with_values) -> Column:
+    return replace(
+        column,
+        key=with_values(column.key),
+        header=with_values(column.header),
+        tag=with_values(column.tag),
+        meaning=with_values(column.meaning),
+    )
+
+
+@dataclass(frozen=True)
+class TableColumn:
+    """A column as one table shows it: ``shown`` holds the filled texts (``{k}`` → 10 when every run
+    of the table shares it; otherwise → ``k``, the tag left as its template); ``differs`` says, when
+    its runs differ in an option its texts depend on, which configuration has which value (each
+    run's own tag is still read)."""
+
+    column: Column
+    shown: Column
+    differs: str = ""
+
+    @property
+    def key(self) -> str:
+        return self.column.key
+
+
+def resolve_columns(rows: list[Row], columns: list[Column] | None = None) -> list[TableColumn]:
+    """``columns`` (default: ``table_columns()``) as the table of ``rows`` shows them."""
+    resolved = []
+    for column in table_columns() if columns is None else columns:
+        names = placeholders(column)
+        if not names:
+            resolved.append(TableColumn(column, column))
+            continue
+        by_label: dict[str, set[str]] = {}
+        for row in rows:
+            for run in row.runs:
+                by_label.setdefault(row.configuration.label, set()).add(run.options.fill(_settings(names)))
+        settings = set().union(*by_label.values()) if by_label else set()
+        if len(settings) <= 1:
+            options = rows[0].runs[0].options if rows and rows[0].runs else RunOptions()
+            resolved.append(TableColumn(column, fill_column(column, options)))
+            continue
+        generic = replace(_filled(column, lambda text: fill(text, SYMBOLS)), tag=column.tag)  # the tag as a template
+        listed = "; ".join(f"{label}: {' / '.join(sorted(values))}" for label, values in by_label.items())
+        option_names = ", ".join(OPTION_NAMES[name] for name in names)
+        resolved.append(TableColumn(column, generic, f"the runs differ in {option_names} ({listed})"))
+    return resolved
+
+
+def _settings(names: list[str]) -> str:
+    """``EmbeddingMetrics.top_k={k}``-style text for the placeholders ``names`` (filled per run)."""
+    return ", ".join(f"{OPTION_NAMES[name]}={{{name}}}" for name in names)
 
 
 @dataclass(frozen=True)
@@ -111,13 +247,15 @@ def summarise(values: list[float]) -> Stat:
     return Stat(mean=statistics.fmean(values), std=statistics.stdev(values), n=len(values))
 
 
-def build_rows(configurations: list[Configuration]) -> list[Row]:
-    """One row per configuration with at least one finished run, in the given order."""
+def build_rows(configurations: list[Configuration], columns: list[Column] | None = None) -> list[Row]:
+    """One row per configuration with at least one finished run, in the given order, with a value
+    per run for every column (default: ``table_columns()``)."""
+    columns = table_columns() if columns is None else columns
     rows = []
     for configuration in configurations:
         runs = configuration.usable_runs
         if runs:
-            rows.append(Row(configuration, runs, {column.key: [column.value(run) for run in runs] for column in COLUMNS}))
+            rows.append(Row(configuration, runs, {column.key: [column.value(run) for run in runs] for column in columns}))
     return rows
 
 

@@ -7,8 +7,8 @@ import io
 from pathlib import Path
 
 from ssl_app.report.groups import Configuration
-from ssl_app.report.runs import Evaluation, Run
-from ssl_app.report.summary import COLUMNS, EPOCH_TAG, Row, Stat
+from ssl_app.report.runs import Evaluation, Run, callback_args
+from ssl_app.report.summary import EPOCH_TAG, Row, Stat, TableColumn, resolve_columns
 from ssl_app.runs.record import DONE, UNKNOWN
 
 COLLAPSED_TAG = "metrics/collapsed"
@@ -40,25 +40,31 @@ def format_stat(stat: Stat, digits: int) -> str:
 def markdown_table(
     rows: list[Row], configurations: list[Configuration], title: str | None = None, orphans: list[Evaluation] | None = None
 ) -> str:
-    """The table, its footnotes and a one-line legend, as Markdown. ``orphans``: evaluation records
-    whose run is not among the report's runs (listed in one note)."""
+    """The table, its footnotes, a one-line legend and what each column is, as Markdown.
+    ``orphans``: evaluation records whose run is not among the report's runs (listed in one note)."""
     notes = Footnotes()
-    absent = [column for column in COLUMNS if all(row.stat(column.key).n == 0 for row in rows)]
+    columns = resolve_columns(rows)
+    absent = [column for column in columns if all(row.stat(column.key).n == 0 for row in rows)]
     absent_marker = (
-        notes.add(", ".join(f"`{column.tag}`" for column in absent) + " logged by no run: those columns are empty.")
+        notes.add(", ".join(f"`{column.shown.tag}`" for column in absent) + " logged by no run: those columns are empty.")
         if absent
         else ""
     )
-    header = ["configuration", "n"] + [
-        f"{column.header} {absent_marker}" if column in absent else column.header for column in COLUMNS
-    ]
+    header = ["configuration", "n"]
+    for column in columns:
+        markers = [absent_marker] if column in absent else []
+        if column.differs:
+            markers.append(
+                notes.add(f"{column.shown.header}: {column.differs}; each run's value is its own `{column.column.tag}`.")
+            )
+        header.append(" ".join([column.shown.header, *markers]))
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for row in rows:
         markers = [notes.add(text) for text in _configuration_notes(row.configuration)]
         cells = [" ".join([row.configuration.label, *markers]), str(row.n)]
-        missing_markers = _missing_value_notes(row, notes, skip=absent)
-        for column in COLUMNS:
-            cell = format_stat(row.stat(column.key), column.digits)
+        missing_markers = _missing_value_notes(row, columns, notes, skip=absent)
+        for column in columns:
+            cell = format_stat(row.stat(column.key), column.shown.digits)
             cells.append(f"{cell} {missing_markers.get(column.key, '')}".strip())
         lines.append("| " + " | ".join(cells) + " |")
     with_rows = {id(row.configuration) for row in rows}
@@ -71,10 +77,15 @@ def markdown_table(
         notes.add(f"evaluations whose training run is not under this folder, not in the table: {listed}.")
     parts = [f"## {title}", ""] if title else []
     parts += lines
-    parts += ["", LEGEND]
+    parts += ["", LEGEND, "", *column_glossary(columns)]
     if notes.notes:
         parts += ["", notes.markdown()]
     return "\n".join(parts) + "\n"
+
+
+def column_glossary(columns: list[TableColumn]) -> list[str]:
+    """One Markdown list line per column: its header, what the number is, and the tag it is read from."""
+    return [f"- {column.shown.header}: {column.shown.meaning} (`{column.shown.tag}`)" for column in columns]
 
 
 LEGEND = (
@@ -85,14 +96,16 @@ LEGEND = (
 
 
 def write_csv(rows: list[Row], path: Path) -> None:
-    """One line per row: configuration, n, then ``<column>_mean``, ``_std``, ``_n`` (empty when absent)."""
+    """One line per row: configuration, n, then ``<column>_mean``, ``_std``, ``_n`` (empty when absent),
+    ``<column>`` the column's key as the table shows it (``top10_neg_sim``)."""
     path.parent.mkdir(parents=True, exist_ok=True)
+    columns = resolve_columns(rows)
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(["configuration", "n"] + [f"{c.key}_{part}" for c in COLUMNS for part in ("mean", "std", "n")])
+    writer.writerow(["configuration", "n"] + [f"{c.shown.key}_{part}" for c in columns for part in ("mean", "std", "n")])
     for row in rows:
         line: list[object] = [row.configuration.label, row.n]
-        for column in COLUMNS:
+        for column in columns:
             stat = row.stat(column.key)
             line += [_number(stat.mean), _number(stat.std), stat.n]
         writer.writerow(line)
@@ -129,11 +142,7 @@ def _configuration_notes(configuration: Configuration) -> list[str]:
 
 def _uniformity_inputs(run: Run) -> str | None:
     """The ``uniformity_inputs`` option of the run's EmbeddingMetrics callback, if its config says."""
-    callbacks = ((run.config or {}).get("trainer") or {}).get("callbacks") or []
-    for callback in callbacks if isinstance(callbacks, list) else []:
-        if isinstance(callback, dict) and str(callback.get("class_path", "")).endswith("EmbeddingMetrics"):
-            return (callback.get("init_args") or {}).get("uniformity_inputs")
-    return None
+    return (callback_args(run.config, "EmbeddingMetrics") or {}).get("uniformity_inputs")
 
 
 def _collapse_note(run: Run) -> str | None:
@@ -165,22 +174,22 @@ def _describe_left_out(run: Run) -> str:
     return f"run `{run.name}` ({reason}{f', log: `{log}`' if log else ''})"
 
 
-def _missing_value_notes(row: Row, notes: Footnotes, skip: list) -> dict[str, str]:
+def _missing_value_notes(row: Row, columns: list[TableColumn], notes: Footnotes, skip: list) -> dict[str, str]:
     """One note per set of runs missing values in this row (columns in ``skip`` have their own
     note); returns each affected column's marker."""
     by_missing_runs: dict[tuple[str, ...], list] = {}
-    for column in COLUMNS:
+    for column in columns:
         if column in skip:
             continue
         missing = tuple(run.name for run, value in zip(row.runs, row.values[column.key]) if value is None)
         if missing:
             by_missing_runs.setdefault(missing, []).append(column)
     markers = {}
-    for missing, columns in by_missing_runs.items():
-        tags = ", ".join(f"`{column.tag}`" for column in columns)
+    for missing, affected in by_missing_runs.items():
+        tags = ", ".join(f"`{column.shown.tag}`" for column in affected)
         names = ", ".join(f"`{name}`" for name in missing)
         have = row.n - len(missing)
         summary = f"those cells are the mean over the other {have} of {row.n} runs" if have else "those cells are empty"
         marker = notes.add(f"{row.configuration.label}: {tags} not logged by {names}; {summary}.")
-        markers.update((column.key, marker) for column in columns)
+        markers.update((column.key, marker) for column in affected)
     return markers

@@ -10,6 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from ssl_app.errors import ConfigError
 from ssl_app.metrics import (
     EMBEDDING_METRICS,
     EmbeddingInputs,
@@ -17,6 +18,7 @@ from ssl_app.metrics import (
     drop_nonfinite,
     effective_rank,
     evaluate_metrics,
+    registered_fields,
     registry,
     tolerance,
     uniformity,
@@ -87,8 +89,11 @@ def test_each_metric_reads_the_inputs_it_declares():
 
 
 def test_scalars_are_the_logged_tags_with_k_filled_in():
-    scalars = evaluate_metrics(inputs()).scalars()
-    assert set(scalars) == {"alignment", "uniformity", "tolerance", "pos_sim", "top5_neg_sim", "effective_rank"}
+    """Catches a tag logged with its template unfilled (``top{k}_neg_sim``) or with the default k
+    instead of the inputs' top_k, and a registered field left out of the scalars."""
+    scalars = evaluate_metrics(inputs()).scalars()  # top_k = 5
+    assert set(scalars) == {metric.tag(name, 5) for metric, name in registered_fields()}
+    assert "top5_neg_sim" in scalars and not any("{" in tag or "top10" in tag for tag in scalars)
 
 
 def test_unlabelled_rows_are_left_out_of_tolerance_and_no_labels_leave_it_nan():
@@ -150,6 +155,42 @@ def test_a_new_metric_is_one_function_and_one_registration(monkeypatch):
         registry.register("other", reads=("pixels",), formula="")
 
 
+def test_a_field_or_tag_already_taken_is_refused_naming_both_metrics_and_the_field():
+    """Catches a registry that lets a second metric log a tag another already logs (one field's
+    value overwriting the other's in the report and in TensorBoard) or shadow a field name; each
+    registration is a throwaway, removed afterwards."""
+    before = dict(EMBEDDING_METRICS)
+    attempts = {
+        "same tag": ({"hardest": "top{k}_neg_sim"}, r"'hardest'.*'neg_sim'.*'positive_vs_topk_negatives'"),
+        "the tag at one k": ({"hardest": "top5_neg_sim"}, r"'hardest'.*'neg_sim'.*'positive_vs_topk_negatives'"),
+        "same field": ({"alignment": "alignment_again"}, r"'alignment'.*'alignment'.*metric 'alignment'"),
+        "a callback's tag": ({"alarm": "collapsed"}, r"'alarm'.*metrics/collapsed.*callbacks\.EmbeddingMetrics"),
+    }
+    for what, (tags, message) in attempts.items():
+        with pytest.raises(ConfigError, match=message) as refused:
+            registry.register("throwaway", reads=("views",), formula="", tags=tags)
+        assert "register('throwaway')" in str(refused.value), what
+        assert EMBEDDING_METRICS == before, what  # nothing half-registered
+    registry.register("throwaway", reads=("views",), formula="", tags={"hardest": "top{k}_hardest"})(lambda x: {})
+    try:
+        assert registry.EMBEDDING_METRICS["throwaway"].tag("hardest", 3) == "top3_hardest"  # a free tag is taken
+        with pytest.raises(ConfigError, match=r"field 'hardest' \(metrics/top\{k\}_hardest\).*metric 'throwaway'"):
+            registry.register("throwaway_2", reads=("clean",), formula="", tags={"hardest": "hardest"})
+    finally:
+        del EMBEDDING_METRICS["throwaway"]
+    assert EMBEDDING_METRICS == before
+
+
+def test_a_tag_with_another_placeholder_or_a_formula_per_unknown_field_is_refused():
+    """Catches tags that would fail only when logged (``{n}`` has no value) and formulas that
+    describe fields the metric does not have (the report's column meaning would be missing)."""
+    with pytest.raises(ConfigError, match=r"\{k\}"):
+        registry.register("throwaway", reads=("clean",), formula="", tags={"x": "top{n}_x"})
+    with pytest.raises(ConfigError, match=r"one text per field \['x'\]"):
+        registry.register("throwaway", reads=("clean",), formula={"y": ""}, tags={"x": "x"})
+    assert "throwaway" not in EMBEDDING_METRICS
+
+
 def test_a_metric_returning_undeclared_fields_is_an_error(monkeypatch):
     monkeypatch.setattr(registry, "EMBEDDING_METRICS", {})
     registry.register("bad", reads=("clean",), formula="")(lambda x: {"other": x.clean.sum()})
@@ -168,3 +209,15 @@ def test_metrics_package_imports_neither_lightning_nor_callbacks():
                 imported.add(node.module.split(".")[0])
     assert "torch" in imported  # the walk sees the imports
     assert not imported & {"lightning", "pytorch_lightning", "callbacks", "datamodules"}
+
+
+def test_no_metric_module_imports_another_modules_private_names():
+    """Catches a module reaching into another's private helpers (as ``rank`` did into
+    ``embedding``'s): what modules share is public, in ``rows``."""
+    package = Path(registry.__file__).parent
+    private = []
+    for source in package.glob("*.py"):
+        for node in ast.walk(ast.parse(source.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("ssl_app."):
+                private += [f"{source.name}: {node.module}.{alias.name}" for alias in node.names if alias.name.startswith("_")]
+    assert not private, private

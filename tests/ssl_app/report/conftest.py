@@ -39,6 +39,7 @@ def write_study(root: Path) -> Study:
                 "alignment": 0.612,
                 "pos_sim": 0.804,
                 "top10_neg_sim": 0.553,
+                "effective_rank": 24.1,
             },
             {
                 "knn_acc": 0.48,
@@ -47,6 +48,7 @@ def write_study(root: Path) -> Study:
                 "alignment": 0.588,
                 "pos_sim": 0.822,
                 "top10_neg_sim": 0.531,
+                "effective_rank": 25.3,
             },
         ],
         "InfoNCE τ=0.7": [
@@ -57,8 +59,16 @@ def write_study(root: Path) -> Study:
                 "alignment": 0.402,
                 "pos_sim": 0.912,
                 "top10_neg_sim": 0.812,
+                "effective_rank": 19.8,
             },
-            {"knn_acc": 0.46, "uniformity": 3.12, "alignment": 0.418, "pos_sim": 0.902, "top10_neg_sim": 0.836},
+            {
+                "knn_acc": 0.46,
+                "uniformity": 3.12,
+                "alignment": 0.418,
+                "pos_sim": 0.902,
+                "top10_neg_sim": 0.836,
+                "effective_rank": 20.4,
+            },
         ],
     }
     linear = {"InfoNCE τ=0.3": [0.8327, 0.8301], "InfoNCE τ=0.7": [0.8269, 0.8213]}
@@ -82,7 +92,15 @@ def write_study(root: Path) -> Study:
     write_run(  # crashed in epoch 1 with nonsense numbers: listed, never averaged
         root / "tau" / "infonce_t0.3" / "seed2",
         run_config("InfoNCE", 2, temperature=0.3),
-        {"knn_acc": 0.0, "uniformity": 0.0, "tolerance": 1.0, "alignment": 0.0, "pos_sim": 1.0, "top10_neg_sim": 1.0},
+        {
+            "knn_acc": 0.0,
+            "uniformity": 0.0,
+            "tolerance": 1.0,
+            "alignment": 0.0,
+            "pos_sim": 1.0,
+            "top10_neg_sim": 1.0,
+            "effective_rank": 1.0,
+        },
         epochs=1,
         sweep=sweep_sidecar("infonce_t0.3", {TAU: 0.3}, 2),
         status="failed",

@@ -15,7 +15,7 @@ from ssl_app.runs.layout import EVALUATIONS_DIR, SweepPoint, write_sweep_point
 from ssl_app.runs.record import DONE, RUNNING, finish_record, start_record
 
 STEPS_PER_EPOCH = 4
-EPOCH_METRICS = ("knn_acc", "uniformity", "tolerance", "alignment", "pos_sim", "top10_neg_sim")
+EPOCH_METRICS = ("knn_acc", "uniformity", "tolerance", "alignment", "pos_sim", "top10_neg_sim", "effective_rank")
 
 
 def run_config(
@@ -25,8 +25,11 @@ def run_config(
     num_negatives: int | None = None,
     save_dir: str = "runs",
     batch_size: int = 128,
+    embedding_args: dict | None = None,
+    knn_args: dict | None = None,
 ) -> dict:
-    """A resolved LightningCLI config (the keys the report reads, plus some it must ignore)."""
+    """A resolved LightningCLI config (the keys the report reads, plus some it must ignore);
+    ``embedding_args``/``knn_args``: the init_args of the EmbeddingMetrics/KNNMonitor callbacks."""
     loss_args = {}
     if temperature is not None:
         loss_args["temperature"] = temperature
@@ -40,7 +43,10 @@ def run_config(
                 "class_path": "lightning.pytorch.loggers.TensorBoardLogger",
                 "init_args": {"save_dir": save_dir, "name": "study", "version": None},
             },
-            "callbacks": [{"class_path": "callbacks.EmbeddingMetrics"}, {"class_path": "callbacks.KNNMonitor"}],
+            "callbacks": [
+                {"class_path": "callbacks.EmbeddingMetrics", **({"init_args": embedding_args} if embedding_args else {})},
+                {"class_path": "callbacks.KNNMonitor", **({"init_args": knn_args} if knn_args else {})},
+            ],
         },
         "model": {
             "class_path": "ssl_app.methods.MemoryBank",
@@ -63,10 +69,12 @@ def write_run(
     log_epoch: bool = True,
     status: str | None = DONE,
     collapse: dict | None = None,
+    top_k: int = 10,
 ) -> Path:
     """A run folder whose per-epoch ``metrics/<name>`` end at ``final[name]`` (earlier epochs:
     ``final − 0.1 × epochs to go``); ``effective_negatives[e]`` are the per-step values of epoch e;
-    histograms are logged at every epoch, the last one being ``positive`` / ``negatives``.
+    histograms are logged at every epoch, the last one being ``positive`` / ``negatives`` (as
+    ``similarity/top{top_k}_negative``, the tag of a run whose EmbeddingMetrics.top_k is ``top_k``).
 
     ``status``: the run record's final status (``running``: started, never finished; ``None``: no
     record at all, as an older version wrote). ``linear_top1``: a finished linear probe filed in the
@@ -90,7 +98,7 @@ def write_run(
         if positive is not None:
             shift = 0.05 * (epochs - 1 - epoch)
             writer.add_histogram("similarity/positive", positive - shift, end)
-            writer.add_histogram("similarity/top10_negative", negatives - shift, end)
+            writer.add_histogram(f"similarity/top{top_k}_negative", negatives - shift, end)
     writer.close()
     if config is not None:
         (folder / "config.yaml").write_text(yaml.safe_dump(config), encoding="utf-8")

@@ -78,3 +78,19 @@ def test_long_or_many_differences_keep_labels_short_and_distinct(tmp_path):
         "InfoNCE τ=0.5 batch_size=32 limit_train_batches=2 limit_val_batches=0 …",
         "InfoNCE τ=0.5 batch_size=64 limit_train_batches=3 limit_val_batches=1 …",
     ]
+
+
+def test_the_quantile_is_labelled_q_not_pacos_alpha(tmp_path):
+    """Catches the quantile labelled α, the symbol PaCo's ``alpha`` goes by: a table with both
+    losses would show two different α's."""
+    hard = run_config("HardContrastive", 0, 0.3)
+    hard["model"]["init_args"]["loss"]["init_args"]["quantile"] = 0.9
+    paco = run_config("PaCo", 0, 0.3)
+    paco["model"]["init_args"]["loss"]["init_args"]["alpha"] = 0.05
+    write_run(tmp_path / "hard", hard, FINAL)
+    write_run(tmp_path / "paco", paco, FINAL)
+
+    hard_label, paco_label = (c.label for c in group_runs(load_runs(tmp_path)))
+
+    assert hard_label.startswith("HardContrastive τ=0.3 q=0.9") and paco_label.startswith("PaCo τ=0.3")
+    assert "alpha=0.05" in paco_label and "α" not in hard_label + paco_label

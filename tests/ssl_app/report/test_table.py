@@ -9,11 +9,11 @@ import pytest
 
 from ssl_app.report.groups import group_runs
 from ssl_app.report.runs import load_runs
-from ssl_app.report.summary import COLUMNS, build_rows
+from ssl_app.report.summary import build_rows, resolve_columns
 from ssl_app.report.table import markdown_table, write_csv
 from tests.ssl_app.report.fakes import run_config, write_run
 
-# column key -> (metric written by the fakes, scale, decimals shown)
+# column key as the table shows it -> (metric written by the fakes, scale, decimals shown)
 EPOCH_COLUMNS = {
     "knn_acc": ("knn_acc", 100, 2),
     "uniformity": ("uniformity", 1, 3),
@@ -21,6 +21,7 @@ EPOCH_COLUMNS = {
     "alignment": ("alignment", 1, 3),
     "pos_sim": ("pos_sim", 1, 3),
     "top10_neg_sim": ("top10_neg_sim", 1, 3),
+    "effective_rank": ("effective_rank", 1, 3),
 }
 
 
@@ -58,15 +59,18 @@ def report(study):
 
 
 def test_one_row_per_configuration_with_mean_and_std_over_seeds(study, report):
-    _, _, markdown = report
+    _, rows, markdown = report
     header, *body = table_lines(markdown)
     assert header[:3] == ["configuration", "n", "linear top-1 (%)"]
     assert [row[:2] for row in body] == [["InfoNCE τ=0.3 [1]", "2"], ["InfoNCE τ=0.7", "2"]]
     decimals = {key: spec[2] for key, spec in EPOCH_COLUMNS.items()} | {"linear_top1": 2, "effective_negatives": 1}
+    columns = resolve_columns(rows)
+    assert len(columns) == len(header) - 2 == len(decimals)
     for row, label in zip(body, ("InfoNCE τ=0.3", "InfoNCE τ=0.7")):
         want = expected(study, label)
-        for column, text in zip(COLUMNS, row[2:]):
-            assert text.split(" [")[0] == cell(want[column.key], decimals[column.key]), (label, column.key)
+        for column, text in zip(columns, row[2:]):
+            key = column.shown.key
+            assert text.split(" [")[0] == cell(want[key], decimals[key]), (label, key)
 
 
 def test_effective_negatives_is_the_mean_over_the_final_epochs_steps(report):

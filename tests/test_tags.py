@@ -1,0 +1,185 @@
+"""The README's table of logged tags against the code, both ways: every scalar tag the code can log
+is in the table, and every tag in the table can be logged.
+
+What the code can log is worked out from the code itself, not listed here: every ``self.log`` /
+``pl_module.log`` / ``log_dict`` call in ``ssl_app/`` and ``callbacks/`` is found by parsing the
+source. A call with a literal tag gives that tag; a call whose tag is computed must be one of
+``computed_tags``' call sites, whose tags come from where the code gets them: the metric registry
+(at the default ``top_k``), the losses' ``last_stats`` after a call with statistics on, the
+long-tail groups. A new call site the test cannot read fails, naming its file and line.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import ssl_app.losses as losses
+from callbacks.long_tail import GROUPS
+from ssl_app.losses import ContrastiveLoss, HardContrastive, HardSimple, InfoNCE, PaCo, Simple, SupCon
+from ssl_app.metrics import DEFAULT_TOP_K, registered_fields
+from ssl_app.metrics.long_tail import group_accuracies
+
+REPO = Path(__file__).resolve().parents[1]
+SOURCES = ("ssl_app", "callbacks")
+README = REPO / "README.md"
+TABLE_SECTION = "## What you see in TensorBoard"
+# The objects whose ``log``/``log_dict`` is Lightning's: a module logging itself, a callback logging through it.
+LOGGERS = {"self", "pl_module"}
+# The stages of ContrastiveMethod._step (training_step, validation_step, test_step).
+STAGES = ("train", "val", "test")
+# Loss diagnostics the docs already name by their new key while the losses (ssl_app/losses/base.py,
+# edited elsewhere) still produce the old one: old key -> new key. Once a loss produces the new key the
+# entry no longer applies and can go.
+PENDING_LOSS_RENAMES = {"neg_sim": "mean_neg_sim"}
+
+N, CLASSES = 8, 3
+# How to build each loss of ssl_app.losses, and the extra keywords of its call (PaCo's centres).
+LOSS_CALLS: dict[str, list[Callable[[], tuple[ContrastiveLoss, dict]]]] = {
+    "InfoNCE": [lambda: (InfoNCE(0.5), {})],
+    "HardContrastive": [lambda: (HardContrastive(0.5, num_negatives=2), {}), lambda: (HardContrastive(0.5, quantile=0.5), {})],
+    "Simple": [lambda: (Simple(), {}), lambda: (Simple(lam=0.5), {})],
+    "HardSimple": [lambda: (HardSimple(num_negatives=2), {})],
+    "SupCon": [lambda: (SupCon(0.5), {})],
+    "PaCo": [
+        lambda: (
+            PaCo(0.2, alpha=0.3, class_counts=[3, 3, 2]),
+            {"centre_logits": torch.randn(N, CLASSES), "anchor_labels": torch.arange(N) % CLASSES},
+        )
+    ],
+}
+
+
+def loss_stat_keys() -> set[str]:
+    """Every key of ``last_stats`` of every loss after a call with statistics on (two views of N/2 samples)."""
+    torch.manual_seed(0)
+    z = F.normalize(torch.randn(N, 16), dim=1)
+    sim = z @ z.T
+    rows = torch.arange(N)
+    pos_mask = torch.zeros(N, N, dtype=torch.bool)
+    pos_mask[rows, (rows + N // 2) % N] = True
+    neg_mask = ~pos_mask & ~torch.eye(N, dtype=torch.bool)
+    keys = set()
+    for builds in LOSS_CALLS.values():
+        for build in builds:
+            loss, extra = build()
+            loss.stats_enabled = True
+            loss(sim, pos_mask, neg_mask, **extra)
+            assert loss.last_stats, f"{type(loss).__name__} logged no statistics"
+            keys |= set(loss.last_stats)
+    return keys
+
+
+def long_tail_names() -> set[str]:
+    """The names ``LongTailAccuracy`` logs under ``lt/``: what ``group_accuracies`` returns when every group has a class."""
+    ones = torch.ones(len(GROUPS))
+    return set(group_accuracies(ones, ones, {group: [index] for index, group in enumerate(GROUPS)}))
+
+
+def computed_tags() -> dict[tuple[str, str], set[str]]:
+    """The tags of each call site whose tag is computed: ``(file, source of the tag argument) -> tags``."""
+    loss_keys = {PENDING_LOSS_RENAMES.get(key, key) for key in loss_stat_keys()}
+    registry = {f"metrics/{metric.tag(name, DEFAULT_TOP_K)}" for metric, name in registered_fields()}
+    return {
+        ("ssl_app/methods/base.py", "f'{stage}/loss'"): {f"{stage}/loss" for stage in STAGES},
+        # _step returns before it for training: the classifier's top-1 is measured on val/test batches only.
+        ("ssl_app/methods/base.py", "f'{stage}/classifier_top1'"): {f"{stage}/classifier_top1" for stage in ("val", "test")},
+        ("ssl_app/methods/base.py", "stats"): {f"loss/{key}" for key in loss_keys},
+        ("callbacks/embedding_metrics.py", "name"): registry | {"metrics/nonfinite", "metrics/collapsed"},
+        ("callbacks/long_tail.py", "f'lt/{name}'"): {f"lt/{name}" for name in long_tail_names()},
+    }
+
+
+def log_calls() -> list[tuple[str, int, ast.expr]]:
+    """``(file, line, tag argument)`` of every Lightning ``log``/``log_dict`` call in the app's code."""
+    found = []
+    for package in SOURCES:
+        for path in sorted((REPO / package).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if (
+                    isinstance(node, ast.Call)
+                    and isinstance(node.func, ast.Attribute)
+                    and node.func.attr in ("log", "log_dict")
+                    and isinstance(node.func.value, ast.Name)
+                    and node.func.value.id in LOGGERS
+                    and node.args
+                ):
+                    found.append((path.relative_to(REPO).as_posix(), node.lineno, node.args[0]))
+    return found
+
+
+def loggable_tags() -> tuple[set[str], list[str]]:
+    """``(every tag the code can log, the call sites whose tag could not be worked out)``."""
+    computed = computed_tags()
+    tags, unread = set(), []
+    for path, line, argument in log_calls():
+        if isinstance(argument, ast.Constant) and isinstance(argument.value, str):
+            tags.add(argument.value)
+        elif (path, ast.unparse(argument)) in computed:
+            tags |= computed[(path, ast.unparse(argument))]
+        else:
+            unread.append(f"{path}:{line}: {ast.unparse(argument)}")
+    return tags, unread
+
+
+def readme_tags() -> set[str]:
+    """The tags in the first column of the README's table under "What you see in TensorBoard"."""
+    text = README.read_text(encoding="utf-8")
+    assert TABLE_SECTION in text, f"README.md has no section {TABLE_SECTION!r}"
+    lines = text.split(TABLE_SECTION, 1)[1].splitlines()
+    start = next(index for index, line in enumerate(lines) if line.startswith("| tag |"))
+    tags = set()
+    for line in lines[start + 2 :]:
+        if not line.startswith("|"):
+            break
+        tags |= set(re.findall(r"`([^`]+)`", line.split("|")[1]))
+    return tags
+
+
+@pytest.fixture(scope="module")
+def code_tags() -> set[str]:
+    tags, _ = loggable_tags()
+    return tags
+
+
+def test_every_loss_of_the_package_is_called_here():
+    """Catches a new loss class whose own diagnostics (``loss/<key>``) the tag check would never see."""
+    exported = {
+        name
+        for name in losses.__all__
+        if isinstance(getattr(losses, name), type) and issubclass(getattr(losses, name), ContrastiveLoss)
+    }
+    assert exported - {"ContrastiveLoss"} == set(LOSS_CALLS)
+
+
+def test_every_log_call_has_a_tag_the_test_can_work_out():
+    """Catches a new ``log`` call with a computed tag that would escape the README check."""
+    calls = log_calls()
+    assert len(calls) >= 10  # the walk sees the calls (they exist in methods, callbacks, health, the probe)
+    _, unread = loggable_tags()
+    assert not unread, "teach tests/test_tags.py:computed_tags what these log: " + "; ".join(unread)
+    sites = {(path, ast.unparse(argument)) for path, _, argument in calls}
+    stale = set(computed_tags()) - sites
+    assert not stale, f"computed_tags names call sites that no longer exist: {sorted(stale)}"
+
+
+def test_every_tag_the_code_can_log_is_in_the_readme_table(code_tags):
+    """Catches a metric, loss diagnostic or callback tag that is logged but documented nowhere
+    (as ``loss/used_neg_sim`` was)."""
+    assert {"metrics/top10_neg_sim", "metrics/knn_acc", "loss/effective_negatives", "health/nonfinite_skips"} <= code_tags
+    missing = code_tags - readme_tags()
+    assert not missing, f"logged but not in README.md's table ({TABLE_SECTION}): {sorted(missing)}"
+
+
+def test_every_tag_in_the_readme_table_can_be_logged(code_tags):
+    """Catches a tag the README still lists after the code renamed or dropped it (``loss/neg_sim``)."""
+    documented = readme_tags()
+    assert len(documented) >= 20  # the parser found the table
+    stale = documented - code_tags
+    assert not stale, f"in README.md's table but logged by nothing: {sorted(stale)}"
