@@ -1,5 +1,8 @@
 """``python -m ssl_app {fit,validate,test} --config X.yaml``: LightningCLI in subclass mode.
 
+``python -m ssl_app list [KIND ...]`` is not a Trainer subcommand: ``main`` hands it to
+``ssl_app.listing`` before LightningCLI parses anything.
+
 Any method (``--model ssl_app.methods.SimCLR``) and any datamodule
 (``--data datamodules.CIFAR10DataModule``) is chosen by class path, from YAML or the command
 line. Every run gets a ``ModelCheckpoint`` that also keeps ``last.ckpt`` (options under
@@ -59,6 +62,7 @@ from ssl_app.checkpointing import (
 )
 from ssl_app.errors import ConfigError, NonFiniteError, OutputError
 from ssl_app.health import NumericalHealth
+from ssl_app.listing import KINDS as LIST_KINDS
 from ssl_app.resume import (
     check_same_experiment,
     checkpoint_config,
@@ -74,6 +78,10 @@ from ssl_app.runtime import keep_freed_memory
 from ssl_app.signals import handling
 
 DEFAULT_RUN_DIR = "runs"
+LIST_HELP = (
+    f"Also: python -m ssl_app list [{'|'.join(LIST_KINDS)}] prints what can be chosen, one line each, "
+    "with the option that selects it."
+)
 
 # Packages whose constructors validate their options: a ValueError/TypeError raised from one of
 # them while the config is instantiated is a bad input, reported like a ConfigError.
@@ -641,10 +649,14 @@ def main(args: list[str] | None = None) -> LightningCLI:
     folder) one line and status 1; SIGINT/SIGTERM during ``fit`` a checkpoint, a line naming
     it and the command that resumes, and status 128 + the signal number (130, 143).
     """
+    argv = list(sys.argv[1:] if args is None else args)
+    if argv[:1] == ["list"]:  # not a Trainer subcommand: print the registries, start nothing (ssl_app.listing)
+        from ssl_app import listing
+
+        sys.exit(listing.main(argv[1:]))
     keep_freed_memory()  # also for the ssl-app entry point (a no-op after python -m ssl_app)
     interrupt = InterruptCheckpoint()
     recorder = RunRecorder()
-    argv = list(sys.argv[1:] if args is None else args)
     try:
         with signals_before_training(recorder), identical_value_advice_silenced():
             return SSLCLI(
@@ -658,7 +670,7 @@ def main(args: list[str] | None = None) -> LightningCLI:
                 save_config_kwargs={"overwrite": True},
                 args=args,
                 parser_class=_Parser,
-                parser_kwargs={"prog": "python -m ssl_app", "dump_header": [f"ssl_app {__version__}"]},
+                parser_kwargs={"prog": "python -m ssl_app", "dump_header": [f"ssl_app {__version__}"], "epilog": LIST_HELP},
                 recorder=recorder,
                 interrupt=interrupt,
             )

@@ -22,7 +22,7 @@ import torch.nn.functional as F
 
 import ssl_app.losses as losses
 from callbacks.long_tail import GROUPS
-from ssl_app.losses import ContrastiveLoss, HardContrastive, HardSimple, InfoNCE, PaCo, Simple, SupCon
+from ssl_app.losses import ContrastiveLoss, HardContrastive, HardSimple, InfoNCE, MaskedSimilarities, PaCo, Simple, SupCon
 from ssl_app.metrics import DEFAULT_TOP_K, registered_fields
 from ssl_app.metrics.long_tail import group_accuracies
 
@@ -47,17 +47,19 @@ LOSS_CALLS: dict[str, list[Callable[[], tuple[ContrastiveLoss, dict]]]] = {
     "Simple": [lambda: (Simple(), {}), lambda: (Simple(lam=0.5), {})],
     "HardSimple": [lambda: (HardSimple(num_negatives=2), {})],
     "SupCon": [lambda: (SupCon(0.5), {})],
-    "PaCo": [
-        lambda: (
-            PaCo(0.2, alpha=0.3, class_counts=[3, 3, 2]),
-            {"centre_logits": torch.randn(N, CLASSES), "anchor_labels": torch.arange(N) % CLASSES},
-        )
-    ],
+    "PaCo": [lambda: (prepared_paco(), {"anchor_features": torch.randn(N, CLASSES), "anchor_labels": torch.arange(N) % CLASSES})],
 }
 
 
+def prepared_paco() -> PaCo:
+    """PaCo with its centres built, as a method's ``setup`` builds them (``ContrastiveLoss.prepare``)."""
+    loss = PaCo(0.2, alpha=0.3, class_counts=[3, 3, 2])
+    loss.prepare(CLASSES, CLASSES, None, fitting=False)
+    return loss
+
+
 def loss_stat_keys() -> set[str]:
-    """Every key of ``last_stats`` of every loss after a call with statistics on (two views of N/2 samples)."""
+    """Every diagnostic key of every loss after a call with ``with_stats`` (two views of N/2 samples)."""
     torch.manual_seed(0)
     z = F.normalize(torch.randn(N, 16), dim=1)
     sim = z @ z.T
@@ -69,10 +71,9 @@ def loss_stat_keys() -> set[str]:
     for builds in LOSS_CALLS.values():
         for build in builds:
             loss, extra = build()
-            loss.stats_enabled = True
-            loss(sim, pos_mask, neg_mask, **extra)
-            assert loss.last_stats, f"{type(loss).__name__} logged no statistics"
-            keys |= set(loss.last_stats)
+            stats = loss(MaskedSimilarities(sim, pos_mask, neg_mask, **extra), with_stats=True).stats
+            assert stats, f"{type(loss).__name__} logged no statistics"
+            keys |= set(stats)
     return keys
 
 

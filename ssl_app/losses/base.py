@@ -138,9 +138,7 @@ class ContrastiveLoss(nn.Module):
         """
         return None
 
-    def prepare(
-        self, feature_dim: int, num_classes: Optional[int], class_counts: Optional[Sequence[int]], fitting: bool
-    ) -> None:
+    def prepare(self, feature_dim: int, num_classes: Optional[int], class_counts: Optional[Sequence[int]], fitting: bool) -> None:
         """Receive what the data decides: the backbone's feature width, the datamodule's number of
         classes and training samples per class (each ``None`` when the datamodule does not say), and
         whether this is ``fit`` (``validate``/``test`` restore data-sized state from the checkpoint).

@@ -19,6 +19,7 @@ from ssl_app.losses.base import (
     top_k_negatives,
     uniform_softmax_loss,
 )
+from ssl_app.registry import LOSSES
 
 # A quantile is read as the nearest fraction with at most this denominator, so that the
 # per-anchor count ceil(q · n) is computed in exact integer arithmetic on the device.
@@ -44,6 +45,7 @@ def upper_quantile_negatives(scores: Tensor, neg_mask: Tensor, numerator: int, d
     return neg_mask & (scores.detach() >= threshold)
 
 
+@LOSSES.register
 class HardContrastive(ContrastiveLoss):
     """Hard contrastive loss (Wang & Liu 2021): InfoNCE over the informative negatives only.
 

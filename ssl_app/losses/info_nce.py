@@ -18,6 +18,7 @@ from ssl_app.losses.base import (
     mean_over_anchors,
     uniform_softmax_loss,
 )
+from ssl_app.registry import LOSSES
 
 
 @dataclass(frozen=True)
@@ -82,6 +83,7 @@ class MaskPlanCache:
         return None
 
 
+@LOSSES.register
 class InfoNCE(ContrastiveLoss):
     """InfoNCE / NT-Xent with temperature τ over a similarity matrix.
 

@@ -20,6 +20,7 @@ from ssl_app.losses.base import (
     masked_mean,
     mean_over_anchors,
 )
+from ssl_app.registry import LOSSES
 
 
 def log_class_prior(class_counts: Sequence[int]) -> Tensor:
@@ -36,6 +37,7 @@ def log_class_prior(class_counts: Sequence[int]) -> Tensor:
     return torch.tensor([math.log(n / total) if n > 0 else -math.inf for n in counts], dtype=torch.float32)
 
 
+@LOSSES.register
 class PaCo(ContrastiveLoss):
     """Parametric contrastive loss (Cui et al., "Parametric Contrastive Learning", ICCV 2021).
 
@@ -140,9 +142,7 @@ class PaCo(ContrastiveLoss):
         self.log_prior = log_class_prior(class_counts).to(self.log_prior.device)
 
     # --- the data hook ---------------------------------------------------------------------
-    def prepare(
-        self, feature_dim: int, num_classes: Optional[int], class_counts: Optional[Sequence[int]], fitting: bool
-    ) -> None:
+    def prepare(self, feature_dim: int, num_classes: Optional[int], class_counts: Optional[Sequence[int]], fitting: bool) -> None:
         """Build the centres for ``feature_dim``-wide features and, in ``fit``, set the prior from the
         datamodule's ``class_counts``; counts given to the loss must agree with them."""
         width = self.num_classes or num_classes

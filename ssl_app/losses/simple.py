@@ -17,6 +17,7 @@ from ssl_app.losses.base import (
     mean_over_anchors,
     top_k_negatives,
 )
+from ssl_app.registry import LOSSES
 
 
 def linear_contrast_chance(pos_mask: Tensor, neg_mask: Tensor) -> Tensor:
@@ -51,6 +52,7 @@ def linear_contrast(sim: Tensor, pos_mask: Tensor, neg_mask: Tensor, lam: float 
     return per_anchor.masked_fill(~has_pos, 0.0), has_pos
 
 
+@LOSSES.register
 class Simple(ContrastiveLoss):
     """The Simple loss (Wang & Liu 2021): a linear pull on positives, push on negatives.
 
@@ -93,6 +95,7 @@ class Simple(ContrastiveLoss):
         return LossTerms(mean_over_anchors(per_anchor, has_pos))  # logits None: every negative the same penalty
 
 
+@LOSSES.register
 class HardSimple(ContrastiveLoss):
     """HardSimple (Wang & Liu 2021): Simple restricted to each anchor's K hardest negatives.
 

@@ -6,8 +6,10 @@ import torch
 
 from ssl_app.losses.base import LossTerms, MaskedSimilarities, masked_mean
 from ssl_app.losses.info_nce import InfoNCE
+from ssl_app.registry import LOSSES
 
 
+@LOSSES.register
 class SupCon(InfoNCE):
     """Supervised contrastive loss ("L_out" form) with temperature τ.
 

@@ -249,9 +249,9 @@ class ContrastiveMethod(L.LightningModule, ABC):
             f"{stage}/loss", loss, prog_bar=True, on_step=on_step, on_epoch=True, sync_dist=not on_step, batch_size=batch_size
         )
         if stage == "train":
-            if result.stats:
-                self.log_dict({f"loss/{key}": value for key, value in result.stats.items()}, on_step=True, on_epoch=False,
-                              batch_size=batch_size)  # fmt: skip
+            stats = {f"loss/{key}": value for key, value in result.stats.items()}
+            if stats:
+                self.log_dict(stats, on_step=True, on_epoch=False, batch_size=batch_size)
             chance = result.stats.get("chance")
             self.loss_and_chance = None if chance is None else (loss.detach(), chance)
             return loss

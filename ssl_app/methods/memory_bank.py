@@ -16,8 +16,10 @@ from ssl_app.losses.base import MaskedSimilarities
 from ssl_app.methods.base import ContrastiveMethod, similarity
 from ssl_app.methods.masks import Members, contrast_masks, gathered_views, unmatched, views_of
 from ssl_app.methods.stores import LabelledBank
+from ssl_app.registry import METHODS
 
 
+@METHODS.register
 class MemoryBank(ContrastiveMethod):
     """Instance discrimination against a memory bank, the setup of Wang & Liu 2021 (PAPER.md).
 

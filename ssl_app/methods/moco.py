@@ -22,6 +22,7 @@ from ssl_app.methods.base import ContrastiveMethod, similarity
 from ssl_app.methods.masks import Members, contrast_masks, gathered_views, unmatched, views_of
 from ssl_app.methods.stores import LabelledQueue
 from ssl_app.models.split_batchnorm import convert_to_split_batchnorm, has_batch_norm
+from ssl_app.registry import METHODS
 
 MomentumSchedule = Literal["constant", "cosine"]
 KeyBatchNorm = Literal["auto", "split", "shuffle", "sync", "none"]
@@ -39,6 +40,7 @@ def resolve_key_bn(key_bn: str, world_size: int, has_bn: bool) -> str:
     return "shuffle" if world_size > 1 else "split"
 
 
+@METHODS.register
 class MoCo(ContrastiveMethod):
     """MoCo (v2 by default) with any loss strategy (README, "MoCo", has the background).
 

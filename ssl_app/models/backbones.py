@@ -1,7 +1,9 @@
 """Backbones by name: torchvision ResNets (with the CIFAR stem), the CIFAR ResNet-32 and a small CNN for CPU runs.
 
 Each builder returns ``(module, feature_dim)``; the module maps images [B, 3, H, W] to pooled
-features [B, feature_dim].
+features [B, feature_dim]. ``BACKBONES`` (``ssl_app.registry``) lists them: a new backbone is a
+builder ``(norm="batch") -> (module, feature_dim)`` with ``@BACKBONES.register(name=...)`` above
+it, plus its name in ``BackboneName`` (the option's choices, which the CLI checks).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from torch import Tensor, nn
 from torchvision.models import resnet18, resnet50
 
 from ssl_app.errors import ConfigError
+from ssl_app.registry import BACKBONES
 
 BackboneName = Literal["small_cnn", "resnet32_cifar", "resnet18_cifar", "resnet18", "resnet50"]
 NormName = Literal["batch", "group", "none"]
@@ -27,6 +30,7 @@ def _norm_layer(norm: NormName, channels: int) -> nn.Module:
     return nn.Identity()
 
 
+@BACKBONES.register
 def small_cnn(norm: NormName = "batch") -> tuple[nn.Module, int]:
     """Four 3×3 conv blocks (16-32-64-128 channels), global average pool: ~0.1M parameters.
 
@@ -97,13 +101,30 @@ def _torchvision_resnet(builder: Callable[..., nn.Module], feature_dim: int, cif
     return net, feature_dim
 
 
-BACKBONES: dict[str, Callable[..., tuple[nn.Module, int]]] = {
-    "small_cnn": small_cnn,
-    "resnet32_cifar": lambda norm="batch": resnet_cifar(5),
-    "resnet18_cifar": lambda norm="batch": _torchvision_resnet(resnet18, 512, cifar_stem=True),
-    "resnet18": lambda norm="batch": _torchvision_resnet(resnet18, 512, cifar_stem=False),
-    "resnet50": lambda norm="batch": _torchvision_resnet(resnet50, 2048, cifar_stem=False),
-}
+@BACKBONES.register(name="resnet32_cifar")
+def _resnet32_cifar(norm: NormName = "batch") -> tuple[nn.Module, int]:
+    """He et al.'s CIFAR ResNet-32 (0.46M parameters, 64-d features): the long-tail literature's backbone."""
+    return resnet_cifar(5)
+
+
+@BACKBONES.register(name="resnet18_cifar")
+def _resnet18_cifar(norm: NormName = "batch") -> tuple[nn.Module, int]:
+    """torchvision's ResNet-18 with a 3×3 stride-1 stem and no max-pool, for 32×32 images (512-d features)."""
+    return _torchvision_resnet(resnet18, 512, cifar_stem=True)
+
+
+@BACKBONES.register(name="resnet18")
+def _resnet18(norm: NormName = "batch") -> tuple[nn.Module, int]:
+    """torchvision's ResNet-18 with its ImageNet stem (512-d features)."""
+    return _torchvision_resnet(resnet18, 512, cifar_stem=False)
+
+
+@BACKBONES.register(name="resnet50")
+def _resnet50(norm: NormName = "batch") -> tuple[nn.Module, int]:
+    """torchvision's ResNet-50 with its ImageNet stem (2048-d features)."""
+    return _torchvision_resnet(resnet50, 2048, cifar_stem=False)
+
+
 assert set(BACKBONES) == set(get_args(BackboneName))
 
 
@@ -115,4 +136,4 @@ def build_backbone(name: str, norm: NormName = "batch") -> tuple[nn.Module, int]
         raise ConfigError(f"backbone_norm must be one of {list(get_args(NormName))}, got {norm!r}")
     if name != "small_cnn" and norm != "batch":
         raise ConfigError(f"backbone_norm={norm!r} is only available for small_cnn; {name} uses BatchNorm")
-    return BACKBONES[name](norm=norm)
+    return BACKBONES[name].target(norm=norm)

@@ -1,0 +1,112 @@
+"""``python -m ssl_app list [KIND ...]``: what can be chosen, read from the registries.
+
+One line per loss, method, embedding metric, datamodule and backbone: its name, what it is (the
+first line of its docstring, or a metric's formula and the tags it logs, plus the capabilities
+its class declares) and the option that selects it. Nothing here names an entry: a class
+registered anywhere (``ssl_app.registry``, ``ssl_app.metrics.register``) is listed, and one that
+is not registered is not. ``ssl_app.cli.main`` hands ``list`` over before LightningCLI parses
+anything, so listing builds no model, no data and no run folder.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ssl_app.registry import BACKBONES, DATAMODULES, LOSSES, METHODS, Registry
+
+#: Every registered embedding metric runs in this callback, which logs each field as
+#: ``metrics/<tag>``; adding the callback is what selects the metrics.
+METRICS_OPTION = "--trainer.callbacks+=callbacks.EmbeddingMetrics"
+METRICS_TAG_PREFIX = "metrics/"
+
+USAGE = (
+    "usage: python -m ssl_app list [KIND ...]\n\n"
+    "Print what can be chosen, one line each: name, what it is, and the option that selects it.\n"
+    "KIND: {kinds} (default: all; the singular works too)."
+)
+
+
+@dataclass(frozen=True)
+class Row:
+    """One listed line: ``name``, ``summary`` (what it is) and the ``option`` that selects it."""
+
+    name: str
+    summary: str
+    option: str
+
+
+def registry_rows(registry: Registry) -> list[Row]:
+    """One row per entry, its declared capabilities after the summary (a True flag by name)."""
+    rows = []
+    for entry in registry.values():
+        summary = entry.summary.replace("``", "")  # reST literals read as plain words on a terminal
+        shown = [name if value is True else f"{name}={value}" for name, value in entry.capabilities.items() if value is not False]
+        summary = f"{summary} [{', '.join(shown)}]" if shown else summary
+        rows.append(Row(entry.name, summary, entry.option))
+    return rows
+
+
+def metric_rows() -> list[Row]:
+    """One row per registered embedding metric: its formula and the tags it logs (``{k}``: the callback's ``top_k``)."""
+    from ssl_app.metrics import EMBEDDING_METRICS
+
+    rows = []
+    for name, metric in EMBEDDING_METRICS.items():
+        tags = ", ".join(METRICS_TAG_PREFIX + tag for tag in metric.tags.values())
+        formulas = "; ".join(dict.fromkeys(metric.formula(field) for field in metric.tags))  # one text per distinct formula
+        rows.append(Row(name, f"{formulas} [logs {tags}]", METRICS_OPTION))
+    return rows
+
+
+#: The kinds ``list`` prints, in order, each with the function that reads its registry.
+KINDS: dict[str, Callable[[], list[Row]]] = {
+    "losses": lambda: registry_rows(LOSSES),
+    "methods": lambda: registry_rows(METHODS),
+    "metrics": metric_rows,
+    "datamodules": lambda: registry_rows(DATAMODULES),
+    "backbones": lambda: registry_rows(BACKBONES),
+}
+_SINGULAR = {kind[:-2] if kind.endswith("ses") else kind[:-1]: kind for kind in KINDS}
+
+
+def format_kind(kind: str, rows: list[Row]) -> list[str]:
+    """A heading and one aligned line per row."""
+    if not rows:
+        return [f"{kind}: none registered"]
+    name_width = max(len(row.name) for row in rows)
+    summary_width = max(len(row.summary) for row in rows)
+    lines = [f"{kind}:"]
+    lines += [f"  {row.name:<{name_width}}  {row.summary:<{summary_width}}  {row.option}" for row in rows]
+    return lines
+
+
+def main(args: Sequence[str], out: Any = None, err: Any = None) -> int:
+    """Print the kinds named in ``args`` (all when empty) and return the exit status: 0, or 2 with
+    one ``error:`` line for an unknown kind or option."""
+    out = sys.stdout if out is None else out
+    err = sys.stderr if err is None else err
+    usage = USAGE.format(kinds=", ".join(KINDS))
+    if any(arg in ("-h", "--help") for arg in args):
+        print(usage, file=out)
+        return 0
+    kinds = []
+    for arg in args:
+        kind = _SINGULAR.get(arg, arg)
+        if kind not in KINDS:
+            what = "option" if arg.startswith("-") else "kind"
+            print(
+                f"error: list: unknown {what} {arg!r}; choose from {', '.join(KINDS)} (python -m ssl_app list --help)", file=err
+            )
+            return 2
+        if kind not in kinds:
+            kinds.append(kind)
+    lines: list[str] = []
+    for kind in kinds or list(KINDS):
+        if lines:
+            lines.append("")
+        lines += format_kind(kind, KINDS[kind]())
+    print("\n".join(lines), file=out)
+    return 0

@@ -1,0 +1,199 @@
+"""The registries are the lists: complete, one entry per name, read from class attributes."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+import types
+from typing import get_args
+
+import pytest
+
+from ssl_app.losses import LOSSES, ContrastiveLoss
+from ssl_app.methods import METHODS
+from ssl_app.models import BACKBONES, BackboneName
+from ssl_app.registry import DATAMODULES, Registry
+from tests.registries import each
+
+CLASS_REGISTRIES = [pytest.param(registry, id=registry.kind) for registry in (LOSSES, METHODS, DATAMODULES)]
+ALL_REGISTRIES = [*CLASS_REGISTRIES, pytest.param(BACKBONES, id="backbones")]
+
+
+def scratch(package: str = "ssl_app.losses") -> Registry:
+    """An empty registry of losses (a real one must not keep what a test registers)."""
+    return Registry(
+        "losses",
+        "--model.init_args.loss",
+        package=package,
+        base="ssl_app.losses.base:ContrastiveLoss",
+        capabilities=("uses_labels", "needs_anchor_features"),
+    )
+
+
+class Documented(ContrastiveLoss):
+    """A loss for these tests."""
+
+
+class AlsoDocumented(ContrastiveLoss):
+    """Another loss for these tests."""
+
+
+class LabelLoss(Documented):
+    """A loss that declares label positives."""
+
+    uses_labels = True
+
+
+@pytest.mark.parametrize("registry", CLASS_REGISTRIES)
+def test_every_exported_subclass_is_registered(registry):
+    """Catches a loss, method or datamodule added to its package's ``__all__`` without its
+    registration line: it would be missing from ``list`` and from every registry-driven test."""
+    missing = registry.unregistered()
+    assert not missing, (
+        f"exported by {registry.package} but not in its registry: {', '.join(missing)}; register each with "
+        f"@{registry.kind.upper()}.register above the class (ssl_app/registry.py)"
+    )
+
+
+def test_the_completeness_check_names_an_unregistered_export(monkeypatch):
+    """Catches ``unregistered`` looking in the wrong place or matching by name instead of by
+    class: an exported subclass that is not registered must be named (the base class is not)."""
+    package = types.ModuleType("fake_losses")
+    package.ContrastiveLoss, package.Documented, package.AlsoDocumented = ContrastiveLoss, Documented, AlsoDocumented
+    package.__all__ = ["ContrastiveLoss", "Documented", "AlsoDocumented"]
+    monkeypatch.setitem(sys.modules, "fake_losses", package)
+    registry = scratch("fake_losses")
+    registry.register(Documented)
+    assert registry.unregistered() == ["fake_losses.AlsoDocumented"]
+
+
+def test_a_taken_name_is_one_error_naming_both():
+    """Catches a second registration silently replacing the first (the list would lose a class)."""
+    registry = scratch()
+    registry.register(Documented)
+    with pytest.raises(ValueError) as error:
+        registry.register(AlsoDocumented, name="Documented")
+    message = str(error.value)
+    assert f"{__name__}.AlsoDocumented" in message and f"{__name__}.Documented is already registered" in message
+    assert registry["Documented"].target is Documented
+
+
+def test_one_class_is_one_entry_and_registering_it_again_changes_nothing():
+    """Catches a class listed twice under two names, and an error when its line appears both in the
+    package's ``__init__`` and above the class (the state while a registration moves)."""
+    registry = scratch()
+    assert registry.register(Documented) is Documented
+    assert registry.register(Documented) is Documented
+    assert registry.names() == ["Documented"]
+    with pytest.raises(ValueError, match="already registered as 'Documented'"):
+        registry.register(Documented, name="Alias")
+
+
+def test_the_decorator_returns_the_class_and_takes_the_docstring_s_first_line():
+    """Catches a decorator that returns None (the module's class would be replaced by None) or a
+    summary taken from anywhere but the class's own docstring."""
+    registry = scratch()
+
+    @registry.register
+    class Decorated(ContrastiveLoss):
+        """
+        First line, after a blank one.
+
+        More that the list does not show.
+        """
+
+    @registry.register(name="renamed", summary="Given summary.")
+    class Other(ContrastiveLoss):
+        """Not this."""
+
+    assert isinstance(Decorated, type) and registry["Decorated"].summary == "First line, after a blank one."
+    assert registry["renamed"].target is Other and registry["renamed"].summary == "Given summary."
+
+
+def test_a_class_without_its_own_docstring_is_refused():
+    """Catches a summary inherited from the base class (every undocumented loss would read as
+    "Base class of the loss strategies.") or an empty line in the list."""
+    registry = scratch()
+
+    class Undocumented(ContrastiveLoss):
+        pass
+
+    with pytest.raises(ValueError, match="Undocumented: it has no docstring"):
+        registry.register(Undocumented)
+    assert "Undocumented" not in registry
+
+
+@pytest.mark.parametrize("wrong", [METHODS["SimCLR"].target, "InfoNCE", Documented()])
+def test_what_is_not_a_subclass_of_the_base_is_refused(wrong):
+    """Catches a method registered as a loss, a class path string, or an instance instead of its class."""
+    with pytest.raises(TypeError, match="can only register subclasses of ssl_app.losses.base.ContrastiveLoss"):
+        scratch().register(wrong)
+
+
+def test_an_unknown_name_is_one_error_listing_the_registered_ones():
+    """Catches a bare ``KeyError('X')`` that does not say what exists."""
+    with pytest.raises(KeyError, match="no losses entry named 'Nope'; registered: InfoNCE, HardContrastive, Simple"):
+        LOSSES["Nope"]
+    with pytest.raises(KeyError, match="no losses entry named 'Nope'"):
+        scratch().unregister("Nope")
+
+
+def test_capabilities_are_class_attributes_not_names():
+    """Catches capabilities guessed from names, or a property (computed per instance) shown as a
+    declaration."""
+    assert LOSSES["SupCon"].capabilities == {"uses_labels": True, "needs_anchor_features": False}
+    assert LOSSES["PaCo"].capabilities == {"uses_labels": True, "needs_anchor_features": True}
+    assert LOSSES["HardSimple"].capabilities["same_as_with_every_negative"] == "Simple"  # None: not declared, left out
+    registry = scratch()
+    registry.register(LabelLoss, name="InfoNCE_like_name")
+    assert registry["InfoNCE_like_name"].capabilities == {"uses_labels": True, "needs_anchor_features": False}
+    assert METHODS["MemoryBank"].capabilities == {"train_views": 1}
+    assert DATAMODULES["CIFAR100DataModule"].capabilities == {"num_classes": 100}
+    assert DATAMODULES["SyntheticDataModule"].capabilities == {}  # num_classes is an option there
+    by_property = Registry("data", "--data", package="datamodules", base="datamodules.base:ContrastiveDataModule",
+                           capabilities=("num_classes",))  # fmt: skip
+    by_property.register(DATAMODULES["CIFAR10DataModule"].target)
+    assert by_property["CIFAR10DataModule"].capabilities == {}  # a property, not a declaration
+
+
+def test_reading_a_registry_imports_the_package_that_fills_it(tmp_path, monkeypatch):
+    """Catches a registry read before its package was imported (``python -m ssl_app list`` in a
+    fresh process) coming back empty."""
+    (tmp_path / "lazy_losses.py").write_text(
+        "from tests.ssl_app.test_registry import LAZY, Documented\nLAZY.register(Documented)\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "lazy_losses", raising=False)
+    global LAZY
+    LAZY = scratch("lazy_losses")
+    assert "lazy_losses" not in sys.modules
+    assert LAZY.names() == ["Documented"]
+
+
+@pytest.mark.parametrize("registry", CLASS_REGISTRIES)
+def test_each_option_names_an_importable_path_to_its_class(registry):
+    """Catches an option value that jsonargparse cannot import (a qualname with ``<locals>``, a
+    package path the package does not export) or that leads to another class."""
+    for entry in registry.values():
+        module, _, name = entry.value.rpartition(".")
+        assert getattr(importlib.import_module(module), name) is entry.target, entry.option
+        assert entry.option == f"{registry.option}={entry.value}"
+    assert LOSSES["InfoNCE"].option == "--model.init_args.loss=ssl_app.losses.InfoNCE"  # the package's path, as the docs write it
+
+
+def test_backbones_are_the_choices_the_cli_accepts():
+    """Catches a backbone registered without its name in ``BackboneName`` (listed, but the CLI
+    refuses it) or a choice with no builder behind it."""
+    assert set(BACKBONES) == set(get_args(BackboneName))
+    assert BACKBONES["resnet18_cifar"].option == "--model.init_args.backbone=resnet18_cifar"
+
+
+@pytest.mark.parametrize("registry", ALL_REGISTRIES)
+def test_test_ids_from_a_registry_are_the_registered_names(registry):
+    """Catches registry-driven cases named ``entry0``, ``entry1``: a failure must name the class."""
+    params = each(registry)
+    assert [param.id for param in params] == registry.names() and params
+    assert [param.values[0] for param in params] == list(registry.values())
+
+
+LAZY: Registry | None = None
