@@ -1,4 +1,4 @@
-"""When do embedding metrics mean representation collapse? (PAPER.md: uniformity → 0, alignment → 0.)
+"""When do embedding metrics mean representation collapse? (docs/science.md, "Collapse": uniformity → 0, alignment → 0.)
 
 Reference points, measured on the synthetic shapes' validation views:
 

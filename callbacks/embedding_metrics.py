@@ -85,7 +85,7 @@ class EmbeddingMetrics(Callback):
     """Embedding-space metrics of the evaluation split, logged every ``every_n_epochs``.
 
     Every metric registered in ``ssl_app.metrics.registry`` is computed and each of its fields
-    logged as ``metrics/<field>``. Which inputs (PAPER.md, "Which inputs"):
+    logged as ``metrics/<field>``. Which inputs (docs/science.md, "Which inputs each metric reads"):
 
     - **two augmented views** of each sample: ``metrics/alignment`` (mean ‖z_a − z_b‖²),
       ``metrics/pos_sim`` (mean s_ii = z_a·z_b) and ``metrics/top{k}_neg_sim`` (mean of each

@@ -1,6 +1,6 @@
 """Linear evaluation: a linear classifier on the frozen, pooled backbone feature of a trained method.
 
-The protocol of Wang & Liu (PAPER.md): the backbone of a contrastive checkpoint is frozen, a
+The protocol of Wang & Liu (docs/science.md, "Linear evaluation protocol"): the backbone of a contrastive checkpoint is frozen, a
 linear layer on its pooled feature is trained with cross-entropy for 100 epochs, SGD lr 30
 (momentum 0.9, no weight decay), ×0.2 at epochs 40, 60 and 80, on horizontally flipped
 training images. Top-1 (and top-5) accuracy is reported on the test split; ``linear/val_top1``

@@ -224,7 +224,7 @@ def negative_stats(
 
     - ``effective_negatives``: ``exp(H(r_i))`` averaged over anchors that use negatives, where
       ``r_i(j) = exp(l_ij) / Σ_{k∈used(i)} exp(l_ik)`` is the relative penalty on negative j
-      (PAPER.md, with ``l = s/τ`` for InfoNCE) and ``H(r_i) = −Σ_j r_i(j) log r_i(j)``. It
+      (docs/science.md, "Relative penalty", with ``l = s/τ`` for InfoNCE) and ``H(r_i) = −Σ_j r_i(j) log r_i(j)``. It
       equals the number of used negatives when all penalties are equal (τ → ∞, or Simple) and
       tends to 1 as τ → 0.
     - ``used_negatives``: mean number of negatives that enter the loss, over the same anchors.

@@ -87,7 +87,7 @@ class MaskPlanCache:
 class InfoNCE(ContrastiveLoss):
     """InfoNCE / NT-Xent with temperature τ over a similarity matrix.
 
-    Per anchor i (PAPER.md), with positive similarity s_ii and negatives s_ik:
+    Per anchor i (docs/science.md, "InfoNCE"), with positive similarity s_ii and negatives s_ik:
 
         L_i = -log( exp(s_ii/τ) / (exp(s_ii/τ) + Σ_{k≠i} exp(s_ik/τ)) )
 

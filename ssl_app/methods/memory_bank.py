@@ -21,7 +21,7 @@ from ssl_app.registry import METHODS
 
 @METHODS.register
 class MemoryBank(ContrastiveMethod):
-    """Instance discrimination against a memory bank, the setup of Wang & Liu 2021 (PAPER.md).
+    """Instance discrimination against a memory bank, the setup of Wang & Liu 2021 (docs/science.md, "Their setup").
 
     The bank (``bank.features`` [num_train, proj_dim], ``bank.labels``) holds one unit vector
     per training image, addressed by the sample index the datamodule yields, initialised

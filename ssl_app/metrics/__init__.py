@@ -1,4 +1,4 @@
-"""Exact, chunked, DDP-sharded embedding-space metrics (PAPER.md, "Metrics").
+"""Exact, chunked, DDP-sharded embedding-space metrics (docs/science.md, "Embedding metrics").
 
     alignment(za, zb, alpha=2.0)                    mean ||za_i − zb_i||^alpha
     uniformity(z, t=2.0)                            −log mean_{i<j} exp(−t ||z_i − z_j||²)

@@ -1,4 +1,4 @@
-"""Exact embedding-space metrics of PAPER.md: alignment, uniformity, tolerance, top-k negatives.
+"""Exact embedding-space metrics of docs/science.md: alignment, uniformity, tolerance, top-k negatives.
 
 Conventions shared by every function here:
 
@@ -216,7 +216,7 @@ def positive_and_topk_negatives(
 ) -> PositiveAndNegatives:
     """For each anchor i: the positive ``s_ii = za_i·zb_i`` and the k largest ``za_i·zb_j``, j ≠ i.
 
-    The histograms of both (PAPER.md, Fig. 8 of Wang & Liu) show how far the hardest negatives
+    The histograms of both (docs/science.md, "Positive vs top-k negative similarity") show how far the hardest negatives
     sit from the positive. Exact: each block of ``chunk_size`` anchors is compared with all N
     candidates (default: as many rows as fit 2^25 similarities, 128 MB), the diagonal is read
     off as the positive and excluded, and ``topk`` keeps the k largest.

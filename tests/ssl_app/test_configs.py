@@ -118,7 +118,7 @@ def test_the_documented_experiments_are_all_there():
 
 @pytest.mark.parametrize("config", EVALUATIONS, ids=rel)
 def test_linear_evaluations_follow_the_papers_protocol(config, capsys):
-    """Wang & Liu's linear evaluation (PAPER.md): 100 epochs, SGD lr 30, x0.2 at 40/60/80, flips only."""
+    """Wang & Liu's linear evaluation (docs/science.md): 100 epochs, SGD lr 30, x0.2 at 40/60/80, flips only."""
     result = composed(capsys, config, extra=("--model.init_args.checkpoint=any.ckpt",))
     assert result["model"]["class_path"] == "ssl_app.evaluation.LinearProbe"
     assert result["data"]["class_path"] == "datamodules.LinearEvalDataModule"
@@ -220,7 +220,7 @@ def test_loss_overlay_composes_with_the_cifar10_methods(overlay, method, capsys)
 
 _PAPER_AUGMENTATION = {"crop_size": 32, "brightness": 0.4, "contrast": 0.4, "saturation": 0.4, "blur_prob": 0.0}
 
-# Wang & Liu 2021, "Their setup" (PAPER.md): memory bank, ResNet-18 (3×3 stem), linear 128-d head,
+# Wang & Liu 2021 (docs/science.md#their-setup): memory bank, ResNet-18 (3×3 stem), linear 128-d head,
 # SGD lr 0.03, momentum 0.9, wd 5e-4, batch 128, 200 epochs, lr ×0.1 at 160 and 190;
 # RandomResizedCrop(32, scale 0.2–1), ColorJitter(0.4, 0.4, 0.4, 0.4) on every image,
 # RandomGrayscale(0.2), horizontal flip; kNN monitor k = 200, σ = 0.07.

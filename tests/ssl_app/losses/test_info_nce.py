@@ -1,4 +1,4 @@
-"""InfoNCE over a similarity matrix: agreement with lightly, and the gradient facts of PAPER.md."""
+"""InfoNCE over a similarity matrix: agreement with lightly, and the gradient facts of docs/science.md ("Gradient facts")."""
 
 from __future__ import annotations
 
