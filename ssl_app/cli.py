@@ -28,6 +28,7 @@ import re
 import shutil
 import signal
 import sys
+import threading
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -414,12 +415,27 @@ class SSLCLI(LightningCLI):
                 created_root = folder  # another process took the first free number; this one claimed the next
             getattr(trainer, subcommand)(model, **kwargs)
         except BaseException as error:
+            _spare_this_process_from_the_child_observer()
             status, reason = ending(error, trainer, self.interrupt)
             self.recorder.end(trainer, status, reason)
             if created_root is not None and trainer.is_global_zero and trainer.global_step == 0:
                 _remove_failed_start(created_root)
             raise
         self.recorder.end(trainer, DONE, f"finished at epoch {trainer.current_epoch}, step {trainer.global_step}")
+
+
+def _spare_this_process_from_the_child_observer() -> None:
+    """Let this process finish its own way out when a DDP child failed.
+
+    Lightning's subprocess launcher watches its child processes from a thread
+    (``child-process-observer``) and, when one exits with an error, SIGKILLs every process within
+    five seconds, this one included: under load that cut off this process's record and one-line
+    error (exit -9). This process is stopping anyway; the watcher still stops the children.
+    """
+    for thread in threading.enumerate():
+        children = getattr(thread, "_child_processes", None)
+        if thread.name == "child-process-observer" and children is not None:
+            thread._terminate_all = lambda children=children: [child.kill() for child in children]  # type: ignore[attr-defined]
 
 
 def ending(error: BaseException, trainer: Any, interrupt: Optional[InterruptCheckpoint]) -> tuple[str, str]:
