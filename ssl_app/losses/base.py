@@ -34,6 +34,7 @@ never a class name):
   does not depend on the common similarity (``log(1 + K)`` for InfoNCE with one positive and K
   negatives): a loss that stays there has stopped telling positives from negatives
   (``callbacks.EmbeddingMetrics``' loss-at-chance rule reads it from ``stats["chance"]``).
+- ``examples``: the constructor arguments the generic tests run the loss with (``{}``: its defaults).
 - :meth:`ContrastiveLoss.prepare`: the one hook through which a loss that owns parameters sized
   by the data (PaCo's class centres and prior) receives the backbone's feature width and the
   datamodule's class counts; ``classify`` (present only on such losses) serves evaluation.
@@ -44,7 +45,7 @@ from __future__ import annotations
 import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import ClassVar, Optional
+from typing import Any, ClassVar, Optional
 
 import torch
 from torch import Tensor, nn
@@ -107,6 +108,10 @@ class ContrastiveLoss(nn.Module):
     same_as_with_every_negative: ClassVar[Optional[str]] = None
     #: Keys of parameters or buffers the loss sizes from the data in :meth:`prepare` (relative to the loss).
     state_built_in_setup: ClassVar[tuple[str, ...]] = ()
+    #: Constructor arguments of the configurations the generic tests run this loss in (every method,
+    #: mixed precision, no host sync, checkpoints, the CLI): the constructor's defaults, ``{}``, unless
+    #: the loss has required arguments or modes worth covering (a hard loss's top-K and quantile).
+    examples: ClassVar[tuple[dict[str, Any], ...]] = ({},)
 
     def forward(self, handover: MaskedSimilarities, with_stats: bool = False) -> LossResult:
         """The loss of one step (and its diagnostics when ``with_stats``), in float32."""

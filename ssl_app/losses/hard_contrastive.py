@@ -83,6 +83,8 @@ class HardContrastive(ContrastiveLoss):
 
     same_as_with_every_negative = "InfoNCE"  # with num_negatives >= the negatives an anchor has
 
+    examples = ({"num_negatives": 3}, {"quantile": 0.3})
+
     def __init__(
         self,
         temperature: float = 0.5,

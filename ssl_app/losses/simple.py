@@ -78,6 +78,8 @@ class Simple(ContrastiveLoss):
         >>> loss = loss_fn(MaskedSimilarities(sim, pos_mask, neg_mask)).value
     """
 
+    examples = ({}, {"lam": 0.5})
+
     def __init__(self, lam: float | None = None) -> None:
         super().__init__()
         if lam is not None and (isinstance(lam, bool) or not isinstance(lam, numbers.Real) or not 0 < lam < math.inf):
@@ -116,6 +118,8 @@ class HardSimple(ContrastiveLoss):
     """
 
     same_as_with_every_negative = "Simple"  # with num_negatives >= the negatives an anchor has
+
+    examples = ({"num_negatives": 3},)
 
     def __init__(self, num_negatives: int) -> None:
         super().__init__()
