@@ -1,12 +1,12 @@
 """Docs that cannot rot: every config a doc names exists and parses, every command it shows parses.
 
-Docs read: README.md, configs/README.md, the Dockerfile (its usage comment and its CMD) and the
-header comments of every shipped config. A *command* is any ``python -m ssl_app ARGS`` (also
-after ``.venv/bin/``, ``torchrun … -m ssl_app`` or ``srun … python -m ssl_app``) or
-``docker run … ssl_app ARGS`` with at least one argument, in a code block or an inline code span,
-backslash continuations joined. Each runs in-process with ``--print_config`` appended (exit 0,
-nothing trained), except ``list``, which runs as it is (exit 0, something printed); the bare
-program name in prose (``python -m ssl_app`` sets …) is not a command.
+Docs read: README.md, the pages of docs/ (where the README's details moved), configs/README.md, the
+Dockerfile (its usage comment and its CMD) and the header comments of every shipped config. A
+*command* is any ``python -m ssl_app ARGS`` (also after ``.venv/bin/``, ``torchrun … -m ssl_app`` or
+``srun … python -m ssl_app``) or ``docker run … ssl_app ARGS`` with at least one argument, in a code
+block or an inline code span, backslash continuations joined. Each runs in-process with
+``--print_config`` appended (exit 0, nothing trained), except ``list``, which runs as it is (exit 0,
+something printed); the bare program name in prose (``python -m ssl_app`` sets …) is not a command.
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ from tests.ssl_app.methods.test_readme_method import readme_example
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIGS = REPO / "configs"
-DOCS = [REPO / "README.md", CONFIGS / "README.md", REPO / "Dockerfile", *sorted(CONFIGS.rglob("*.yaml"))]
+DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md")), CONFIGS / "README.md", REPO / "Dockerfile"]
+DOCS += sorted(CONFIGS.rglob("*.yaml"))
 FRAGMENT_DIRS = ("base", "trainer", "callbacks", "data", "model")
 
 CONFIG_PATH = re.compile(r"configs/[\w./*{},-]*\.yaml")
