@@ -5,7 +5,7 @@ What the code can log is worked out from the code itself, not listed here: every
 ``pl_module.log`` / ``log_dict`` call in ``ssl_app/`` and ``callbacks/`` is found by parsing the
 source. A call with a literal tag gives that tag; a call whose tag is computed must be one of
 ``computed_tags``' call sites, whose tags come from where the code gets them: the metric registry
-(at the default ``top_k``), the losses' ``last_stats`` after a call with statistics on, the
+(at the default ``top_k``), the losses' diagnostics after a call with ``with_stats``, the
 long-tail groups. A new call site the test cannot read fails, naming its file and line.
 """
 
@@ -34,10 +34,6 @@ TABLE_SECTION = "## What you see in TensorBoard"
 LOGGERS = {"self", "pl_module"}
 # The stages of ContrastiveMethod._step (training_step, validation_step, test_step).
 STAGES = ("train", "val", "test")
-# Loss diagnostics the docs already name by their new key while the losses (ssl_app/losses/base.py,
-# edited elsewhere) still produce the old one: old key -> new key. Once a loss produces the new key the
-# entry no longer applies and can go.
-PENDING_LOSS_RENAMES = {"neg_sim": "mean_neg_sim"}
 
 N, CLASSES = 8, 3
 # How to build each loss of ssl_app.losses, and the extra keywords of its call (PaCo's centres).
@@ -85,7 +81,7 @@ def long_tail_names() -> set[str]:
 
 def computed_tags() -> dict[tuple[str, str], set[str]]:
     """The tags of each call site whose tag is computed: ``(file, source of the tag argument) -> tags``."""
-    loss_keys = {PENDING_LOSS_RENAMES.get(key, key) for key in loss_stat_keys()}
+    loss_keys = loss_stat_keys()
     registry = {f"metrics/{metric.tag(name, DEFAULT_TOP_K)}" for metric, name in registered_fields()}
     return {
         ("ssl_app/methods/base.py", "f'{stage}/loss'"): {f"{stage}/loss" for stage in STAGES},
