@@ -82,7 +82,7 @@ def test_paco_fits_and_tests_its_classifier_through_the_cli(tmp_path, monkeypatc
     assert {"val/classifier_top1", "loss/centre_prob"} <= scalar_tags(run)
     checkpoint = run / "checkpoints" / "last.ckpt"
     saved = torch.load(checkpoint, map_location="cpu", weights_only=False)
-    assert saved["state_dict"]["classifier.weight"].shape == (10, cli.model.feature_dim)
+    assert saved["state_dict"]["loss.classifier.weight"].shape == (10, cli.model.feature_dim)
     counts = torch.tensor([13.0] * 8 + [12.0] * 2)
     torch.testing.assert_close(saved["state_dict"]["loss.log_prior"], (counts / 128).log())
     # test from the checkpoint, with a loss given no counts: the prior comes with the checkpoint
