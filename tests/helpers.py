@@ -6,6 +6,8 @@ from pathlib import Path
 from typing import Any, Optional
 
 import lightning as L
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from datamodules.augment import ViewAugmentation
 from datamodules.synthetic import SYNTHETIC_MEAN, SYNTHETIC_STD, SyntheticDataModule
@@ -78,3 +80,41 @@ def loss_and_stats(loss: Any, sim: Any, pos_mask: Any, neg_mask: Any, **anchors:
 
     result = loss(MaskedSimilarities(sim, pos_mask, neg_mask, **anchors), with_stats=True)
     return result.value, result.stats
+
+
+class HostSyncRecorder(TorchDispatchMode):
+    """Records the aten ops that make a GPU step wait for the device.
+
+    ``.item()`` / ``bool(tensor)`` / ``float(tensor)`` dispatch to ``_local_scalar_dense``;
+    boolean indexing (``x[mask]``, ``x[mask] = v``), ``nonzero``, ``masked_select`` and
+    ``unique`` need the data to know their output size.
+    """
+
+    SYNCING = {
+        "aten._local_scalar_dense",
+        "aten.nonzero",
+        "aten.nonzero_static",
+        "aten.masked_select",
+        "aten.is_nonzero",
+        "aten.equal",
+        "aten._unique",
+        "aten._unique2",
+        "aten.unique_dim",
+        "aten.unique_consecutive",
+        "aten.repeat_interleave",
+    }
+    INDEXING = {"aten.index", "aten.index_put", "aten.index_put_", "aten._index_put_impl_"}
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.syncs: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = str(func.overloadpacket)
+        if name in self.SYNCING:
+            self.syncs.append(name)
+        elif name in self.INDEXING:
+            indices = args[1] if len(args) > 1 else ()
+            if any(isinstance(t, torch.Tensor) and t.dtype in (torch.bool, torch.uint8) for t in indices):
+                self.syncs.append(f"{name} with a boolean mask")
+        return func(*args, **(kwargs or {}))

@@ -11,6 +11,7 @@ something printed); the bare program name in prose (``python -m ssl_app`` sets â
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import re
 import shlex
@@ -198,3 +199,23 @@ def test_the_readme_has_a_yaml_example():
 def test_configs_readme_example_is_the_quickstart_file():
     blocks = [block for _, block in yaml_blocks(CONFIGS / "README.md")]
     assert blocks and yaml.safe_load(blocks[0]) == yaml.safe_load((CONFIGS / "quickstart.yaml").read_text())
+
+
+TEST_REFERENCE = re.compile(r"(?<![\w*/])([\w/*]+\.py)(?:::(\w+))?")
+
+
+def test_docs_testing_names_only_test_files_and_functions_that_exist():
+    """Catches docs/testing.md describing a test file or a test function that was renamed, moved or
+    removed (a page about the suite that no longer matches it)."""
+    roots = [REPO / part for part in ("tests", "ssl_app", "callbacks", "datamodules", "benchmarks", ".ci")]
+    files = [path for root in roots for path in root.rglob("*.py")]
+    stale = []
+    references = TEST_REFERENCE.findall((REPO / "docs" / "testing.md").read_text(encoding="utf-8"))
+    assert len(references) > 20  # the page names the suite's files; a broken pattern would find none
+    for name, function in references:
+        found = [path for path in files if fnmatch.fnmatch(path.as_posix(), "*/" + name.lstrip("/"))]
+        if not found:
+            stale.append(name)
+        elif function and not any(re.search(rf"def {function}\b", path.read_text(encoding="utf-8")) for path in found):
+            stale.append(f"{name}::{function}")
+    assert not stale, f"docs/testing.md names what does not exist: {stale}"

@@ -5,7 +5,7 @@ What the code can log is worked out from the code itself, not listed here: every
 ``pl_module.log`` / ``log_dict`` call in ``ssl_app/`` and ``callbacks/`` is found by parsing the
 source. A call with a literal tag gives that tag; a call whose tag is computed must be one of
 ``computed_tags``' call sites, whose tags come from where the code gets them: the metric registry
-(at the default ``top_k``), the losses' diagnostics after a call with ``with_stats``, the
+(at the default ``top_k``), the ``stats`` of every registered loss after a call with ``with_stats``, the
 long-tail groups. A new call site the test cannot read fails, naming its file and line.
 """
 
@@ -13,18 +13,16 @@ from __future__ import annotations
 
 import ast
 import re
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-import ssl_app.losses as losses
 from callbacks.long_tail import GROUPS
-from ssl_app.losses import ContrastiveLoss, HardContrastive, HardSimple, InfoNCE, MaskedSimilarities, PaCo, Simple, SupCon
 from ssl_app.metrics import DEFAULT_TOP_K, registered_fields
 from ssl_app.metrics.long_tail import group_accuracies
+from tests.generic import handover, loss_cases
 
 REPO = Path(__file__).resolve().parents[1]
 SOURCES = ("ssl_app", "callbacks")
@@ -35,41 +33,21 @@ LOGGERS = {"self", "pl_module"}
 # The stages of ContrastiveMethod._step (training_step, validation_step, test_step).
 STAGES = ("train", "val", "test")
 
-N, CLASSES = 8, 3
-# How to build each loss of ssl_app.losses, and the extra keywords of its call (PaCo's centres).
-LOSS_CALLS: dict[str, list[Callable[[], tuple[ContrastiveLoss, dict]]]] = {
-    "InfoNCE": [lambda: (InfoNCE(0.5), {})],
-    "HardContrastive": [lambda: (HardContrastive(0.5, num_negatives=2), {}), lambda: (HardContrastive(0.5, quantile=0.5), {})],
-    "Simple": [lambda: (Simple(), {}), lambda: (Simple(lam=0.5), {})],
-    "HardSimple": [lambda: (HardSimple(num_negatives=2), {})],
-    "SupCon": [lambda: (SupCon(0.5), {})],
-    "PaCo": [lambda: (prepared_paco(), {"anchor_features": torch.randn(N, CLASSES), "anchor_labels": torch.arange(N) % CLASSES})],
-}
-
-
-def prepared_paco() -> PaCo:
-    """PaCo with its centres built, as a method's ``setup`` builds them (``ContrastiveLoss.prepare``)."""
-    loss = PaCo(0.2, alpha=0.3, class_counts=[3, 3, 2])
-    loss.prepare(CLASSES, CLASSES, None, fitting=False)
-    return loss
+N, FEATURES = 8, 16
 
 
 def loss_stat_keys() -> set[str]:
-    """Every diagnostic key of every loss after a call with ``with_stats`` (two views of N/2 samples)."""
+    """Every diagnostic key of every registered loss, in each of its ``examples`` (tests/generic.py),
+    after a call with ``with_stats`` (two views of N/2 samples)."""
     torch.manual_seed(0)
     z = F.normalize(torch.randn(N, 16), dim=1)
-    sim = z @ z.T
-    rows = torch.arange(N)
-    pos_mask = torch.zeros(N, N, dtype=torch.bool)
-    pos_mask[rows, (rows + N // 2) % N] = True
-    neg_mask = ~pos_mask & ~torch.eye(N, dtype=torch.bool)
+    features = torch.randn(N, FEATURES)
     keys = set()
-    for builds in LOSS_CALLS.values():
-        for build in builds:
-            loss, extra = build()
-            stats = loss(MaskedSimilarities(sim, pos_mask, neg_mask, **extra), with_stats=True).stats
-            assert stats, f"{type(loss).__name__} logged no statistics"
-            keys |= set(stats)
+    for case in loss_cases():
+        loss = case.ready(FEATURES)
+        stats = loss(handover(loss, z @ z.T, torch.arange(N // 2) % 3, features=features), with_stats=True).stats
+        assert stats, f"{case.id} logged no statistics"
+        keys |= set(stats)
     return keys
 
 
@@ -143,16 +121,6 @@ def readme_tags() -> set[str]:
 def code_tags() -> set[str]:
     tags, _ = loggable_tags()
     return tags
-
-
-def test_every_loss_of_the_package_is_called_here():
-    """Catches a new loss class whose own diagnostics (``loss/<key>``) the tag check would never see."""
-    exported = {
-        name
-        for name in losses.__all__
-        if isinstance(getattr(losses, name), type) and issubclass(getattr(losses, name), ContrastiveLoss)
-    }
-    assert exported - {"ContrastiveLoss"} == set(LOSS_CALLS)
 
 
 def test_every_log_call_has_a_tag_the_test_can_work_out():

@@ -11,7 +11,7 @@ import dataclasses
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from typing import Any, Literal, Optional, Union
+from typing import Any, ClassVar, Literal, Optional, Union
 
 import lightning as L
 import torch
@@ -66,6 +66,12 @@ class ContrastiveMethod(L.LightningModule, ABC):
     """
 
     train_views: int = 2
+    #: Constructor arguments of the configurations the generic tests run this method in (with every
+    #: loss: mixed precision, no host sync, channels_last, checkpoints), on top of a tiny backbone and
+    #: head (``small_cnn``, 8-d embeddings) and tiny data (3 classes of 16 images of 8×8 pixels,
+    #: batches of 4 to 8): ``{}``, the defaults, unless the method has required arguments or its
+    #: defaults do not fit such data (tests/generic.py, docs/extending.md).
+    examples: ClassVar[tuple[dict[str, Any], ...]] = ({},)
     #: The last training step's ``(loss, chance value)``, detached, on the steps whose loss computed
     #: its diagnostics and declares a chance value (``ContrastiveLoss.chance_value``); ``None`` on
     #: the others. ``callbacks.EmbeddingMetrics`` reads it for its loss-at-chance rule.

@@ -70,6 +70,10 @@ class MoCo(ContrastiveMethod):
         **kwargs: every option of ``ContrastiveMethod`` (backbone, head, optim).
     """
 
+    #: A queue that fills within a few steps of the generic tests' small batches, and 2 BatchNorm
+    #: groups (the default 8 needs at least 16 images per batch).
+    examples = ({"queue_size": 16, "split_bn_groups": 2},)
+
     def __init__(
         self,
         loss: ContrastiveLoss = lazy_instance(InfoNCE, temperature=0.2),

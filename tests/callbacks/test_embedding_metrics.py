@@ -16,7 +16,14 @@ from callbacks import EmbeddingMetrics, embedding_report
 from ssl_app.cli import main
 from ssl_app.errors import ConfigError
 from ssl_app.methods import SimCLR
-from ssl_app.metrics import alignment, effective_rank, positive_and_topk_negatives, tolerance, uniformity
+from ssl_app.metrics import (
+    alignment,
+    effective_rank,
+    positive_and_topk_negatives,
+    registered_fields,
+    tolerance,
+    uniformity,
+)
 from tests.callbacks import ddp_worker
 from tests.callbacks.helpers import (
     EPOCHS,
@@ -32,7 +39,8 @@ from tests.callbacks.helpers import (
 
 REPO = Path(__file__).resolve().parents[2]
 QUICKSTART = str(REPO / "configs" / "quickstart.yaml")
-SCALARS = ["alignment", "uniformity", "tolerance", "pos_sim", "top10_neg_sim", "effective_rank", "nonfinite", "collapsed"]
+#: Every registered metric's tags at top_k = 10 (``ssl_app.metrics.registry``), and the callback's own scalars.
+SCALARS = [metric.tag(field, 10) for metric, field in registered_fields()] + ["nonfinite", "collapsed"]
 
 
 # --------------------------------------------------------------------------- one tiny fit

@@ -35,7 +35,6 @@ from ssl_app.methods import METHODS
 from tests.datamodules.test_image_folder import make_tree
 from tests.datamodules.test_torchvision_sets import write_fake_cifar
 from tests.helpers import tiny_data
-from tests.registries import each
 
 BATCH = 4
 #: Training views per sample of every registered method (the datamodule builds what the method reads).
@@ -100,10 +99,11 @@ OFFLINE: dict[str, Callable[[Path, pytest.MonkeyPatch], ContrastiveDataModule]] 
 }
 
 
-@pytest.fixture(params=each(DATAMODULES))
-def data(request, tmp_path, monkeypatch) -> ContrastiveDataModule:
-    """The registered datamodule of this case, built on tiny offline data."""
-    entry = request.param
+@pytest.fixture
+def data(datamodule_entry, tmp_path, monkeypatch) -> ContrastiveDataModule:
+    """The registered datamodule of this case (every entry of ``DATAMODULES``, read at collection:
+    tests/generic.py), built on tiny offline data."""
+    entry = datamodule_entry
     build = OFFLINE.get(entry.name)
     if build is None:
         pytest.fail(

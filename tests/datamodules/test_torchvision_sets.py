@@ -19,7 +19,7 @@ from datamodules import (
     SVHNDataModule,
     ViewAugmentation,
 )
-from datamodules.augment import CIFAR10_MEAN, CIFAR100_MEAN, STL10_MEAN, SVHN_MEAN
+from datamodules.augment import CIFAR100_MEAN
 from ssl_app.cli import main
 from ssl_app.errors import ConfigError
 
@@ -107,23 +107,26 @@ def test_overriding_one_augmentation_field_keeps_the_data_sets_defaults(module, 
 
 # --- constructors state their own options; jsonargparse follows **kwargs to the rest ------------
 
-ALL_MODULES = {
-    "CIFAR10DataModule": {"root": "data", "download": False},
-    "CIFAR100DataModule": {"root": "data", "download": False},
-    "SVHNDataModule": {"root": "data", "download": False},
-    "STL10DataModule": {"root": "data", "download": False, "train_split": "train+unlabeled"},
-    "SyntheticDataModule": {"num_classes": 10, "train_size": 2000, "seed": 0},
-    "ImageFolderDataModule": {"train_dir": "train", "val_dir": "val", "test_dir": "test"},
-}
-# The augmentation each data set defaults to (only what differs from ViewAugmentation()).
-OWN_AUGMENTATION = {
-    "CIFAR10DataModule": {"crop_size": 32, "mean": list(CIFAR10_MEAN)},
-    "CIFAR100DataModule": {"crop_size": 32, "mean": list(CIFAR100_MEAN)},
-    "SVHNDataModule": {"hflip_prob": 0.0, "mean": list(SVHN_MEAN)},
-    "STL10DataModule": {"crop_size": 96, "mean": list(STL10_MEAN)},
-    "SyntheticDataModule": {"min_scale": 0.4, "hue": 0.5},
-    "ImageFolderDataModule": {"crop_size": 224, "eval_crop_fraction": 0.875},
-}
+
+def declared_defaults(module: type) -> dict:
+    """Every constructor option that the class or a base class declares with a default (the most
+    derived declaration wins): what ``--print_config`` must show for it."""
+    found = {}
+    for klass in reversed(module.__mro__):
+        init = vars(klass).get("__init__")
+        if init is None or klass is object:
+            continue
+        for parameter in inspect.signature(init).parameters.values():
+            named = parameter.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+            if named and parameter.name != "self" and parameter.default is not inspect.Parameter.empty:
+                found[parameter.name] = parameter.default
+    return found
+
+
+def own_augmentation(module: type) -> dict:
+    """The fields of the class's default augmentation (lists where the dataclass holds tuples)."""
+    fields = dataclasses.asdict(declared_defaults(module)["augmentation"])
+    return {name: list(value) if isinstance(value, tuple) else value for name, value in fields.items()}
 
 
 def base_defaults() -> dict:
@@ -134,43 +137,50 @@ def base_defaults() -> dict:
     return defaults
 
 
-def printed_data_config(capsys, name: str, *extra: str) -> dict:
+def printed_data_config(capsys, path: str, *extra: str) -> dict:
+    """The ``data`` init args ``--print_config`` shows for the datamodule at import path ``path``."""
     with pytest.raises(SystemExit) as exit_info:
-        main(["fit", "--model=ssl_app.methods.SimCLR", f"--data=datamodules.{name}", *extra, "--print_config"])
+        main(["fit", "--model=ssl_app.methods.SimCLR", f"--data={path}", *extra, "--print_config"])
     assert exit_info.value.code == 0
     data = yaml.safe_load(capsys.readouterr().out)["data"]
-    assert data["class_path"] == f"datamodules.{name}"
+    assert data["class_path"] == path
     return data["init_args"]
 
 
-@pytest.mark.parametrize("name", ALL_MODULES)
-def test_print_config_shows_every_option_with_its_default(name, capsys):
-    options = printed_data_config(capsys, name)
-    for option, default in {**base_defaults(), **ALL_MODULES[name]}.items():
-        assert option in options, f"{name}: --print_config lost {option}"
-        assert options[option] == default, (name, option)
+def test_print_config_shows_every_option_with_its_default(datamodule_entry, capsys):
+    """Catches an option of a registered datamodule (or of its base class, through ``**kwargs``) that
+    the CLI does not show, or shows with another default than the constructor's (every entry of
+    ``DATAMODULES``: tests/generic.py)."""
+    entry = datamodule_entry
+    options = printed_data_config(capsys, entry.value)
+    for option, default in declared_defaults(entry.target).items():
+        assert option in options, f"{entry.name}: --print_config lost {option}"
+        if option != "augmentation":
+            assert options[option] == default, (entry.name, option)
     augmentation = options["augmentation"]
     assert set(augmentation) == {f.name for f in dataclasses.fields(ViewAugmentation)}
-    for field, value in OWN_AUGMENTATION[name].items():
-        assert augmentation[field] == pytest.approx(value), (name, field)
+    for field, value in own_augmentation(entry.target).items():
+        assert augmentation[field] == pytest.approx(value), (entry.name, field)
 
 
-@pytest.mark.parametrize("name", ALL_MODULES)
-def test_data_help_lists_every_option(name, capsys):
+def test_data_help_lists_every_option(datamodule_entry, capsys):
+    entry = datamodule_entry
     with pytest.raises(SystemExit):
-        main(["fit", "--data.help", f"datamodules.{name}"])
+        main(["fit", "--data.help", entry.value])
     out = capsys.readouterr().out
-    for option in [*base_defaults(), *ALL_MODULES[name], "augmentation.min_scale"]:
-        assert f"--data.{option} " in out, f"{name}: --data.help lost {option}"
+    options = [option for option in declared_defaults(entry.target) if option != "augmentation"]  # shown field by field
+    for option in [*options, "augmentation.min_scale"]:
+        assert f"--data.{option} " in out, f"{entry.name}: --data.help lost {option}"
 
 
-@pytest.mark.parametrize("name", ALL_MODULES)
-def test_a_partial_override_keeps_the_other_defaults(name, capsys):
-    options = printed_data_config(capsys, name, "--data.init_args.augmentation.min_scale=0.5", "--data.init_args.batch_size=7")
+def test_a_partial_override_keeps_the_other_defaults(datamodule_entry, capsys):
+    entry = datamodule_entry
+    overrides = ["--data.init_args.augmentation.min_scale=0.5", "--data.init_args.batch_size=7"]
+    options = printed_data_config(capsys, entry.value, *overrides)
     assert options["augmentation"]["min_scale"] == 0.5 and options["batch_size"] == 7
-    for field, value in OWN_AUGMENTATION[name].items():
+    for field, value in own_augmentation(entry.target).items():
         if field != "min_scale":
-            assert options["augmentation"][field] == pytest.approx(value), (name, field)
+            assert options["augmentation"][field] == pytest.approx(value), (entry.name, field)
     assert options["num_workers"] == base_defaults()["num_workers"]
 
 

@@ -1,7 +1,10 @@
-"""Chance values: each loss's value when every similarity is equal, as it declares it (``chance``).
+"""Chance values, for every registered loss (each of its ``examples``): the value when every
+similarity is equal, as the loss declares it (``ContrastiveLoss.chance_value``, ``stats["chance"]``).
 
-The definition is the test: ``loss(c · ones, masks)`` equals the declared ``stats["chance"]``
-and a closed form counted here by hand, for one and several positives, hard top-K and quantile.
+The definition is the test: ``loss(c · ones, masks)`` equals the declared ``stats["chance"]`` for
+one and several positives, whatever the common similarity c; a loss that declares none reports
+none. Each loss's closed form (``log(|P| + K)`` for InfoNCE, the kept count of a hard loss, 0 for
+Simple) is a formula test in that loss's own file, with the helpers below.
 """
 
 from __future__ import annotations
@@ -11,10 +14,10 @@ import math
 import pytest
 import torch
 
-from ssl_app.losses import HardContrastive, HardSimple, InfoNCE, MaskedSimilarities, PaCo, Simple, SupCon
-from tests.helpers import loss_and_stats, loss_stats, loss_value
+from ssl_app.losses import MaskedSimilarities
 
 N, M = 6, 14
+FEATURES = 4
 
 
 def masks(several_positives: bool) -> tuple[torch.Tensor, torch.Tensor]:
@@ -42,77 +45,40 @@ def negatives(neg: torch.Tensor) -> list[int]:
     return [int(n) for n in neg.sum(dim=1)]
 
 
-CASES = {
-    "InfoNCE τ=0.1": (lambda: InfoNCE(0.1), lambda pos, neg: log_candidates(pos, negatives(neg))),
-    "InfoNCE τ=1": (lambda: InfoNCE(1.0), lambda pos, neg: log_candidates(pos, negatives(neg))),
-    "SupCon": (lambda: SupCon(0.1), lambda pos, neg: log_candidates(pos, negatives(neg))),
-    "Hard top-3": (lambda: HardContrastive(0.5, num_negatives=3), lambda pos, neg: log_candidates(pos, [3] * N)),
-    # all similarities tied: the quantile keeps every negative tied with its threshold
-    "Hard quantile": (lambda: HardContrastive(0.5, quantile=0.3), lambda pos, neg: log_candidates(pos, negatives(neg))),
-    "Simple": (lambda: Simple(), lambda pos, neg: 0.0),
-    "HardSimple": (lambda: HardSimple(3), lambda pos, neg: 0.0),
-}
+def call(loss_fn, sim: torch.Tensor, pos: torch.Tensor, neg: torch.Tensor, with_stats: bool = True):
+    """The loss on these masks, with anchor features and labels for a loss that reads them."""
+    anchors = {}
+    if loss_fn.needs_anchor_features:
+        g = torch.Generator().manual_seed(0)
+        anchors = {"anchor_features": torch.randn(N, FEATURES, generator=g), "anchor_labels": torch.arange(N) % 3}
+    return loss_fn(MaskedSimilarities(sim, pos, neg, **anchors), with_stats)
 
 
-@pytest.mark.parametrize("name", CASES)
 @pytest.mark.parametrize("several_positives", [False, True], ids=["one_positive", "several_positives"])
-@pytest.mark.parametrize("c", [-0.4, 0.9])
-def test_chance_value_is_the_loss_on_an_all_equal_similarity_matrix(name, several_positives, c):
-    """Catches a chance value that is not the loss at a uniform softmax: log(1 + K) hard-coded
-    (wrong with several positives), all negatives counted for a hard loss (top-3 keeps 3), anchors
-    without a positive counted in the mean, a log(K) without the positives, or 0 for Simple replaced
-    by −c. Also that it is reported only when diagnostics are asked for (``with_stats``)."""
-    build, closed_form = CASES[name]
+def test_the_declared_chance_value_is_the_loss_on_an_all_equal_similarity_matrix(loss_case, several_positives):
+    """Catches a chance value that is not the loss at "every similarity equal" (log(1 + K) hard-coded
+    where there are several positives, all negatives counted by a hard loss that keeps K, anchors
+    without a positive counted in the mean), a loss whose value there still moves with the common
+    similarity while it declares a chance value, and a chance value reported without ``with_stats``
+    or by a loss that declares none."""
+    loss_fn = loss_case.ready(FEATURES)
     pos, neg = masks(several_positives)
-    loss_fn = build()
-    value, stats = loss_and_stats(loss_fn, torch.full((N, M), c), pos, neg)
-    chance = stats["chance"]
-    assert chance.dim() == 0 and not chance.requires_grad
-    assert value.item() == pytest.approx(chance.item(), abs=1e-5)
-    assert chance.item() == pytest.approx(closed_form(pos, neg), abs=1e-5)
-    assert loss_fn(MaskedSimilarities(torch.full((N, M), c), pos, neg)).stats == {}  # without with_stats
+    for c in (-0.4, 0.9):
+        sim = torch.full((N, M), c)
+        result = call(loss_fn, sim, pos, neg)
+        assert call(loss_fn, sim, pos, neg, with_stats=False).stats == {}
+        if loss_fn.chance_value(pos, neg) is None:
+            assert "chance" not in result.stats
+            continue
+        chance = result.stats["chance"]
+        assert chance.dim() == 0 and not chance.requires_grad
+        assert result.value.item() == pytest.approx(chance.item(), abs=1e-5), f"c = {c}"
 
 
-@pytest.mark.parametrize(
-    "build,kept",
-    [
-        (lambda: HardContrastive(0.5, num_negatives=3), lambda n: min(3, n)),
-        (lambda: HardContrastive(0.5, quantile=0.3), lambda n: max(1, math.ceil(0.3 * n))),
-    ],
-    ids=["top-3", "quantile-0.3"],
-)
-def test_hard_chance_counts_the_negatives_this_step_kept(build, kept):
-    """Catches a hard loss declaring InfoNCE's chance over all its negatives: on untied similarities
-    the quantile keeps ceil(q·n), not n (a collapsed hard run would then sit log(n / ceil(q·n))
-    nats below its "chance" and never be flagged)."""
-    pos, neg = masks(several_positives=True)
-    loss_fn = build()
-    stats = loss_stats(loss_fn, torch.rand(N, M, generator=torch.Generator().manual_seed(0)), pos, neg)
-    expected = log_candidates(pos, [kept(n) for n in negatives(neg)])
-    assert stats["chance"].item() == pytest.approx(expected, abs=1e-5)
-
-
-def test_losses_that_depend_on_the_common_similarity_declare_none():
-    """Catches a chance value declared where there is none: Simple with a fixed λ gives
-    c(λ|N| − 1), which moves with c, so a "0" would flag healthy runs (or miss stuck ones); PaCo's
-    centre logits are no similarities."""
+def test_a_batch_without_an_anchor_with_a_positive_has_a_nan_chance_value_not_zero(loss_case):
+    """Catches 0 declared where the loss has no chance value for this batch: no anchor has a
+    positive (the loss is then 0, so a SupCon epoch of such batches would read as "at chance")."""
+    loss_fn = loss_case.ready(FEATURES)
     pos, neg = masks(several_positives=False)
-    simple = Simple(lam=0.5)
-    at = [loss_value(simple, torch.full((N, M), c), pos, neg).item() for c in (0.2, 0.8)]
-    assert at[0] != pytest.approx(at[1])  # the premise: no single value at "all equal"
-    assert simple.chance_value(pos, neg) is None and "chance" not in loss_stats(simple, torch.full((N, M), 0.5), pos, neg)
-    paco = PaCo(0.2, alpha=0.5, class_counts=[3, 3])
-    stats = loss_stats(paco, torch.full((N, M), 0.5), pos, neg)
-    assert paco.chance_value(pos, neg) is None and "chance" not in stats
-
-
-def test_a_batch_without_a_chance_value_says_nan_not_zero():
-    """Catches 0 declared where the loss has no chance value for this batch: no anchor with a
-    positive (the loss is 0, so a SupCon epoch of such batches would read as "at chance"), or
-    Simple with an anchor that has a positive but no negative (its L_i = −c)."""
-    pos, neg = masks(several_positives=False)
-    assert math.isnan(InfoNCE().chance_value(torch.zeros_like(pos), neg).item())
-    lacking = neg.clone()
-    lacking[0] = False
-    assert math.isnan(Simple().chance_value(pos, lacking).item())
-    assert Simple().chance_value(pos, neg).item() == 0.0
+    chance = loss_fn.chance_value(torch.zeros_like(pos), neg)
+    assert chance is None or math.isnan(chance.item())

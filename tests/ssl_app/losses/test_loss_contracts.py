@@ -1,6 +1,11 @@
-"""Small contracts of the loss strategies that the formula tests do not pin down: what they report
-(hyper-parameters, repr, diagnostics), how they reject bad input, and edge shapes of the hard
-negative selection. Written to kill mutants that survived ``mutmut`` (docs/testing.md)."""
+"""What every loss promises beyond its formula: its diagnostics change nothing, its state survives a
+state dict, its repr names its settings (every registered loss in each of its ``examples``:
+``loss_case``, tests/generic.py), and the one entrance rejects bad input naming the argument.
+
+Each loss's own settings (its hyper-parameters and defaults, its selection's edge cases) are
+tested in its own file (``test_<name>.py``). Written partly to kill mutants that survived
+``mutmut`` (docs/testing.md).
+"""
 
 from __future__ import annotations
 
@@ -10,42 +15,77 @@ import pytest
 import torch
 
 from ssl_app.errors import ConfigError
-from ssl_app.losses import HardContrastive, HardSimple, InfoNCE, MaskedSimilarities, PaCo, Simple, SupCon
+from ssl_app.losses import InfoNCE, MaskedSimilarities
 from ssl_app.losses.base import check_temperature
-from ssl_app.losses.hard_contrastive import upper_quantile_negatives
-from tests.helpers import loss_stats, loss_value
+from tests.helpers import loss_value
+
+FEATURES = 5
 
 
-# Built inside the test (lambdas), so that mutation testing attributes the constructors to it.
-@pytest.mark.parametrize(
-    "build,hparams,text",
-    [
-        (lambda: InfoNCE(), {"temperature": 0.5}, "InfoNCE(temperature=0.5)"),
-        (lambda: SupCon(), {"temperature": 0.1}, "SupCon(temperature=0.1)"),
-        (lambda: HardContrastive(num_negatives=7), {"temperature": 0.5, "num_negatives": 7}, "temperature=0.5, num_negatives=7"),
-        (lambda: HardContrastive(0.3, quantile=0.1), {"temperature": 0.3, "quantile": 0.1}, "temperature=0.3, quantile=0.1"),
-        (lambda: Simple(), {"lam": None}, "Simple(lam=None)"),
-        (lambda: Simple(lam=0.25), {"lam": 0.25}, "Simple(lam=0.25)"),
-        (lambda: HardSimple(9), {"num_negatives": 9}, "HardSimple(num_negatives=9)"),
-        (
-            lambda: PaCo(),
-            {"temperature": 0.05, "alpha": 0.05, "normalise_weights": True},
-            "PaCo(temperature=0.05, alpha=0.05, normalise_weights=True)",
-        ),
-    ],
-    ids=["InfoNCE", "SupCon", "Hard-topk", "Hard-quantile", "Simple", "Simple-lam", "HardSimple", "PaCo"],
-)
-def test_hparams_and_repr_name_the_strategy_settings(build, hparams, text):
-    """Catches run reports / reprs that mislabel or drop a hyper-parameter (or the documented defaults changing)."""
-    loss = build()
-    assert loss.hparams() == hparams
-    assert text in repr(loss)
+def problem(generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, dict]:
+    """6 anchors × 9 candidates: a positive on the diagonal (two for anchor 0), the rest negatives;
+    anchor features and labels for a loss that reads them."""
+    sim = torch.rand(6, 9, generator=generator) * 2 - 1
+    pos = torch.zeros(6, 9, dtype=torch.bool)
+    pos[torch.arange(6), torch.arange(6)] = True
+    pos[0, 7] = True
+    anchors = {"anchor_features": torch.randn(6, FEATURES, generator=generator), "anchor_labels": torch.arange(6) % 3}
+    return sim, pos, ~pos, anchors
 
 
-def test_hard_contrastive_reports_only_the_selection_it_uses():
-    """Catches a top-K loss that also claims a quantile (or vice versa)."""
-    assert HardContrastive(num_negatives=3).quantile is None
-    assert HardContrastive(quantile=0.2).num_negatives is None
+def test_turning_the_diagnostics_off_changes_neither_the_loss_nor_its_gradient(loss_case):
+    """Catches a loss whose value or gradient depends on whether it computed its diagnostics, and
+    one that keeps stale or fresh statistics while they are off (a method would log them)."""
+    sim, pos, neg, anchors = problem(torch.Generator().manual_seed(3))
+    loss = loss_case.ready(FEATURES)
+    if not loss.needs_anchor_features:
+        anchors = {}
+    results = []
+    for with_stats in (True, False):
+        leaf = sim.clone().requires_grad_(True)
+        # Fresh mask tensors: both calls take the same path (a second call with the very same
+        # tensors would run InfoNCE's precomputed MaskPlan, equal only to rounding).
+        result = loss(MaskedSimilarities(leaf, pos.clone(), neg.clone(), **anchors), with_stats)
+        result.value.backward()
+        results.append((result.value.detach(), leaf.grad, result.stats))
+    (on_value, on_grad, on_stats), (off_value, off_grad, off_stats) = results
+    assert torch.equal(on_value, off_value) and torch.equal(on_grad, off_grad)
+    assert on_stats and {"effective_negatives", "pos_sim", "mean_neg_sim"} <= set(on_stats)
+    assert off_stats == {}
+
+
+def test_a_state_dict_round_trip_gives_the_same_loss(loss_case):
+    """Catches state a loss owns but does not put in its state dict (a checkpoint would lose it), or
+    cannot load into a fresh instance of its example (data-sized state must size itself on load)."""
+    sim, pos, neg, anchors = problem(torch.Generator().manual_seed(4))
+    trained = loss_case.ready(FEATURES)
+    with torch.no_grad():
+        for tensor in [*trained.parameters(), *trained.buffers()]:
+            if tensor.is_floating_point():
+                tensor.add_(0.1 * torch.randn(tensor.shape, generator=torch.Generator().manual_seed(5)))
+    state = trained.state_dict()
+    fresh = loss_case.build()  # as a checkpoint is loaded: the data-sized state comes from the state dict
+    fresh.load_state_dict(state)
+    assert fresh.state_dict().keys() == state.keys()
+    for key, value in fresh.state_dict().items():
+        assert torch.equal(value, state[key]), key
+    if not trained.needs_anchor_features:
+        anchors = {}
+    for loss in (trained, fresh):
+        loss.train()
+    expected = trained(MaskedSimilarities(sim, pos, neg, **anchors)).value
+    assert torch.equal(fresh(MaskedSimilarities(sim, pos.clone(), neg.clone(), **anchors)).value, expected)
+
+
+def test_the_repr_and_hparams_name_the_example_s_settings(loss_case):
+    """Catches run reports and reprs that drop or mislabel a setting the loss was built with."""
+    loss = loss_case.build()
+    shown = loss.hparams()
+    for option, value in loss_case.options.items():
+        if option in shown:
+            assert shown[option] == value, option
+            assert f"{option}={value}" in repr(loss), option
+    assert all(isinstance(key, str) for key in shown)
 
 
 @pytest.mark.parametrize(
@@ -84,7 +124,8 @@ def test_hard_contrastive_reports_only_the_selection_it_uses():
     ],
 )
 def test_bad_inputs_name_the_argument_and_the_shapes(sim, pos, neg, message):
-    """Catches an error message that names the wrong mask or hides the shapes a user needs to fix the call."""
+    """Catches an error message that names the wrong mask or hides the shapes a user needs to fix the
+    call (the base class's check, which every loss's one entrance runs)."""
     with pytest.raises(ValueError, match=message):
         loss_value(InfoNCE(), sim, pos, neg)
 
@@ -95,73 +136,3 @@ def test_temperature_errors_name_the_owner():
         check_temperature(0.0)
     with pytest.raises(ConfigError, match=r"^InfoNCE: temperature"):
         InfoNCE(math.inf)
-
-
-@pytest.mark.parametrize("quantile", ["0.5", 0.5j, True])
-def test_non_numeric_quantile_is_a_config_error(quantile):
-    """Catches a quantile check that lets a string (or bool) through to a TypeError deep in the loss."""
-    with pytest.raises(ConfigError, match="quantile"):
-        HardContrastive(quantile=quantile)
-
-
-def test_quantile_near_one_keeps_every_negative():
-    """Catches an off-by-one threshold index when ceil(q·n) equals the number of candidates."""
-    loss = HardContrastive(0.5, quantile=0.9)
-    sim = torch.tensor([[0.1, 0.5, -0.2, 0.3, 0.0]])
-    neg = torch.ones(1, 5, dtype=torch.bool)  # every candidate a negative: ceil(0.9·5) = 5
-    assert torch.equal(loss.select_negatives(sim, neg), neg)
-
-
-def test_quantile_selection_of_no_candidates_is_empty():
-    """Catches a crash on an anchor set with zero candidates (e.g. an empty queue slice)."""
-    empty = torch.zeros(3, 0, dtype=torch.bool)
-    assert upper_quantile_negatives(torch.zeros(3, 0), empty, 1, 10).shape == (3, 0)
-
-
-def test_hard_contrastive_effective_negatives_follow_the_softmax_weights():
-    """Catches the hard loss reporting the plain count as ``effective_negatives`` (no hardness weighting)."""
-    sim = torch.tensor([[0.9, 0.8, 0.1, -0.5, -0.9]])
-    pos = torch.tensor([[True, False, False, False, False]])
-    loss = HardContrastive(0.05, num_negatives=3)
-    stats = loss_stats(loss, sim, pos, ~pos)
-    weights = torch.softmax(torch.tensor([0.8, 0.1, -0.5]) / 0.05, dim=0)
-    expected = math.exp(-(weights * weights.log()).sum().item())
-    assert stats["used_negatives"].item() == 3
-    assert stats["effective_negatives"].item() == pytest.approx(expected, rel=1e-5)
-    assert expected < 1.01  # at τ = 0.05 the hardest negative takes nearly all the weight
-
-
-@pytest.mark.parametrize(
-    "build",
-    [
-        lambda: InfoNCE(0.3),
-        lambda: SupCon(0.2),
-        lambda: HardContrastive(0.3, num_negatives=3),
-        lambda: HardContrastive(0.3, quantile=0.5),
-        lambda: Simple(),
-        lambda: HardSimple(3),
-    ],
-    ids=["InfoNCE", "SupCon", "Hard-topk", "Hard-quantile", "Simple", "HardSimple"],
-)
-def test_turning_the_diagnostics_off_changes_neither_the_loss_nor_its_gradient(build):
-    """Catches a loss whose value or gradient depends on whether it computed its diagnostics, and
-    one that keeps stale or fresh statistics while they are off (a method would log them)."""
-    generator = torch.Generator().manual_seed(3)
-    sim = torch.rand(6, 9, generator=generator) * 2 - 1
-    pos = torch.zeros(6, 9, dtype=torch.bool)
-    pos[torch.arange(6), torch.arange(6)] = True
-    pos[0, 7] = True
-    neg = ~pos
-    results = []
-    loss = build()
-    for with_stats in (True, False):
-        leaf = sim.clone().requires_grad_(True)
-        # Fresh mask tensors: both calls take the same path (a second call with the very same
-        # tensors would run InfoNCE's precomputed MaskPlan, equal only to rounding).
-        result = loss(MaskedSimilarities(leaf, pos.clone(), neg.clone()), with_stats)
-        result.value.backward()
-        results.append((result.value.detach(), leaf.grad, result.stats))
-    (on_value, on_grad, on_stats), (off_value, off_grad, off_stats) = results
-    assert torch.equal(on_value, off_value) and torch.equal(on_grad, off_grad)
-    assert on_stats and {"effective_negatives", "pos_sim", "mean_neg_sim"} <= set(on_stats)
-    assert off_stats == {}

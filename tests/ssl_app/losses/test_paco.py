@@ -13,8 +13,7 @@ from torch import nn
 from ssl_app.errors import ConfigError
 from ssl_app.losses import MaskedSimilarities, PaCo, SupCon
 from ssl_app.losses.base import masked_info_nce
-from tests.helpers import loss_value
-from tests.ssl_app.losses.test_autocast import HostSyncRecorder
+from tests.helpers import HostSyncRecorder, loss_value
 
 N, M, C = 7, 11, 4
 COUNTS = [60, 25, 9, 2]
@@ -285,3 +284,12 @@ def test_forward_and_backward_with_centres_have_no_host_sync():
     with HostSyncRecorder() as recorder:
         paco(loss_fn, sim, pos, neg, centre_logits=centres, anchor_labels=LABELS).backward()
     assert recorder.syncs == []
+
+
+def test_paco_declares_no_chance_value():
+    """Catches a chance value declared for PaCo: its centre logits are a classifier's outputs with
+    the class prior added, not similarities, so "every similarity equal" does not fix the loss."""
+    sim, pos, neg, centres = problem(12)
+    loss_fn = PaCo(0.2, alpha=0.5, class_counts=COUNTS)
+    stats = paco(loss_fn, torch.full_like(sim, 0.5), pos, neg, centre_logits=centres, anchor_labels=LABELS, stats=True).stats
+    assert loss_fn.chance_value(pos, neg) is None and "chance" not in stats

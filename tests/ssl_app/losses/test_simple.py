@@ -1,13 +1,16 @@
-"""Simple and HardSimple: linear losses whose gradient does not depend on the similarities."""
+"""Simple: a linear loss whose gradient does not depend on the similarities (HardSimple: test_hardsimple.py)."""
 
 from __future__ import annotations
+
+import math
 
 import pytest
 import torch
 
 from ssl_app.errors import ConfigError
-from ssl_app.losses import HardSimple, Simple
-from tests.helpers import loss_stats, loss_value
+from ssl_app.losses import Simple
+from tests.helpers import loss_and_stats, loss_stats, loss_value
+from tests.ssl_app.losses import test_chance as chance
 
 
 def ragged_inputs(seed: int = 0, n: int = 8, m: int = 16):
@@ -71,34 +74,6 @@ def test_simple_gradient_is_constant_in_s(lam):
     assert torch.allclose(grads[0], expected, atol=1e-7)
 
 
-@pytest.mark.parametrize("k", [1, 3, 50])
-def test_hard_simple_against_loop(k):
-    sim, pos, neg = ragged_inputs(3)
-    loss = loss_value(HardSimple(k), sim, pos, neg)
-    assert abs(loss.item() - simple_loop(sim, pos, neg, keep_top=k)) < 1e-5
-
-
-def test_hard_simple_with_k_at_least_all_is_simple():
-    sim, pos, neg = ragged_inputs(4)
-    assert torch.allclose(loss_value(HardSimple(100), sim, pos, neg), loss_value(Simple(), sim, pos, neg))
-
-
-def test_hard_simple_gradient_only_on_the_kept_negatives():
-    sim, pos, neg = ragged_inputs(5)
-    sim.requires_grad_(True)
-    (grad,) = torch.autograd.grad(loss_value(HardSimple(2), sim, pos, neg), sim)
-    n_valid = pos.any(dim=1).sum()
-    for i in range(sim.shape[0]):
-        if not pos[i].any() or not neg[i].any():
-            assert torch.all(grad[i][neg[i]] == 0)
-            continue
-        top = sim.detach()[i].masked_fill(~neg[i], -2).topk(min(2, int(neg[i].sum()))).indices
-        kept = torch.zeros_like(neg[i])
-        kept[top] = True
-        assert torch.allclose(grad[i][kept], 1.0 / kept.sum() / n_valid)
-        assert torch.all(grad[i][neg[i] & ~kept] == 0)
-
-
 def test_diagnostics_count_the_negatives_used():
     sim, pos, neg = ragged_inputs(6)
     has_neg = neg.any(dim=1)
@@ -108,12 +83,6 @@ def test_diagnostics_count_the_negatives_used():
     assert torch.allclose(stats["effective_negatives"], mean_count)
     assert torch.allclose(stats["mean_neg_sim"], sim[neg].mean())
     assert torch.allclose(stats["pos_sim"], sim[pos].mean())
-    loss_fn = HardSimple(3)
-    stats = loss_stats(loss_fn, sim, pos, neg)
-    capped = neg.sum(dim=1)[has_neg].clamp(max=3).float().mean()
-    assert torch.allclose(stats["effective_negatives"], capped)
-    assert stats["effective_negatives"] <= 3
-    assert torch.allclose(stats["mean_neg_sim"], sim[neg].mean())
 
 
 @pytest.mark.parametrize("lam", [0, -1.0, float("inf"), float("nan"), True, "0.5"])
@@ -122,7 +91,37 @@ def test_simple_bad_lam(lam):
         Simple(lam)
 
 
-@pytest.mark.parametrize("k", [0, -3, 2.5, True, None])
-def test_hard_simple_bad_k(k):
-    with pytest.raises(ConfigError, match="^HardSimple: num_negatives"):
-        HardSimple(k)
+def test_hparams_and_repr_name_lambda_and_its_default():
+    """Catches run reports / reprs that drop λ, or the documented default (None: 1/|neg|) changing."""
+    assert Simple().hparams() == {"lam": None} and "Simple(lam=None)" in repr(Simple())
+    assert Simple(lam=0.25).hparams() == {"lam": 0.25} and "Simple(lam=0.25)" in repr(Simple(lam=0.25))
+
+
+@pytest.mark.parametrize("several_positives", [False, True], ids=["one_positive", "several_positives"])
+def test_chance_value_is_zero(several_positives):
+    """Catches a chance value of −c (the positive term alone) for the default λ = 1/|neg|."""
+    pos, neg = chance.masks(several_positives)
+    for c in (-0.4, 0.9):
+        value, stats = loss_and_stats(Simple(), torch.full((chance.N, chance.M), c), pos, neg)
+        assert stats["chance"].item() == 0.0 and value.item() == pytest.approx(0.0, abs=1e-6)
+
+
+def test_a_fixed_lambda_declares_no_chance_value():
+    """Catches a chance value declared where there is none: with a fixed λ the loss at "all equal" is
+    c(λ|N| − 1), which moves with c, so a "0" would flag healthy runs (or miss stuck ones)."""
+    pos, neg = chance.masks(several_positives=False)
+    simple = Simple(lam=0.5)
+    at = [loss_value(simple, torch.full((chance.N, chance.M), c), pos, neg).item() for c in (0.2, 0.8)]
+    assert at[0] != pytest.approx(at[1])  # the premise: no single value at "all equal"
+    assert simple.chance_value(pos, neg) is None
+    assert "chance" not in loss_stats(simple, torch.full((chance.N, chance.M), 0.5), pos, neg)
+
+
+def test_an_anchor_with_a_positive_but_no_negative_makes_the_chance_value_nan():
+    """Catches 0 declared where Simple has no chance value: an anchor with a positive and no
+    negative has L_i = −c."""
+    pos, neg = chance.masks(several_positives=False)
+    lacking = neg.clone()
+    lacking[0] = False
+    assert math.isnan(Simple().chance_value(pos, lacking).item())
+    assert Simple().chance_value(pos, neg).item() == 0.0

@@ -11,6 +11,7 @@ import torch.nn.functional as F
 from ssl_app.errors import ConfigError
 from ssl_app.losses import InfoNCE, SupCon
 from tests.helpers import loss_and_stats, loss_value
+from tests.ssl_app.losses import test_chance as chance
 
 
 def labelled_inputs(seed: int = 0, n: int = 20, m: int = 40):
@@ -80,3 +81,17 @@ def test_uses_labels():
 def test_bad_temperature(tau):
     with pytest.raises(ConfigError, match="^SupCon: temperature"):
         SupCon(tau)
+
+
+def test_hparams_and_repr_name_the_temperature_and_its_default():
+    """Catches run reports / reprs that mislabel τ, or the documented default changing."""
+    assert SupCon().hparams() == {"temperature": 0.1}
+    assert "SupCon(temperature=0.1)" in repr(SupCon())
+
+
+@pytest.mark.parametrize("several_positives", [False, True], ids=["one_positive", "several_positives"])
+def test_chance_value_is_the_log_of_the_candidates(several_positives):
+    """Catches a SupCon chance value that counts one positive per anchor."""
+    pos, neg = chance.masks(several_positives)
+    _, stats = loss_and_stats(SupCon(0.1), torch.full((chance.N, chance.M), -0.4), pos, neg)
+    assert stats["chance"].item() == pytest.approx(chance.log_candidates(pos, chance.negatives(neg)), abs=1e-5)

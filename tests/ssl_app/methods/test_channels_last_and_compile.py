@@ -11,6 +11,7 @@ import torch
 from ssl_app.errors import ConfigError
 from ssl_app.losses import InfoNCE
 from ssl_app.methods import MemoryBank, MoCo, SimCLR
+from tests.generic import set_up
 from tests.helpers import tiny_data, tiny_trainer
 
 SMALL = dict(backbone="small_cnn", proj_hidden_dim=16, proj_dim=8)
@@ -30,19 +31,11 @@ def _loss_and_grads(model):
     return loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
 
 
-@pytest.mark.parametrize(
-    "build",
-    [
-        lambda **kw: SimCLR(loss=InfoNCE(0.5), **SMALL, **kw),
-        lambda **kw: MoCo(loss=InfoNCE(0.2), queue_size=32, key_bn="none", **SMALL, **kw),
-    ],
-    ids=["SimCLR", "MoCo"],
-)
-def test_channels_last_puts_weights_and_inputs_in_nhwc_and_changes_no_number(build):
+def test_channels_last_puts_weights_and_inputs_in_nhwc_and_changes_no_number(method_case):
     """Catches the option doing nothing (weights or images left contiguous, so no NHWC kernel
-    runs), a key encoder left out, or a layout change that alters the loss or its gradients."""
-    torch.manual_seed(0)
-    plain = build().train()
+    runs), an encoder left out (MoCo's key encoder), or a layout change that alters the loss or its
+    gradients (every registered method: tests/generic.py)."""
+    plain = set_up(method_case.build(channels_last=False)).train()
     nhwc = copy.deepcopy(plain)
     nhwc.memory_format = torch.channels_last
     nhwc.setup("fit")

@@ -3,13 +3,13 @@ and a whole training step of every method stays free of host-device syncs."""
 
 from __future__ import annotations
 
-import pytest
 import torch
 
 from ssl_app.losses import InfoNCE, SupCon
-from ssl_app.methods import MemoryBank, MoCo, SimCLR
+from ssl_app.methods import MoCo, SimCLR
 from ssl_app.methods.masks import contrast_masks, gathered_views, views_of
-from tests.ssl_app.losses.test_autocast import HostSyncRecorder
+from tests.generic import set_up
+from tests.helpers import HostSyncRecorder
 
 SMALL = dict(backbone="small_cnn", proj_hidden_dim=16, proj_dim=8)
 
@@ -59,24 +59,16 @@ def test_moco_caches_its_masks_only_once_the_queue_is_full_and_forgets_fullness_
     assert int(model.contrast(_batch(torch.arange(4))).neg_mask[0, 4:].sum()) == 0
 
 
-@pytest.mark.parametrize(
-    "build",
-    [
-        lambda: SimCLR(loss=InfoNCE(0.5), **SMALL),
-        lambda: SimCLR(loss=SupCon(0.1), **SMALL),
-        lambda: MoCo(loss=InfoNCE(0.2), queue_size=8, key_bn="none", **SMALL),
-        lambda: MemoryBank(loss=InfoNCE(0.2), bank_size=16, **SMALL),
-    ],
-    ids=["SimCLR", "SimCLR-SupCon", "MoCo", "MemoryBank"],
-)
-def test_a_whole_training_step_has_no_host_sync(build):
+def test_a_whole_training_step_has_no_host_sync(method_case, loss_group):
     """Catches a sync anywhere in contrast → loss → backward → store update (e.g. asking the
-    queue whether it is full with ``.item()`` each step): on a GPU each one stalls the step."""
-    model = build().train()
-    for _ in range(3):  # MoCo's queue fills in 2 steps: the third uses the cached masks
+    queue whether it is full with ``.item()`` each step): on a GPU each one stalls the step. Every
+    registered method with one loss of each set of declarations (instance or label positives,
+    anchor features), since those choose the method's path (tests/generic.py)."""
+    model = set_up(method_case.build(loss=loss_group.build())).train()
+    for _ in range(5):  # stores that fill within a few steps (a queue of the example's size) reach their full state
         batch = _batch(torch.arange(4) % 2)
         with HostSyncRecorder() as recorder:
             contrast = model.contrast(batch)
-            model.loss(contrast).value.backward()
+            model.compute_loss(contrast).value.backward()
             model.on_after_backward()
         assert recorder.syncs == []

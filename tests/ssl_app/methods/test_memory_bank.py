@@ -229,26 +229,6 @@ def test_checkpoint_resume_restores_the_bank_and_continues(tmp_path):
         assert torch.equal(value, saved[key]), key
 
 
-@pytest.mark.parametrize(
-    "loss",
-    [
-        losses.InfoNCE(temperature=0.07),
-        losses.HardContrastive(temperature=0.5, num_negatives=4),
-        losses.Simple(),
-        losses.HardSimple(num_negatives=4),
-        losses.SupCon(temperature=0.1),
-    ],
-    ids=lambda loss: type(loss).__name__,
-)
-def test_every_loss_strategy_trains(tmp_path, loss):
-    model = small_bank(bank_size=None, loss=loss, num_negatives=10 if isinstance(loss, losses.Simple) else None)
-    trainer = tiny_trainer(tmp_path, max_steps=3, limit_val_batches=1)
-    trainer.fit(model, tiny_data(batch_size=8, train_size=24))  # one epoch, then validation
-    assert trainer.global_step == 3
-    assert torch.isfinite(trainer.callback_metrics["train/loss_step"])
-    assert torch.isfinite(trainer.callback_metrics["val/loss"])
-
-
 # --- the configs -----------------------------------------------------------------------------
 TINY_CLI = [
     "--trainer.max_steps=3",
@@ -296,3 +276,14 @@ def test_cifar10_configs_parse(configs, capsys):
     assert exit_info.value.code in (0, None)
     printed = capsys.readouterr().out
     assert "datamodules.CIFAR10DataModule" in printed and "resnet18_cifar" in printed
+
+
+def test_negatives_per_anchor_are_the_other_entries_or_the_drawn_ones():
+    """Catches a count (read by the "keeps every negative" warning) that includes the anchor's own
+    entry, or ignores ``num_negatives``; unknown (None) before the bank is sized."""
+    assert small_bank(bank_size=48).negatives_per_anchor(8, 1) == 47
+    assert small_bank(bank_size=48, num_negatives=5).negatives_per_anchor(8, 2) == 5
+    assert small_bank(bank_size=None).negatives_per_anchor(8, 1) is None
+    model = small_bank().train()
+    contrast = model.contrast(batch([0, 1, 2, 3]))
+    assert int(contrast.neg_mask.sum(dim=1).max()) == model.negatives_per_anchor(4, 1) == 20 - 1

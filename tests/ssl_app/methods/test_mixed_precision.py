@@ -1,61 +1,44 @@
-"""Mixed precision stays finite at τ = 0.01 for every loss with every method (CPU autocast)."""
+"""Every registered loss with every registered method (each in each of its ``examples``: tests/generic.py)
+through training steps: ``Trainer.fit`` in bf16-mixed, and fp16 autocast with a gradient scaler, at
+τ = 0.01 for a loss with a temperature (CPU autocast)."""
 
 from __future__ import annotations
 
 import itertools
 import math
 
-import pytest
 import torch
 
-from ssl_app.losses import HardContrastive, HardSimple, InfoNCE, PaCo, Simple, SupCon
-from ssl_app.methods import MemoryBank, MoCo, SimCLR
+from tests.generic import set_up
 from tests.helpers import tiny_data, tiny_trainer
 
-LOSSES = {
-    "InfoNCE": lambda: InfoNCE(temperature=0.01),
-    "HardContrastive": lambda: HardContrastive(temperature=0.01, num_negatives=4),
-    "Simple": lambda: Simple(),
-    "HardSimple": lambda: HardSimple(num_negatives=4),
-    "SupCon": lambda: SupCon(temperature=0.01),
-    # tiny_data: 16 training images per class; the classifier's width is the datamodule's 3 classes.
-    "PaCo": lambda: PaCo(temperature=0.01, alpha=0.05, class_counts=[16, 16, 16]),
-}
-METHODS = {
-    "SimCLR": (SimCLR, {}),
-    "MoCo": (MoCo, {"queue_size": 16, "split_bn_groups": 2}),
-    "MemoryBank": (MemoryBank, {"bank_size": 48}),  # tiny_data's training split
-}
+STEPS = 2
 
 
-def build(method: str, loss: str):
-    torch.manual_seed(0)
-    cls, options = METHODS[method]
-    model = cls(loss=LOSSES[loss](), backbone="small_cnn", proj_hidden_dim=16, proj_dim=8, **options)
-    if loss == "PaCo":  # the fp16 loop below runs without a Trainer: build the centres as setup would
-        model.loss.prepare(model.feature_dim, 3, None, fitting=False)
-    return model
+def build(method_case, loss_case):
+    return method_case.build(loss=loss_case.build(**loss_case.at_small_temperature()))
 
 
-@pytest.mark.parametrize("method", METHODS)
-@pytest.mark.parametrize("loss", LOSSES)
-def test_bf16_mixed_training_stays_finite_at_small_temperature(method, loss, tmp_path):
-    """Catches a loss or a similarity computed in half precision (s/τ at τ = 0.01 loses every digit)."""
-    model = build(method, loss)
-    trainer = tiny_trainer(tmp_path, max_steps=3, precision="bf16-mixed")
-    trainer.fit(model, datamodule=tiny_data())
-    assert trainer.global_step == 3  # no step was skipped or stopped by the non-finite guard
+def test_bf16_mixed_training_stays_finite_at_small_temperature(method_case, loss_case, tmp_path):
+    """Catches a loss that a method cannot train or validate (masks, labels or anchor features it
+    does not hand over, data-sized state not prepared at ``setup``), and a loss or a similarity computed in
+    half precision (s/τ at τ = 0.01 loses every digit)."""
+    model = build(method_case, loss_case)
+    trainer = tiny_trainer(
+        tmp_path, max_steps=STEPS, precision="bf16-mixed", log_every_n_steps=1, limit_train_batches=STEPS, limit_val_batches=1
+    )
+    trainer.fit(model, datamodule=tiny_data())  # one epoch of STEPS steps, then validation
+    assert trainer.global_step == STEPS  # no step was skipped or stopped by the non-finite guard
     assert math.isfinite(trainer.callback_metrics["train/loss_step"].item())
+    assert math.isfinite(trainer.callback_metrics["val/loss"].item())  # the evaluation path too
+    assert "loss/pos_sim" in trainer.callback_metrics  # the diagnostics reached the logger
     assert all(torch.isfinite(p).all() for p in model.parameters())
 
 
-@pytest.mark.parametrize("method", METHODS)
-@pytest.mark.parametrize("loss", LOSSES)
-def test_fp16_autocast_with_a_gradient_scaler_stays_finite_at_small_temperature(method, loss):
+def test_fp16_autocast_with_a_gradient_scaler_stays_finite_at_small_temperature(method_case, loss_case):
     """fp16 as on a GPU (Lightning maps 16-mixed to bf16 on the CPU, so autocast and the scaler are driven here)."""
-    model = build(method, loss).train()
     data = tiny_data()
-    data.setup("fit")
+    model = set_up(build(method_case, loss_case), data).train()
     before = [p.detach().clone() for p in model.parameters()]
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     scaler = torch.amp.GradScaler("cpu", init_scale=2.0**16)
@@ -73,5 +56,7 @@ def test_fp16_autocast_with_a_gradient_scaler_stays_finite_at_small_temperature(
         applied += scaler.get_scale() >= scale
         model.on_after_backward()
         assert all(torch.isfinite(p).all() for p in model.parameters()), step
+        if applied == 2:  # the scale halves from 2^16 on each overflow: up to 9 steps before the first
+            break
     assert applied > 0  # the scaler found a scale at which the gradients are finite, and stepped
     assert any(not torch.equal(a, p) for a, p in zip(before, model.parameters()))

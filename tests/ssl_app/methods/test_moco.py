@@ -263,26 +263,6 @@ def test_validate_from_checkpoint_leaves_the_state_alone(tmp_path):
         assert torch.equal(state[key], saved[key]), key
 
 
-@pytest.mark.parametrize(
-    "loss",
-    [
-        losses.InfoNCE(temperature=0.2),
-        losses.HardContrastive(temperature=0.5, num_negatives=4),
-        losses.Simple(),
-        losses.HardSimple(num_negatives=4),
-        losses.SupCon(temperature=0.1),
-    ],
-    ids=lambda loss: type(loss).__name__,
-)
-def test_every_loss_strategy_trains(tmp_path, loss):
-    model = small_moco(loss=loss, queue_size=16, symmetric=isinstance(loss, losses.SupCon))
-    trainer = tiny_trainer(tmp_path, max_steps=3, limit_val_batches=1)
-    trainer.fit(model, tiny_data(batch_size=8, train_size=24))  # one epoch, then validation
-    assert trainer.global_step == 3
-    assert torch.isfinite(trainer.callback_metrics["train/loss_step"])
-    assert torch.isfinite(trainer.callback_metrics["val/loss"])
-
-
 # --- the configs -----------------------------------------------------------------------------
 TINY_CLI = [
     "--trainer.max_steps=3",
@@ -308,3 +288,17 @@ def test_moco_config_fits_and_validates_through_the_cli(tmp_path, monkeypatch, c
     main(["validate", "--config", config, *TINY_CLI, f"--ckpt_path={checkpoint}"])
     assert "val/loss" in capsys.readouterr().out
     assert os.path.exists(checkpoint)
+
+
+def test_negatives_per_anchor_are_the_other_keys_and_the_queue_once_full():
+    """Catches a count (read by the "keeps every negative" warning) that forgets the queue, the
+    other processes' keys, or symmetric MoCo's second view; checked against the masks of a step
+    with a full queue."""
+    model = small_moco(queue_size=8, key_bn="none").train()
+    for step in range(3):  # 4 keys per step: the queue of 8 is full after 2
+        contrast = model.contrast(batch(seed=step))
+        model.on_after_backward()
+    assert model.queue.is_full()
+    assert int(contrast.neg_mask.sum(dim=1).max()) == model.negatives_per_anchor(4, 1) == 4 - 1 + 8
+    assert model.negatives_per_anchor(8, 2) == 8 * 2 - 1 + 8
+    assert small_moco(queue_size=33, symmetric=True).negatives_per_anchor(8, 1) == 2 * (8 - 1) + 33

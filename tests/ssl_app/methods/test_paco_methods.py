@@ -11,7 +11,7 @@ import torch
 from datamodules.synthetic import SyntheticDataModule
 from ssl_app import losses
 from ssl_app.errors import ConfigError
-from ssl_app.methods import MaskedSimilarities, MemoryBank, MoCo, SimCLR
+from ssl_app.methods import MaskedSimilarities, MoCo, SimCLR
 from ssl_app.methods.base import similarity
 from ssl_app.methods.masks import contrast_masks, gathered_views, views_of
 from tests.helpers import tiny_data, tiny_trainer
@@ -19,11 +19,7 @@ from tests.helpers import tiny_data, tiny_trainer
 # tiny_data: 48 training images, labels (arange(48) % 3) shuffled → 16 per class.
 TINY_COUNTS = [16, 16, 16]
 SMALL = dict(backbone="small_cnn", proj_hidden_dim=16, proj_dim=8)
-METHODS = {
-    "MoCo": (MoCo, {"queue_size": 16, "split_bn_groups": 2}),
-    "SimCLR": (SimCLR, {}),
-    "MemoryBank": (MemoryBank, {"bank_size": 48}),
-}
+MOCO = {"queue_size": 16, "split_bn_groups": 2}
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -68,13 +64,12 @@ def counted_data(**overrides: Any) -> CountedShapes:
     return CountedShapes(augmentation=base.augmentation, **{**options, **overrides})
 
 
-def build(method: str = "MoCo", num_classes: int | None = None, **kwargs: Any):
-    """A method with a PaCo loss (or ``loss``); with ``num_classes`` its centres are built as ``setup``
+def build(num_classes: int | None = None, **kwargs: Any):
+    """MoCo with a PaCo loss (or ``loss``); with ``num_classes`` its centres are built as ``setup``
     would build them (``ContrastiveLoss.prepare``), so the tests can use them without a Trainer."""
     torch.manual_seed(0)
-    cls, options = METHODS[method]
     loss = kwargs.pop("loss", None) or losses.PaCo(temperature=0.2, alpha=0.1)
-    model = cls(loss=loss, **SMALL, **{**options, **kwargs})
+    model = MoCo(loss=loss, **SMALL, **{**MOCO, **kwargs})
     if num_classes is not None:
         model.loss.prepare(model.feature_dim, num_classes, None, fitting=False)
     return model
@@ -177,10 +172,11 @@ def test_a_method_without_anchor_features_is_a_config_error_naming_both():
 
 
 # --- through the Trainer: every method, the prior, evaluation -------------------------------------
-@pytest.mark.parametrize("method", METHODS)
-def test_training_moves_the_classifier_and_logs_its_accuracy(method, tmp_path):
-    """Catches a classifier left out of the optimiser, or a prior not taken from the datamodule."""
-    model = build(method, num_classes=3)
+def test_training_moves_the_classifier_and_logs_its_accuracy(method_case, tmp_path):
+    """Catches a classifier left out of the optimiser, or a prior not taken from the datamodule, with
+    every registered method (tests/generic.py)."""
+    model = method_case.build(loss=losses.PaCo(temperature=0.2, alpha=0.1))
+    model.loss.prepare(model.feature_dim, 3, None, fitting=False)  # the centres, to compare with after training
     before = model.loss.classifier.weight.detach().clone()
     data = counted_data(reported=[30, 12, 6])
     trainer = tiny_trainer(tmp_path, max_epochs=1, limit_train_batches=3, limit_val_batches=2, log_every_n_steps=1)

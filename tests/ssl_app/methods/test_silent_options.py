@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import warnings
 
-import pytest
 import torch
 
 from ssl_app.losses import HardContrastive, HardSimple, InfoNCE
@@ -22,24 +21,24 @@ def start_warnings(model, tmp_path, batch_size=8) -> list[str]:
     return [str(w.message) for w in caught]
 
 
-@pytest.mark.parametrize(
-    "model,negatives",
-    [
-        (SimCLR(loss=HardContrastive(num_negatives=14), **SMALL), 14),  # 2·(8 − 1): every negative
-        (MoCo(loss=HardSimple(num_negatives=40), queue_size=33, **SMALL), 40),  # 8 − 1 + 33
-        (MemoryBank(loss=HardContrastive(num_negatives=47), **SMALL), 47),  # bank of 48 − 1
-    ],
-    ids=["simclr", "moco", "memory_bank"],
-)
-def test_a_hard_loss_keeping_every_negative_is_named(model, negatives, tmp_path):
+def test_a_hard_loss_keeping_every_negative_is_named(method_case, tmp_path):
+    """Catches the warning missing, repeated, or naming another count than the method's own
+    ``negatives_per_anchor`` (every registered method: tests/generic.py; each method's count is a
+    fact of its own unit tests)."""
+    model = method_case.build(loss=HardSimple(num_negatives=10_000), backbone_norm="group", proj_batch_norm=False)
     messages = [m for m in start_warnings(model, tmp_path) if "keeps every negative" in m]
+    available = model.negatives_per_anchor(8, 1)
+    if available is None:
+        assert not messages  # the method does not say how many negatives an anchor has
+        return
     assert len(messages) == 1
-    assert f"num_negatives={model.loss.num_negatives}" in messages[0] and f"has {negatives} negatives" in messages[0]
-    assert ("exactly Simple" if isinstance(model.loss, HardSimple) else "exactly InfoNCE") in messages[0]
+    assert "num_negatives=10000" in messages[0] and f"has {available} negatives" in messages[0]
+    assert f"exactly {HardSimple.same_as_with_every_negative}" in messages[0]
 
 
 def test_a_hard_loss_with_fewer_negatives_is_silent(tmp_path):
-    model = SimCLR(loss=HardContrastive(num_negatives=13), **SMALL)  # one fewer than the 14 negatives
+    model = SimCLR(loss=HardContrastive(num_negatives=13), **SMALL)  # one fewer than the 2·(8 − 1) = 14 negatives
+    assert model.negatives_per_anchor(8, 1) == 14
     assert not [m for m in start_warnings(model, tmp_path) if "keeps every negative" in m]
 
 

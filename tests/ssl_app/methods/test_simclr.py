@@ -81,3 +81,12 @@ def test_epoch_milestones_hold_for_a_run_bounded_by_max_steps():
     )
     trainer.fit(model, data)
     assert trainer.optimizers[0].param_groups[0]["lr"] == pytest.approx(0.01)
+
+
+def test_negatives_per_anchor_are_the_other_images_views():
+    """Catches a count (read by the "keeps every negative" warning) that includes the anchor's own
+    other view, or forgets the other processes' images; checked against a step's masks."""
+    model = small_simclr().train()
+    contrast = model.contrast(batch(size=8))
+    assert int(contrast.neg_mask.sum(dim=1).max()) == model.negatives_per_anchor(8, 1) == 2 * (8 - 1)
+    assert model.negatives_per_anchor(8, 2) == 2 * (16 - 1)

@@ -14,6 +14,7 @@ import torch.multiprocessing as mp
 
 from ssl_app.losses import InfoNCE
 from ssl_app.methods import SimCLR
+from tests.generic import loss_cases
 
 BATCH_PER_RANK = 6
 pytestmark = pytest.mark.slow  # real processes (gloo); see docs/testing.md
@@ -55,35 +56,27 @@ def rank_slice(batch: tuple, rank: int) -> tuple:
     return (view_1[part], view_2[part]), labels[part], index[part]
 
 
-LOSSES = {
-    "InfoNCE": {"temperature": 0.2},
-    "HardContrastive": {"temperature": 0.2, "num_negatives": 5},
-    "Simple": {},
-    "HardSimple": {"num_negatives": 5},
-    "SupCon": {"temperature": 0.2},
-}
-
-
-def make_loss(name: str):
-    from ssl_app import losses
-
-    return getattr(losses, name)(**LOSSES[name])
+def make_loss(loss_case, model: SimCLR):
+    """The case's loss, ``prepare``d for the model's features, its own parameters drawn the same way
+    in every process."""
+    torch.manual_seed(0)
+    return loss_case.ready(model.feature_dim)
 
 
 def _worker(rank: int, init_file: str, out_file: str) -> None:
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=WORLD)
     try:
         results = {}
-        for name in LOSSES:
+        for case in loss_cases():  # every registered loss in each of its examples (tests/generic.py)
             model = make_model()
-            model.loss = make_loss(name)
+            model.loss = make_loss(case, model)
             loss, grads = loss_and_grads(model, rank_slice(make_batch(WORLD * BATCH_PER_RANK), rank))
             dist.all_reduce(loss)
             loss /= WORLD
             for grad in grads.values():  # what DDP does: average the gradients over ranks
                 dist.all_reduce(grad)
                 grad /= WORLD
-            results[name] = {"loss": loss, "grads": grads}
+            results[case.id] = {"loss": loss, "grads": grads}
         if rank == 0:
             torch.save(results, out_file)
     finally:
@@ -98,12 +91,13 @@ def two_rank_results(tmp_path_factory):
     return torch.load(out_file)
 
 
-@pytest.mark.parametrize("loss_name", LOSSES)
-def test_two_ranks_equal_one_rank_with_double_batch(two_rank_results, loss_name):
+def test_two_ranks_equal_one_rank_with_double_batch(two_rank_results, loss_case):
+    """Catches a loss whose value or gradient depends on how the batch is split over processes
+    (every registered loss in each of its examples)."""
     model = make_model()
-    model.loss = make_loss(loss_name)
+    model.loss = make_loss(loss_case, model)
     single_loss, single_grads = loss_and_grads(model, make_batch(WORLD * BATCH_PER_RANK))
-    distributed = two_rank_results[loss_name]
+    distributed = two_rank_results[loss_case.id]
 
     torch.testing.assert_close(distributed["loss"], single_loss, atol=1e-5, rtol=0)
     assert single_grads.keys() == distributed["grads"].keys()

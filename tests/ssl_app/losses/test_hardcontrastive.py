@@ -11,7 +11,9 @@ import torch.nn.functional as F
 
 from ssl_app.errors import ConfigError
 from ssl_app.losses import HardContrastive, InfoNCE
+from ssl_app.losses.hard_contrastive import upper_quantile_negatives
 from tests.helpers import loss_and_stats, loss_stats, loss_value
+from tests.ssl_app.losses import test_chance as chance
 
 
 def ragged_inputs(seed: int = 0, n: int = 7, m: int = 15):
@@ -187,3 +189,95 @@ def test_diagnostics_with_k_five():
 def test_bad_arguments(kwargs, name):
     with pytest.raises(ConfigError, match=f"^HardContrastive: {name}"):
         HardContrastive(**kwargs)
+
+
+# --- settings, edge cases of the selection, diagnostics (from mutation testing: docs/testing.md) ----
+@pytest.mark.parametrize(
+    "build,hparams,text",
+    [
+        (lambda: HardContrastive(num_negatives=7), {"temperature": 0.5, "num_negatives": 7}, "temperature=0.5, num_negatives=7"),
+        (lambda: HardContrastive(0.3, quantile=0.1), {"temperature": 0.3, "quantile": 0.1}, "temperature=0.3, quantile=0.1"),
+    ],
+    ids=["top-k", "quantile"],
+)
+def test_hparams_and_repr_name_the_selection(build, hparams, text):
+    """Catches run reports / reprs that mislabel or drop a hyper-parameter (or the documented default τ changing)."""
+    loss = build()
+    assert loss.hparams() == hparams
+    assert text in repr(loss)
+
+
+def test_hard_contrastive_reports_only_the_selection_it_uses():
+    """Catches a top-K loss that also claims a quantile (or vice versa)."""
+    assert HardContrastive(num_negatives=3).quantile is None
+    assert HardContrastive(quantile=0.2).num_negatives is None
+
+
+@pytest.mark.parametrize("quantile", ["0.5", 0.5j, True])
+def test_non_numeric_quantile_is_a_config_error(quantile):
+    """Catches a quantile check that lets a string (or bool) through to a TypeError deep in the loss."""
+    with pytest.raises(ConfigError, match="quantile"):
+        HardContrastive(quantile=quantile)
+
+
+def test_quantile_near_one_keeps_every_negative():
+    """Catches an off-by-one threshold index when ceil(q·n) equals the number of candidates."""
+    loss = HardContrastive(0.5, quantile=0.9)
+    sim = torch.tensor([[0.1, 0.5, -0.2, 0.3, 0.0]])
+    neg = torch.ones(1, 5, dtype=torch.bool)  # every candidate a negative: ceil(0.9·5) = 5
+    assert torch.equal(loss.select_negatives(sim, neg), neg)
+
+
+def test_quantile_selection_of_no_candidates_is_empty():
+    """Catches a crash on an anchor set with zero candidates (e.g. an empty queue slice)."""
+    empty = torch.zeros(3, 0, dtype=torch.bool)
+    assert upper_quantile_negatives(torch.zeros(3, 0), empty, 1, 10).shape == (3, 0)
+
+
+def test_hard_contrastive_effective_negatives_follow_the_softmax_weights():
+    """Catches the hard loss reporting the plain count as ``effective_negatives`` (no hardness weighting)."""
+    sim = torch.tensor([[0.9, 0.8, 0.1, -0.5, -0.9]])
+    pos = torch.tensor([[True, False, False, False, False]])
+    loss = HardContrastive(0.05, num_negatives=3)
+    stats = loss_stats(loss, sim, pos, ~pos)
+    weights = torch.softmax(torch.tensor([0.8, 0.1, -0.5]) / 0.05, dim=0)
+    expected = math.exp(-(weights * weights.log()).sum().item())
+    assert stats["used_negatives"].item() == 3
+    assert stats["effective_negatives"].item() == pytest.approx(expected, rel=1e-5)
+    assert expected < 1.01  # at τ = 0.05 the hardest negative takes nearly all the weight
+
+
+# --- the chance value: InfoNCE's over the negatives this step kept ---------------------------------
+@pytest.mark.parametrize(
+    "build,kept_on_ties",
+    [
+        (lambda: HardContrastive(0.5, num_negatives=3), lambda neg: [3] * chance.N),
+        # all similarities tied: the quantile keeps every negative tied with its threshold
+        (lambda: HardContrastive(0.5, quantile=0.3), chance.negatives),
+    ],
+    ids=["top-3", "quantile-0.3"],
+)
+@pytest.mark.parametrize("several_positives", [False, True], ids=["one_positive", "several_positives"])
+def test_chance_value_on_tied_similarities_counts_the_kept_negatives(build, kept_on_ties, several_positives):
+    """Catches all negatives counted by a top-3 loss, or a quantile that drops the tied ones."""
+    pos, neg = chance.masks(several_positives)
+    _, stats = loss_and_stats(build(), torch.full((chance.N, chance.M), 0.9), pos, neg)
+    assert stats["chance"].item() == pytest.approx(chance.log_candidates(pos, kept_on_ties(neg)), abs=1e-5)
+
+
+@pytest.mark.parametrize(
+    "build,kept",
+    [
+        (lambda: HardContrastive(0.5, num_negatives=3), lambda n: min(3, n)),
+        (lambda: HardContrastive(0.5, quantile=0.3), lambda n: max(1, math.ceil(0.3 * n))),
+    ],
+    ids=["top-3", "quantile-0.3"],
+)
+def test_hard_chance_counts_the_negatives_this_step_kept(build, kept):
+    """Catches a hard loss declaring InfoNCE's chance over all its negatives: on untied similarities
+    the quantile keeps ceil(q·n), not n (a collapsed hard run would then sit log(n / ceil(q·n))
+    nats below its "chance" and never be flagged)."""
+    pos, neg = chance.masks(several_positives=True)
+    stats = loss_stats(build(), torch.rand(chance.N, chance.M, generator=torch.Generator().manual_seed(0)), pos, neg)
+    expected = chance.log_candidates(pos, [kept(n) for n in chance.negatives(neg)])
+    assert stats["chance"].item() == pytest.approx(expected, abs=1e-5)

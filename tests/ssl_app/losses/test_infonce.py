@@ -12,7 +12,8 @@ from lightly.loss import NTXentLoss
 from ssl_app.errors import ConfigError
 from ssl_app.losses import InfoNCE
 from ssl_app.losses.base import masked_mean
-from tests.helpers import loss_stats, loss_value
+from tests.helpers import loss_and_stats, loss_stats, loss_value
+from tests.ssl_app.losses import test_chance as chance
 
 
 def simclr_inputs(out0: torch.Tensor, out1: torch.Tensor):
@@ -243,3 +244,22 @@ def test_masks_made_under_inference_mode_are_not_planned_and_give_the_same_loss(
         loss_fn = InfoNCE(0.3)
         first, second = loss_value(loss_fn, sim, pos, neg), loss_value(loss_fn, sim, pos, neg)
     assert torch.equal(first, second)
+
+
+# --- settings and the chance value ----------------------------------------------------------------
+def test_hparams_and_repr_name_the_temperature_and_its_default():
+    """Catches run reports / reprs that mislabel τ, or the documented default changing."""
+    assert InfoNCE().hparams() == {"temperature": 0.5}
+    assert "InfoNCE(temperature=0.5)" in repr(InfoNCE())
+
+
+@pytest.mark.parametrize("temperature", [0.1, 1.0])
+@pytest.mark.parametrize("several_positives", [False, True], ids=["one_positive", "several_positives"])
+def test_chance_value_is_the_log_of_the_candidates_whatever_the_temperature(temperature, several_positives):
+    """Catches log(1 + K) hard-coded (wrong with several positives), a log(K) without the positives,
+    or anchors without a positive counted in the mean."""
+    pos, neg = chance.masks(several_positives)
+    value, stats = loss_and_stats(InfoNCE(temperature), torch.full((chance.N, chance.M), 0.9), pos, neg)
+    expected = chance.log_candidates(pos, chance.negatives(neg))
+    assert stats["chance"].item() == pytest.approx(expected, abs=1e-5)
+    assert value.item() == pytest.approx(expected, abs=1e-5)
