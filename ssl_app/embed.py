@@ -170,7 +170,8 @@ def instantiate_datamodule(config: dict[str, Any]) -> Any:
     parser.add_subclass_arguments(LightningDataModule, "data")
     try:
         parsed = parser.parse_object({"data": config})
-        return parser.instantiate_classes(parsed).data
+        instantiate = getattr(parser, "instantiate", None) or parser.instantiate_classes  # renamed in jsonargparse 4.49
+        return instantiate(parsed).data
     except ConfigError:
         raise
     except Exception as error:  # noqa: BLE001 - a config this version cannot build: say so in one line
