@@ -1,7 +1,8 @@
 """``python -m ssl_app {fit,validate,test} --config X.yaml``: LightningCLI in subclass mode.
 
-``python -m ssl_app list [KIND ...]`` is not a Trainer subcommand: ``main`` hands it to
-``ssl_app.listing`` before LightningCLI parses anything.
+``python -m ssl_app list [KIND ...]``, ``export`` and ``embed`` are not Trainer subcommands: ``main``
+hands them to ``ssl_app.listing``, ``ssl_app.export`` and ``ssl_app.embed`` before LightningCLI
+parses anything. Lightning's ``predict`` is not offered (``embed`` writes the features).
 
 Any method (``--model ssl_app.methods.SimCLR``) and any datamodule
 (``--data datamodules.CIFAR10DataModule``) is chosen by class path, from YAML or the command
@@ -81,8 +82,11 @@ from ssl_app.signals import handling
 DEFAULT_RUN_DIR = "runs"
 LIST_HELP = (
     f"Also: python -m ssl_app list [{'|'.join(LIST_KINDS)}] prints what can be chosen, one line each, "
-    "with the option that selects it."
+    "with the option that selects it; python -m ssl_app export --ckpt CKPT --out encoder.pt writes the trained "
+    "backbone; python -m ssl_app embed --ckpt CKPT [--data PATH] --out features.npz writes features of a data set."
 )
+#: Subcommands ``main`` runs itself, not through LightningCLI: name → module with ``main(args) -> status``.
+OWN_SUBCOMMANDS = {"list": "ssl_app.listing", "export": "ssl_app.export", "embed": "ssl_app.embed"}
 
 # Packages whose constructors validate their options: a ValueError/TypeError raised from one of
 # them while the config is instantiated is a bad input, reported like a ConfigError.
@@ -177,6 +181,12 @@ class SSLCLI(LightningCLI):
     """LightningCLI plus the run folders: the record, the lock, resume checks, evaluations filed with their run."""
 
     _checkpoint: dict | None = None
+
+    @staticmethod
+    def subcommands() -> dict[str, set[str]]:
+        """Lightning's subcommands without ``predict``: no method has a predict step, and
+        ``python -m ssl_app embed`` is what writes features."""
+        return {name: skipped for name, skipped in LightningCLI.subcommands().items() if name != "predict"}
 
     def __init__(self, *args: Any, recorder: Optional[RunRecorder] = None, interrupt: Optional[InterruptCheckpoint] = None,
                  **kwargs: Any) -> None:  # fmt: skip
@@ -666,10 +676,8 @@ def main(args: list[str] | None = None) -> LightningCLI:
     it and the command that resumes, and status 128 + the signal number (130, 143).
     """
     argv = list(sys.argv[1:] if args is None else args)
-    if argv[:1] == ["list"]:  # not a Trainer subcommand: print the registries, start nothing (ssl_app.listing)
-        from ssl_app import listing
-
-        sys.exit(listing.main(argv[1:]))
+    if argv[:1] and argv[0] in OWN_SUBCOMMANDS:  # not a Trainer subcommand: no Trainer, no run folder
+        sys.exit(importlib.import_module(OWN_SUBCOMMANDS[argv[0]]).main(argv[1:]))
     keep_freed_memory()  # also for the ssl-app entry point (a no-op after python -m ssl_app)
     interrupt = InterruptCheckpoint()
     recorder = RunRecorder()

@@ -1,0 +1,293 @@
+"""``python -m ssl_app embed --ckpt RUN/checkpoints/last.ckpt [--data PATH] --out features.npz``: features of a data set.
+
+The checkpoint's backbone (``ssl_app.export.load_encoder``), in eval mode, encodes every image
+of a data set once through the run's clean (evaluation) transform — resize, centre crop,
+normalise, as its ``augmentation`` says — in batches on the chosen device, with a progress bar.
+
+- Without ``--data``: the split ``--split`` (default ``test``, the evaluation split) of the data
+  the run was trained on, built from the run's saved config (``ssl_app.resume.checkpoint_config``).
+- ``--data PATH``: an image folder, one sub-folder per class (``PATH/<class>/*``, labels in the
+  sorted order of the class names) or images without class folders (labels -1).
+
+The ``.npz`` (written atomically) holds ``features`` [N, feature_dim] float32, ``labels`` [N]
+int64 (-1: unlabelled), ``indices`` [N] (each image's index in its split or folder), ``paths`` [N]
+(the image files, where the data has files), ``classes`` (class names, where known) and, with
+``--projections``, ``projections`` [N, proj_dim] (L2-normalised, what the loss compared).
+
+This command reads data through ``datamodules`` (the run's datamodule, the transform and the image
+reader), by class path like the CLI's configs: ``ssl_app`` imports no ``datamodules`` module at import time.
+"""
+
+from __future__ import annotations
+
+import importlib
+import io
+import os
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch.utils.data import DataLoader, Dataset
+
+from ssl_app.errors import ConfigError, OutputError
+from ssl_app.export import OneLineParser, TrainedEncoder, check_output, load_encoder, parse_or_exit
+from ssl_app.runs.atomic import atomic_file
+
+SPLITS = ("train", "val", "test")
+#: Modules a checkpoint's config may name for its datamodule (importing a module runs its code).
+TRUSTED_PACKAGES = ("ssl_app", "callbacks", "datamodules")
+
+
+@dataclass
+class EmbeddingData:
+    """Batches of ``(images, labels, indices)`` in order, and what the ``.npz`` says about them."""
+
+    loader: DataLoader
+    paths: Optional[list[str]]
+    classes: Optional[list[str]]
+    description: str
+
+
+class FolderImages(Dataset):
+    """Image files with their labels, read as 8-bit RGB and put through ``transform``: ``(image, label, index)``."""
+
+    def __init__(self, files: list[Path], labels: list[int], transform: Any) -> None:
+        from datamodules.image_files import load_rgb  # the reader training used
+
+        self.files, self.labels, self.transform, self.load = files, labels, transform, load_rgb
+
+    def __len__(self) -> int:
+        return len(self.files)
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, int, int]:
+        return self.transform(self.load(str(self.files[index]))), self.labels[index], index
+
+
+def folder_data(path: Path, encoder: TrainedEncoder, batch_size: int, num_workers: int) -> EmbeddingData:
+    """``--data PATH``: class folders (labelled) or a folder of images (unlabelled), through the run's eval transform."""
+    from datamodules.image_files import list_images
+
+    if not path.is_dir():
+        raise ConfigError(f"--data: {path} is not a folder of images")
+    direct = list_images_here(path)
+    folders = sorted(entry for entry in path.iterdir() if entry.is_dir())
+    if direct or not folders:  # images at the top: one unlabelled folder (its sub-folders' images too)
+        files, labels, classes = list_images(path), None, None
+    else:
+        classes = [folder.name for folder in folders]
+        files, labels = [], []
+        read = [os.path.realpath(path)]  # shared: a link from one class folder into another is refused
+        for label, folder in enumerate(folders):
+            found = list_images(folder, read)
+            files += found
+            labels += [label] * len(found)
+    if not files:
+        raise ConfigError(f"--data: no image files in {path}")
+    data = FolderImages(files, labels if labels is not None else [-1] * len(files), eval_transform(encoder))
+    what = f"{len(files)} images of {path}" + (f" in {len(classes)} classes" if classes else " (no class folders: labels -1)")
+    loader = DataLoader(data, batch_size=batch_size, shuffle=False, num_workers=num_workers)
+    return EmbeddingData(loader, [str(file) for file in files], classes, what)
+
+
+def list_images_here(folder: Path) -> list[Path]:
+    from torchvision.datasets.folder import IMG_EXTENSIONS, has_file_allowed_extension
+
+    return [entry for entry in folder.iterdir() if entry.is_file() and has_file_allowed_extension(entry.name, IMG_EXTENSIONS)]
+
+
+def eval_transform(encoder: TrainedEncoder) -> Any:
+    """The run's evaluation transform (``ViewAugmentation.eval_transform`` of its saved augmentation)."""
+    from datamodules.augment import ViewAugmentation
+
+    augmentation = _saved_data_args(encoder).get("augmentation")
+    if not isinstance(augmentation, dict):
+        raise ConfigError(
+            f"--ckpt: {encoder.meta['checkpoint']} does not record the data's augmentation, so the transform is unknown"
+        )
+    return ViewAugmentation(**augmentation).eval_transform()
+
+
+def _saved_data_args(encoder: TrainedEncoder) -> dict[str, Any]:
+    data = (encoder.config or {}).get("data")
+    if not isinstance(data, dict) or not isinstance(data.get("class_path"), str):
+        raise ConfigError(
+            f"--ckpt: {encoder.meta['checkpoint']} does not record the config of its run (an older version wrote it); "
+            "pass --data PATH"
+        )
+    return data.get("init_args") or {}
+
+
+def run_data(encoder: TrainedEncoder, split: str, batch_size: int, num_workers: Optional[int]) -> EmbeddingData:
+    """The split ``split`` of the run's own datamodule, rebuilt from its saved config, through the eval transform."""
+    _saved_data_args(encoder)
+    config = encoder.config["data"]  # type: ignore[index]
+    class_path = config["class_path"]
+    module = class_path.rpartition(".")[0]
+    if module.split(".")[0] not in TRUSTED_PACKAGES and module not in sys.modules:
+        raise ConfigError(
+            f"--ckpt: the run's datamodule {class_path} is not part of ssl_app; embed its data from Python after "
+            f"`import {module}`, or pass --data PATH"
+        )
+    datamodule = instantiate_datamodule(config)
+    if num_workers is not None:
+        datamodule.num_workers = num_workers
+    loader = datamodule.embedding_dataloader(split, views=1, augment=False, batch_size=batch_size)
+    dataset = datamodule.dataset(split)
+    samples = getattr(dataset, "samples", None)  # torchvision's ImageFolder: (path, label) pairs
+    paths = [str(sample[0]) for sample in samples] if isinstance(samples, list) else None
+    classes = getattr(datamodule, "classes", None) or getattr(dataset, "classes", None)
+    classes = [str(name) for name in classes] if isinstance(classes, (list, tuple)) else None
+    what = f"the {split} split of {class_path} ({len(dataset)} images)"  # type: ignore[arg-type]
+    return EmbeddingData(_single_view(loader), paths, classes, what)
+
+
+class _single_view:  # noqa: N801 - a thin iterable adapter
+    """``(views, labels, indices)`` batches of one view → ``(images, labels, indices)``."""
+
+    def __init__(self, loader: DataLoader) -> None:
+        self.loader = loader
+
+    def __len__(self) -> int:
+        return len(self.loader)
+
+    def __iter__(self) -> Any:
+        for views, labels, indices in self.loader:
+            yield views[0], labels, indices
+
+
+def instantiate_datamodule(config: dict[str, Any]) -> Any:
+    """The datamodule a saved ``data`` config describes (``class_path`` + ``init_args``), as the CLI builds it."""
+    from jsonargparse import ArgumentParser
+    from lightning.pytorch import LightningDataModule
+
+    importlib.import_module(config["class_path"].rpartition(".")[0])
+    parser = ArgumentParser(exit_on_error=False)
+    parser.add_subclass_arguments(LightningDataModule, "data")
+    try:
+        parsed = parser.parse_object({"data": config})
+        instantiate = getattr(parser, "instantiate", None) or parser.instantiate_classes  # renamed in jsonargparse 4.49
+        return instantiate(parsed).data
+    except ConfigError:
+        raise
+    except Exception as error:  # noqa: BLE001 - a config this version cannot build: say so in one line
+        cause = error
+        while cause.__cause__ is not None or cause.__context__ is not None:
+            if isinstance(cause, ConfigError):
+                break
+            cause = cause.__cause__ or cause.__context__  # type: ignore[assignment]
+        reason = " ".join(str(cause).split())[:300]
+        raise ConfigError(
+            f"--ckpt: the run's data ({config['class_path']}) cannot be built here: {reason}; pass --data PATH"
+        ) from None
+
+
+def choose_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("--device cuda: no CUDA device is available here; use --device cpu")
+    return torch.device(name)
+
+
+@torch.inference_mode()
+def embed(
+    encoder: TrainedEncoder, data: EmbeddingData, device: torch.device, projections: bool, progress: bool = True
+) -> dict[str, np.ndarray]:
+    """Every batch of ``data`` through the backbone (and head): the arrays the ``.npz`` holds."""
+    from tqdm import tqdm
+
+    backbone = encoder.backbone.to(device).eval()
+    head = encoder.head.to(device).eval() if projections and encoder.head is not None else None
+    features, projected, labels, indices = [], [], [], []
+    for images, batch_labels, batch_indices in tqdm(data.loader, desc="embed", unit="batch", disable=not progress):
+        batch = backbone(images.to(device, non_blocking=True)).float()
+        features.append(batch.cpu())
+        if head is not None:
+            projected.append(F.normalize(head(batch), dim=1).cpu())
+        labels.append(torch.as_tensor(batch_labels))
+        indices.append(torch.as_tensor(batch_indices))
+    if not features:
+        raise ConfigError(f"--data: {data.description} holds no images")
+    arrays = {
+        "features": torch.cat(features).numpy(),
+        "labels": torch.cat(labels).long().numpy(),
+        "indices": torch.cat(indices).long().numpy(),
+    }
+    if head is not None:
+        arrays["projections"] = torch.cat(projected).numpy()
+    if data.paths is not None:
+        arrays["paths"] = np.asarray(data.paths)
+    if data.classes is not None:
+        arrays["classes"] = np.asarray(data.classes)
+    return arrays
+
+
+def write_npz(out: Path, arrays: dict[str, np.ndarray]) -> None:
+    buffer = io.BytesIO()
+    np.savez(buffer, **arrays)
+    try:
+        with atomic_file(out) as file:
+            file.write(buffer.getvalue())
+    except OSError as error:
+        raise OutputError(f"cannot write {out}: {error.strerror or error}") from error
+
+
+def parser() -> OneLineParser:
+    parser = OneLineParser(
+        prog="python -m ssl_app embed",
+        description="Backbone features (and projections) of every image of a data set, through the run's clean "
+        "transform, saved as .npz (features, labels, indices, paths, classes, projections).",
+    )
+    parser.add_argument("--ckpt", required=True, help="a checkpoint written by python -m ssl_app fit")
+    parser.add_argument("--data", help="an image folder (PATH/<class>/* or PATH/*); default: the run's own data")
+    parser.add_argument("--split", choices=SPLITS, default="test", help="without --data: the run's split to embed (default test)")
+    parser.add_argument("--out", required=True, help="the .npz file to write")
+    parser.add_argument("--projections", action="store_true", help="also save the projection head's L2-normalised outputs")
+    parser.add_argument("--batch-size", type=int, default=256, help="images per batch (default 256)")
+    parser.add_argument("--num-workers", type=int, default=None, help="DataLoader workers (default: the run's; 0 for --data)")
+    parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto", help="auto: cuda when available")
+    parser.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
+    return parser
+
+
+def main(args: Sequence[str], out: Any = None, err: Any = None) -> int:
+    """Run ``embed``; return the exit status (0; 2 with one ``error:`` line for bad input; 1 when unwritable)."""
+    out = sys.stdout if out is None else out
+    err = sys.stderr if err is None else err
+    options = parse_or_exit(parser(), args, err)
+    if isinstance(options, int):
+        return options
+    target = Path(options.out)
+    try:
+        if options.batch_size < 1:
+            raise ConfigError(f"--batch-size must be >= 1, got {options.batch_size}")
+        if options.num_workers is not None and options.num_workers < 0:
+            raise ConfigError(f"--num-workers must be >= 0, got {options.num_workers}")
+        check_output(target, options.overwrite)
+        if options.data is not None and not Path(options.data).is_dir():
+            missing = not Path(options.data).exists()
+            raise ConfigError(f"--data: no such folder: {options.data}" if missing else f"--data: {options.data} is not a folder")
+        device = choose_device(options.device)
+        encoder = load_encoder(options.ckpt)
+        if options.projections and encoder.head is None:
+            raise ConfigError(f"--projections: {options.ckpt} has no projection head")
+        if options.data is not None:
+            data = folder_data(Path(options.data), encoder, options.batch_size, options.num_workers or 0)
+        else:
+            data = run_data(encoder, options.split, options.batch_size, options.num_workers)
+        arrays = embed(encoder, data, device, options.projections)
+        write_npz(target, arrays)
+    except ConfigError as error:
+        print(f"error: embed: {error}", file=err)
+        return 2
+    except OutputError as error:
+        print(f"error: embed: {error}", file=err)
+        return 1
+    shape = "×".join(str(n) for n in arrays["features"].shape)
+    print(f"Wrote {target}: features {shape} of {data.description}, on {device}", file=out)
+    return 0

@@ -1,0 +1,159 @@
+"""``python -m ssl_app embed``: clean-transform features of the run's data or of an image folder, and no ``predict``."""
+
+from __future__ import annotations
+
+import io
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from datamodules.augment import ViewAugmentation
+from ssl_app.embed import main
+from ssl_app.models import build_backbone
+from tests.helpers import cli_in, tiny_data
+from tests.ssl_app.test_cli import QUICKSTART, TINY
+from tests.ssl_app.test_export import TINY_DATA_CONFIG, checkpoint_backbone, export, trained_checkpoint
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory) -> Path:
+    return trained_checkpoint(tmp_path_factory.mktemp("run"), "small_cnn")
+
+
+def embed(*args: str) -> dict[str, np.ndarray]:
+    err = io.StringIO()
+    *_, out = args
+    status = main([*args[:-1], "--out", out], out=io.StringIO(), err=err)
+    assert status == 0, err.getvalue()
+    with np.load(out) as saved:
+        return {key: saved[key] for key in saved.files}
+
+
+def image_folder(root: Path, classes: list[str] | None) -> list[Path]:
+    """Random 12×10 PNGs: 3 per class folder, or 3 directly in ``root`` when ``classes`` is None."""
+    generator = np.random.default_rng(0)
+    files = []
+    for name in classes or [""]:
+        folder = root / name
+        folder.mkdir(parents=True, exist_ok=True)
+        for index in range(3):
+            path = folder / f"{index}.png"
+            Image.fromarray(generator.integers(0, 256, (10, 12, 3), dtype=np.uint8)).save(path)
+            files.append(path)
+    return files
+
+
+def test_without_data_it_embeds_the_runs_test_split_through_the_clean_transform(checkpoint, tmp_path):
+    """Catches augmented views instead of the eval transform, another split than the one asked for, a
+    backbone left in training mode, and labels or indices out of step with the features."""
+    saved = embed("--ckpt", str(checkpoint), "--projections", "--batch-size", "5", str(tmp_path / "f.npz"))
+    data = tiny_data()
+    test = data.dataset("test")
+    transform = data.augmentation.eval_transform()
+    images = torch.stack([transform(test[i][0]) for i in range(len(test))])
+    method_backbone = checkpoint_backbone(checkpoint)
+    with torch.no_grad():
+        expected = method_backbone(images)
+    assert saved["features"].shape == (16, expected.shape[1])
+    assert np.allclose(saved["features"], expected.numpy(), atol=1e-5)
+    assert saved["labels"].tolist() == [int(test[i][1]) for i in range(len(test))]
+    assert saved["indices"].tolist() == list(range(16))
+    assert np.allclose(np.linalg.norm(saved["projections"], axis=1), 1.0, atol=1e-5)
+    assert "paths" not in saved  # generated data has no files
+
+
+def test_export_and_embed_round_trip_to_the_same_features(checkpoint, tmp_path):
+    """Catches an export and an embedding that disagree: the exported weights, loaded as documented,
+    must give the features ``embed`` saved (to float tolerance)."""
+    saved = torch.load(export(tmp_path, checkpoint), weights_only=True)
+    encoder, _ = build_backbone(saved["meta"]["backbone"], saved["meta"]["backbone_norm"])
+    encoder.load_state_dict(saved["state_dict"])
+    features = embed("--ckpt", str(checkpoint), "--split", "val", str(tmp_path / "f.npz"))["features"]
+    data = tiny_data()
+    images = torch.stack([data.augmentation.eval_transform()(image) for image, _ in data.dataset("val")])
+    with torch.no_grad():
+        assert np.allclose(features, encoder.eval()(images).numpy(), atol=1e-5)
+
+
+def test_a_labelled_image_folder_gives_features_labels_paths_and_classes(checkpoint, tmp_path):
+    """Catches labels that do not follow the class folders, paths out of step with the features, and a
+    transform other than the run's (the folder's images are 12×10, the run's crop 8)."""
+    files = image_folder(tmp_path / "images", ["cat", "dog"])
+    saved = embed("--ckpt", str(checkpoint), "--data", str(tmp_path / "images"), str(tmp_path / "f.npz"))
+    assert saved["classes"].tolist() == ["cat", "dog"] and saved["labels"].tolist() == [0, 0, 0, 1, 1, 1]
+    assert [Path(p) for p in saved["paths"]] == files
+    transform = ViewAugmentation(**TINY_DATA_CONFIG["init_args"]["augmentation"]).eval_transform()
+    images = torch.stack([transform(Image.open(path).convert("RGB")) for path in files])
+    with torch.no_grad():
+        assert np.allclose(saved["features"], checkpoint_backbone(checkpoint)(images).numpy(), atol=1e-5)
+
+
+def test_a_folder_without_class_folders_is_unlabelled(checkpoint, tmp_path):
+    """Catches images without class folders refused, or labelled by an invented class."""
+    files = image_folder(tmp_path / "flat", None)
+    saved = embed("--ckpt", str(checkpoint), "--data", str(tmp_path / "flat"), str(tmp_path / "f.npz"))
+    assert saved["labels"].tolist() == [-1, -1, -1] and [Path(p) for p in saved["paths"]] == files
+    assert "classes" not in saved
+
+
+def test_every_bad_input_is_one_line_naming_it_and_writes_nothing(checkpoint, tmp_path):
+    """Catches a traceback, or an output file, for a missing data folder, an empty one, an output that
+    exists, a file that is not a checkpoint, CUDA asked for where there is none, a bad batch size."""
+    (tmp_path / "empty").mkdir()
+    exists = tmp_path / "exists.npz"
+    exists.write_bytes(b"keep")
+    out = str(tmp_path / "new.npz")
+    cases = [
+        (["--ckpt", str(checkpoint), "--data", str(tmp_path / "nowhere"), "--out", out], "no such folder"),
+        (["--ckpt", str(checkpoint), "--data", str(tmp_path / "empty"), "--out", out], "no image files"),
+        (["--ckpt", str(checkpoint), "--out", str(exists)], "exists; pass --overwrite"),
+        (["--ckpt", str(exists), "--out", out], "not a readable checkpoint"),
+        (["--ckpt", str(tmp_path / "missing.ckpt"), "--out", out], "no such file"),
+        (["--ckpt", str(checkpoint), "--batch-size", "0", "--out", out], "--batch-size must be >= 1"),
+    ]
+    if not torch.cuda.is_available():
+        cases.append((["--ckpt", str(checkpoint), "--device", "cuda", "--out", out], "no CUDA device"))
+    for args, expected in cases:
+        err = io.StringIO()
+        assert main(args, out=io.StringIO(), err=err) == 2
+        lines = err.getvalue().strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("error: embed: ") and expected in lines[0], (args, lines)
+    assert exists.read_bytes() == b"keep"
+    assert sorted(os.listdir(tmp_path)) == ["empty", "exists.npz"]
+
+
+def test_predict_is_not_offered_and_leaves_no_run_folder(tmp_path, capsys):
+    """Catches ``predict`` offered by ``--help`` again (it failed with ``predict_dataloader must be
+    implemented``) and a refused ``predict`` that leaves a ``version_N`` folder."""
+    with pytest.raises(SystemExit) as stop:
+        cli_in(tmp_path, ["--help"])
+    assert stop.value.code == 0
+    help_text = capsys.readouterr().out
+    assert "{fit,validate,test}" in help_text and "predict" not in help_text and "embed --ckpt" in help_text
+    with pytest.raises(SystemExit) as stop:
+        cli_in(tmp_path, ["predict", "--config", QUICKSTART])
+    assert stop.value.code == 2
+    assert "invalid choice: 'predict'" in capsys.readouterr().err
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.slow
+def test_the_cli_exports_and_embeds_a_fitted_run(tmp_path, capsys):
+    """Catches ``python -m ssl_app export``/``embed`` not dispatched by the CLI, or not reading a checkpoint
+    that ``fit`` wrote (its saved config, its run's data), end to end."""
+    cli_in(tmp_path, ["fit", "--config", QUICKSTART, *TINY, "--trainer.max_epochs=1"])
+    ckpt = "runs/quickstart/version_0/checkpoints/last.ckpt"
+    for args in (["export", "--ckpt", ckpt, "--out", "encoder.pt"], ["embed", "--ckpt", ckpt, "--out", "features.npz"]):
+        with pytest.raises(SystemExit) as stop:
+            cli_in(tmp_path, args)
+        assert stop.value.code == 0, capsys.readouterr().err
+    saved = torch.load(tmp_path / "encoder.pt", weights_only=True)
+    encoder, _ = build_backbone(saved["meta"]["backbone"], saved["meta"]["backbone_norm"])
+    encoder.load_state_dict(saved["state_dict"])
+    with np.load(tmp_path / "features.npz") as features:
+        assert features["features"].shape == (64, saved["meta"]["feature_dim"])  # the run's test split (TINY: 64)
+        assert saved["meta"]["input"]["crop_size"] == 32 and (features["labels"] >= 0).all()
