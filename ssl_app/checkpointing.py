@@ -25,6 +25,7 @@ from typing import Any
 import lightning as L
 import torch
 from fsspec.utils import get_protocol
+from lightning.fabric.plugins.environments import SLURMEnvironment
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 from lightning.pytorch.trainer.states import TrainerFn
@@ -185,6 +186,11 @@ class InterruptCheckpoint(Callback):
         self._trainer = trainer
         # Lightning registers ``_sigterm_notifier_fn`` as the SIGTERM handler just before training.
         trainer._signal_connector._sigterm_notifier_fn = self._on_signal  # type: ignore[method-assign]
+        # One signal path: SIGTERM (above). Lightning's SLURM auto-requeue (SIGUSR1: an hpc_ckpt_<n>.ckpt
+        # in the root folder and `scontrol requeue`, resumed before --ckpt_path and without its checks) is off.
+        environment = trainer._accelerator_connector.cluster_environment
+        if isinstance(environment, SLURMEnvironment):
+            environment.auto_requeue = False
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if threading.current_thread() is threading.main_thread():

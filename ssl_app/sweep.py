@@ -2,7 +2,9 @@
 
     python -m ssl_app.sweep --config configs/quickstart.yaml \\
         --grid model.init_args.loss.init_args.temperature=0.07,0.3,0.7,1.0 --seeds 0,1 \\
-        [--linear configs/linear.yaml] [--name tau] [--out runs/sweeps] [--jobs 2] [--dry-run] [-- extra fit args]
+        [--linear configs/linear.yaml] [--linear-args "--model.init_args.cache_features=flips"] \\
+        [--name tau] [--out runs/sweeps] [--jobs 2] [--launcher slurm --slurm.partition gpu] [--status] [--dry-run] \\
+        [-- extra fit args]
 
 Every point × seed is a run folder ``OUT/NAME/<point>/seed<k>/`` (the fit's run folder:
 ``run.json``, ``config.yaml``, ``checkpoints/``, events, the console output ``fit.log``, and
@@ -26,6 +28,9 @@ the run it evaluates, ``<run>/evaluations/linear_<n>/`` (``ssl_app.runs.layout``
 - Ctrl-C (or SIGTERM) stops the running fits, which save their ``last.ckpt``; the same command
   resumes them.
 - ``--jobs N`` runs N at once; with GPUs each job is pinned to one (``CUDA_VISIBLE_DEVICES``).
+- ``--launcher slurm`` submits the runs as one SLURM job array instead (``ssl_app.slurm``), each
+  task running the same stages; ``--status`` prints each run's state and job.
+- ``--linear-args`` are options for the linear evaluations only; after ``--``, options for the fits.
 """
 
 from __future__ import annotations
@@ -170,8 +175,10 @@ def plan(
     sweep_dir: Path,
     extra: list[str],
     linear_config: Optional[str],
+    linear_extra: Sequence[str] = (),
 ) -> list[PlannedRun]:
-    """Every (point, seed) run with its fit (and linear) command line arguments."""
+    """Every (point, seed) run with its fit (and linear) command line arguments; ``extra`` goes to
+    every fit, ``linear_extra`` to every linear evaluation."""
     keys = [k for k, _ in grid]
     points = [dict(zip(keys, combination)) for combination in itertools.product(*[values for _, values in grid])]
     runs = []
@@ -186,7 +193,7 @@ def plan(
             if linear_config is not None:
                 # Filed by the CLI in <run>/evaluations/linear_<n>/ (the probe belongs to the run it evaluates).
                 checkpoint = f"--model.init_args.checkpoint={directory / CHECKPOINTS_DIR / 'last.ckpt'}"
-                linear_args = ["fit", "--config", linear_config, checkpoint, seed_arg]
+                linear_args = ["fit", "--config", linear_config, checkpoint, seed_arg, *linear_extra]
             runs.append(PlannedRun(sweep_dir.name, point, values, seed, directory, fit_args, linear_args))
     return runs
 
@@ -244,8 +251,9 @@ def validate(runs: list[PlannedRun]) -> None:
                 fail(f"point {run.point}: {first.removeprefix('error: ')}")
 
 
-def launch(args: list[str], log: Path, device: Optional[int]) -> subprocess.Popen:
-    env = dict(os.environ)
+def launch(args: list[str], log: Path, device: Optional[int], env: Optional[dict[str, str]] = None) -> subprocess.Popen:
+    """Start ``python -m ssl_app ARGS`` writing into ``log`` (``device``: the one GPU it may see)."""
+    env = dict(os.environ if env is None else env)
     if device is not None:
         env["CUDA_VISIBLE_DEVICES"] = str(device)
     log.parent.mkdir(parents=True, exist_ok=True)
@@ -316,18 +324,8 @@ def execute(runs: list[PlannedRun], jobs: int) -> Outcome:
                         locks.pop(run.directory).release()
                         continue
                     stage, args = stages[0]
-                    if stage == "fit" and not run.checkpoint.is_file():
-                        clear_attempt(run.directory)
+                    log = prepare_stage(run, stage, args)
                     device = free.pop(0) if free else None
-                    log = run.directory / f"{stage}.log"
-                    point = run.sidecar()
-                    existing = read_sweep_point(run.directory)
-                    point.commands = {
-                        **(existing.commands if existing else {}),
-                        stage: shlex.join(["python", "-m", "ssl_app", *args]),
-                    }
-                    point.logs = {**(existing.logs if existing else {}), stage: str(log)}
-                    write_sweep_point(run.directory, point)
                     print(f"[sweep] start {run.label}: {stage}", flush=True)
                     process = launch(args, log, device)
                     active[process.pid] = (run, stage, process, device)
@@ -354,6 +352,20 @@ def execute(runs: list[PlannedRun], jobs: int) -> Outcome:
         for lock in locks.values():
             lock.release()
     return outcome
+
+
+def prepare_stage(run: PlannedRun, stage: str, args: list[str]) -> Path:
+    """Before a stage starts: a fresh fit clears what a failed attempt left; ``sweep.json`` gets the
+    stage's command and log. Returns the log's path (``<run>/<stage>.log``)."""
+    if stage == "fit" and not run.checkpoint.is_file():
+        clear_attempt(run.directory)
+    log = run.directory / f"{stage}.log"
+    point = run.sidecar()
+    existing = read_sweep_point(run.directory)
+    point.commands = {**(existing.commands if existing else {}), stage: shlex.join(["python", "-m", "ssl_app", *args])}
+    point.logs = {**(existing.logs if existing else {}), stage: str(log)}
+    write_sweep_point(run.directory, point)
+    return log
 
 
 def _hold(run: PlannedRun, locks: dict[Path, RunLock], outcome: Outcome) -> bool:
@@ -411,6 +423,21 @@ def fail(message: str) -> None:
     raise SystemExit(2)
 
 
+def _joined_linear_args(argv: list[str]) -> list[str]:
+    """``--linear-args "--x=1"`` as ``--linear-args=--x=1``: argparse takes a lone value that starts
+    with ``--`` for an option of its own."""
+    joined: list[str] = []
+    items = iter(argv)
+    for item in items:
+        if item == "--":
+            joined.extend([item, *items])
+            break
+        if item == "--linear-args":
+            item = f"--linear-args={next(items, '')}"
+        joined.append(item)
+    return joined
+
+
 def parse_args(argv: Optional[list[str]]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m ssl_app.sweep", description=__doc__.split("\n")[0])
     parser.add_argument("--config", action="append", required=True, help="a fit config; repeat to compose")
@@ -419,12 +446,41 @@ def parse_args(argv: Optional[list[str]]) -> argparse.Namespace:
     parser.add_argument("--linear", default=None, help="a linear-evaluation config to run on each finished fit")
     parser.add_argument("--out", default="runs/sweeps", help="where sweeps are written (default runs/sweeps)")
     parser.add_argument("--name", default=None, help="the sweep's folder name (default: the grid keys)")
-    parser.add_argument("--jobs", type=int, default=1, help="runs at once (default 1)")
+    parser.add_argument("--linear-args", default="", help="options for every linear evaluation, one quoted string")
+    parser.add_argument("--jobs", type=int, default=None, help="runs at once (default: 1; all with --launcher slurm)")
+    parser.add_argument("--launcher", choices=("local", "slurm"), default="local", help="local processes or a SLURM array")
+    parser.add_argument("--status", action="store_true", help="print each run's state (and its SLURM job), run nothing")
     parser.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
+    slurm = parser.add_argument_group("--launcher slurm (submitit; docs/slurm.md)")
+    slurm.add_argument("--slurm.partition", dest="slurm_partition", default=None, help="the partition to run in")
+    slurm.add_argument("--slurm.time", dest="slurm_time", type=int, default=240, help="minutes per job (default 240)")
+    slurm.add_argument("--slurm.gpus_per_run", dest="slurm_gpus", type=int, default=1, help="GPUs per run (default 1)")
+    slurm.add_argument("--slurm.cpus_per_run", dest="slurm_cpus", type=int, default=None, help="CPUs per run")
+    slurm.add_argument("--slurm.account", dest="slurm_account", default=None, help="the account to charge")
+    slurm.add_argument("--slurm.sbatch", dest="slurm_sbatch", action="append", default=[], metavar="KEY=VALUE",
+                       help="any other sbatch option, without its dashes (qos=high, constraint=a100); repeat")  # fmt: skip
+    slurm.add_argument("--slurm.cluster", dest="slurm_cluster", choices=("slurm", "local"), default="slurm",
+                       help="local: the same job array as processes on this machine (submitit's local executor)")  # fmt: skip
     parser.add_argument("extra", nargs=argparse.REMAINDER, help="after --: options passed to every fit")
-    args = parser.parse_args(argv)
-    if args.jobs < 1:
+    args = parser.parse_args(_joined_linear_args(sys.argv[1:] if argv is None else argv))
+    if args.jobs is not None and args.jobs < 1:
         fail(f"--jobs must be >= 1, got {args.jobs}")
+    try:
+        args.linear_extra = shlex.split(args.linear_args)
+    except ValueError as error:
+        fail(f"--linear-args {args.linear_args!r}: {error}")
+    if args.linear_extra and args.linear is None:
+        fail("--linear-args needs --linear (the linear evaluation's config)")
+    if args.slurm_time < 1:
+        fail(f"--slurm.time must be >= 1 (minutes), got {args.slurm_time}")
+    if args.slurm_gpus < 0:
+        fail(f"--slurm.gpus_per_run must be >= 0, got {args.slurm_gpus}")
+    args.sbatch = {}
+    for item in args.slurm_sbatch:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip().lstrip("-"):
+            fail(f"--slurm.sbatch must be KEY=VALUE (an sbatch option without its dashes), got {item!r}")
+        args.sbatch[key.strip().lstrip("-")] = value
     try:
         args.seed_list = [int(s) for s in args.seeds.split(",") if s.strip()]
     except ValueError:
@@ -441,8 +497,13 @@ def main(argv: Optional[list[str]] = None) -> int:
     grid = parse_grid(args.grid)
     name = args.name or ("+".join(k.rsplit(".", 1)[-1] for k, _ in grid) or "base")
     sweep_dir = Path(args.out) / name
+    runs = plan(args.config, grid, args.seed_list, sweep_dir, args.extra, args.linear, args.linear_extra)
+    if args.status:
+        from ssl_app.slurm import status_lines
+
+        print("\n".join(status_lines(runs)))
+        return 0
     check_out(Path(args.out))
-    runs = plan(args.config, grid, args.seed_list, sweep_dir, args.extra, args.linear)
     validate(runs)
     if args.dry_run:
         for run in runs:
@@ -451,7 +512,9 @@ def main(argv: Optional[list[str]] = None) -> int:
         return 0
     todo = [run for run in runs if run.stages()]
     print(f"[sweep] {sweep_dir}: {len(runs)} runs, {len(runs) - len(todo)} already done, {len(todo)} to run", flush=True)
-    outcome = execute(todo, args.jobs)
+    if args.launcher == "slurm":
+        return submit_to_slurm(todo, args, sweep_dir)
+    outcome = execute(todo, args.jobs or 1)
     if outcome.stopped_by is not None:
         print(
             f"[sweep] stopped by {signal.Signals(outcome.stopped_by).name}; the same command resumes the unfinished runs",
@@ -467,6 +530,25 @@ def main(argv: Optional[list[str]] = None) -> int:
         return 1
     done = len(runs) - len(outcome.held)
     print(f"[sweep] {done} of {len(runs)} runs done; report: python -m ssl_app.report {sweep_dir}", flush=True)
+    return 0
+
+
+def submit_to_slurm(todo: list[PlannedRun], args: argparse.Namespace, sweep_dir: Path) -> int:
+    """Submit the runs that need work as one job array; print the job ids and how to follow them."""
+    from ssl_app.errors import ConfigError
+    from ssl_app.slurm import SlurmOptions, submit
+
+    options = SlurmOptions(
+        partition=args.slurm_partition, time_min=args.slurm_time, gpus_per_run=args.slurm_gpus, cpus_per_run=args.slurm_cpus,
+        account=args.slurm_account, sbatch=args.sbatch, cluster=args.slurm_cluster, parallel=args.jobs,
+    )  # fmt: skip
+    try:
+        submitted = submit(todo, options, sweep_dir)
+    except ConfigError as error:
+        fail(str(error))
+    for run, job_id in submitted:
+        print(f"[sweep] submitted {run.label}: job {job_id}", flush=True)
+    print(f"[sweep] {len(submitted)} job(s) submitted; follow them with the same command and --status", flush=True)
     return 0
 
 

@@ -9,6 +9,7 @@
       events.out.tfevents.*      TensorBoard
       checkpoints/               last.ckpt and the epoch checkpoints
       sweep.json                 which sweep point and seed this run is (sweeps only)
+      slurm.json                 the cluster job that runs it (sweeps with --launcher slurm only)
       evaluations/               what was measured on this run's checkpoints
         validate_0/  test_0/     a validate / test --ckpt_path <run>/checkpoints/...: run.json, events, config.yaml
         linear_0/                a linear probe of one of the run's checkpoints (its own checkpoints/ too)
@@ -34,6 +35,7 @@ CHECKPOINTS_DIR = "checkpoints"
 CONFIG_FILE = "config.yaml"
 EVENTS_GLOB = "events.out.tfevents.*"
 SWEEP_FILE = "sweep.json"
+JOB_FILE = "slurm.json"
 _EVALUATION_NAME = re.compile(r"(validate|test|linear)_(\d+)")
 
 
@@ -126,5 +128,38 @@ def read_sweep_point(folder: Path) -> Optional[SweepPoint]:
             commands=dict(data.get("commands") or {}),
             logs=dict(data.get("logs") or {}),
         )
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+@dataclass
+class JobRecord:
+    """``slurm.json``: the cluster job a sweep submitted for this run folder (``--launcher slurm``).
+
+    Written once by the submitting process, never by the job, so nothing races on it; a new
+    submission replaces it. The run's status stays the run record's; this says only where to ask
+    the scheduler (``cluster``, ``job_id``) and where the job's own output is (``folder``).
+    """
+
+    cluster: str
+    job_id: str
+    folder: str
+    submitted: str
+    stdout: str = ""
+
+
+def write_job_record(folder: Path, job: JobRecord) -> None:
+    write_json(folder / JOB_FILE, asdict(job))
+
+
+def read_job_record(folder: Path) -> Optional[JobRecord]:
+    """The folder's ``slurm.json``, or None (missing or unreadable)."""
+    path = folder / JOB_FILE
+    if not path.is_file():
+        return None
+    try:
+        data: Any = json.loads(path.read_text(encoding="utf-8"))
+        return JobRecord(**{key: str(data[key]) for key in ("cluster", "job_id", "folder", "submitted")},
+                         stdout=str(data.get("stdout") or ""))  # fmt: skip
     except (OSError, ValueError, KeyError, TypeError):
         return None

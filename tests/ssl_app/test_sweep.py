@@ -141,7 +141,8 @@ def test_the_readmes_sweep_commands_parse(tmp_path, capsys, monkeypatch):
     assert commands, "README shows no sweep command"
     monkeypatch.chdir(REPO)
     for argv in commands:
-        assert main([*argv, "--out", str(tmp_path), "--dry-run"]) == 0
+        cut = argv.index("--") if "--" in argv else len(argv)  # after "--": the fits' options
+        assert main([*argv[:cut], "--out", str(tmp_path), "--dry-run", *argv[cut:]]) == 0
         printed = capsys.readouterr().out.splitlines()
         assert printed and all(line.startswith("python -m ssl_app fit") for line in printed)
 

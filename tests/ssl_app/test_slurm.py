@@ -1,0 +1,172 @@
+"""The sweep on SLURM (``--launcher slurm``, ``ssl_app.slurm``) and the linear stage's own options.
+
+Nothing here needs a real SLURM: the job array runs through submitit's local executor (the same
+code path, processes on this machine), and the sbatch header is read from submitit's SLURM
+executor with a stand-in ``srun`` on the PATH.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from ssl_app.runs.layout import JobRecord, read_job_record, write_job_record
+from ssl_app.runs.record import finish_record, read_record, start_record
+from ssl_app.slurm import SlurmOptions, executor, status_lines
+from ssl_app.sweep import main, plan
+from tests.ssl_app.test_cli import QUICKSTART, REPO
+from tests.ssl_app.test_sweep import FAST, TAU
+
+LINEAR = str(REPO / "configs" / "linear.yaml")
+
+
+def test_linear_args_reach_the_linear_commands_only(tmp_path, capsys):
+    """Catches ``--linear-args`` landing on the fits (or nowhere): the printed commands and the plan."""
+    linear_args = "--model.init_args.cache_features=flips --trainer.max_epochs=3"
+    code = main(["--config", QUICKSTART, "--grid", f"{TAU}=0.1,0.5", "--linear", LINEAR, "--out", str(tmp_path),
+                 "--linear-args", linear_args, "--dry-run", *FAST])  # fmt: skip
+    lines = capsys.readouterr().out.strip().splitlines()
+    linear = [line for line in lines if f"--config {LINEAR}" in line]
+    fits = [line for line in lines if line not in linear]
+    assert code == 0 and len(linear) == 2 and len(fits) == 2
+    assert all(line.endswith("--model.init_args.cache_features=flips --trainer.max_epochs=3") for line in linear)
+    assert not any("cache_features" in line for line in fits)
+    [run] = plan([QUICKSTART], [], [0], tmp_path, ["--trainer.max_epochs=1"], LINEAR, ["--model.init_args.cache_features=flips"])
+    assert run.linear_args[-1] == "--model.init_args.cache_features=flips" and "--trainer.max_epochs=1" not in run.linear_args
+    assert run.fit_args[-1] == "--trainer.max_epochs=1"
+
+
+def test_linear_args_without_a_linear_stage_is_one_error(tmp_path, capsys):
+    """Catches options for a linear stage that will never run being dropped silently."""
+    with pytest.raises(SystemExit) as exit_:
+        main(["--config", QUICKSTART, "--out", str(tmp_path), "--linear-args", "--model.init_args.cache_features=flips"])
+    assert exit_.value.code == 2 and capsys.readouterr().err.startswith("error: --linear-args needs --linear")
+
+
+def test_slurm_options_become_the_sbatch_header(tmp_path, monkeypatch):
+    """Catches an option that does not reach sbatch (partition, time, GPUs, account, extra options, array limit)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in ("srun", "sbatch"):
+        (bin_dir / tool).write_text("#!/bin/sh\nexit 0\n")
+        (bin_dir / tool).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    options = SlurmOptions(partition="gpu", time_min=90, gpus_per_run=2, account="lab", sbatch={"qos": "high"}, parallel=3)
+    header = executor(tmp_path / ".slurm", options, "ssl_app-tau")._executor._make_submission_file_text("CMD", "uid")
+    for line in ("--partition=gpu", "--time=90", "--gpus-per-node=2", "--account=lab", "--qos=high", "--ntasks-per-node=1",
+                 "--job-name=ssl_app-tau", "--signal=USR2@"):  # fmt: skip
+        assert f"#SBATCH {line}" in header, line
+
+
+def test_without_slurm_the_launcher_is_one_error(tmp_path, monkeypatch, capsys):
+    """Catches a traceback from submitit where SLURM is missing: one line, naming the way to run it here."""
+    import ssl_app.sweep as sweep
+
+    monkeypatch.setenv("PATH", str(tmp_path))  # no srun
+    monkeypatch.setattr(sweep, "validate", lambda runs: None)
+    with pytest.raises(SystemExit) as exit_:
+        main(["--config", QUICKSTART, "--out", str(tmp_path / "out"), "--launcher", "slurm"])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and err.startswith("error: --launcher slurm: ") and "--slurm.cluster local" in err
+    assert err.count("\n") == 1
+
+
+def test_status_shows_each_runs_state_and_job(tmp_path, capsys):
+    """Catches ``--status`` reading a state from anywhere but the run record, or losing the job id."""
+    done, waiting = plan([QUICKSTART], [(TAU, ["0.1", "0.2"])], [0], tmp_path / "s", [], None)
+    done.directory.mkdir(parents=True)
+    finish_record(done.directory, start_record(done.directory, "fit", {}), "done", "finished")
+    write_job_record(done.directory, JobRecord(cluster="local", job_id="4242_0", folder="x", submitted="now"))
+    assert main(["--config", QUICKSTART, "--grid", f"{TAU}=0.1,0.2", "--out", str(tmp_path), "--name", "s", "--status"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 2
+    assert lines[0].startswith("temperature=0.1 seed 0") and " done " in lines[0] and lines[0].endswith("job 4242_0")
+    assert " unknown " in lines[1] and lines[1].endswith("no job")
+    assert status_lines([waiting]) == [f"{waiting.label}  unknown  no job"]
+
+
+def test_lightnings_slurm_requeue_is_off_so_sigterm_is_the_one_path(tmp_path, monkeypatch):
+    """Catches Lightning's SIGUSR1 auto-requeue (its own hpc checkpoint and ``scontrol requeue``) being
+    armed beside the project's SIGTERM checkpoint in a fit under SLURM."""
+    from lightning.fabric.plugins.environments import SLURMEnvironment
+    from lightning.pytorch.callbacks import Callback
+
+    from ssl_app.checkpointing import InterruptCheckpoint
+    from ssl_app.losses import InfoNCE
+    from ssl_app.methods import SimCLR
+    from tests.helpers import tiny_data, tiny_trainer
+
+    for key, value in {"SLURM_NTASKS": "1", "SLURM_JOB_NAME": "train", "SLURM_JOB_ID": "7", "SLURM_PROCID": "0",
+                       "SLURM_LOCALID": "0", "SLURM_NODEID": "0", "SLURM_NODELIST": "node1"}.items():  # fmt: skip
+        monkeypatch.setenv(key, value)
+    seen = {}
+
+    class Look(Callback):
+        def on_train_start(self, trainer, pl_module):
+            seen["usr1"] = signal.getsignal(signal.SIGUSR1)
+            seen["environment"] = trainer._accelerator_connector.cluster_environment
+
+    trainer = tiny_trainer(tmp_path, max_steps=1, callbacks=[InterruptCheckpoint(), Look()])
+    trainer.fit(SimCLR(loss=InfoNCE(), backbone="small_cnn", proj_hidden_dim=16, proj_dim=8), tiny_data())
+    assert isinstance(seen["environment"], SLURMEnvironment) and seen["environment"].auto_requeue is False
+    assert seen["usr1"] in (signal.SIG_DFL, None)
+
+
+def _wait(condition, seconds: float, what: str) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.3)
+
+
+def _status(folder: Path) -> str | None:
+    try:
+        record = read_record(folder)
+    except ValueError:
+        return None
+    return record.status if record else None
+
+
+@pytest.mark.slow
+def test_a_grid_on_the_slurm_launcher_runs_and_a_requeued_job_resumes_in_place(tmp_path, capsys):
+    """A 2-point grid through submitit's local executor: both runs end ``done``, each folder has its job
+    id; one job gets submitit's pre-emption signal mid-fit: its fit saves ``last.ckpt`` through the
+    project's SIGTERM path, submitit requeues the task, and the requeued task resumes that checkpoint
+    in the same run folder (one resume in its record) and finishes. Catches a requeue that starts the
+    run afresh, in another folder, or that never comes."""
+    pace = ["--trainer.callbacks+=tests.ssl_app.test_interrupt.Pace", "--trainer.callbacks.pause=0.4",
+            "--trainer.limit_train_batches=4"]  # fmt: skip
+    args = ["--config", QUICKSTART, "--grid", f"{TAU}=0.2,0.5", "--out", str(tmp_path), "--name", "tau",
+            "--launcher", "slurm", "--slurm.cluster", "local", "--slurm.time", "10"]  # fmt: skip
+    assert main([*args, *FAST, *pace]) == 0
+    out = capsys.readouterr().out
+    assert out.count("[sweep] submitted ") == 2
+    sweep = tmp_path / "tau"
+    first, second = sweep / "temperature=0.2" / "seed0", sweep / "temperature=0.5" / "seed0"
+    jobs = [read_job_record(folder) for folder in (first, second)]
+    assert all(job is not None and job.cluster == "local" and job.job_id for job in jobs)
+
+    log = first / "fit.log"
+    _wait(lambda: log.is_file() and "step 2" in log.read_text(), 120, "the first fit's second step")
+    fit_pid = read_record(first).pid
+    task_pid = int(Path(f"/proc/{fit_pid}/stat").read_text().rsplit(")", 1)[1].split()[1])  # the fit's parent
+    os.kill(task_pid, signal.SIGUSR2)  # what submitit's controller sends before the time limit
+
+    _wait(lambda: _status(first) == "done" and _status(second) == "done", 180, "both runs to finish")
+    record = read_record(first)
+    assert len(record.resumes) == 1 and record.resumes[0]["checkpoint"].startswith(str(first / "checkpoints"))
+    text = log.read_text()
+    assert "Interrupted by SIGTERM" in text and "--ckpt_path=" in text
+    assert sorted(p.name for p in sweep.iterdir()) == [".slurm", "temperature=0.2", "temperature=0.5"]
+    assert read_record(second).resumes == []
+    task_log = Path(jobs[0].stdout).read_text()
+    assert "saving and requeueing" in task_log and "Requeued job" in task_log
+
+    assert main([*args, "--status", *FAST, *pace]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert [line.split()[3] for line in lines] == ["done", "done"]
+    assert [line.rsplit(" ", 1)[1] for line in lines] == [job.job_id for job in jobs]
