@@ -8,7 +8,7 @@
 
 They log values that are identical on every rank (``sync_dist=False``); under DDP Lightning
 advises an epoch-level sync for such values, which ``python -m ssl_app`` silences for the
-``metrics/`` and ``lt/`` tags while it runs (``ssl_app.cli.identical_value_advice_silenced``).
+``metrics/`` and ``lt/`` tags while it runs (``ssl_app.quiet.known_noise_silenced``).
 Importing this package changes no global state, the warnings filter included.
 """
 

@@ -15,6 +15,10 @@ logger writing to ``runs/<name>/version_<n>/``.
 logging into that version folder (so do explicit paths inside one); without any checkpoint
 yet it starts a new run, so one command line serves the first start and every restart.
 
+A finished command prints a short summary (its folder and headline metrics) and puts its final
+metrics beside its config in TensorBoard's HParams tab (``ssl_app.runs.summary``); while it runs,
+the known third-party warnings are silenced (``ssl_app.quiet``).
+
 Errors before work: every rejected input is one ``error: ...`` line naming the option or file,
 exit status 2, and nothing is written (a run folder created by a start that then failed before
 its first step is removed again).
@@ -30,9 +34,8 @@ import shutil
 import signal
 import sys
 import threading
-import warnings
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from fnmatch import fnmatch
 from pathlib import Path
@@ -42,7 +45,6 @@ import yaml
 from jsonargparse import Namespace
 from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.fabric.utilities.rank_zero import rank_zero_only
-from lightning.fabric.utilities.warnings import PossibleUserWarning
 from lightning.pytorch import LightningDataModule, LightningModule
 from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
@@ -65,6 +67,7 @@ from ssl_app.checkpointing import (
 from ssl_app.errors import ConfigError, NonFiniteError, OutputError
 from ssl_app.health import NumericalHealth
 from ssl_app.listing import KINDS as LIST_KINDS
+from ssl_app.quiet import PROBE_WARNINGS, known_noise_silenced
 from ssl_app.resume import (
     check_same_experiment,
     checkpoint_config,
@@ -75,7 +78,8 @@ from ssl_app.resume import (
 from ssl_app.runs.identity import describe_differences, differences, flatten
 from ssl_app.runs.layout import EVALUATIONS_DIR, next_evaluation_name, relative_parent, run_folder_of_checkpoint
 from ssl_app.runs.record import DIVERGED, DONE, FAILED, INTERRUPTED
-from ssl_app.runs.recorder import NextName, RunRecorder
+from ssl_app.runs.recorder import NextName, RunRecorder, final_scalars
+from ssl_app.runs.summary import log_final_hparams, summary_lines, without_placeholder
 from ssl_app.runtime import keep_freed_memory
 from ssl_app.signals import handling
 
@@ -423,7 +427,9 @@ class SSLCLI(LightningCLI):
             )
             if folder is not None and log_dir is not None and folder.absolute() != Path(log_dir).absolute():
                 created_root = folder  # another process took the first free number; this one claimed the next
-            getattr(trainer, subcommand)(model, **kwargs)
+            without_placeholder(trainer.loggers)  # the HParams tab shows the final metrics (ssl_app.runs.summary)
+            with known_noise_silenced(PROBE_WARNINGS, ()) if plan.kind == "linear" else nullcontext():
+                getattr(trainer, subcommand)(model, **kwargs)
         except BaseException as error:
             _spare_this_process_from_the_child_observer()
             status, reason = ending(error, trainer, self.interrupt)
@@ -431,7 +437,22 @@ class SSLCLI(LightningCLI):
             if created_root is not None and trainer.is_global_zero and trainer.global_step == 0:
                 _remove_failed_start(created_root)
             raise
-        self.recorder.end(trainer, DONE, f"finished at epoch {trainer.current_epoch}, step {trainer.global_step}")
+        reason = f"finished at epoch {trainer.current_epoch}, step {trainer.global_step}"
+        self.recorder.end(trainer, DONE, reason)
+        if trainer.is_global_zero:
+            self._summarise(trainer, plan.kind, f"{DONE}, {reason}")
+
+    def _summarise(self, trainer: Any, kind: str, ending: str) -> None:
+        """The final metrics beside the config in TensorBoard's HParams tab, and the console summary
+        (``ssl_app.runs.summary``). A summary that cannot be written is one line: the run is done."""
+        values = final_scalars(trainer)
+        try:
+            for logger in trainer.loggers:
+                log_final_hparams(logger, self.config_snapshot, values, trainer.global_step)
+        except OSError as error:
+            _info(f"the final metrics were not added to TensorBoard's HParams tab: {error}")
+        label = "linear probe" if kind == "linear" else kind
+        print("\n".join(summary_lines(label, ending, self.recorder.folder, values, self.config_snapshot)), flush=True)
 
 
 def _spare_this_process_from_the_child_observer() -> None:
@@ -500,24 +521,6 @@ def signals_before_training(recorder: RunRecorder) -> Iterator[None]:
         # during training Lightning calls InterruptCheckpoint's handler first, which stops the run cleanly
 
     with handling(handler):
-        yield
-
-
-#: Lightning's advice to sync a value logged per epoch under DDP, for the tags the metric callbacks log.
-IDENTICAL_VALUE_ADVICE = r"It is recommended to use `self\.log\('(metrics|lt)/"
-
-
-@contextmanager
-def identical_value_advice_silenced() -> Iterator[None]:
-    """While the CLI runs, ignore Lightning's advice to sync the ``metrics/`` and ``lt/`` values.
-
-    The callbacks (``callbacks.EmbeddingMetrics``, ``KNNMonitor``, ``LongTailAccuracy``) log values
-    that are identical on every rank by construction (gathered inputs, metrics that all-reduce), so
-    the sync would change nothing and the advice, once per tag, is noise. The filter is the CLI's:
-    it is removed when the run ends, and importing ``callbacks`` installs nothing.
-    """
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=IDENTICAL_VALUE_ADVICE, category=PossibleUserWarning)
         yield
 
 
@@ -682,7 +685,7 @@ def main(args: list[str] | None = None) -> LightningCLI:
     interrupt = InterruptCheckpoint()
     recorder = RunRecorder()
     try:
-        with signals_before_training(recorder), identical_value_advice_silenced():
+        with signals_before_training(recorder), known_noise_silenced():
             return SSLCLI(
                 LightningModule,  # any method of ssl_app.methods, or ssl_app.evaluation.LinearProbe
                 LightningDataModule,

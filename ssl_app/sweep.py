@@ -56,6 +56,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+from ssl_app.quiet import known_noise_silenced
 from ssl_app.runs.layout import (
     CHECKPOINTS_DIR,
     CONFIG_FILE,
@@ -493,6 +494,11 @@ def parse_args(argv: Optional[list[str]]) -> argparse.Namespace:
 
 
 def main(argv: Optional[list[str]] = None) -> int:
+    with known_noise_silenced():  # the runs are `python -m ssl_app` processes, which silence the same themselves
+        return _main(argv)
+
+
+def _main(argv: Optional[list[str]]) -> int:
     args = parse_args(argv)
     grid = parse_grid(args.grid)
     name = args.name or ("+".join(k.rsplit(".", 1)[-1] for k, _ in grid) or "base")

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ssl_app.errors import ConfigError
+from ssl_app.quiet import known_noise_silenced
 from ssl_app.report.figures import FigureResult, draw_all
 from ssl_app.report.groups import group_runs
 from ssl_app.report.runs import RunOptions, load_study
@@ -77,7 +78,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
-        report = make_report(args.runs_dir, args.out, args.title)
+        with known_noise_silenced():
+            report = make_report(args.runs_dir, args.out, args.title)
     except ConfigError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -114,7 +115,9 @@ def test_bad_inputs_name_what_is_wrong(tmp_path):
         LinearEvalDataModule(SyntheticDataModule(num_workers=0), val_fraction=1.0)
 
 
-def test_configs_linear_runs_through_the_cli_on_a_checkpoint(checkpoint, tmp_path, monkeypatch):
+def test_configs_linear_runs_through_the_cli_on_a_checkpoint(checkpoint, tmp_path, monkeypatch, capsys):
+    """Catches a probe that does not run from configs/linear.yaml, is filed as a run of its own, or
+    ends without printing linear/top1 and top5 (the console summary, ssl_app.runs.summary)."""
     monkeypatch.chdir(tmp_path)
     cli = main(
         ["fit", "--config", str(REPO / "configs" / "linear.yaml"), f"--model.init_args.checkpoint={checkpoint}",
@@ -123,7 +126,12 @@ def test_configs_linear_runs_through_the_cli_on_a_checkpoint(checkpoint, tmp_pat
          "--data.init_args.data.init_args.test_size=40"]
     )  # fmt: skip
     assert isinstance(cli.model, LinearProbe) and cli.model.num_classes == 10
-    assert {"linear/top1", "linear/top5", "linear/val_top1"} <= set(cli.trainer.callback_metrics)
+    metrics = cli.trainer.callback_metrics
+    assert {"linear/top1", "linear/top5", "linear/val_top1"} <= set(metrics)
+    printed = capsys.readouterr().out
+    assert "linear probe done, finished at epoch 2" in printed, printed
+    for name, tag in (("top-1", "linear/top1"), ("top-5", "linear/top5")):
+        assert re.search(rf"linear {name} \(%\) +{100 * float(metrics[tag]):.2f}\n", printed), printed
     # filed with the run it evaluates, not as a run of its own
     assert list(newest_probe_folder(Path(checkpoint)).glob("events.*")) and not (tmp_path / "runs" / "linear").exists()
 
