@@ -223,6 +223,10 @@ class ImageFolderDataModule(ContrastiveDataModule):
         )
         return ViewAugmentation(**{**augmentation.__dict__, **chosen})
 
+    def setup(self, stage: Optional[str] = None) -> None:
+        super().setup(stage)
+        self.augmentation  # noqa: B018 - read what is null from the data now: printed before training, in describe()
+
     # --- splits ------------------------------------------------------------------------------
     def build_split(self, split: Split) -> Dataset:
         folder = self.split_dirs[split]
