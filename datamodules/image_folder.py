@@ -286,7 +286,9 @@ class ImageFolderDataModule(ContrastiveDataModule):
         except ConfigError as error:  # a folder that cannot be listed
             raise ConfigError(f"{name}: {error}") from None
         if not images:
-            raise ConfigError(f"{name}: no image files in {str(folder)!r} (looked for {', '.join(IMG_EXTENSIONS)})")
+            raise ConfigError(
+                f"{name}: no image files in {str(folder)!r}, nor class folders of them (looked for {', '.join(IMG_EXTENSIONS)})"
+            )
         return images
 
     def _list_classes(self, folder: Path, classes: list[str]) -> dict[str, list[Path]]:
