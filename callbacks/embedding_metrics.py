@@ -24,6 +24,7 @@ from callbacks.collapse import (
 )
 from callbacks.embedding_pass import embed_split, require_embedding_dataloader
 from callbacks.gather import SampleBuffer, Samples
+from callbacks.labels import missing_labels, say_skipped
 from callbacks.plots import find_tensorboard, similarity_figure
 from ssl_app.checkpointing import first_nonfinite
 from ssl_app.errors import ConfigError, NonFiniteError
@@ -94,7 +95,8 @@ class EmbeddingMetrics(Callback):
       loop's batch; with ``split`` set, an own pass (two augmented views per sample that are a
       fixed function of the sample index).
     - **clean** embeddings, one per sample: ``metrics/uniformity`` (−log mean_{i<j}
-      exp(−2‖z_i − z_j‖²)), ``metrics/tolerance`` (mean z_i·z_j over same-label pairs) and
+      exp(−2‖z_i − z_j‖²)), ``metrics/tolerance`` (mean z_i·z_j over same-label pairs; on data
+      without labels, skipped with one line at setup) and
       ``metrics/effective_rank`` (RankMe: exp of the entropy of the normalised singular values).
       With ``uniformity_inputs: clean`` (default) these are the evaluation-transform embeddings
       of the same samples (an own pass through ``datamodule.embedding_dataloader(split,
@@ -210,6 +212,7 @@ class EmbeddingMetrics(Callback):
         self._chance_gap = ChanceGap()
         self._warned_no_tensorboard = False
         self._warned_no_labels = False
+        self._labels_missing = False
         self._described_inputs = False
 
     @property
@@ -241,6 +244,10 @@ class EmbeddingMetrics(Callback):
         self.alarm.load_state_dict(state_dict)
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        reason = missing_labels(trainer)
+        self._labels_missing = reason is not None
+        if reason is not None:  # said once here, not every epoch
+            say_skipped("EmbeddingMetrics", "metrics/tolerance", f"{reason}; the other metrics are logged")
         if self.uniformity_inputs == "clean":  # fail before training, not after an epoch
             require_embedding_dataloader(
                 trainer, "EmbeddingMetrics with uniformity_inputs=clean (or set uniformity_inputs: augmented)"
@@ -359,7 +366,7 @@ class EmbeddingMetrics(Callback):
                 f"EmbeddingMetrics: {report.nonfinite} of {report.total} embeddings are non-finite (diverged) "
                 f"at epoch {trainer.current_epoch}; the metrics use the finite ones"
             )
-        if math.isnan(report.value("tolerance")) and not self._warned_no_labels:
+        if math.isnan(report.value("tolerance")) and not (self._warned_no_labels or self._labels_missing):
             self._warned_no_labels = True
             rank_zero_warn(
                 f"EmbeddingMetrics: the {split} split has no two labelled samples of one class; "

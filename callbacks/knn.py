@@ -11,6 +11,7 @@ from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities import rank_zero_warn
 
 from callbacks.embedding_pass import Features, embed_split, encoder, require_embedding_dataloader
+from callbacks.labels import missing_labels, say_skipped
 from ssl_app.checks import check_int, check_optional_int
 from ssl_app.metrics import WeightedKNNAccuracy
 from ssl_app.metrics.knn import DEFAULT_K, DEFAULT_TEMPERATURE
@@ -26,6 +27,8 @@ class KNNMonitor(Callback):
     rank, each rank classifies its own queries, and ``WeightedKNNAccuracy`` sums the counts
     over ranks. Each query's k most similar bank rows vote with weight ``exp(s/σ)``; the result
     is logged as ``metrics/knn_acc``. The module is in eval mode, without gradients, meanwhile.
+    On data without labels (``labelled`` False: a folder of unlabelled images) it does nothing,
+    said in one line at setup.
 
     Args:
         k: neighbours that vote (Wu et al.: 200).
@@ -59,10 +62,15 @@ class KNNMonitor(Callback):
         self.features = features
         self.batch_size = batch_size
         self.chunk_size = chunk_size
+        self.skipped = False
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         require_embedding_dataloader(trainer, "KNNMonitor")  # fail before training, not after an epoch
         encoder(pl_module, self.features)
+        reason = missing_labels(trainer)
+        self.skipped = reason is not None
+        if reason is not None:
+            say_skipped("KNNMonitor", "metrics/knn_acc", reason)
 
     def on_validation_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if trainer.sanity_checking:
@@ -76,6 +84,8 @@ class KNNMonitor(Callback):
 
     def evaluate(self, trainer: L.Trainer, pl_module: L.LightningModule, split: str) -> Optional[float]:
         """Embed, classify and log ``metrics/knn_acc`` for ``split``; returns the accuracy (or None)."""
+        if self.skipped:
+            return None
         common = dict(views=1, augment=False, features=self.features, batch_size=self.batch_size, who="KNNMonitor")
         bank = embed_split(trainer, pl_module, "train", max_samples=self.max_train_samples, **common)
         bank = bank.gather(device=pl_module.device)

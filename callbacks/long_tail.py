@@ -9,6 +9,7 @@ from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 
 from callbacks.embedding_pass import evaluation_mode
+from callbacks.labels import missing_labels, say_skipped
 from ssl_app.checks import check_int, check_optional_int
 from ssl_app.errors import ConfigError
 from ssl_app.metrics.long_tail import FEW_SHOT_BELOW, MANY_SHOT_ABOVE, ClassAccuracy, group_accuracies, shot_groups
@@ -26,7 +27,8 @@ class LongTailAccuracy(Callback):
     test split, on ``test``. A group without any class is not logged, said once in the line
     printed at setup; every logged value is a finite number.
 
-    What it needs (checked at setup, each failure one ConfigError):
+    On data without labels (the datamodule's ``labelled`` is False) it does nothing, said in one
+    line at setup. Otherwise, what it needs (checked at setup, each failure one ConfigError):
 
     - the model's ``class_logits(images) -> [B, num_classes]``, logits without any prior (a
       method with a classifier; ``ssl_app.evaluation.LinearProbe`` for a SupCon-trained encoder);
@@ -71,8 +73,14 @@ class LongTailAccuracy(Callback):
         self.batch_size = check_optional_int(batch_size, "LongTailAccuracy: batch_size")
         self.groups: dict[str, list[int]] = {}
         self.num_classes = 0
+        self.skipped = False
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        reason = missing_labels(trainer)
+        self.skipped = reason is not None
+        if reason is not None:  # nothing to classify against: skipped, whatever the model
+            say_skipped("LongTailAccuracy", "lt/*", reason)
+            return
         if not callable(getattr(pl_module, "class_logits", None)):
             raise ConfigError(
                 f"LongTailAccuracy needs a model with class_logits(images) -> [B, num_classes] logits; "
@@ -107,6 +115,8 @@ class LongTailAccuracy(Callback):
 
     def evaluate(self, trainer: L.Trainer, pl_module: L.LightningModule, split: str) -> dict[str, float]:
         """Classify ``split``, log ``lt/*`` and return what was logged (identical on every rank)."""
+        if self.skipped:
+            return {}
         num_classes = self.num_classes
         loader = trainer.datamodule.classification_dataloader(
             split, batch_size=self.batch_size, rank=trainer.global_rank, world_size=trainer.world_size

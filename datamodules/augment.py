@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Optional
 
 import torch
 from torchvision.transforms import v2
@@ -36,8 +37,13 @@ class ViewAugmentation:
     Both pipelines accept PIL images or uint8 ``[3, H, W]`` tensors and return a float32
     ``[3, crop_size, crop_size]`` tensor normalised with ``mean``/``std``.
 
+    ``crop_size``, ``mean`` and ``std`` may be ``None``: *read from the data*. Only
+    ``ImageFolderDataModule`` fills them in (a seeded sample of its training images, see
+    ``datamodules.image_stats``); every other datamodule refuses them, and the pipelines below
+    refuse to run until they are filled (:attr:`from_data` names the ones left).
+
     Args:
-        crop_size: side of the square output, in pixels.
+        crop_size: side of the square output, in pixels (``None``: from the data).
         min_scale: lower bound of the area fraction kept by RandomResizedCrop (upper bound 1).
         brightness, contrast, saturation: ColorJitter strengths (0 disables each).
         hue: ColorJitter hue strength, in [0, 0.5].
@@ -45,13 +51,13 @@ class ViewAugmentation:
         grayscale_prob: probability of converting a view to grayscale (kept 3-channel).
         hflip_prob: probability of a horizontal flip.
         blur_prob: probability of a Gaussian blur (kernel about 10% of the crop, sigma 0.1-2).
-        mean, std: per-channel normalisation, after scaling pixels to [0, 1].
+        mean, std: per-channel normalisation, after scaling pixels to [0, 1] (``None``: from the data).
         eval_crop_fraction: the eval pipeline resizes the shorter side to
             ``crop_size / eval_crop_fraction`` and centre-crops ``crop_size`` (0.875 is the usual
             ImageNet 256 -> 224; 1.0 keeps the whole image).
     """
 
-    crop_size: int = 32
+    crop_size: Optional[int] = 32
     min_scale: float = 0.2
     brightness: float = 0.4
     contrast: float = 0.4
@@ -61,15 +67,20 @@ class ViewAugmentation:
     grayscale_prob: float = 0.2
     hflip_prob: float = 0.5
     blur_prob: float = 0.0
-    mean: tuple[float, float, float] = CIFAR10_MEAN
-    std: tuple[float, float, float] = CIFAR10_STD
+    mean: Optional[tuple[float, float, float]] = CIFAR10_MEAN
+    std: Optional[tuple[float, float, float]] = CIFAR10_STD
     eval_crop_fraction: float = 1.0
 
     def __post_init__(self) -> None:
         # Coerce lists (from YAML) to tuples so the frozen dataclass stays hashable.
-        object.__setattr__(self, "mean", tuple(float(m) for m in self.mean))
-        object.__setattr__(self, "std", tuple(float(s) for s in self.std))
-        _check(isinstance(self.crop_size, int) and self.crop_size >= 1, "crop_size", "an integer >= 1", self.crop_size)
+        if self.mean is not None:
+            object.__setattr__(self, "mean", tuple(float(m) for m in self.mean))
+        if self.std is not None:
+            object.__setattr__(self, "std", tuple(float(s) for s in self.std))
+        if self.crop_size is not None:
+            _check(
+                isinstance(self.crop_size, int) and self.crop_size >= 1, "crop_size", "an integer >= 1 or null", self.crop_size
+            )
         _check(0.0 < self.min_scale <= 1.0, "min_scale", "in (0, 1]", self.min_scale)
         for name in ("brightness", "contrast", "saturation"):
             _check(getattr(self, name) >= 0.0, name, ">= 0", getattr(self, name))
@@ -77,9 +88,23 @@ class ViewAugmentation:
         for name in ("jitter_prob", "grayscale_prob", "hflip_prob", "blur_prob"):
             value = getattr(self, name)
             _check(0.0 <= value <= 1.0, name, "a probability in [0, 1]", value)
-        _check(len(self.mean) == 3, "mean", "3 values (R, G, B)", list(self.mean))
-        _check(len(self.std) == 3 and all(s > 0 for s in self.std), "std", "3 positive values", list(self.std))
+        if self.mean is not None:
+            _check(len(self.mean) == 3, "mean", "3 values (R, G, B) or null", list(self.mean))
+        if self.std is not None:
+            _check(len(self.std) == 3 and all(s > 0 for s in self.std), "std", "3 positive values or null", list(self.std))
         _check(0.0 < self.eval_crop_fraction <= 1.0, "eval_crop_fraction", "in (0, 1]", self.eval_crop_fraction)
+
+    @property
+    def from_data(self) -> tuple[str, ...]:
+        """The settings left to be read from the data (``None``): some of crop_size, mean, std."""
+        return tuple(name for name in ("crop_size", "mean", "std") if getattr(self, name) is None)
+
+    def _require_settled(self) -> None:
+        if self.from_data:
+            raise ConfigError(
+                f"augmentation.{'/'.join(self.from_data)} is null (read from the data), which only "
+                "ImageFolderDataModule fills in; set a value"
+            )
 
     @property
     def blur_kernel_size(self) -> int:
@@ -89,6 +114,7 @@ class ViewAugmentation:
 
     def train_transform(self) -> v2.Compose:
         """The random view pipeline: crop, flip, colour jitter, grayscale, optional blur."""
+        self._require_settled()
         # No ToImage first: the geometric and colour ops run on PIL images when given them,
         # several times faster than torch's per-image kernels on 32×32 inputs.
         steps: list[v2.Transform] = [
@@ -108,6 +134,7 @@ class ViewAugmentation:
 
     def eval_transform(self) -> v2.Compose:
         """The deterministic pipeline: resize the shorter side, centre-crop, normalise."""
+        self._require_settled()
         resize = int(math.floor(self.crop_size / self.eval_crop_fraction + 1e-6))
         steps: list[v2.Transform] = [
             v2.Resize(resize, antialias=True),

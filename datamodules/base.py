@@ -115,6 +115,8 @@ class ContrastiveDataModule(LightningDataModule):
 
     #: The split a classifier's accuracy is measured on during ``fit`` (balanced, unlike train).
     classification_split: str = "val"
+    #: Whether ``augmentation.crop_size/mean/std`` may be null, to be read from the data (ImageFolderDataModule).
+    reads_augmentation_from_data: bool = False
 
     def __init__(
         self,
@@ -134,6 +136,11 @@ class ContrastiveDataModule(LightningDataModule):
         val_seed = check_int(val_seed, f"{name}: val_seed", minimum=0)
         self.imbalance_factor = check_imbalance_factor(imbalance_factor, f"{name}: imbalance_factor")
         self.imbalance_seed = check_int(imbalance_seed, f"{name}: imbalance_seed", minimum=0)
+        if augmentation.from_data and not self.reads_augmentation_from_data:
+            raise ConfigError(
+                f"{name}: augmentation.{'/'.join(augmentation.from_data)} is null (read from the data), which only "
+                "ImageFolderDataModule does; set a value"
+            )
         if augment_on not in get_args(AugmentOn):
             raise ConfigError(f"{name}: augment_on must be one of {get_args(AugmentOn)}, got {augment_on!r}")
         self.batch_size = batch_size
@@ -166,6 +173,16 @@ class ContrastiveDataModule(LightningDataModule):
             data = self.build_split(split)
             self._datasets[split] = self._long_tailed(data) if split == "train" else data
         return self._datasets[split]
+
+    @property
+    def labelled(self) -> bool:
+        """Whether the data has class labels: some training image is labelled (>= 0).
+
+        Callbacks that need labels (kNN, tolerance, long-tail accuracy) skip themselves when it is
+        False, and the linear probe refuses the data. Read from the label lists (builds the train
+        split if needed, decodes no image); a subclass that knows without listing may override it.
+        """
+        return sum(self.train_class_counts()) > 0
 
     def train_class_counts(self) -> list[int]:
         """Training images per class ``0 … num_classes − 1`` after the imbalance (unlabelled ones not counted).

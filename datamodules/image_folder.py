@@ -1,22 +1,31 @@
-"""Image folders: ``root/train/<class>/*`` and ``root/val/<class>/*`` (ImageNet-100, your own data)."""
+"""Image folders: ``root/train/<class>/*`` (ImageNet-100, labelled data) or any folder of images (unlabelled)."""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, Optional, get_args
 
+import torch
+from lightning.pytorch.utilities import rank_zero_info
 from torch.utils.data import Dataset
 from torchvision.datasets import ImageFolder
-from torchvision.datasets.folder import IMG_EXTENSIONS
+from torchvision.datasets.folder import IMG_EXTENSIONS, has_file_allowed_extension
 
 from datamodules.augment import IMAGENET_MEAN, IMAGENET_STD, ViewAugmentation
 from datamodules.base import ContrastiveDataModule, Split
 from datamodules.image_files import CorruptImageError, FolderLinkError, list_images, load_rgb
+from datamodules.image_stats import SAMPLE_SIZE, measure_images
+from ssl_app.checks import check_int
 from ssl_app.errors import ConfigError
 
-__all__ = ["CorruptImageError", "ImageFolderDataModule", "ListedImageFolder", "load_rgb"]
+__all__ = ["CorruptImageError", "ImageFiles", "ImageFolderDataModule", "ListedImageFolder", "load_rgb"]
+
+#: How the datamodule finds labels: ``auto`` (class folders if the train folder has them), or say so.
+LabelSource = Literal["auto", "folders", "none"]
+#: Label of every image of an unlabelled folder.
+UNLABELLED = -1
 
 
 class ListedImageFolder(ImageFolder):
@@ -45,31 +54,83 @@ class ListedImageFolder(ImageFolder):
         return [(str(path), class_to_idx[name]) for name in present for path in self._listed_images[name]]
 
 
+class ImageFiles(Dataset):
+    """``(image, label)`` of a list of ``(path, label)`` (label -1: unlabelled), read by ``load_rgb``.
+
+    ``samples`` and ``targets`` as torchvision's ``ImageFolder`` has them (labels are read from
+    ``targets`` without decoding any image).
+    """
+
+    def __init__(self, samples: list[tuple[str, int]]) -> None:
+        self.samples = samples
+        self.targets = [label for _, label in samples]
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def __getitem__(self, index: int) -> tuple[Any, int]:
+        path, label = self.samples[index]
+        return load_rgb(path), label
+
+
 def _class_folders(folder: Path) -> list[Path]:
     return sorted(p for p in folder.iterdir() if p.is_dir()) if folder.is_dir() else []
 
 
+def _has_loose_images(folder: Path) -> bool:
+    """Whether image files lie directly in ``folder`` (not in a sub-folder)."""
+    with os.scandir(folder) as entries:
+        return any(e.is_file() and has_file_allowed_extension(e.name, IMG_EXTENSIONS) for e in entries)
+
+
 class ImageFolderDataModule(ContrastiveDataModule):
-    """Labelled images laid out one folder per class.
+    """Images in a folder: labelled one folder per class, or unlabelled (any layout).
 
-    ``root/<train_dir>/<class>/*`` trains; ``root/<val_dir>/<class>/*`` validates;
-    ``root/<test_dir>/<class>/*`` tests, falling back to the validation folder when there is no
-    test folder (ImageNet-100 has none). Class indices follow the sorted class-folder names of
-    the train folder, and the other splits must use the same class names.
+    **Where the images are.** ``root/<train_dir>`` trains when it is a folder; otherwise ``root``
+    itself holds every image. ``root/<val_dir>`` is the evaluation split when it is a folder
+    (beside a train folder); otherwise a seeded ``val_fraction`` of the training images (at most
+    ``max_val_images``) is held out for it, disjoint from what trains. ``root/<test_dir>`` tests,
+    falling back to the evaluation split (ImageNet-100 has no test folder).
 
-    Images are the files with torchvision's image extensions at any depth of a class folder, read
-    as 8-bit RGB by ``load_rgb`` (16-bit, float and transparent images included). Links to folders
-    are followed (data on another disk) unless they lead to a folder the split reads anyway: a
-    loop, or another class folder, is one ConfigError naming the link.
+    **Labels** (``labels``):
+
+    - ``folders``: one sub-folder per class in the train folder (or in ``root`` without one);
+      class indices follow the sorted class-folder names, and the val/test folders must use the
+      same names.
+    - ``none``: every image at any depth, label -1 (sub-folders mean nothing). Metrics that need
+      labels (kNN, tolerance, long-tail accuracy) are skipped, each saying so in one line.
+    - ``auto`` (the default): ``folders`` when there is a train folder holding sub-folders and no
+      image directly in it; ``none`` otherwise (a flat folder, images directly in ``root``, or
+      ``root`` without a train folder).
+
+    **Crop size and normalisation** are read from the data when ``augmentation.crop_size``,
+    ``mean`` or ``std`` are null: a seeded sample of at most ``stats_sample`` training images
+    (``datamodules.image_stats``: median shorter side, at most 224; per-channel mean and std),
+    measured once, the same on every rank, printed in one line and kept in :meth:`describe` (the
+    run record). A value that is set wins. The class's own default is 224×224 crops with
+    ImageNet statistics (resize 256, centre-crop 224 for evaluation); ``configs/image_folder.yaml``
+    reads all three from the data.
+
+    Images are the files with torchvision's image extensions, read as 8-bit RGB by ``load_rgb``
+    (16-bit, float and transparent images included). Links to folders are followed (data on
+    another disk) unless they lead to a folder the split reads anyway: a loop, or another class
+    folder, is one ConfigError naming the link.
 
     Args:
         root: the data set's folder.
         train_dir, val_dir, test_dir: the split folders under ``root``.
-        augmentation: the view pipeline; defaults to 224×224 crops with ImageNet statistics,
-            whose eval pipeline resizes to 256 and centre-crops 224.
+        labels: ``auto``, ``folders`` or ``none`` (above).
+        val_fraction: fraction of the training images held out for evaluation when there is no
+            val folder, in (0, 1).
+        max_val_images: at most this many are held out.
+        split_seed: seed of the held-out split and of the sample the statistics are read from.
+        stats_sample: images read to measure crop size, mean and std (when they are null).
+        augmentation: the view pipeline (above).
         batch_size, num_workers, val_seed, pin_memory, augment_on, imbalance_factor, imbalance_seed: see
             ``ContrastiveDataModule`` (the train split is long-tailed when imbalance_factor > 1).
     """
+
+    reads_augmentation_from_data = True
 
     def __init__(
         self,
@@ -78,6 +139,11 @@ class ImageFolderDataModule(ContrastiveDataModule):
         val_dir: str = "val",
         test_dir: str = "test",
         *,
+        labels: LabelSource = "auto",
+        val_fraction: float = 0.1,
+        max_val_images: int = 10000,
+        split_seed: int = 0,
+        stats_sample: int = SAMPLE_SIZE,
         augmentation: ViewAugmentation = ViewAugmentation(
             crop_size=224, mean=IMAGENET_MEAN, std=IMAGENET_STD, eval_crop_fraction=0.875
         ),
@@ -85,31 +151,145 @@ class ImageFolderDataModule(ContrastiveDataModule):
     ) -> None:
         super().__init__(augmentation=augmentation, **kwargs)
         name = type(self).__name__
+        if labels not in get_args(LabelSource):
+            raise ConfigError(f"{name}: labels must be one of {get_args(LabelSource)}, got {labels!r}")
+        if isinstance(val_fraction, bool) or not isinstance(val_fraction, (int, float)) or not 0.0 < val_fraction < 1.0:
+            raise ConfigError(f"{name}: val_fraction must be in (0, 1), got {val_fraction!r}")
+        self.val_fraction = float(val_fraction)
+        self.max_val_images = check_int(max_val_images, f"{name}: max_val_images")
+        self.split_seed = check_int(split_seed, f"{name}: split_seed", minimum=0)
+        self.stats_sample = check_int(stats_sample, f"{name}: stats_sample")
         self.root = Path(root)
         if not self.root.is_dir():
             raise ConfigError(f"{name}: root {str(root)!r} does not exist or is not a folder")
-        self.split_dirs = {"train": self.root / train_dir, "val": self.root / val_dir, "test": self.root / test_dir}
-        for split in ("train", "val"):
-            if not _class_folders(self.split_dirs[split]):
-                raise ConfigError(
-                    f"{name}: no class folders in {str(self.split_dirs[split])!r} (expected {split} images as <class>/<image>)"
-                )
-        if not _class_folders(self.split_dirs["test"]):
-            self.split_dirs["test"] = self.split_dirs["val"]
-        self.classes = [p.name for p in _class_folders(self.split_dirs["train"])]
+        train = self.root / train_dir
+        self.pool_dir = train if train.is_dir() else self.root
+        if labels == "auto":
+            labelled = self.pool_dir == train and bool(_class_folders(train)) and not _has_loose_images(train)
+            labels = "folders" if labelled else "none"
+        self.label_source: Literal["folders", "none"] = labels  # type: ignore[assignment]
+        # The evaluation and test folders, or None: held out of the training images.
+        beside_train = self.pool_dir == train
+        val = self.root / val_dir if beside_train and (self.root / val_dir).is_dir() else None
+        test = self.root / test_dir if beside_train and (self.root / test_dir).is_dir() else None
+        self.split_dirs: dict[str, Optional[Path]] = {"train": self.pool_dir, "val": val, "test": test}
+        if self.labelled:
+            for split in ("train", "val", "test"):
+                folder = self.split_dirs[split]
+                if folder is not None and not _class_folders(folder):
+                    raise ConfigError(
+                        f"{name}: no class folders in {str(folder)!r} (expected {split} images as <class>/<image>; "
+                        "labels: none reads images without classes)"
+                    )
+        self.classes = [p.name for p in _class_folders(self.pool_dir)] if self.labelled else []
+        self._pool: Optional[Dataset] = None
+        self._held_out: Optional[tuple[list[int], list[int]]] = None
+        self.read_from_data: Optional[dict[str, Any]] = None  # what was measured and used, for describe()
 
     @property
     def num_classes(self) -> int:
+        """The class folders' count; 0 for unlabelled images."""
         return len(self.classes)
 
+    @property
+    def labelled(self) -> bool:
+        return self.label_source == "folders"
+
+    # --- the augmentation, with what is null read from the data ------------------------------
+    @property
+    def augmentation(self) -> ViewAugmentation:
+        if self._augmentation.from_data:
+            self._augmentation = self._read_from_data(self._augmentation)
+        return self._augmentation
+
+    @augmentation.setter
+    def augmentation(self, value: ViewAugmentation) -> None:
+        self._augmentation = value
+
+    def _read_from_data(self, augmentation: ViewAugmentation) -> ViewAugmentation:
+        missing = augmentation.from_data
+        paths = [path for path, _ in self._pool_dataset().samples]  # type: ignore[attr-defined]
+        stats = measure_images(paths, sample_size=self.stats_sample, seed=self.split_seed)
+        found = {"crop_size": stats.crop_size, "mean": stats.mean, "std": stats.std}
+        chosen = {key: found[key] for key in missing}
+        self.read_from_data = {"images": stats.images, **{key: list(v) if key != "crop_size" else v for key, v in chosen.items()}}
+        shown = ", ".join(f"{key} {value if key == 'crop_size' else list(value)}" for key, value in chosen.items())
+        hint = ""
+        if "crop_size" in chosen and stats.crop_size <= 64:
+            hint = "; small images: a backbone with a CIFAR stem (resnet18_cifar, small_cnn) suits them"
+        rank_zero_info(
+            f"{type(self).__name__}: read from {stats.images} of {len(paths)} training images (seed {self.split_seed}): "
+            f"{shown}{hint}"
+        )
+        return ViewAugmentation(**{**augmentation.__dict__, **chosen})
+
+    def setup(self, stage: Optional[str] = None) -> None:
+        super().setup(stage)
+        self.augmentation  # noqa: B018 - read what is null from the data now: printed before training, in describe()
+
+    # --- splits ------------------------------------------------------------------------------
     def build_split(self, split: Split) -> Dataset:
         folder = self.split_dirs[split]
+        if split == "test" and folder is None:
+            return self.dataset("val")  # the evaluation split, built once
+        if split == "train" and self.split_dirs["val"] is not None:
+            return self._pool_dataset()  # the whole train folder
+        if folder is None or split == "train":
+            train, val = self._hold_out()
+            pool = self._pool_dataset().samples  # type: ignore[attr-defined]
+            return ImageFiles([pool[i] for i in (train if split == "train" else val)])
+        return self._folder_split(folder)
+
+    def _folder_split(self, folder: Path) -> Dataset:
+        """A whole split folder: class folders (labelled) or every image in it (unlabelled)."""
+        if not self.labelled:
+            return ImageFiles([(str(path), UNLABELLED) for path in self._list_unlabelled(folder)])
         classes = [p.name for p in _class_folders(folder)]
         unknown = sorted(set(classes) - set(self.classes))
         if unknown:
             raise ConfigError(f"{type(self).__name__}: {str(folder)!r} has classes not in the train folder: {unknown[:5]}")
         # Labels follow the train folder's classes, of which this split may hold only some.
         return ListedImageFolder(folder, self.classes, self._list_classes(folder, classes), loader=load_rgb)
+
+    def _pool_dataset(self) -> Dataset:
+        """Every training image with its label, before any is held out (listed once)."""
+        if self._pool is None:
+            self._pool = self._folder_split(self.pool_dir)
+        return self._pool
+
+    def _hold_out(self) -> tuple[list[int], list[int]]:
+        """Sorted pool indices ``(train, val)``: a seeded, disjoint split of the training images."""
+        if self._held_out is None:
+            name, pool = type(self).__name__, self._pool_dataset().samples  # type: ignore[attr-defined]
+            count = min(max(1, round(self.val_fraction * len(pool))), self.max_val_images)
+            if len(pool) - count < 1:
+                raise ConfigError(
+                    f"{name}: {len(pool)} image(s) in {str(self.pool_dir)!r} and no val folder: need at least 2 "
+                    f"(val_fraction {self.val_fraction:g} of them are held out for evaluation, the rest train)"
+                )
+            order = torch.randperm(len(pool), generator=torch.Generator().manual_seed(self.split_seed)).tolist()
+            self._held_out = (sorted(order[count:]), sorted(order[:count]))
+            kind = f"{len(self.classes)} classes" if self.labelled else "unlabelled"
+            rank_zero_info(
+                f"{name}: {len(pool)} images in {str(self.pool_dir)!r} ({kind}); no val folder, so {count} are held out "
+                f"for evaluation (val_fraction {self.val_fraction:g}, at most {self.max_val_images}, split_seed "
+                f"{self.split_seed}) and {len(pool) - count} train"
+            )
+        return self._held_out
+
+    def _list_unlabelled(self, folder: Path) -> list[Path]:
+        name = type(self).__name__
+        try:
+            images = list_images(folder)
+        except FolderLinkError as error:
+            raise ConfigError(f"{name}: {error.describe(self.root)}") from None
+        except ConfigError as error:  # a folder that cannot be listed
+            raise ConfigError(f"{name}: {error}") from None
+        if not images:
+            raise ConfigError(
+                f"{name}: no image files in {str(folder)!r}, nor class folders of them (looked for {', '.join(IMG_EXTENSIONS)})"
+            )
+        return images
 
     def _list_classes(self, folder: Path, classes: list[str]) -> dict[str, list[Path]]:
         """The images of each class folder, every real folder read once (``list_images``)."""
@@ -126,3 +306,14 @@ class ImageFolderDataModule(ContrastiveDataModule):
             if not images[label]:
                 raise ConfigError(f"{name}: no image files in {str(folder / label)!r} (looked for {', '.join(IMG_EXTENSIONS)})")
         return images
+
+    def describe(self) -> dict[str, Any]:
+        """The base description, with where the labels and the evaluation split came from, and
+        the crop size and statistics read from the data (when they were)."""
+        info = super().describe()
+        info["labels"] = self.label_source
+        if self.split_dirs["val"] is None:
+            info["val_held_out"] = {"fraction": self.val_fraction, "max": self.max_val_images, "seed": self.split_seed}
+        if self.read_from_data is not None:
+            info["read_from_data"] = dict(self.read_from_data)
+        return info

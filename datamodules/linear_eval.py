@@ -68,6 +68,10 @@ class LinearEvalDataModule(LightningDataModule):
     def num_classes(self) -> int:
         return self.data.num_classes
 
+    @property
+    def labelled(self) -> bool:
+        return self.data.labelled
+
     #: The split ``LongTailAccuracy`` reads during ``fit`` (balanced; ``val`` is long-tailed).
     classification_split: str = "test"
 
@@ -88,6 +92,13 @@ class LinearEvalDataModule(LightningDataModule):
         return info
 
     def setup(self, stage: Optional[str] = None) -> None:
+        if not self.data.labelled:  # before any work: a probe classifies
+            source = getattr(self.data, "label_source", None)
+            raise ConfigError(
+                f"LinearEvalDataModule: {type(self.data).__name__} has no labels"
+                + (f" (labels: {source})" if source else "")
+                + "; a linear probe needs labelled images (for an image folder: one sub-folder per class)"
+            )
         if stage in ("fit", None):
             self.data.save_class_counts(self.trainer)
         if self._splits:

@@ -41,8 +41,34 @@ def test_missing_root_is_named(tmp_path):
         small(missing)
 
 
-def test_missing_val_folder_is_named(tmp_path):
+def test_a_train_only_tree_holds_out_a_seeded_disjoint_evaluation_split(tmp_path):
+    """Catches a train-only tree refused for lacking val/, a held-out split that overlaps the
+    training images or drops some, one that changes between two builds with the same seed, or
+    held-out images that lose their class."""
+    make_tree(tmp_path, splits=("train",), classes=("a", "b"), per_class=10)
+    splits = []
+    for _ in range(2):
+        dm = small(tmp_path, val_fraction=0.25)
+        dm.setup("fit")
+        splits.append({split: [path for path, _ in dm.dataset(split).samples] for split in ("train", "val")})
+    first, again = splits
+    assert first == again  # the same seed, the same split
+    assert len(first["val"]) == 5 and len(first["train"]) == 15
+    assert not set(first["train"]) & set(first["val"])
+    every = sorted(str(p) for p in (tmp_path / "train").rglob("*.png"))
+    assert sorted(first["train"] + first["val"]) == every
+    assert dm.labelled and dm.num_classes == 2
+    assert {label for _, label in dm.dataset("val").samples} <= {0, 1}
+    assert [path for path, _ in dm.dataset("test").samples] == first["val"]  # no test folder: the evaluation split
+    other = small(tmp_path, val_fraction=0.25, split_seed=1)
+    assert [path for path, _ in other.dataset("val").samples] != first["val"]
+
+
+def test_a_val_folder_without_class_folders_is_named(tmp_path):
+    """Catches a val folder that exists but holds no class folders being silently replaced by a
+    held-out split (the user meant their val folder)."""
     make_tree(tmp_path, splits=("train",))
+    (tmp_path / "val").mkdir()
     with pytest.raises(ConfigError, match="no class folders in .*val"):
         small(tmp_path)
 
