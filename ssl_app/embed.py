@@ -109,7 +109,9 @@ def eval_transform(encoder: TrainedEncoder) -> Any:
         raise ConfigError(
             f"--ckpt: {encoder.meta['checkpoint']} does not record the data's augmentation, so the transform is unknown"
         )
-    return ViewAugmentation(**augmentation).eval_transform()
+    resolved = encoder.meta.get("input") or {}  # null crop size / normalisation: what the run read from its data
+    filled = {key: resolved[key] for key in ("crop_size", "mean", "std") if augmentation.get(key) is None and key in resolved}
+    return ViewAugmentation(**{**augmentation, **filled}).eval_transform()
 
 
 def _saved_data_args(encoder: TrainedEncoder) -> dict[str, Any]:

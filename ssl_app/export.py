@@ -40,7 +40,7 @@ from torch import Tensor, nn
 from ssl_app import __version__
 from ssl_app.checkpointing import checkpoint_method, load_checkpoint, output_error
 from ssl_app.errors import ConfigError, OutputError
-from ssl_app.resume import checkpoint_config
+from ssl_app.resume import checkpoint_config, checkpoint_data
 from ssl_app.runs.atomic import atomic_file
 
 #: The value of ``format`` in an exported file (``format_version`` counts incompatible changes).
@@ -118,7 +118,7 @@ def load_encoder(path: str, option: str = "--ckpt") -> TrainedEncoder:
         "feature_dim": feature_dim,
         "torchvision": torchvision[0] if torchvision else None,
         "cifar_stem": torchvision[1] if torchvision else None,
-        "input": input_of(config),
+        "input": input_of(config, checkpoint_data(checkpoint, path)),
         "method": method,
         "checkpoint": str(path),
         "epoch": checkpoint.get("epoch"),
@@ -148,22 +148,30 @@ def _load_part(module: nn.Module, state: dict[str, Any], prefix: str, where: str
         raise ConfigError(f"{where}: its {prefix}* weights do not fit the {what} ({reason[:300]})") from None
 
 
-def input_of(config: Optional[dict[str, Any]]) -> Optional[dict[str, Any]]:
+def input_of(config: Optional[dict[str, Any]], data: Optional[dict[str, Any]] = None) -> Optional[dict[str, Any]]:
     """What the run fed the backbone at evaluation: ``crop_size``, ``eval_crop_fraction``, ``mean``, ``std``
-    (from the run's ``data.init_args.augmentation``; None when the config does not say)."""
-    data = (config or {}).get("data")
-    init_args = data.get("init_args") if isinstance(data, dict) else None
+    (from the run's ``data.init_args.augmentation``; a value the config left null for the data to
+    decide comes from what the run read from its data, ``data["read_from_data"]``; None when
+    neither says)."""
+    config_data = (config or {}).get("data")
+    init_args = config_data.get("init_args") if isinstance(config_data, dict) else None
     augmentation = init_args.get("augmentation") if isinstance(init_args, dict) else None
-    if not isinstance(augmentation, dict) or "mean" not in augmentation or "std" not in augmentation:
+    if not isinstance(augmentation, dict):
         return None
-    found = {
-        "data": data.get("class_path"),
-        "crop_size": augmentation.get("crop_size"),
-        "eval_crop_fraction": augmentation.get("eval_crop_fraction", 1.0),
-        "mean": [float(value) for value in augmentation["mean"]],
-        "std": [float(value) for value in augmentation["std"]],
+    measured = (data or {}).get("read_from_data") or {}
+    resolved = {
+        key: augmentation.get(key) if augmentation.get(key) is not None else measured.get(key)
+        for key in ("crop_size", "mean", "std")
     }
-    return found
+    if resolved["mean"] is None or resolved["std"] is None:
+        return None
+    return {
+        "data": config_data.get("class_path"),
+        "crop_size": resolved["crop_size"],
+        "eval_crop_fraction": augmentation.get("eval_crop_fraction", 1.0),
+        "mean": [float(value) for value in resolved["mean"]],
+        "std": [float(value) for value in resolved["std"]],
+    }
 
 
 def exported(encoder: TrainedEncoder, with_head: bool = False) -> dict[str, Any]:

@@ -42,6 +42,21 @@ def checkpoint_config(checkpoint: dict[str, Any], path: str | Path) -> Optional[
     return folder_config(run_folder_of_checkpoint(path))
 
 
+def checkpoint_data(checkpoint: dict[str, Any], path: str | Path) -> Optional[dict[str, Any]]:
+    """The run's description of its data (the datamodule's ``describe()``): saved with ``checkpoint``,
+    else its run folder's record (None: neither has it)."""
+    state = (checkpoint.get("callbacks") or {}).get(RECORDER_STATE_KEY)
+    data = state.get("data") if isinstance(state, dict) else None
+    if isinstance(data, dict):
+        return data
+    folder = run_folder_of_checkpoint(path)
+    try:
+        record = read_record(folder) if folder is not None else None
+    except RecordError:
+        record = None
+    return record.data if record is not None and isinstance(record.data, dict) else None
+
+
 def checkpoint_run_id(checkpoint: dict[str, Any]) -> Optional[str]:
     state = (checkpoint.get("callbacks") or {}).get(RECORDER_STATE_KEY)
     run_id = state.get("run_id") if isinstance(state, dict) else None

@@ -127,7 +127,10 @@ class RunRecorder(Callback):
         self.in_training = False
 
     def state_dict(self) -> dict[str, Any]:
-        return {"run_id": self.run_id, "config": self.config}
+        # The data's description too: what a run read from its data (an image folder's crop size and
+        # normalisation when the config leaves them null) must travel with the weights it trained.
+        data = self.record.data if self.record is not None else None
+        return {"run_id": self.run_id, "config": self.config, "data": data}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         pass  # the CLI reads it from the checkpoint file before the run starts (ssl_app.resume)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path
 
@@ -178,3 +179,17 @@ def test_a_flat_folder_trains_through_the_config_with_only_its_root(tmp_path, ca
     for line in ("EmbeddingMetrics: metrics/tolerance skipped", "KNNMonitor: metrics/knn_acc skipped", "crop_size 16"):
         assert caplog.text.count(line) == 1, line
     assert torch.load(runs[0] / "checkpoints" / "last.ckpt", weights_only=False)["global_step"] == 2
+    # The trained encoder out: the crop size and normalisation the run read from its data travel
+    # with the checkpoint (the config holds null), so export says them and embed uses them.
+    from ssl_app.embed import main as embed_main
+    from ssl_app.export import main as export_main
+
+    checkpoint = runs[0] / "checkpoints" / "last.ckpt"
+    measured = json.loads((runs[0] / "run.json").read_text())["data"]["read_from_data"]
+    assert export_main(["--ckpt", str(checkpoint), "--out", str(tmp_path / "encoder.pt")]) == 0
+    shown = torch.load(tmp_path / "encoder.pt", weights_only=True)["meta"]["input"]
+    assert shown["crop_size"] == measured["crop_size"] == 16
+    assert shown["mean"] == pytest.approx(measured["mean"]) and shown["std"] == pytest.approx(measured["std"])
+    assert embed_main(["--ckpt", str(checkpoint), "--data", str(images), "--out", str(tmp_path / "f.npz")]) == 0
+    with np.load(tmp_path / "f.npz") as saved:
+        assert saved["features"].shape[0] == 24 and (saved["labels"] == -1).all()
