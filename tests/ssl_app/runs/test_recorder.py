@@ -9,7 +9,7 @@ from lightning.pytorch.loggers import TensorBoardLogger
 
 from callbacks import EmbeddingMetrics
 from ssl_app.losses import InfoNCE
-from ssl_app.resume import RECORDER_STATE_KEY, checkpoint_config, checkpoint_run_id
+from ssl_app.resume import RECORDER_STATE_KEY, checkpoint_config, checkpoint_data, checkpoint_run_id
 from ssl_app.runs.lock import is_locked
 from ssl_app.runs.record import DONE, read_record
 from ssl_app.runs.recorder import RunRecorder
@@ -43,6 +43,7 @@ def test_the_record_keeps_the_data_the_results_and_the_collapse_and_checkpoints_
     assert record.data["split_sizes"]["train"] == 48  # tests/helpers.py: tiny_data
     assert record.results["metrics/collapsed"] == 1.0
     saved = torch.load(tmp_path / "ckpt" / "last.ckpt", weights_only=True)
-    assert saved["callbacks"][RECORDER_STATE_KEY] == {"run_id": record.run_id, "config": CONFIG}
+    assert saved["callbacks"][RECORDER_STATE_KEY] == {"run_id": record.run_id, "config": CONFIG, "data": record.data}
+    assert checkpoint_data(saved, tmp_path / "x.ckpt") == record.data and record.data["split_sizes"]
     assert checkpoint_run_id(saved) == record.run_id and checkpoint_config(saved, tmp_path / "x.ckpt") == CONFIG
     assert recorder.lock is None and not is_locked(folder)  # released at the end
