@@ -132,12 +132,15 @@ def _status(folder: Path) -> str | None:
 
 
 @pytest.mark.slow
-def test_a_grid_on_the_slurm_launcher_runs_and_a_requeued_job_resumes_in_place(tmp_path, capsys):
+def test_a_grid_on_the_slurm_launcher_runs_and_a_requeued_job_resumes_in_place(tmp_path, capsys, monkeypatch):
     """A 2-point grid through submitit's local executor: both runs end ``done``, each folder has its job
     id; one job gets submitit's pre-emption signal mid-fit: its fit saves ``last.ckpt`` through the
     project's SIGTERM path, submitit requeues the task, and the requeued task resumes that checkpoint
     in the same run folder (one resume in its record) and finishes. Catches a requeue that starts the
     run afresh, in another folder, or that never comes."""
+    # The jobs' fits import the test's Pace callback: the repository on their path (the installed
+    # package does not include tests/).
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
     pace = ["--trainer.callbacks+=tests.ssl_app.test_interrupt.Pace", "--trainer.callbacks.pause=0.4",
             "--trainer.limit_train_batches=4"]  # fmt: skip
     args = ["--config", QUICKSTART, "--grid", f"{TAU}=0.2,0.5", "--out", str(tmp_path), "--name", "tau",
