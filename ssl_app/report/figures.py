@@ -182,7 +182,7 @@ def draw_dilemma_plane(
             point.label,
             (point.uniformity, point.tolerance),
             textcoords="offset points",
-            xytext=(5, -10),
+            xytext=(5, -10 - 8 * (index % 4)),  # staggered: the hard-loss points crowd near the cap
             fontsize="x-small",
             color="0.35",
         )
