@@ -1,4 +1,4 @@
-"""``python -m ssl_app.report RUNS_DIR [--out DIR] [--title TEXT]``.
+"""``python -m ssl_app.report RUNS_DIR [--out DIR] [--title TEXT] [--reference table1]``.
 
 Prints the Markdown table on stdout; writes ``table.md``, ``table.csv`` and the PNG figures to
 the out dir (default ``RUNS_DIR/report``) and says on stderr what it wrote or skipped. A user
@@ -14,8 +14,10 @@ from pathlib import Path
 
 from ssl_app.errors import ConfigError
 from ssl_app.quiet import known_noise_silenced
+from ssl_app.report.compare import matches
 from ssl_app.report.figures import FigureResult, draw_all
 from ssl_app.report.groups import group_runs
+from ssl_app.report.reference import REFERENCES
 from ssl_app.report.runs import RunOptions, load_study
 from ssl_app.report.summary import build_rows, fill_column, table_columns
 from ssl_app.report.table import markdown_table, write_csv
@@ -33,9 +35,12 @@ class Report:
     figures: list[FigureResult]
 
 
-def make_report(runs_dir: Path, out_dir: Path | None = None, title: str | None = None) -> Report:
+def make_report(runs_dir: Path, out_dir: Path | None = None, title: str | None = None, reference: str | None = None) -> Report:
     """Read the runs under ``runs_dir``, write table and figures to ``out_dir``; raises
-    ``ConfigError`` when there is nothing to report on."""
+    ``ConfigError`` when there is nothing to report on. ``reference="table1"``: compare with the
+    paper's Table 1 (``ssl_app.report.reference``)."""
+    if reference is not None and reference not in REFERENCES:
+        raise ConfigError(f"reference {reference!r} is not known; choose one of {', '.join(REFERENCES)}")
     study = load_study(runs_dir)
     runs = study.runs
     configurations = group_runs(runs)
@@ -47,10 +52,11 @@ def make_report(runs_dir: Path, out_dir: Path | None = None, title: str | None =
         )
     out_dir = out_dir if out_dir is not None else runs_dir / "report"
     out_dir.mkdir(parents=True, exist_ok=True)
-    markdown = markdown_table(rows, configurations, title, study.orphans)
+    markdown = markdown_table(rows, configurations, title, study.orphans, reference)
     (out_dir / TABLE_MD).write_text(markdown, encoding="utf-8")
-    write_csv(rows, out_dir / TABLE_CSV)
-    return Report(markdown=markdown, csv_path=out_dir / TABLE_CSV, figures=draw_all(rows, out_dir, title))
+    write_csv(rows, out_dir / TABLE_CSV, reference)
+    figures = draw_all(rows, out_dir, title, matches(rows) if reference else None)
+    return Report(markdown=markdown, csv_path=out_dir / TABLE_CSV, figures=figures)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -72,6 +78,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--out", type=Path, default=None, help="where table.csv, table.md and the PNGs go (default: RUNS_DIR/report)"
     )
     parser.add_argument("--title", default=None, help="heading of the table and the figures")
+    parser.add_argument(
+        "--reference",
+        choices=REFERENCES,
+        default=None,
+        help="beside linear top-1, uniformity and tolerance: the paper's value (Wang & Liu, Table 1) and the "
+        "difference; its points in the uniformity–tolerance plane",
+    )
     return parser.parse_args(argv)
 
 
@@ -79,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
         with known_noise_silenced():
-            report = make_report(args.runs_dir, args.out, args.title)
+            report = make_report(args.runs_dir, args.out, args.title, args.reference)
     except ConfigError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

@@ -17,11 +17,12 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 from ssl_app.report.events import Histogram
+from ssl_app.report.penalty import NEGATIVE_TAG, penalty_curves, rebin
+from ssl_app.report.reference import TABLE1, Match, column_name
 from ssl_app.report.runs import Run
 from ssl_app.report.summary import EPOCH_TAG, Row, TableColumn, resolve_columns, summarise
 
 POSITIVE_TAG = "similarity/positive"
-NEGATIVE_TAG = "similarity/top{k}_negative"  # {k}: each run's EmbeddingMetrics.top_k
 CURVES_PER_LINE = 4  # panels per line of the metric-curves figure
 DPI = 110
 
@@ -41,16 +42,72 @@ class FigureResult:
     note: str = ""
 
 
-def draw_all(rows: list[Row], out_dir: Path, title: str | None = None) -> list[FigureResult]:
-    """Every figure of the report, written to ``out_dir``."""
+def draw_all(
+    rows: list[Row], out_dir: Path, title: str | None = None, reference: list[Match] | None = None
+) -> list[FigureResult]:
+    """Every figure of the report, written to ``out_dir``; ``reference``: the rows' Table-1 cells
+    (``--reference table1``), whose data sets' paper points join the uniformity–tolerance plane."""
     out_dir.mkdir(parents=True, exist_ok=True)
     colours = _series_colours(rows)
+    paper = paper_points(reference) if reference is not None else None
     return [
         draw_against_temperature(rows, out_dir / "uniformity_tolerance_vs_temperature.png", colours, title),
-        draw_dilemma_plane(rows, out_dir / "uniformity_tolerance_plane.png", colours, title),
+        draw_dilemma_plane(rows, out_dir / "uniformity_tolerance_plane.png", colours, title, paper),
         draw_similarity_distributions(rows, out_dir / "similarity_distributions.png", title),
         draw_metric_curves(rows, out_dir / "metric_curves.png", title),
+        draw_penalty_curves(rows, out_dir / "relative_penalty.png", title),
     ]
+
+
+@dataclass(frozen=True)
+class PaperPoint:
+    """One column of the paper's Table 1 in the uniformity–tolerance plane."""
+
+    label: str
+    uniformity: float
+    tolerance: float
+
+
+def paper_points(matches: list[Match]) -> list[PaperPoint]:
+    """Every Table-1 column with uniformity and tolerance for each data set some row matched
+    (the paper gives them for CIFAR-10 and CIFAR-100 only)."""
+    data_sets = list(dict.fromkeys(match.data_set for match in matches if match.values is not None))
+    points = []
+    for data_set in data_sets:
+        for column, values in TABLE1[data_set].items():
+            if "uniformity" in values and "tolerance" in values:
+                name = f"paper {column_name(column)}" + (f" ({data_set})" if len(data_sets) > 1 else "")
+                points.append(PaperPoint(name, values["uniformity"], values["tolerance"]))
+    return points
+
+
+def draw_penalty_curves(rows: list[Row], path: Path, title: str | None) -> FigureResult:
+    """The relative penalty r(s) against s, one curve per τ, one panel per loss (see
+    ``ssl_app.report.penalty`` for what is computed from which histograms)."""
+    curves = penalty_curves(rows)
+    if not curves:
+        negative = NEGATIVE_TAG.replace("{k}", "<k>")
+        return FigureResult(path.name, None, f"skipped: no configuration with a τ logged the histogram {negative}")
+    by_series: dict[str, list] = defaultdict(list)
+    for curve in curves:
+        by_series[curve.series].append(curve)
+    figure, axes = _figure(1, len(by_series), (5.5 * len(by_series), 4.2))
+    for axis, (series, series_curves) in zip(axes, by_series.items()):
+        for index, curve in enumerate(series_curves):
+            axis.plot(
+                curve.similarity,
+                curve.penalty,
+                marker=".",
+                color=f"C{index % 10}",
+                label=f"τ={curve.temperature:g} (n={curve.runs})",
+            )
+        axis.set_yscale("log")
+        axis.set_xlabel("similarity s of a top-k negative")
+        axis.set_ylabel(f"relative penalty r(s) among the top-{series_curves[0].k}")
+        axis.set_title(series, fontsize="small")
+        axis.grid(alpha=0.3)
+        axis.legend(fontsize="small")
+    return _save(figure, path, title, "relative penalty r(s) of the k hardest negatives, final epoch")
 
 
 def draw_against_temperature(rows: list[Row], path: Path, colours: dict[str, str], title: str | None) -> FigureResult:
@@ -94,8 +151,11 @@ def draw_against_temperature(rows: list[Row], path: Path, colours: dict[str, str
     return _save(figure, path, title, "uniformity and tolerance against τ")
 
 
-def draw_dilemma_plane(rows: list[Row], path: Path, colours: dict[str, str], title: str | None) -> FigureResult:
-    """One point per configuration in the uniformity–tolerance plane (error bars: std over seeds)."""
+def draw_dilemma_plane(
+    rows: list[Row], path: Path, colours: dict[str, str], title: str | None, paper: list[PaperPoint] | None = None
+) -> FigureResult:
+    """One point per configuration in the uniformity–tolerance plane (mean over seeds, error bars:
+    std over seeds); ``paper``: Table 1's points, drawn as labelled grey crosses."""
     points = [(row, row.stat("uniformity"), row.stat("tolerance")) for row in rows]
     points = [(row, u, t) for row, u, t in points if u.mean is not None and t.mean is not None]
     if not points:
@@ -115,9 +175,22 @@ def draw_dilemma_plane(rows: list[Row], path: Path, colours: dict[str, str], tit
             fontsize="small",
             color=colours[row.configuration.series],
         )
+    for index, point in enumerate(paper or []):
+        legend = "Wang & Liu, Table 1" if index == 0 else None
+        axis.plot(point.uniformity, point.tolerance, marker="x", markersize=8, color="0.35", linestyle="none", label=legend)
+        axis.annotate(
+            point.label,
+            (point.uniformity, point.tolerance),
+            textcoords="offset points",
+            xytext=(5, -10 - 8 * (index % 4)),  # staggered: the hard-loss points crowd near the cap
+            fontsize="x-small",
+            color="0.35",
+        )
     axis.set_xlabel("uniformity (−L_unif, higher = more uniform)")
     axis.set_ylabel("tolerance (same-class similarity)")
     axis.grid(alpha=0.3)
+    if paper:
+        axis.legend(fontsize="small")
     return _save(figure, path, title, "the uniformity–tolerance plane")
 
 
@@ -226,16 +299,7 @@ def _common_edges(histograms: list[Histogram], bins: int = 60) -> np.ndarray:
 def _pooled_density(histograms: list[Histogram], edges: np.ndarray) -> tuple[np.ndarray, float]:
     """Histograms re-binned onto ``edges`` (each bin's count spread evenly over its width),
     summed, as a density; and the pooled mean of the values (exact: from the recorded sums)."""
-    pooled = np.zeros(edges.size - 1)
-    for histogram in histograms:
-        for left, right, count in zip(histogram.edges[:-1], histogram.edges[1:], histogram.counts):
-            if count <= 0:
-                continue
-            if right > left:
-                overlap = np.clip(np.minimum(right, edges[1:]) - np.maximum(left, edges[:-1]), 0.0, None)
-                pooled += count * overlap / (right - left)
-            else:  # a bin of zero width: every value equal
-                pooled[min(max(np.searchsorted(edges, left, side="right") - 1, 0), pooled.size - 1)] += count
+    pooled = rebin(histograms, edges)
     total = pooled.sum()
     mean = sum(h.value_sum for h in histograms) / sum(h.total for h in histograms)
     return (pooled / (total * np.diff(edges)) if total else pooled), mean

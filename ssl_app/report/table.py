@@ -6,12 +6,20 @@ import csv
 import io
 from pathlib import Path
 
+from ssl_app.report.compare import SIGNIFICANCE_NOTE, difference, matches, significance
 from ssl_app.report.groups import Configuration
+from ssl_app.report.reference import METRICS
 from ssl_app.report.runs import Evaluation, Run, callback_args
 from ssl_app.report.summary import EPOCH_TAG, Row, Stat, TableColumn, resolve_columns
 from ssl_app.runs.record import DONE, UNKNOWN
 
 COLLAPSED_TAG = "metrics/collapsed"
+NO_CELL = "—"
+REFERENCE_NOTE = (
+    "paper: Wang & Liu's Table 1 (docs/science.md), the cell of the row's data set (its data class; an image "
+    "folder whose class_list names imagenet100) and loss column (loss class and τ); Δ = measured mean − paper; "
+    f"{NO_CELL}: no such cell."
+)
 
 
 class Footnotes:
@@ -37,12 +45,30 @@ def format_stat(stat: Stat, digits: int) -> str:
     return f"{stat.mean:.{digits}f} ± {stat.std:.{digits}f}"
 
 
+def signed(value: float | None, digits: int) -> str:
+    """``+0.13`` / ``−0.13`` (the minus sign), ``—`` for None."""
+    if value is None:
+        return NO_CELL
+    return f"{'−' if value < 0 else '+'}{abs(value):.{digits}f}"
+
+
+def paper_value(value: float | None, digits: int) -> str:
+    return NO_CELL if value is None else f"{value:.{digits}f}"
+
+
 def markdown_table(
-    rows: list[Row], configurations: list[Configuration], title: str | None = None, orphans: list[Evaluation] | None = None
+    rows: list[Row],
+    configurations: list[Configuration],
+    title: str | None = None,
+    orphans: list[Evaluation] | None = None,
+    reference: str | None = None,
 ) -> str:
     """The table, its footnotes, a one-line legend and what each column is, as Markdown.
-    ``orphans``: evaluation records whose run is not among the report's runs (listed in one note)."""
+    ``orphans``: evaluation records whose run is not among the report's runs (listed in one note).
+    ``reference="table1"``: a ``Table-1 cell`` column, and beside linear top-1, uniformity and
+    tolerance the paper's value and the difference (``ssl_app.report.reference``)."""
     notes = Footnotes()
+    cells_of = matches(rows) if reference else []
     columns = resolve_columns(rows)
     absent = [column for column in columns if all(row.stat(column.key).n == 0 for row in rows)]
     absent_marker = (
@@ -50,7 +76,7 @@ def markdown_table(
         if absent
         else ""
     )
-    header = ["configuration", "n"]
+    header = ["configuration", "n"] + (["Table-1 cell"] if reference else [])
     for column in columns:
         markers = [absent_marker] if column in absent else []
         if column.differs:
@@ -58,14 +84,26 @@ def markdown_table(
                 notes.add(f"{column.shown.header}: {column.differs}; each run's value is its own `{column.column.tag}`.")
             )
         header.append(" ".join([column.shown.header, *markers]))
+        if reference and column.key in METRICS:
+            header += [f"paper {column.shown.header}", f"Δ {column.shown.header}"]
+    ranks = {column.key: significance(rows, column.key) for column in columns}
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    for row in rows:
+    for index, row in enumerate(rows):
         markers = [notes.add(text) for text in _configuration_notes(row.configuration)]
         cells = [" ".join([row.configuration.label, *markers]), str(row.n)]
+        match = cells_of[index] if reference else None
+        if match is not None:
+            why_not = [notes.add(f"{row.configuration.label}: no Table-1 cell, {match.why_not}.")] if match.why_not else []
+            cells.append(" ".join([match.name, *why_not]))
         missing_markers = _missing_value_notes(row, columns, notes, skip=absent)
         for column in columns:
-            cell = format_stat(row.stat(column.key), column.shown.digits)
-            cells.append(f"{cell} {missing_markers.get(column.key, '')}".strip())
+            stat = row.stat(column.key)
+            digits = column.shown.digits
+            cell = format_stat(stat, digits)
+            cells.append(" ".join(part for part in (cell, ranks[column.key][index], missing_markers.get(column.key, "")) if part))
+            if match is not None and column.key in METRICS:
+                paper = match.value(column.key)
+                cells += [paper_value(paper, digits), signed(difference(stat, paper), digits)]
         lines.append("| " + " | ".join(cells) + " |")
     with_rows = {id(row.configuration) for row in rows}
     for configuration in configurations:
@@ -77,7 +115,8 @@ def markdown_table(
         notes.add(f"evaluations whose training run is not under this folder, not in the table: {listed}.")
     parts = [f"## {title}", ""] if title else []
     parts += lines
-    parts += ["", LEGEND, "", *column_glossary(columns)]
+    legend = [LEGEND, SIGNIFICANCE_NOTE] + ([REFERENCE_NOTE] if reference else [])
+    parts += ["", " ".join(legend), "", *column_glossary(columns)]
     if notes.notes:
         parts += ["", notes.markdown()]
     return "\n".join(parts) + "\n"
@@ -95,19 +134,31 @@ LEGEND = (
 )
 
 
-def write_csv(rows: list[Row], path: Path) -> None:
+def write_csv(rows: list[Row], path: Path, reference: str | None = None) -> None:
     """One line per row: configuration, n, then ``<column>_mean``, ``_std``, ``_n`` (empty when absent),
-    ``<column>`` the column's key as the table shows it (``top10_neg_sim``)."""
+    ``<column>`` the column's key as the table shows it (``top10_neg_sim``). With ``reference``:
+    ``table1_cell`` after n, and ``<column>_paper``, ``<column>_delta`` for the paper's metrics."""
     path.parent.mkdir(parents=True, exist_ok=True)
     columns = resolve_columns(rows)
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(["configuration", "n"] + [f"{c.shown.key}_{part}" for c in columns for part in ("mean", "std", "n")])
-    for row in rows:
+    fields = ["configuration", "n"] + (["table1_cell"] if reference else [])
+    for c in columns:
+        fields += [f"{c.shown.key}_{part}" for part in ("mean", "std", "n")]
+        if reference and c.key in METRICS:
+            fields += [f"{c.shown.key}_paper", f"{c.shown.key}_delta"]
+    writer.writerow(fields)
+    cells_of = matches(rows) if reference else []
+    for index, row in enumerate(rows):
         line: list[object] = [row.configuration.label, row.n]
+        if reference:
+            line.append(cells_of[index].name if cells_of[index].values is not None else "")
         for column in columns:
             stat = row.stat(column.key)
             line += [_number(stat.mean), _number(stat.std), stat.n]
+            if reference and column.key in METRICS:
+                paper = cells_of[index].value(column.key)
+                line += [_number(paper), _number(difference(stat, paper))]
         writer.writerow(line)
     path.write_text(buffer.getvalue(), encoding="utf-8")
 

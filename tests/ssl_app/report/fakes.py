@@ -27,9 +27,12 @@ def run_config(
     batch_size: int = 128,
     embedding_args: dict | None = None,
     knn_args: dict | None = None,
+    data: str = "datamodules.SyntheticDataModule",
+    data_args: dict | None = None,
 ) -> dict:
     """A resolved LightningCLI config (the keys the report reads, plus some it must ignore);
-    ``embedding_args``/``knn_args``: the init_args of the EmbeddingMetrics/KNNMonitor callbacks."""
+    ``embedding_args``/``knn_args``: the init_args of the EmbeddingMetrics/KNNMonitor callbacks;
+    ``data``/``data_args``: the data's class path and init_args besides the batch size."""
     loss_args = {}
     if temperature is not None:
         loss_args["temperature"] = temperature
@@ -52,7 +55,7 @@ def run_config(
             "class_path": "ssl_app.methods.MemoryBank",
             "init_args": {"backbone": "small_cnn", "loss": {"class_path": f"ssl_app.losses.{loss}", "init_args": loss_args}},
         },
-        "data": {"class_path": "datamodules.SyntheticDataModule", "init_args": {"batch_size": batch_size}},
+        "data": {"class_path": data, "init_args": {"batch_size": batch_size, **(data_args or {})}},
     }
 
 

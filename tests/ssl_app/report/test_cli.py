@@ -21,6 +21,7 @@ def test_prints_the_table_and_writes_csv_markdown_and_figures(study, tmp_path, c
     written = sorted(path.name for path in (tmp_path / "out").iterdir())
     assert written == [
         "metric_curves.png",
+        "relative_penalty.png",
         "similarity_distributions.png",
         "table.csv",
         "table.md",

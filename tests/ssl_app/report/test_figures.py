@@ -17,6 +17,7 @@ FIGURES = [
     "uniformity_tolerance_plane.png",
     "similarity_distributions.png",
     "metric_curves.png",
+    "relative_penalty.png",
 ]
 
 
@@ -48,6 +49,7 @@ def test_figures_without_their_data_are_skipped_with_a_note(tmp_path):
     assert results["uniformity_tolerance_vs_temperature.png"].path is None
     assert "temperature" in results["uniformity_tolerance_vs_temperature.png"].note
     assert results["similarity_distributions.png"].path is None
+    assert results["relative_penalty.png"].path is None and "top<k>_negative" in results["relative_penalty.png"].note
     assert "similarity/positive" in results["similarity_distributions.png"].note
     for name in ("uniformity_tolerance_plane.png", "metric_curves.png"):
         assert_valid_png(results[name].path)

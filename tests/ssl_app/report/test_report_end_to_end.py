@@ -9,10 +9,15 @@ import os
 import signal
 
 import lightning as L
+import numpy as np
 import pytest
 
 from ssl_app.cli import main
 from ssl_app.report.cli import make_report
+from ssl_app.report.groups import group_runs
+from ssl_app.report.penalty import penalty_curves
+from ssl_app.report.runs import load_runs
+from ssl_app.report.summary import build_rows
 from ssl_app.runs.record import read_record
 from tests.ssl_app.test_cli import QUICKSTART, REPO, TINY
 
@@ -60,3 +65,24 @@ def test_only_the_finished_run_is_a_row_with_its_probe_the_others_are_named(tmp_
     assert cells[1] == "1" and cells[2] not in ("", "0.00"), cells  # n = 1; linear top-1 present
     assert "run `quickstart/version_1` (failed: RuntimeError: lost the device" in report, report
     assert "run `quickstart/version_2` (interrupted: SIGINT at epoch 0, step 1" in report, report
+
+
+def test_a_tau_sweep_of_real_runs_gets_the_relative_penalty_figure_and_dashes_for_table1(tmp_path, monkeypatch, capsys):
+    """Catches the r(s) figure reading a tag the callbacks do not log, curves not one per τ, or runs on
+    data outside Table 1 (the shapes) compared with a paper cell."""
+    monkeypatch.chdir(tmp_path)
+    for tau in (1.0, 0.1):
+        main(["fit", "--config", QUICKSTART, *TINY, f"--model.init_args.loss.init_args.temperature={tau}"])
+    capsys.readouterr()
+
+    report = make_report(tmp_path / "runs", reference="table1")
+
+    [penalty] = [figure for figure in report.figures if figure.name == "relative_penalty.png"]
+    assert penalty.path is not None and penalty.path.is_file(), penalty.note
+    rows = build_rows(group_runs(load_runs(tmp_path / "runs")))
+    curves = penalty_curves(rows)
+    assert [curve.temperature for curve in curves] == [0.1, 1.0]
+    for curve in curves:
+        assert curve.k * np.sum(curve.weight * curve.penalty) == pytest.approx(1.0)
+    lines = [line for line in report.markdown.splitlines() if line.startswith("| InfoNCE")]
+    assert len(lines) == 2 and all(line.split("|")[3].strip().startswith("— [") for line in lines), lines
