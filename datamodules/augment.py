@@ -5,13 +5,18 @@ ColorJitter(0.4, 0.4, 0.4, 0.1) applied with p 0.8, random grayscale (p 0.2), ho
 Wang & Liu 2021 (the Table-1 setup) jitter hue as strongly as the rest and on every view,
 ColorJitter(0.4, 0.4, 0.4, 0.4) with p 1 (``hue: 0.4, jitter_prob: 1.0``), which
 ``configs/cifar10/memory_bank.yaml`` sets. Gaussian blur (the ImageNet recipes) is off by default.
+
+``query_policy: autoaugment_cifar10`` gives the first view (MoCo's query) the PaCo authors' query
+pipeline instead (``LT/paco_cifar.py``, ``augmentation_regular``): RandomCrop with 4 pixels of
+padding, flip, AutoAugment's CIFAR-10 policy and, with ``query_erasing_prob``, a Cutout-like
+erased square; the other views keep the pipeline above (their key view).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Optional
+from typing import Literal, Optional, get_args
 
 import torch
 from torchvision.transforms import v2
@@ -28,6 +33,11 @@ STL10_MEAN = (0.4467, 0.4398, 0.4066)
 STL10_STD = (0.2603, 0.2566, 0.2713)
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
+
+#: The first view's pipeline: ``none`` (the same as the others), or the PaCo authors' CIFAR query view.
+QueryPolicy = Literal["none", "autoaugment_cifar10"]
+#: Padding of the query view's RandomCrop (``transforms.RandomCrop(32, padding=4)`` in the authors' code).
+QUERY_CROP_PADDING = 4
 
 
 @dataclass(frozen=True)
@@ -55,6 +65,15 @@ class ViewAugmentation:
         eval_crop_fraction: the eval pipeline resizes the shorter side to
             ``crop_size / eval_crop_fraction`` and centre-crops ``crop_size`` (0.875 is the usual
             ImageNet 256 -> 224; 1.0 keeps the whole image).
+        query_policy: the first training view's pipeline: ``none`` (as every view), or
+            ``autoaugment_cifar10``, the PaCo authors' query view: RandomCrop(crop_size, padding 4),
+            flip (``hflip_prob``), torchvision's AutoAugment with the CIFAR-10 policy, no colour
+            jitter, grayscale or blur. Only with ``augment_on: workers``; val/test views keep the
+            pipeline above.
+        query_erasing_prob: with ``query_policy: autoaugment_cifar10``, the probability of erasing
+            a square of half the crop's side to black on the query view (torchvision's
+            RandomErasing for the authors' Cutout(n_holes=1, length=16) on 32-pixel crops, which
+            they apply always: 1.0).
     """
 
     crop_size: Optional[int] = 32
@@ -70,6 +89,8 @@ class ViewAugmentation:
     mean: Optional[tuple[float, float, float]] = CIFAR10_MEAN
     std: Optional[tuple[float, float, float]] = CIFAR10_STD
     eval_crop_fraction: float = 1.0
+    query_policy: QueryPolicy = "none"
+    query_erasing_prob: float = 0.0
 
     def __post_init__(self) -> None:
         # Coerce lists (from YAML) to tuples so the frozen dataclass stays hashable.
@@ -93,6 +114,10 @@ class ViewAugmentation:
         if self.std is not None:
             _check(len(self.std) == 3 and all(s > 0 for s in self.std), "std", "3 positive values or null", list(self.std))
         _check(0.0 < self.eval_crop_fraction <= 1.0, "eval_crop_fraction", "in (0, 1]", self.eval_crop_fraction)
+        _check(self.query_policy in get_args(QueryPolicy), "query_policy", f"one of {get_args(QueryPolicy)}", self.query_policy)
+        _check(0.0 <= self.query_erasing_prob <= 1.0, "query_erasing_prob", "a probability in [0, 1]", self.query_erasing_prob)
+        if self.query_erasing_prob > 0 and self.query_policy == "none":
+            raise ConfigError("augmentation.query_erasing_prob needs a query_policy (autoaugment_cifar10), got query_policy none")
 
     @property
     def from_data(self) -> tuple[str, ...]:
@@ -131,6 +156,32 @@ class ViewAugmentation:
             steps.append(v2.RandomApply([blur], p=self.blur_prob))
         steps += self._to_normalised_tensor()
         return v2.Compose(steps)
+
+    def query_transform(self) -> v2.Compose:
+        """The PaCo authors' CIFAR query view (``query_policy: autoaugment_cifar10``).
+
+        Their Cutout blacks out (before normalisation) a 16×16 square centred anywhere, clipped at
+        the border; RandomErasing's square of the same side stays inside the image, so its erased
+        area is always the full quarter of a 32-pixel crop.
+        """
+        self._require_settled()
+        steps: list[v2.Transform] = [
+            v2.RandomCrop(self.crop_size, padding=QUERY_CROP_PADDING),
+            v2.RandomHorizontalFlip(p=self.hflip_prob),
+            v2.AutoAugment(v2.AutoAugmentPolicy.CIFAR10),
+            v2.ToImage(),
+            v2.ToDtype(torch.float32, scale=True),
+        ]
+        if self.query_erasing_prob > 0:
+            steps.append(v2.RandomErasing(p=self.query_erasing_prob, scale=(0.25, 0.25), ratio=(1.0, 1.0), value=0))
+        steps += [v2.Normalize(mean=list(self.mean), std=list(self.std)), v2.ToPureTensor()]
+        return v2.Compose(steps)
+
+    def view_transforms(self, num_views: int) -> list[v2.Compose]:
+        """One pipeline per training view: the query pipeline first when ``query_policy`` sets one."""
+        if self.query_policy == "none":
+            return [self.train_transform()] * num_views
+        return [self.query_transform(), *[self.train_transform()] * (num_views - 1)]
 
     def eval_transform(self) -> v2.Compose:
         """The deterministic pipeline: resize the shorter side, centre-crop, normalise."""

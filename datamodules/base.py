@@ -143,6 +143,11 @@ class ContrastiveDataModule(LightningDataModule):
             )
         if augment_on not in get_args(AugmentOn):
             raise ConfigError(f"{name}: augment_on must be one of {get_args(AugmentOn)}, got {augment_on!r}")
+        if augmentation.query_policy != "none" and augment_on != "workers":
+            raise ConfigError(
+                f"{name}: augmentation.query_policy={augmentation.query_policy} runs only with augment_on: workers "
+                f"(the batched views have no AutoAugment), got augment_on: {augment_on}"
+            )
         self.batch_size = batch_size
         self.num_workers = num_workers
         self.augmentation = augmentation
@@ -278,7 +283,8 @@ class ContrastiveDataModule(LightningDataModule):
             data = UnaugmentedImages(self.dataset("train"))
             check_one_size(data, type(self).__name__)
         else:
-            data = MultiViewDataset(self.dataset("train"), self.augmentation.train_transform(), num_views=self.train_views())
+            views = self.train_views()
+            data = MultiViewDataset(self.dataset("train"), self.augmentation.view_transforms(views), num_views=views)
         world_size = self.trainer.world_size if self.trainer is not None else 1
         if len(data) // world_size < self.batch_size:
             # drop_last would leave no batch at all and training would silently do nothing.

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, Optional
+from collections.abc import Callable, Sequence
+from typing import Any, Optional, Union
 
 import torch
 from torch.utils.data import Dataset
@@ -28,7 +28,8 @@ class MultiViewDataset(Dataset):
 
     Args:
         base: a map-style dataset yielding ``(image, label)``; ``label`` may be ``None``.
-        transform: applied independently to produce each view.
+        transform: applied independently to produce each view; or a sequence of ``num_views``
+            transforms, the i-th making view i (a MoCo query pipeline unlike its key's).
         num_views: number of views per sample (>= 1).
         seed: if given, the views of sample ``i`` are drawn from an RNG seeded with
             ``(seed, i)`` only, so they are identical on every call, in every process and in
@@ -39,12 +40,14 @@ class MultiViewDataset(Dataset):
     def __init__(
         self,
         base: Dataset,
-        transform: Callable[[Any], torch.Tensor],
+        transform: Union[Callable[[Any], torch.Tensor], Sequence[Callable[[Any], torch.Tensor]]],
         num_views: int = 2,
         seed: Optional[int] = None,
     ) -> None:
         if num_views < 1:
             raise ValueError(f"num_views must be >= 1, got {num_views}")
+        if isinstance(transform, Sequence) and len(transform) != num_views:
+            raise ValueError(f"{len(transform)} transforms for {num_views} views")
         self.base = base
         self.transform = transform
         self.num_views = num_views
@@ -67,6 +70,8 @@ class MultiViewDataset(Dataset):
         return views, label, int(index)
 
     def _views(self, image: Any) -> tuple[torch.Tensor, ...]:
+        if isinstance(self.transform, Sequence):
+            return tuple(transform(image) for transform in self.transform)
         return tuple(self.transform(image) for _ in range(self.num_views))
 
 

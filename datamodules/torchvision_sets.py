@@ -3,7 +3,9 @@
 As usual in self-supervised papers, ``val`` and ``test`` are both the official test set. Without
 ``download: true`` the data must already be under ``root`` in torchvision's layout: a missing copy
 fails when the datamodule is built (before any process is launched), an incomplete or corrupted
-one at ``setup``, both with one line naming ``root``. Only the first process of each machine
+one at ``setup``, both with one line naming ``root``. ``train_per_class``/``test_per_class`` keep
+the first N images of each class of the train / test split, in the data set's order
+(``datamodules.per_class``), before any long-tailed profile. Only the first process of each machine
 downloads (Lightning's ``prepare_data``). CIFAR's pickled files are read by a restricted
 unpickler (``datamodules.cifar``): a crafted file is refused, naming it, instead of running code.
 
@@ -17,7 +19,7 @@ keyword; jsonargparse follows ``**kwargs`` into the base signatures, so ``--prin
 from __future__ import annotations
 
 import os
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, Optional
 
 from torch.utils.data import Dataset
 from torchvision import datasets
@@ -33,6 +35,8 @@ from datamodules.augment import (
 )
 from datamodules.base import ContrastiveDataModule, Split
 from datamodules.cifar import SafeCIFAR10, SafeCIFAR100
+from datamodules.per_class import first_per_class
+from ssl_app.checks import check_optional_int
 from ssl_app.errors import ConfigError
 
 
@@ -49,14 +53,27 @@ class TorchvisionDataModule(ContrastiveDataModule):
     #: Splits whose torchvision dataset, built with ``download=True``, fetches every file needed.
     download_splits: ClassVar[tuple[Split, ...]] = ("test",)
 
-    def __init__(self, root: str = "data", download: bool = False, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        root: str = "data",
+        download: bool = False,
+        train_per_class: Optional[int] = None,
+        test_per_class: Optional[int] = None,
+        **kwargs: Any,
+    ) -> None:
         """
         Args:
             root: folder that holds (or will hold) the data set, in torchvision's layout.
             download: download the data if it is missing (needs internet).
+            train_per_class: keep only the first N training images of each class, in the data
+                set's order (before ``imbalance_factor``); ``None``: all of them.
+            test_per_class: the same for the test split, which is also the val split; ``None``: all.
             **kwargs: ``batch_size``, ``num_workers``, ``augmentation``, ``val_seed``,
                 ``pin_memory``, ``augment_on``, ``imbalance_factor``, ``imbalance_seed``: see ``ContrastiveDataModule``.
         """
+        name = type(self).__name__
+        self.train_per_class = check_optional_int(train_per_class, f"{name}: train_per_class")
+        self.test_per_class = check_optional_int(test_per_class, f"{name}: test_per_class")
         super().__init__(**kwargs)
         self.root = os.path.expanduser(root)
         self.download = download
@@ -83,7 +100,17 @@ class TorchvisionDataModule(ContrastiveDataModule):
                 self._make_checked(split, download=True)
 
     def build_split(self, split: Split) -> Dataset:
-        return self._make_checked(split, download=False)
+        data = self._make_checked(split, download=False)
+        option = "train_per_class" if split == "train" else "test_per_class"
+        return first_per_class(data, self.num_classes, getattr(self, option), type(self).__name__, option)
+
+    def describe(self) -> dict[str, Any]:
+        """The base's description, plus the per-class subsets when set."""
+        info = super().describe()
+        for option in ("train_per_class", "test_per_class"):
+            if getattr(self, option) is not None:
+                info[option] = getattr(self, option)
+        return info
 
     def _make_checked(self, split: Split, download: bool) -> Dataset:
         name = type(self).__name__
@@ -111,6 +138,8 @@ class CIFAR10DataModule(TorchvisionDataModule):
     Args:
         root: folder that holds (or will hold) ``cifar-10-batches-py``.
         download: download the data if it is missing (needs internet, 170 MB).
+        train_per_class, test_per_class: the first N images of each class of the train / test split
+            (``None``: all): see ``TorchvisionDataModule``.
         batch_size, num_workers, augmentation, val_seed, pin_memory, augment_on, imbalance_factor,
             imbalance_seed: see ``ContrastiveDataModule``.
     """
@@ -129,6 +158,8 @@ class CIFAR100DataModule(TorchvisionDataModule):
     Args:
         root: folder that holds (or will hold) ``cifar-100-python``.
         download: download the data if it is missing (needs internet, 170 MB).
+        train_per_class, test_per_class: the first N images of each class of the train / test split
+            (``None``: all): see ``TorchvisionDataModule``.
         augmentation: the view pipeline; defaults to CIFAR-100's statistics.
         batch_size, num_workers, val_seed, pin_memory, augment_on, imbalance_factor, imbalance_seed: see
             ``ContrastiveDataModule``.
@@ -157,6 +188,8 @@ class SVHNDataModule(TorchvisionDataModule):
     Args:
         root: folder that holds (or will hold) ``train_32x32.mat`` and ``test_32x32.mat``.
         download: download the data if it is missing (needs internet, 240 MB).
+        train_per_class, test_per_class: the first N images of each class of the train / test split
+            (``None``: all): see ``TorchvisionDataModule``.
         augmentation: the view pipeline; defaults to SVHN's statistics, without flips.
         batch_size, num_workers, val_seed, pin_memory, augment_on, imbalance_factor, imbalance_seed: see
             ``ContrastiveDataModule``.
@@ -190,6 +223,8 @@ class STL10DataModule(TorchvisionDataModule):
     Args:
         root: folder that holds (or will hold) ``stl10_binary``.
         download: download the data if it is missing (needs internet, 2.6 GB).
+        train_per_class, test_per_class: the first N images of each class of the train / test split
+            (``None``: all): see ``TorchvisionDataModule``.
         train_split: ``train+unlabeled``, ``unlabeled`` or ``train``.
         augmentation: the view pipeline; defaults to 96×96 crops with STL-10's statistics.
         batch_size, num_workers, val_seed, pin_memory, augment_on, imbalance_factor, imbalance_seed: see

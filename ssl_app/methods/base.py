@@ -47,6 +47,8 @@ class ContrastiveMethod(L.LightningModule, ABC):
         proj_hidden_dim: hidden width of an MLP head.
         proj_layers: 1 = linear head (the paper's), 2 = SimCLR's MLP.
         proj_batch_norm: BatchNorm inside an MLP head.
+        proj_output_batch_norm: with ``proj_batch_norm``, BatchNorm on the MLP head's output layer too
+            (lightly's SimCLR head); ``false``: the hidden layers only, as the PaCo authors' LT head.
         optim: optimiser and learning-rate schedule (``ssl_app.optim.Optimization``).
         channels_last: keep the encoders' weights and input images in the channels-last memory
             layout (NHWC): ``true``, ``false``, or ``auto`` (the default: NHWC when the run
@@ -86,6 +88,7 @@ class ContrastiveMethod(L.LightningModule, ABC):
         proj_hidden_dim: int = 512,
         proj_layers: int = 2,
         proj_batch_norm: bool = True,
+        proj_output_batch_norm: bool = True,
         optim: Optimization = Optimization(),
         channels_last: Union[bool, Literal["auto"]] = "auto",
         compile: bool = False,
@@ -100,7 +103,9 @@ class ContrastiveMethod(L.LightningModule, ABC):
         self.optim = dataclasses.replace(optim)  # a copy: the default instance is shared
         self.embedding_dim = proj_dim
         self.backbone, self.feature_dim = build_backbone(backbone, backbone_norm)
-        self.projection_head = build_projection_head(self.feature_dim, proj_hidden_dim, proj_dim, proj_layers, proj_batch_norm)
+        self.projection_head = build_projection_head(
+            self.feature_dim, proj_hidden_dim, proj_dim, proj_layers, proj_batch_norm, proj_output_batch_norm
+        )
         self._mask_cache: dict[tuple, tuple[Tensor, Tensor]] = {}
         self.channels_last = channels_last
         # The layout in force: "auto" stays contiguous until ``setup`` knows the device.
@@ -298,7 +303,7 @@ class ContrastiveMethod(L.LightningModule, ABC):
         """Options set to a non-default value that this configuration does not use."""
         ignored = []
         if self.hparams.get("proj_layers") == 1:
-            for name, default in (("proj_hidden_dim", 512), ("proj_batch_norm", True)):
+            for name, default in (("proj_hidden_dim", 512), ("proj_batch_norm", True), ("proj_output_batch_norm", True)):
                 if self.hparams.get(name, default) != default:
                     ignored.append(f"{name} (a linear head, proj_layers=1, has no hidden layer)")
         return ignored

@@ -1,11 +1,15 @@
+import dataclasses
 import subprocess
 import sys
 
+import pytest
 import torch
 from torch.utils.data import DataLoader
 
 from datamodules import MultiViewDataset, ViewAugmentation
 from datamodules.synthetic import ShapesDataset, make_shapes
+from ssl_app.errors import ConfigError
+from tests.helpers import tiny_data
 
 
 def shapes(n=6):
@@ -73,3 +77,30 @@ def test_seeded_views_are_the_same_in_a_fresh_process(tmp_path):
     here = MultiViewDataset(shapes(), ViewAugmentation().train_transform(), seed=7)[5][0]
     there = torch.load(out)
     assert all(torch.equal(a, b) for a, b in zip(here, there))
+
+
+def test_one_transform_per_view_makes_view_i_with_transform_i():
+    """Catches the per-view transforms applied in another order (a MoCo key made by the query's pipeline)
+    or a transform list of the wrong length accepted."""
+    base = shapes()
+    clean = ViewAugmentation().eval_transform()
+    negated = lambda image: -clean(image)  # noqa: E731 - a transform told apart from the other
+    views, _, _ = MultiViewDataset(base, [negated, clean], num_views=2)[2]
+    assert torch.equal(views[0], -clean(base[2][0])) and torch.equal(views[1], clean(base[2][0]))
+    with pytest.raises(ValueError, match="1 transforms for 2 views"):
+        MultiViewDataset(base, [clean], num_views=2)
+
+
+def test_the_training_loader_gives_the_first_view_the_query_pipeline():
+    """Catches the datamodule building its training views from the plain pipeline and dropping query_policy,
+    and a query_policy accepted with batched views, which cannot run AutoAugment."""
+    plain = tiny_data().augmentation
+    augmentation = dataclasses.replace(plain, query_policy="autoaugment_cifar10", query_erasing_prob=1.0)
+    dm = tiny_data(augmentation=augmentation)
+    dm.setup("fit")
+    query, key = dm.train_dataloader().dataset.transform
+    assert "AutoAugment" in str(query) and "AutoAugment" not in str(key)
+    views, _, _ = next(iter(dm.train_dataloader()))
+    assert len(views) == 2 and views[0].shape == views[1].shape == (8, 3, 8, 8)
+    with pytest.raises(ConfigError, match="query_policy=autoaugment_cifar10 runs only with augment_on: workers"):
+        tiny_data(augmentation=augmentation, augment_on="device")

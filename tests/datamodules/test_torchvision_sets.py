@@ -38,8 +38,9 @@ def test_missing_data_without_download_fails_at_construction_naming_the_root(mod
         module(root=str(nowhere), num_workers=0)
 
 
-def write_fake_cifar(root, hundred=False, per_batch=4):
-    """A tiny copy of torchvision's CIFAR layout: pickled dicts of uint8 rows and labels."""
+def write_fake_cifar(root, hundred=False, per_batch=4, labels=None):
+    """A tiny copy of torchvision's CIFAR layout: pickled dicts of uint8 rows and labels
+    (``labels``: every batch's labels, ``per_batch`` of them; default ``0 … per_batch − 1``)."""
     rng = np.random.default_rng(0)
     if hundred:
         folder, names, label_key, meta = root / "cifar-100-python", ["train", "test"], "fine_labels", "meta"
@@ -50,7 +51,7 @@ def write_fake_cifar(root, hundred=False, per_batch=4):
         meta_content = {"label_names": [f"class{i}" for i in range(10)]}
     folder.mkdir(parents=True)
     for name in names:
-        batch = {"data": rng.integers(0, 256, (per_batch, 3072), dtype=np.uint8), label_key: list(range(per_batch))}
+        batch = {"data": rng.integers(0, 256, (per_batch, 3072), dtype=np.uint8), label_key: list(labels or range(per_batch))}
         with open(folder / name, "wb") as f:
             pickle.dump(batch, f)
     with open(folder / meta, "wb") as f:

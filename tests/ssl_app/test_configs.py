@@ -303,9 +303,10 @@ WANG_LIU_2021_CIFAR100 = {
 }
 # PaCo (Cui et al. 2021), the authors' CIFAR-100-LT runs (dvlab-research/Parametric-Contrastive-Learning,
 # LT/sh/CIFAR100_train_imb0.01.sh and the defaults of LT/paco_cifar.py): MoCo on ResNet-32 (64-d), MLP head
-# 64-64-64 with BatchNorm, queue 1024, key momentum 0.999, τ = 0.05, α = 0.02; SGD lr 0.02, momentum 0.9,
-# wd 5e-4, batch 128, 400 epochs, 10 warm-up epochs, lr × 0.1 after epochs 320 and 360; IF 100; their key view
-# (RandomResizedCrop(32, 0.2-1), flip, ColorJitter(0.4, 0.4, 0.4, 0.1) p 0.8, grayscale 0.2, blur p 0.5).
+# 64-64-64 with BatchNorm on the hidden layer only (moco/builder.py), queue 1024, key momentum 0.999, τ = 0.05,
+# α = 0.02; SGD lr 0.02, momentum 0.9, wd 5e-4, batch 128, 400 epochs, 10 warm-up epochs, lr × 0.1 after epochs
+# 320 and 360; IF 100; their key view (RandomResizedCrop(32, 0.2-1), flip, ColorJitter(0.4, 0.4, 0.4, 0.1) p 0.8,
+# grayscale 0.2, blur p 0.5) and query view (RandomCrop(32, pad 4), flip, CIFAR10Policy, Cutout 16, always).
 PACO_CIFAR100_LT = {
     "source": "PaCo",
     "values": {
@@ -315,6 +316,7 @@ PACO_CIFAR100_LT = {
         "model.init_args.proj_hidden_dim": 64,
         "model.init_args.proj_layers": 2,
         "model.init_args.proj_batch_norm": True,
+        "model.init_args.proj_output_batch_norm": False,
         "model.init_args.queue_size": 1024,
         "model.init_args.momentum": 0.999,
         "model.init_args.symmetric": False,
@@ -340,6 +342,8 @@ PACO_CIFAR100_LT = {
         "data.init_args.augmentation.blur_prob": 0.5,
         "data.init_args.augmentation.mean": [0.4914, 0.4822, 0.4465],
         "data.init_args.augmentation.std": [0.2023, 0.1994, 0.2010],
+        "data.init_args.augmentation.query_policy": "autoaugment_cifar10",
+        "data.init_args.augmentation.query_erasing_prob": 1.0,
     },
     "loss": {
         "model.init_args.loss.class_path": "ssl_app.losses.PaCo",
@@ -406,3 +410,19 @@ def test_the_paper_augmentation_reaches_the_transform(config, capsys):
     assert jitter.brightness == pytest.approx((0.6, 1.4))
     grayscale = next(s for s in steps if type(s).__name__ == "RandomGrayscale")
     assert grayscale.p == 0.2
+
+
+@pytest.mark.parametrize("config", ["cifar100_lt/paco.yaml", "cifar100_lt/supcon.yaml"])
+def test_the_paco_query_view_reaches_the_transform(config, capsys):
+    """Catches the PaCo recipe's query view lost on the way to the pipeline (AutoAugment or the erasing
+    missing, or applied to the key view as well), the comparison the recipe's numbers rest on."""
+    values = composed(capsys, CONFIGS / config)["data"]["init_args"]["augmentation"]
+    query, key = (transform.transforms for transform in ViewAugmentation(**values).view_transforms(2))
+    autoaugment = next(s for s in query if type(s).__name__ == "AutoAugment")
+    assert autoaugment.policy.name == "CIFAR10"
+    erasing = next(s for s in query if type(s).__name__ == "RandomErasing")
+    assert erasing.p == 1.0 and erasing.scale == (0.25, 0.25) and erasing.value == [0.0]
+    crop = next(s for s in query if type(s).__name__ == "RandomCrop")
+    assert crop.padding == [4, 4, 4, 4]
+    key_names = {type(s).__name__ for s in key}
+    assert not key_names & {"AutoAugment", "RandomErasing", "RandomCrop"} and "RandomResizedCrop" in key_names
