@@ -1,7 +1,7 @@
 # CUDA image for training on NVIDIA GPUs.
 #   docker build -t ssl_app .
 #   docker run --gpus all --shm-size=8g -v $PWD/runs:/app/runs -v $PWD/data:/app/data ssl_app \
-#       fit --config configs/cifar10/memory_bank.yaml --config configs/cifar10/losses/infonce_t0.3.yaml \
+#       fit --config configs/cifar10/memory_bank.yaml --config configs/losses/table1/infonce_t0.3.yaml \
 #       --data.init_args.download=true --trainer.accelerator=gpu --trainer.devices=1
 # (one column of Table 1 on CIFAR-10, downloaded to the mounted data/ on first use; tests/test_docs.py
 # checks that this line parses). Without arguments the image runs the quickstart on the GPU.

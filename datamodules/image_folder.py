@@ -15,6 +15,7 @@ from torchvision.datasets.folder import IMG_EXTENSIONS, has_file_allowed_extensi
 
 from datamodules.augment import IMAGENET_MEAN, IMAGENET_STD, ViewAugmentation
 from datamodules.base import ContrastiveDataModule, Split
+from datamodules.class_lists import ClassList, read_class_list
 from datamodules.image_files import CorruptImageError, FolderLinkError, list_images, load_rgb
 from datamodules.image_stats import SAMPLE_SIZE, measure_images
 from ssl_app.checks import check_int
@@ -97,6 +98,11 @@ class ImageFolderDataModule(ContrastiveDataModule):
     - ``folders``: one sub-folder per class in the train folder (or in ``root`` without one);
       class indices follow the sorted class-folder names, and the val/test folders must use the
       same names.
+    - ``class_list`` given: only the listed class folders, in every split folder (train, val,
+      test when present); other folders are ignored (ImageNet-100 out of an ImageNet tree:
+      ``class_list: imagenet100``). Labels follow the sorted names, as ``ImageFolder`` would give
+      a tree holding only those folders. A listed class missing from a split folder is one
+      ConfigError naming the class and the folder. Implies ``folders``.
     - ``none``: every image at any depth, label -1 (sub-folders mean nothing). Metrics that need
       labels (kNN, tolerance, long-tail accuracy) are skipped, each saying so in one line.
     - ``auto`` (the default): ``folders`` when there is a train folder holding sub-folders and no
@@ -120,6 +126,8 @@ class ImageFolderDataModule(ContrastiveDataModule):
         root: the data set's folder.
         train_dir, val_dir, test_dir: the split folders under ``root``.
         labels: ``auto``, ``folders`` or ``none`` (above).
+        class_list: the class folders to use (above): a shipped list's name (``imagenet100``,
+            ``datamodules.class_lists``), a text file of one name per line, or the names; None: all.
         val_fraction: fraction of the training images held out for evaluation when there is no
             val folder, in (0, 1).
         max_val_images: at most this many are held out.
@@ -140,6 +148,7 @@ class ImageFolderDataModule(ContrastiveDataModule):
         test_dir: str = "test",
         *,
         labels: LabelSource = "auto",
+        class_list: Optional[ClassList] = None,
         val_fraction: float = 0.1,
         max_val_images: int = 10000,
         split_seed: int = 0,
@@ -164,6 +173,13 @@ class ImageFolderDataModule(ContrastiveDataModule):
             raise ConfigError(f"{name}: root {str(root)!r} does not exist or is not a folder")
         train = self.root / train_dir
         self.pool_dir = train if train.is_dir() else self.root
+        self.class_list = None if class_list is None else read_class_list(class_list, f"{name}: class_list")
+        if self.class_list is not None:
+            if labels == "none":
+                raise ConfigError(f"{name}: class_list selects class folders, so labels cannot be 'none'")
+            if self.pool_dir != train:
+                raise ConfigError(f"{name}: class_list needs a {train_dir!r} folder of class folders in {str(root)!r}")
+            labels = "folders"
         if labels == "auto":
             labelled = self.pool_dir == train and bool(_class_folders(train)) and not _has_loose_images(train)
             labels = "folders" if labelled else "none"
@@ -181,10 +197,27 @@ class ImageFolderDataModule(ContrastiveDataModule):
                         f"{name}: no class folders in {str(folder)!r} (expected {split} images as <class>/<image>; "
                         "labels: none reads images without classes)"
                     )
-        self.classes = [p.name for p in _class_folders(self.pool_dir)] if self.labelled else []
+        if self.class_list is not None:
+            self._check_listed_classes()
+            self.classes = list(self.class_list)
+        else:
+            self.classes = [p.name for p in _class_folders(self.pool_dir)] if self.labelled else []
         self._pool: Optional[Dataset] = None
         self._held_out: Optional[tuple[list[int], list[int]]] = None
         self.read_from_data: Optional[dict[str, Any]] = None  # what was measured and used, for describe()
+
+    def _check_listed_classes(self) -> None:
+        """Every listed class has a folder in every split folder; the first split missing some is one error."""
+        assert self.class_list is not None
+        for folder in self.split_dirs.values():
+            if folder is None:
+                continue
+            missing = [label for label in self.class_list if not (folder / label).is_dir()]
+            if missing:
+                more = f" (and {len(missing) - 1} more listed class(es))" if len(missing) > 1 else ""
+                raise ConfigError(
+                    f"{type(self).__name__}: class {missing[0]} of the class_list has no folder in {str(folder)!r}{more}"
+                )
 
     @property
     def num_classes(self) -> int:
@@ -244,6 +277,8 @@ class ImageFolderDataModule(ContrastiveDataModule):
         """A whole split folder: class folders (labelled) or every image in it (unlabelled)."""
         if not self.labelled:
             return ImageFiles([(str(path), UNLABELLED) for path in self._list_unlabelled(folder)])
+        if self.class_list is not None:  # the listed folders only, every one of them checked present
+            return ListedImageFolder(folder, self.classes, self._list_classes(folder, self.classes), loader=load_rgb)
         classes = [p.name for p in _class_folders(folder)]
         unknown = sorted(set(classes) - set(self.classes))
         if unknown:
@@ -312,6 +347,8 @@ class ImageFolderDataModule(ContrastiveDataModule):
         the crop size and statistics read from the data (when they were)."""
         info = super().describe()
         info["labels"] = self.label_source
+        if self.class_list is not None:
+            info["class_list"] = list(self.class_list)
         if self.split_dirs["val"] is None:
             info["val_held_out"] = {"fraction": self.val_fraction, "max": self.max_val_images, "seed": self.split_seed}
         if self.read_from_data is not None:

@@ -5,6 +5,7 @@
         [--linear configs/linear.yaml] [--linear-args "--model.init_args.cache_features=flips"] \\
         [--name tau] [--out runs/sweeps] [--jobs 2] [--launcher slurm --slurm.partition gpu] [--status] [--dry-run] \\
         [-- extra fit args]
+    python -m ssl_app.sweep --plan table1 --data cifar10 [--seeds 0,1,2] [--estimate] [--dry-run] [-- extra fit args]
 
 Every point × seed is a run folder ``OUT/NAME/<point>/seed<k>/`` (the fit's run folder:
 ``run.json``, ``config.yaml``, ``checkpoints/``, events, the console output ``fit.log``, and
@@ -31,6 +32,10 @@ the run it evaluates, ``<run>/evaluations/linear_<n>/`` (``ssl_app.runs.layout``
 - ``--launcher slurm`` submits the runs as one SLURM job array instead (``ssl_app.slurm``), each
   task running the same stages; ``--status`` prints each run's state and job.
 - ``--linear-args`` are options for the linear evaluations only; after ``--``, options for the fits.
+- ``--plan table1 --data D`` (``ssl_app.plans``) stands for ``--config`` (D's recipe), one point per
+  Table-1 column (its loss overlay) and ``--linear`` (D's linear evaluation), in ``OUT/table1_D/``;
+  ``--estimate`` times a few training steps of the plan's model on this machine and prints the
+  plan's expected device-hours, running nothing else.
 """
 
 from __future__ import annotations
@@ -56,6 +61,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+from ssl_app.plans import DATA_SETS, PLANS, plan_points, recipe_paths
 from ssl_app.quiet import known_noise_silenced
 from ssl_app.runs.layout import (
     CHECKPOINTS_DIR,
@@ -182,12 +188,26 @@ def plan(
     every fit, ``linear_extra`` to every linear evaluation."""
     keys = [k for k, _ in grid]
     points = [dict(zip(keys, combination)) for combination in itertools.product(*[values for _, values in grid])]
+    named = [(name, values, [f"--{k}={v}" for k, v in values.items()]) for values, name in zip(points, point_names(points))]
+    return expand_points(configs, named, seeds, sweep_dir, extra, linear_config, linear_extra)
+
+
+def expand_points(
+    configs: list[str],
+    points: list[tuple[str, dict[str, str], list[str]]],
+    seeds: list[int],
+    sweep_dir: Path,
+    extra: list[str],
+    linear_config: Optional[str],
+    linear_extra: Sequence[str] = (),
+) -> list[PlannedRun]:
+    """Runs of named points ``(folder name, values for sweep.json, the fit arguments that make the point)``,
+    one per seed: what :func:`plan` does for a grid and ``--plan`` for a plan's columns."""
     runs = []
-    for values, point in zip(points, point_names(points)):
+    for point, values, grid_args in points:
         for seed in seeds:
             directory = sweep_dir / point / f"seed{seed}"
             config_args = [a for c in configs for a in ("--config", c)]
-            grid_args = [f"--{k}={v}" for k, v in values.items()]
             seed_arg = f"--seed_everything={seed}"
             fit_args = ["fit", *config_args, *grid_args, seed_arg, *logger_args(sweep_dir, point, f"seed{seed}"), *extra]
             linear_args = None
@@ -441,7 +461,10 @@ def _joined_linear_args(argv: list[str]) -> list[str]:
 
 def parse_args(argv: Optional[list[str]]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m ssl_app.sweep", description=__doc__.split("\n")[0])
-    parser.add_argument("--config", action="append", required=True, help="a fit config; repeat to compose")
+    parser.add_argument("--config", action="append", default=[], help="a fit config; repeat to compose")
+    parser.add_argument("--plan", choices=sorted(PLANS), default=None, help="a named plan (ssl_app.plans), instead of --config")
+    parser.add_argument("--data", choices=sorted(DATA_SETS), default=None, help="the plan's data set")
+    parser.add_argument("--estimate", action="store_true", help="with --plan: time a few steps here, print device-hours")
     parser.add_argument("--grid", action="append", default=[], help="KEY=V1,V2,... (a fit option); repeat for a product")
     parser.add_argument("--seeds", default="0", help="comma-separated seeds (default 0)")
     parser.add_argument("--linear", default=None, help="a linear-evaluation config to run on each finished fit")
@@ -464,13 +487,21 @@ def parse_args(argv: Optional[list[str]]) -> argparse.Namespace:
                        help="local: the same job array as processes on this machine (submitit's local executor)")  # fmt: skip
     parser.add_argument("extra", nargs=argparse.REMAINDER, help="after --: options passed to every fit")
     args = parser.parse_args(_joined_linear_args(sys.argv[1:] if argv is None else argv))
+    if args.plan is None and not args.config:
+        fail("give --config (a fit config) or --plan with --data")
+    if args.plan is not None and (args.config or args.grid or args.linear):
+        fail("--plan replaces --config, --grid and --linear (the plan names them); give one or the other")
+    if (args.plan is None) != (args.data is None):
+        fail("--plan and --data go together")
+    if args.estimate and args.plan is None:
+        fail("--estimate needs --plan (the plan gives the data set's size)")
     if args.jobs is not None and args.jobs < 1:
         fail(f"--jobs must be >= 1, got {args.jobs}")
     try:
         args.linear_extra = shlex.split(args.linear_args)
     except ValueError as error:
         fail(f"--linear-args {args.linear_args!r}: {error}")
-    if args.linear_extra and args.linear is None:
+    if args.linear_extra and args.linear is None and args.plan is None:
         fail("--linear-args needs --linear (the linear evaluation's config)")
     if args.slurm_time < 1:
         fail(f"--slurm.time must be >= 1 (minutes), got {args.slurm_time}")
@@ -498,23 +529,41 @@ def main(argv: Optional[list[str]] = None) -> int:
         return _main(argv)
 
 
-def _main(argv: Optional[list[str]]) -> int:
-    args = parse_args(argv)
+def planned_runs(args: argparse.Namespace) -> tuple[Path, list[PlannedRun]]:
+    """The sweep's folder and runs: from ``--config``/``--grid``/``--linear``, or from ``--plan``/``--data``."""
+    if args.plan is not None:
+        data, points = plan_points(args.plan, args.data)
+        recipe, linear = recipe_paths(data)
+        sweep_dir = Path(args.out) / (args.name or f"{args.plan}_{args.data}")
+        named = [(p.name, {"config": p.overlay}, p.args) for p in points]
+        return sweep_dir, expand_points([recipe], named, args.seed_list, sweep_dir, args.extra, linear, args.linear_extra)
     grid = parse_grid(args.grid)
     name = args.name or ("+".join(k.rsplit(".", 1)[-1] for k, _ in grid) or "base")
     sweep_dir = Path(args.out) / name
-    runs = plan(args.config, grid, args.seed_list, sweep_dir, args.extra, args.linear, args.linear_extra)
+    return sweep_dir, plan(args.config, grid, args.seed_list, sweep_dir, args.extra, args.linear, args.linear_extra)
+
+
+def _main(argv: Optional[list[str]]) -> int:
+    args = parse_args(argv)
+    sweep_dir, runs = planned_runs(args)
     if args.status:
         from ssl_app.slurm import status_lines
 
         print("\n".join(status_lines(runs)))
         return 0
+    if args.estimate:
+        from ssl_app.estimate import print_estimate
+
+        validate(runs)
+        print_estimate(args.plan, args.data, runs)
+        return 0
     check_out(Path(args.out))
     validate(runs)
-    if args.dry_run:
+    if args.dry_run:  # one line per run: its stages joined with &&, as a shell would run them in turn
         for run in runs:
-            for _, stage_args in run.stages():
-                print(shlex.join(["python", "-m", "ssl_app", *stage_args]))
+            stages = run.stages()
+            if stages:
+                print(" && ".join(shlex.join(["python", "-m", "ssl_app", *stage_args]) for _, stage_args in stages))
         return 0
     todo = [run for run in runs if run.stages()]
     print(f"[sweep] {sweep_dir}: {len(runs)} runs, {len(runs) - len(todo)} already done, {len(todo)} to run", flush=True)

@@ -119,7 +119,8 @@ def test_named_config_exists_and_parses(name, capsys, monkeypatch):
         if path.relative_to(CONFIGS).parts[0] in FRAGMENT_DIRS:
             continue  # a fragment is parsed through the experiments that use it (test_configs)
         # An experiment parses alone, a loss overlay on top of the paper's setup.
-        files = [path] if path.parent.name != "losses" else [CONFIGS / "cifar10" / "memory_bank.yaml", path]
+        overlay = path.relative_to(CONFIGS).parts[0] == "losses"
+        files = [CONFIGS / "cifar10" / "memory_bank.yaml", path] if overlay else [path]
         argv = ["fit", *[arg for f in files for arg in ("--config", str(f))]]
         assert_parses(argv, where, capsys, monkeypatch)
 

@@ -2,7 +2,7 @@
 
 Layout (configs/README.md): experiments (``configs/*.yaml``, ``configs/cifar10/*.yaml``) include a
 base with ``config:`` and name their fragments (``model: model/x.yaml``); the loss overlays of
-``configs/cifar10/losses/`` compose on top with a second ``--config``.
+``configs/losses/table1/`` (data-set neutral: the loss only) compose on top with a second ``--config``.
 """
 
 from __future__ import annotations
@@ -15,12 +15,12 @@ import pytest
 import yaml
 
 from datamodules import ViewAugmentation
-from datamodules.augment import CIFAR10_MEAN
+from datamodules.augment import CIFAR10_MEAN, IMAGENET_MEAN, IMAGENET_STD, SVHN_MEAN, SVHN_STD
 from ssl_app.cli import main
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 FRAGMENT_DIRS = ("base", "trainer", "callbacks", "data", "model")
-LOSS_OVERLAYS = sorted((CONFIGS / "cifar10" / "losses").glob("*.yaml"))
+LOSS_OVERLAYS = sorted((CONFIGS / "losses").rglob("*.yaml"))
 FRAGMENTS = sorted(p for p in CONFIGS.rglob("*.yaml") if p.relative_to(CONFIGS).parts[0] in FRAGMENT_DIRS)
 # Linear evaluations of a trained checkpoint: configs/linear.yaml and configs/*/linear_*.yaml.
 EVALUATIONS = sorted(p for p in CONFIGS.rglob("linear*.yaml") if p not in FRAGMENTS)
@@ -113,6 +113,8 @@ def assert_leaves(result: dict, expected: dict[str, Any], what: str) -> None:
 def test_the_documented_experiments_are_all_there():
     names = {rel(p) for p in EXPERIMENTS}
     assert {"quickstart.yaml", "moco.yaml", "memory_bank.yaml", "cifar10/memory_bank.yaml", "cifar10/moco.yaml"} <= names
+    assert {f"{data}/memory_bank.yaml" for data in ("cifar10", "cifar100", "svhn", "imagenet100")} <= names
+    assert {f"{data}/linear.yaml" for data in ("cifar10", "cifar100", "svhn", "imagenet100")} <= {rel(p) for p in EVALUATIONS}
     assert len(FRAGMENTS) >= 5 and LOSS_OVERLAYS
 
 
@@ -202,6 +204,13 @@ def test_paper_settings_are_all_there():
     assert {"simple", "hard_simple"} <= names
 
 
+def test_loss_overlays_set_the_loss_and_nothing_else():
+    """Catches an overlay that names the run after one data set, or changes anything besides the loss."""
+    for overlay in LOSS_OVERLAYS:
+        keys = flatten(yaml.safe_load(overlay.read_text()), "")
+        assert keys and all(key.startswith("model.init_args.loss.") for key in keys), f"{rel(overlay)}: {sorted(keys)}"
+
+
 @pytest.mark.parametrize("overlay", LOSS_OVERLAYS, ids=lambda p: p.stem)
 @pytest.mark.parametrize("method", ["memory_bank", "moco"])
 def test_loss_overlay_composes_with_the_cifar10_methods(overlay, method, capsys):
@@ -212,7 +221,7 @@ def test_loss_overlay_composes_with_the_cifar10_methods(overlay, method, capsys)
     assert model["init_args"]["loss"]["class_path"] == expected["class_path"]
     for key, value in expected["init_args"].items():
         assert model["init_args"]["loss"]["init_args"][key] == value
-    assert result["trainer"]["logger"]["init_args"]["name"] == f"cifar10_{overlay.stem}"
+    assert result["trainer"]["logger"]["init_args"]["name"] == f"cifar10_{method}"
     assert len(result["trainer"]["callbacks"]) == 2
 
 
@@ -356,9 +365,36 @@ SUPCON_CIFAR100_LT = {
     **PACO_CIFAR100_LT,
     "loss": {"model.init_args.loss.class_path": "ssl_app.losses.SupCon", "model.init_args.loss.init_args.temperature": 0.05},
 }
+# SVHN: the same setup (the paper states one augmentation for all data sets, flip included), SVHN's statistics.
+WANG_LIU_2021_SVHN = {
+    **WANG_LIU_2021,
+    "values": {
+        **WANG_LIU_2021["values"],
+        "data.class_path": "datamodules.SVHNDataModule",
+        "data.init_args.augmentation.mean": list(SVHN_MEAN),
+        "data.init_args.augmentation.std": list(SVHN_STD),
+    },
+}
+# ImageNet-100: CMC's 100 classes, ResNet-50, the same optimiser and schedule, the paper's augmentation at
+# 224 px (RandomResizedCrop(224, 0.2-1)), ImageNet statistics, evaluation resize 256 + centre crop 224.
+WANG_LIU_2021_IMAGENET100 = {
+    **WANG_LIU_2021,
+    "values": {
+        **WANG_LIU_2021["values"],
+        "model.init_args.backbone": "resnet50",
+        "data.class_path": "datamodules.ImageFolderDataModule",
+        "data.init_args.class_list": "imagenet100",
+        "data.init_args.augmentation.crop_size": 224,
+        "data.init_args.augmentation.mean": list(IMAGENET_MEAN),
+        "data.init_args.augmentation.std": list(IMAGENET_STD),
+        "data.init_args.augmentation.eval_crop_fraction": 0.875,
+    },
+}
 PAPER_SETUPS = {
     "cifar10/memory_bank.yaml": WANG_LIU_2021,
     "cifar100/memory_bank.yaml": WANG_LIU_2021_CIFAR100,
+    "svhn/memory_bank.yaml": WANG_LIU_2021_SVHN,
+    "imagenet100/memory_bank.yaml": WANG_LIU_2021_IMAGENET100,
     "cifar10/moco.yaml": MOCO_V2_CIFAR_DEMO,
     "cifar100_lt/paco.yaml": PACO_CIFAR100_LT,
     "cifar100_lt/supcon.yaml": SUPCON_CIFAR100_LT,
@@ -393,6 +429,8 @@ def test_paper_setup_configs_match_the_paper(config, overlay, capsys):
     expected = dict(setup["values"])
     if overlay is None:
         expected.update(setup["loss"])
+    # The overlay sets the loss only: the run keeps the recipe's (data set's) name.
+    expected["trainer.logger.init_args.name"] = declared(CONFIGS / config)["trainer.logger.init_args.name"]
     assert_leaves(result, expected, " + ".join(rel(f) for f in files))
 
 
@@ -401,7 +439,9 @@ def test_the_paper_augmentation_reaches_the_transform(config, capsys):
     values = composed(capsys, CONFIGS / config)["data"]["init_args"]["augmentation"]
     steps = ViewAugmentation(**values).train_transform().transforms
     crop = next(s for s in steps if type(s).__name__ == "RandomResizedCrop")
-    assert crop.size == [32, 32] or tuple(crop.size) == (32, 32)
+    side = values["crop_size"]
+    assert side == PAPER_SETUPS[config]["values"].get("data.init_args.augmentation.crop_size", 32)
+    assert crop.size == [side, side] or tuple(crop.size) == (side, side)
     assert crop.scale == pytest.approx((values["min_scale"], 1.0))
     jitter_wrapper = next(s for s in steps if type(s).__name__ == "RandomApply")
     jitter = jitter_wrapper.transforms[0]

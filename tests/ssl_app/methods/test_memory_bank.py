@@ -261,7 +261,7 @@ def test_memory_bank_config_fits_and_validates_through_the_cli(tmp_path, monkeyp
     [
         ["cifar10/memory_bank.yaml"],
         ["cifar10/moco.yaml"],
-        ["cifar10/memory_bank.yaml", "cifar10/losses/hard_t0.3.yaml"],
+        ["cifar10/memory_bank.yaml", "losses/table1/hard_t0.3.yaml"],
     ],
     ids=["memory_bank", "moco", "memory_bank+hard"],
 )

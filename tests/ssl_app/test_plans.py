@@ -1,0 +1,83 @@
+"""Plans (``python -m ssl_app.sweep --plan table1 --data D``): Table 1 as one command per data set."""
+
+from __future__ import annotations
+
+import re
+import shlex
+
+import pytest
+
+from ssl_app.plans import DATA_SETS, TABLE1_COLUMNS
+from ssl_app.runs.record import read_record
+from ssl_app.sweep import main
+from tests.ssl_app.test_cli import REPO
+
+FIT_TINY = ["--", "--trainer.max_epochs=1", "--trainer.limit_train_batches=2", "--trainer.limit_val_batches=1",
+            "--trainer.enable_progress_bar=false", "--data.init_args.train_size=64", "--data.init_args.val_size=32",
+            "--data.init_args.test_size=32", "--data.init_args.batch_size=32"]  # fmt: skip
+LINEAR_TINY = ("--trainer.max_epochs=1 --trainer.check_val_every_n_epoch=1 --trainer.enable_progress_bar=false "
+               "--model.init_args.cache_features=flips --data.init_args.data.init_args.train_size=64 "
+               "--data.init_args.data.init_args.test_size=32")  # fmt: skip
+
+
+@pytest.mark.parametrize("data", ["cifar10", "cifar100", "svhn", "imagenet100"])
+def test_the_dry_run_prints_one_line_per_column_and_seed_with_its_recipe_overlay_and_linear_evaluation(
+    data, tmp_path, capsys, monkeypatch
+):
+    """Catches a plan that drops or repeats a column, puts two runs in one folder, composes another data
+    set's recipe, or leaves out the linear evaluation that follows each fit."""
+    monkeypatch.chdir(REPO)
+    assert main(["--plan", "table1", "--data", data, "--seeds", "0,1,2", "--out", str(tmp_path), "--dry-run"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 10 * 3
+    folders = set()
+    for line in lines:
+        fit, linear = (shlex.split(part) for part in line.split(" && "))
+        assert fit[:3] == ["python", "-m", "ssl_app"] and fit[3] == "fit"
+        assert fit[fit.index("--config") + 1] == f"configs/{data}/memory_bank.yaml"
+        [overlay] = [a for a in fit[fit.index("--config") + 2 :] if a.startswith("configs/losses/")]
+        column = re.fullmatch(r"configs/losses/table1/(.+)\.yaml", overlay).group(1)
+        name = next(a.split("=", 1)[1] for a in fit if a.startswith("--trainer.logger.init_args.name="))
+        version = next(a.split("=", 1)[1] for a in fit if a.startswith("--trainer.logger.init_args.version="))
+        assert name == column and f"--seed_everything={version.removeprefix('seed')}" in fit
+        folders.add((name, version))
+        assert linear[4:6] == ["--config", f"configs/{data}/linear.yaml"]
+        assert f"table1_{data}/{column}/{version}/checkpoints/last.ckpt" in linear[6]
+    assert len(folders) == 30 and {name for name, _ in folders} == set(TABLE1_COLUMNS)
+    assert not list(tmp_path.iterdir())
+
+
+def test_plan_options_that_do_not_go_together_are_one_error(capsys):
+    """Catches a --plan silently combined with a hand-written --config (two recipes in one run)."""
+    for argv in (["--plan", "table1", "--data", "cifar10", "--config", "configs/quickstart.yaml"], ["--plan", "table1"], []):
+        with pytest.raises(SystemExit) as exit_:
+            main([*argv, "--dry-run"])
+        assert exit_.value.code == 2 and capsys.readouterr().err.startswith("error: ")
+    assert set(DATA_SETS) >= {"cifar10", "cifar100", "svhn", "imagenet100"}
+
+
+def test_the_estimate_times_the_plan_here_and_says_what_it_is(capsys, monkeypatch):
+    """Catches an estimate that runs nothing (no timing), forgets the linear stage, or does not say it is one."""
+    monkeypatch.chdir(REPO)
+    assert main(["--plan", "table1", "--data", "shapes", "--estimate"]) == 0
+    out = capsys.readouterr().out
+    assert "10 runs" in out and "ms per training image" in out and "an estimate" in out
+    per_run = re.search(r"per run: ([\d.]+) device-hours fit \+ ([\d.]+) linear = ([\d.]+); whole plan: ([\d.]+)", out)
+    fit, linear, total, plan = map(float, per_run.groups())
+    assert fit > 0 and linear >= 0 and total == pytest.approx(fit + linear, abs=0.011)
+    assert plan == pytest.approx(10 * total, abs=0.11)
+
+
+@pytest.mark.slow
+def test_the_cpu_plan_runs_end_to_end_each_fit_then_its_linear_evaluation(tmp_path, capsys, monkeypatch):
+    """Catches a plan whose runs parse but do not train, or whose linear stage is not filed in its run."""
+    monkeypatch.chdir(REPO)
+    args = ["--plan", "table1", "--data", "shapes", "--out", str(tmp_path), "--jobs", "2", "--linear-args", LINEAR_TINY]
+    assert main([*args, *FIT_TINY]) == 0
+    for column in TABLE1_COLUMNS:
+        run = tmp_path / "table1_shapes" / column / "seed0"
+        assert read_record(run).status == "done", column
+        assert read_record(run / "evaluations" / "linear_0").status == "done", column
+    capsys.readouterr()
+    assert main(["--plan", "table1", "--data", "shapes", "--out", str(tmp_path), "--status"]) == 0
+    assert capsys.readouterr().out.count("done") >= 10
