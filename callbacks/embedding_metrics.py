@@ -42,19 +42,22 @@ def embedding_report(
     top_k: int = DEFAULT_TOP_K,
     clean: Tensor | None = None,
     clean_labels: Tensor | None = None,
+    backbone: Tensor | None = None,
 ) -> EmbeddingReport:
     """Every registered metric of N samples' two view embeddings ``za``, ``zb`` [N, d].
 
     ``clean`` [N', d] with ``clean_labels`` are the one-per-sample embeddings that uniformity,
     tolerance and the effective rank read; ``None``: the first views ``za`` with ``labels``
-    (the ``uniformity_inputs: augmented`` behaviour). Pass the same gathered tensors on every
-    rank: the functions shard their work and return the single-process values everywhere.
+    (the ``uniformity_inputs: augmented`` behaviour). ``backbone`` [N', f]: the unnormalised
+    backbone features of the ``clean`` rows, which ``effective_rank_backbone`` reads (``None``:
+    not computed). Pass the same gathered tensors on every rank: the functions shard their work
+    and return the single-process values everywhere.
     """
     if clean is None:
         clean, clean_labels = za, labels
     elif clean_labels is None:
         raise ValueError("embedding_report: clean needs clean_labels")
-    return evaluate_metrics(EmbeddingInputs(clean, clean_labels, za, zb, top_k))
+    return evaluate_metrics(EmbeddingInputs(clean, clean_labels, za, zb, top_k, backbone))
 
 
 def collapse_evidence(report: EmbeddingReport) -> CollapseEvidence:
@@ -73,7 +76,12 @@ def collapse_evidence(report: EmbeddingReport) -> CollapseEvidence:
 def inputs_table(top_k: int, uniformity_inputs: UniformityInputs) -> str:
     """A markdown table: each logged tag, its formula and the inputs it was computed on."""
     clean = "clean (eval-transform) embeddings" if uniformity_inputs == "clean" else "first augmented view"
-    words = {"clean": clean, "views": "two augmented views", "labels": "labels"}
+    words = {
+        "clean": clean,
+        "views": "two augmented views",
+        "labels": "labels",
+        "backbone": "backbone features of the clean (eval-transform) images, unnormalised",
+    }
     rows = ["| tag | formula | inputs |", "|---|---|---|"]
     for metric, name in registered_fields():
         inputs = " + ".join(words[read] for read in metric.reads)
@@ -97,7 +105,10 @@ class EmbeddingMetrics(Callback):
     - **clean** embeddings, one per sample: ``metrics/uniformity`` (−log mean_{i<j}
       exp(−2‖z_i − z_j‖²)), ``metrics/tolerance`` (mean z_i·z_j over same-label pairs; on data
       without labels, skipped with one line at setup) and
-      ``metrics/effective_rank`` (RankMe: exp of the entropy of the normalised singular values).
+      ``metrics/effective_rank`` (exp of the entropy of the normalised singular values of the
+      L2-normalised projections), and ``metrics/effective_rank_backbone``, the same of the
+      backbone features, unnormalised, from the same clean pass (RankMe as Garrido et al. define
+      it; not logged with ``uniformity_inputs: augmented``, which makes no clean pass).
       With ``uniformity_inputs: clean`` (default) these are the evaluation-transform embeddings
       of the same samples (an own pass through ``datamodule.embedding_dataloader(split,
       views=1, augment=False)``, each rank a disjoint shard), the quantity of Wang & Liu's
@@ -316,18 +327,24 @@ class EmbeddingMetrics(Callback):
         the same samples even when the loop saw only part of the split.
         """
         buffer = embed_split(
-            trainer, pl_module, split, views=1, augment=False, max_samples=self.max_samples, who="EmbeddingMetrics"
+            trainer,
+            pl_module,
+            split,
+            views=1,
+            augment=False,
+            max_samples=self.max_samples,
+            who="EmbeddingMetrics",
+            keep_backbone=True,
         )
         clean = buffer.gather(device=pl_module.device)
-        keep = torch.isin(clean.indices, views.indices)
-        return Samples(clean.indices[keep], clean.labels[keep], clean.features[keep])
+        return clean.select(torch.isin(clean.indices, views.indices))
 
     def measure(self, trainer: L.Trainer, pl_module: L.LightningModule, split: str, views: Samples) -> EmbeddingReport:
         """Every registered metric of the gathered ``views`` (and, for ``clean``, an own pass of ``split``)."""
         za, zb = views.view_features(0), views.view_features(1)
         if self.uniformity_inputs == "clean":
             clean = self.clean_samples(trainer, pl_module, split, views)
-            return embedding_report(za, zb, views.labels, self.top_k, clean.view_features(0), clean.labels)
+            return embedding_report(za, zb, views.labels, self.top_k, clean.view_features(0), clean.labels, clean.backbone)
         return embedding_report(za, zb, views.labels, self.top_k)
 
     # --- evaluating ------------------------------------------------------------------------

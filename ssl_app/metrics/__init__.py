@@ -4,10 +4,12 @@
     uniformity(z, t=2.0)                            −log mean_{i<j} exp(−t ||z_i − z_j||²)
     tolerance(z, labels)                            mean z_i·z_j over same-label pairs i ≠ j
     positive_and_topk_negatives(za, zb, k=10)       s_ii and the k largest s_ij, j ≠ i
-    effective_rank(z)                               exp(entropy of σ/Σσ), σ = singular values (RankMe)
+    effective_rank(z, normalize=True)               exp(entropy of σ/Σσ), σ = singular values of the
+                                                    unit rows (normalize=False: the rows as given, RankMe)
 
 ``registry``: each embedding metric as one function plus one ``@register`` line, with the
-inputs it reads (clean embeddings, two augmented views, labels); ``evaluate_metrics`` runs them.
+inputs it reads (clean embeddings, two augmented views, labels, the clean rows' backbone
+features); ``evaluate_metrics`` runs them.
 
 Pure tensor functions; callbacks gather embeddings and call them on every rank.
 """

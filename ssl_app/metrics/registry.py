@@ -23,6 +23,8 @@ a missing key. What the inputs are:
 - ``views``: two augmented views per sample, ``view_a`` and ``view_b`` [M, d] (row i of both is
   sample i): what alignment and the positive similarity are defined on.
 - ``labels``: the class labels of the ``clean`` rows (< 0: unlabelled).
+- ``backbone``: the backbone features of the ``clean`` rows, unnormalised, [N, f] (from the same
+  pass as ``clean``; absent, so its metrics are NaN, with ``uniformity_inputs: augmented``).
 
 All the functions are pure (no Lightning); under DDP pass the same gathered tensors on every
 rank and the metric functions shard their own work.
@@ -43,8 +45,8 @@ from ssl_app.errors import ConfigError
 from ssl_app.metrics.embedding import alignment, positive_and_topk_negatives, tolerance, uniformity
 from ssl_app.metrics.rank import effective_rank
 
-Input = Literal["clean", "views", "labels"]
-INPUTS: tuple[Input, ...] = ("clean", "views", "labels")
+Input = Literal["clean", "views", "labels", "backbone"]
+INPUTS: tuple[Input, ...] = ("clean", "views", "labels", "backbone")
 
 #: Hardest negatives per anchor unless the callback's ``top_k`` says otherwise (Wang & Liu: 10).
 DEFAULT_TOP_K = 10
@@ -65,7 +67,8 @@ class EmbeddingInputs:
     """What the metrics of one evaluation may read (every tensor gathered, the same on every rank).
 
     ``clean`` [N, d] with ``labels`` [N]; ``view_a``, ``view_b`` [M, d]; ``top_k``: hardest
-    negatives per anchor for the metrics that need it.
+    negatives per anchor for the metrics that need it; ``backbone`` [N, f]: the unnormalised
+    backbone features of the ``clean`` rows (``None``: not available).
     """
 
     clean: Tensor
@@ -73,6 +76,7 @@ class EmbeddingInputs:
     view_a: Tensor
     view_b: Tensor
     top_k: int = DEFAULT_TOP_K
+    backbone: Tensor | None = None
 
     def rows(self, name: Input) -> int:
         """How many samples the input ``name`` holds (labels: how many are labelled)."""
@@ -80,6 +84,8 @@ class EmbeddingInputs:
             return self.clean.shape[0]
         if name == "views":
             return self.view_a.shape[0]
+        if name == "backbone":
+            return 0 if self.backbone is None else self.backbone.shape[0]
         return int((self.labels >= 0).sum())
 
 
@@ -226,12 +232,15 @@ class EmbeddingReport:
 def drop_nonfinite(inputs: EmbeddingInputs) -> tuple[EmbeddingInputs, int, int]:
     """``(inputs without non-finite rows, how many embeddings were non-finite, how many in all)``.
 
-    A ``clean`` row goes with its label; a sample of ``views`` goes when either view is
-    non-finite. Counts are of embedding vectors: N clean rows plus 2M view rows, except that a
-    ``clean`` that *is* ``view_a`` (the same tensor: clean inputs taken from the first view)
-    is counted once, as the views.
+    A ``clean`` row goes with its label and its ``backbone`` row (when either of the two is
+    non-finite); a sample of ``views`` goes when either view is non-finite. Counts are of
+    embedding vectors: N clean rows plus 2M view rows, except that a ``clean`` that *is*
+    ``view_a`` (the same tensor: clean inputs taken from the first view) is counted once, as the
+    views.
     """
     clean_ok = torch.isfinite(inputs.clean).all(dim=1)
+    if inputs.backbone is not None:
+        clean_ok = clean_ok & torch.isfinite(inputs.backbone).all(dim=1)
     view_a_ok, view_b_ok = torch.isfinite(inputs.view_a).all(dim=1), torch.isfinite(inputs.view_b).all(dim=1)
     total = 2 * inputs.view_a.shape[0]
     bad = total - int(view_a_ok.sum()) - int(view_b_ok.sum())
@@ -245,6 +254,7 @@ def drop_nonfinite(inputs: EmbeddingInputs) -> tuple[EmbeddingInputs, int, int]:
         inputs,
         clean=inputs.clean[clean_ok],
         labels=inputs.labels[clean_ok],
+        backbone=None if inputs.backbone is None else inputs.backbone[clean_ok],
         view_a=inputs.view_a[pair_ok],
         view_b=inputs.view_b[pair_ok],
     )
@@ -311,3 +321,13 @@ def _positive_vs_negatives(x: EmbeddingInputs) -> dict[str, Tensor]:
 @register("effective_rank", reads=("clean",), formula="exp(entropy of σ/Σσ), σ the singular values of the clean input (RankMe)")
 def _effective_rank(x: EmbeddingInputs) -> dict[str, Tensor]:
     return {"effective_rank": effective_rank(x.clean)}
+
+
+@register(
+    "effective_rank_backbone",
+    reads=("backbone",),
+    formula="exp(entropy of σ/Σσ), σ the singular values of the clean input's backbone features, unnormalised "
+    "(RankMe as Garrido et al. define it)",
+)
+def _effective_rank_backbone(x: EmbeddingInputs) -> dict[str, Tensor]:
+    return {"effective_rank_backbone": effective_rank(x.backbone, normalize=False)}

@@ -79,6 +79,7 @@ def test_logged_values_equal_the_metric_functions(tiny_run):
         "metrics/uniformity": uniformity(clean),  # the clean (eval-transform) embeddings
         "metrics/tolerance": tolerance(clean, labels),
         "metrics/effective_rank": effective_rank(clean),
+        "metrics/effective_rank_backbone": rankme(clean_backbone_features(model, data)),
         "metrics/nonfinite": torch.tensor(0.0),
     }
     logged = last_scalars(log_dir)
@@ -88,6 +89,22 @@ def test_logged_values_equal_the_metric_functions(tiny_run):
     # the clean inputs are a different quantity from the augmented ones
     assert abs(logged["metrics/uniformity"] - float(uniformity(za))) > 0.05
     assert abs(logged["metrics/effective_rank"] - float(effective_rank(za))) > 1e-3
+    # RankMe on the backbone features is another number than the projections' effective rank
+    assert abs(logged["metrics/effective_rank_backbone"] - logged["metrics/effective_rank"]) > 1e-2
+
+
+def clean_backbone_features(model: SimCLR, data, split: str = "val") -> torch.Tensor:
+    """The backbone features (``model(images)``, unnormalised) of the eval-transform images, by hand."""
+    model.eval()
+    with torch.no_grad():
+        return torch.cat([model(views[0]) for views, _, _ in data.embedding_dataloader(split, views=1, augment=False)])
+
+
+def rankme(features: torch.Tensor) -> torch.Tensor:
+    """RankMe from a direct SVD in float64: exp(entropy of σ/Σσ), rows unnormalised."""
+    sigma = torch.linalg.svdvals(features.double())
+    p = sigma / sigma.sum()
+    return torch.exp(-torch.special.xlogy(p, p).sum())
 
 
 def test_the_inputs_of_every_tag_are_described_in_tensorboard(tiny_run):
