@@ -217,6 +217,8 @@ def test_unknown_split_is_named():
 def test_two_ranks_measure_what_one_process_measures(ddp_results, inputs):
     single = ddp_worker.callback_report(0, 1, inputs).scalars()
     assert {"uniformity", "tolerance", "effective_rank", "alignment", "pos_sim", "top10_neg_sim"} <= set(single)
+    # RankMe's backbone rows come with the clean pass only, gathered like the projections
+    assert ("effective_rank_backbone" in single) == (inputs == "clean")
     for result in ddp_results:
         double = result[f"{inputs}_scalars"]
         assert set(double) == set(single)
