@@ -33,6 +33,7 @@ from ssl_app.metrics import DEFAULT_TOP_K, EmbeddingInputs, EmbeddingReport, eva
 log = logging.getLogger(__name__)
 
 UniformityInputs = Literal["clean", "augmented"]
+NegativesFrom = Literal["views", "train"]
 
 
 def embedding_report(
@@ -43,6 +44,7 @@ def embedding_report(
     clean: Tensor | None = None,
     clean_labels: Tensor | None = None,
     backbone: Tensor | None = None,
+    train: Tensor | None = None,
 ) -> EmbeddingReport:
     """Every registered metric of N samples' two view embeddings ``za``, ``zb`` [N, d].
 
@@ -50,14 +52,16 @@ def embedding_report(
     tolerance and the effective rank read; ``None``: the first views ``za`` with ``labels``
     (the ``uniformity_inputs: augmented`` behaviour). ``backbone`` [N', f]: the unnormalised
     backbone features of the ``clean`` rows, which ``effective_rank_backbone`` reads (``None``:
-    not computed). Pass the same gathered tensors on every rank: the functions shard their work
-    and return the single-process values everywhere.
+    not computed). ``train`` [T, d]: clean embeddings of the training split, where
+    ``top{k}_train_neg_sim`` looks for each anchor's hardest negatives (``None``: not computed).
+    Pass the same gathered tensors on every rank: the functions shard their work and return the
+    single-process values everywhere.
     """
     if clean is None:
         clean, clean_labels = za, labels
     elif clean_labels is None:
         raise ValueError("embedding_report: clean needs clean_labels")
-    return evaluate_metrics(EmbeddingInputs(clean, clean_labels, za, zb, top_k, backbone))
+    return evaluate_metrics(EmbeddingInputs(clean, clean_labels, za, zb, top_k, backbone, train))
 
 
 def collapse_evidence(report: EmbeddingReport) -> CollapseEvidence:
@@ -81,6 +85,7 @@ def inputs_table(top_k: int, uniformity_inputs: UniformityInputs) -> str:
         "views": "two augmented views",
         "labels": "labels",
         "backbone": "backbone features of the clean (eval-transform) images, unnormalised",
+        "train": "clean embeddings of the train split",
     }
     rows = ["| tag | formula | inputs |", "|---|---|---|"]
     for metric, name in registered_fields():
@@ -166,6 +171,12 @@ class EmbeddingMetrics(Callback):
         collapse_concentrating_drop: ... by at least this fraction of its value before the
             first of those falls, with the top-k negatives at ``collapse_drop_similarity`` or above.
         stop_on_collapse: stop training (``trainer.should_stop``) when collapsed.
+        negatives_from: ``views`` (default): only the two-view comparison above. ``train``: also
+            ``metrics/top{k}_train_neg_sim``, each evaluation anchor's (first view's) k largest
+            similarities to the clean embeddings of the whole train split (an own pass, shared
+            with ``KNNMonitor``'s bank when their options agree; gathered from every rank): the
+            paper's comparison, whose negatives come from its memory bank of the training set.
+            Needs an evaluation split other than ``train``.
         stop_on_nonfinite: during ``fit``, stop the run as diverged (``NonFiniteError``, naming the
             step and the first non-finite parameter or buffer) when any embedding is NaN/inf:
             training on would only write a non-finite state (``false``: evaluate the finite
@@ -192,6 +203,7 @@ class EmbeddingMetrics(Callback):
         collapse_concentrating_drop: float = 0.5,
         stop_on_collapse: bool = False,
         stop_on_nonfinite: bool = True,
+        negatives_from: NegativesFrom = "views",
     ) -> None:
         super().__init__()
         if not isinstance(every_n_epochs, int) or every_n_epochs < 1:
@@ -204,6 +216,13 @@ class EmbeddingMetrics(Callback):
             raise ConfigError(f"EmbeddingMetrics: split must be null, train, val or test, got {split!r}")
         if uniformity_inputs not in ("clean", "augmented"):
             raise ConfigError(f"EmbeddingMetrics: uniformity_inputs must be clean or augmented, got {uniformity_inputs!r}")
+        if negatives_from not in ("views", "train"):
+            raise ConfigError(f"EmbeddingMetrics: negatives_from must be views or train, got {negatives_from!r}")
+        if negatives_from == "train" and split == "train":
+            raise ConfigError(
+                "EmbeddingMetrics: negatives_from=train looks for negatives in the train split, so the evaluation "
+                "split must be another one (split: null, val or test)"
+            )
         criteria = CollapseCriteria(
             collapse_uniformity, collapse_alignment, collapse_alignment_uniformity, collapse_similarity,
             collapse_uniformity_drop, collapse_drop_min_best, collapse_drop_similarity,
@@ -215,6 +234,7 @@ class EmbeddingMetrics(Callback):
         self.max_samples = max_samples
         self.top_k = top_k
         self.uniformity_inputs = uniformity_inputs
+        self.negatives_from = negatives_from
         self.log_histograms = log_histograms
         self.alarm = CollapseAlarm(criteria)
         self.stop_on_collapse = stop_on_collapse
@@ -265,6 +285,8 @@ class EmbeddingMetrics(Callback):
             )
         elif self.split is not None:
             require_embedding_dataloader(trainer, f"EmbeddingMetrics with split={self.split}")
+        if self.negatives_from == "train":
+            require_embedding_dataloader(trainer, "EmbeddingMetrics with negatives_from=train")
 
     # --- collecting ------------------------------------------------------------------------
     def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
@@ -342,10 +364,16 @@ class EmbeddingMetrics(Callback):
     def measure(self, trainer: L.Trainer, pl_module: L.LightningModule, split: str, views: Samples) -> EmbeddingReport:
         """Every registered metric of the gathered ``views`` (and, for ``clean``, an own pass of ``split``)."""
         za, zb = views.view_features(0), views.view_features(1)
+        train = self.train_embeddings(trainer, pl_module) if self.negatives_from == "train" else None
         if self.uniformity_inputs == "clean":
             clean = self.clean_samples(trainer, pl_module, split, views)
-            return embedding_report(za, zb, views.labels, self.top_k, clean.view_features(0), clean.labels, clean.backbone)
-        return embedding_report(za, zb, views.labels, self.top_k)
+            return embedding_report(za, zb, views.labels, self.top_k, clean.view_features(0), clean.labels, clean.backbone, train)
+        return embedding_report(za, zb, views.labels, self.top_k, train=train)
+
+    def train_embeddings(self, trainer: L.Trainer, pl_module: L.LightningModule) -> Tensor:
+        """The clean embeddings of the whole train split, gathered from every rank (a collective)."""
+        buffer = embed_split(trainer, pl_module, "train", views=1, augment=False, who="EmbeddingMetrics")
+        return buffer.gather(device=pl_module.device).view_features(0)
 
     # --- evaluating ------------------------------------------------------------------------
     def _evaluate(self, trainer: L.Trainer, pl_module: L.LightningModule, split: str) -> None:

@@ -23,6 +23,7 @@ from ssl_app.metrics import (
     tolerance,
     uniformity,
 )
+from ssl_app.metrics.embedding import topk_similarities
 from ssl_app.metrics.rank import spectrum_effective_rank
 
 
@@ -90,6 +91,23 @@ def test_backbone_effective_rank_is_registered_and_nan_without_backbone_features
     assert dropped.value("effective_rank_backbone") == pytest.approx(effective_rank(features[1:], normalize=False).item())
 
 
+def test_train_negatives_are_the_k_largest_similarities_to_the_train_set():
+    """Catches the train-set top-k excluding a candidate it must keep (the evaluation anchors are
+    not in the train set), reading the second views, or a chunk boundary dropping rows."""
+    g = torch.Generator().manual_seed(2)
+    za, zb, train = torch.randn(30, 8, generator=g), torch.randn(30, 8, generator=g), 4 * torch.randn(50, 8, generator=g)
+    brute = (F.normalize(za.double(), dim=1) @ F.normalize(train.double(), dim=1).T).sort(dim=1, descending=True).values
+    found = topk_similarities(za, train, 10, chunk_size=7)
+    torch.testing.assert_close(found.double(), brute[:, :10], atol=1e-6, rtol=0)
+    report = evaluate_metrics(EmbeddingInputs(za, torch.arange(30) % 3, za, zb, top_k=10, train=train))
+    assert report["train_neg_sim"].shape == (30, 10)
+    assert report.value("train_neg_sim") == pytest.approx(brute[:, :10].mean().item(), abs=1e-6)
+    assert "top10_train_neg_sim" in report.scalars()
+    assert math.isnan(evaluate_metrics(EmbeddingInputs(za, torch.arange(30) % 3, za, zb)).value("train_neg_sim"))
+    small = evaluate_metrics(EmbeddingInputs(za, torch.arange(30) % 3, za, zb, top_k=10, train=train[:4]))
+    assert small["train_neg_sim"].shape == (30, 4)  # k is capped at the train rows
+
+
 def test_two_equal_and_two_zero_singular_values_give_two():
     assert spectrum_effective_rank(torch.tensor([3.0, 3.0, 0.0, 0.0], dtype=torch.float64)).item() == pytest.approx(2.0)
 
@@ -129,7 +147,7 @@ def test_each_metric_reads_the_inputs_it_declares():
 def test_scalars_are_the_logged_tags_with_k_filled_in():
     """Catches a tag logged with its template unfilled (``top{k}_neg_sim``) or with the default k
     instead of the inputs' top_k, and a registered field left out of the scalars."""
-    scalars = evaluate_metrics(inputs()).scalars()  # top_k = 5
+    scalars = evaluate_metrics(inputs(train=torch.randn(50, 8))).scalars()  # top_k = 5
     assert set(scalars) == {metric.tag(name, 5) for metric, name in registered_fields()}
     assert "top5_neg_sim" in scalars and not any("{" in tag or "top10" in tag for tag in scalars)
 

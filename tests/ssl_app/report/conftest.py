@@ -41,6 +41,7 @@ def write_study(root: Path) -> Study:
                 "top10_neg_sim": 0.553,
                 "effective_rank": 24.1,
                 "effective_rank_backbone": 61.2,
+                "top10_train_neg_sim": 0.612,
             },
             {
                 "knn_acc": 0.48,
@@ -51,6 +52,7 @@ def write_study(root: Path) -> Study:
                 "top10_neg_sim": 0.531,
                 "effective_rank": 25.3,
                 "effective_rank_backbone": 63.0,
+                "top10_train_neg_sim": 0.598,
             },
         ],
         "InfoNCE τ=0.7": [
@@ -63,6 +65,7 @@ def write_study(root: Path) -> Study:
                 "top10_neg_sim": 0.812,
                 "effective_rank": 19.8,
                 "effective_rank_backbone": 48.7,
+                "top10_train_neg_sim": 0.861,
             },
             {
                 "knn_acc": 0.46,
@@ -72,6 +75,7 @@ def write_study(root: Path) -> Study:
                 "top10_neg_sim": 0.836,
                 "effective_rank": 20.4,
                 "effective_rank_backbone": 50.1,
+                "top10_train_neg_sim": 0.874,
             },
         ],
     }
@@ -105,6 +109,7 @@ def write_study(root: Path) -> Study:
             "top10_neg_sim": 1.0,
             "effective_rank": 1.0,
             "effective_rank_backbone": 1.0,
+            "top10_train_neg_sim": 1.0,
         },
         epochs=1,
         sweep=sweep_sidecar("infonce_t0.3", {TAU: 0.3}, 2),

@@ -24,6 +24,7 @@ EPOCH_METRICS = (
     "top10_neg_sim",
     "effective_rank",
     "effective_rank_backbone",
+    "top10_train_neg_sim",
 )
 
 
