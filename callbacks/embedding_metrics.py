@@ -33,6 +33,7 @@ from ssl_app.metrics import DEFAULT_TOP_K, EmbeddingInputs, EmbeddingReport, eva
 log = logging.getLogger(__name__)
 
 UniformityInputs = Literal["clean", "augmented"]
+NegativesFrom = Literal["views", "train"]
 
 
 def embedding_report(
@@ -42,19 +43,25 @@ def embedding_report(
     top_k: int = DEFAULT_TOP_K,
     clean: Tensor | None = None,
     clean_labels: Tensor | None = None,
+    backbone: Tensor | None = None,
+    train: Tensor | None = None,
 ) -> EmbeddingReport:
     """Every registered metric of N samples' two view embeddings ``za``, ``zb`` [N, d].
 
     ``clean`` [N', d] with ``clean_labels`` are the one-per-sample embeddings that uniformity,
     tolerance and the effective rank read; ``None``: the first views ``za`` with ``labels``
-    (the ``uniformity_inputs: augmented`` behaviour). Pass the same gathered tensors on every
-    rank: the functions shard their work and return the single-process values everywhere.
+    (the ``uniformity_inputs: augmented`` behaviour). ``backbone`` [N', f]: the unnormalised
+    backbone features of the ``clean`` rows, which ``effective_rank_backbone`` reads (``None``:
+    not computed). ``train`` [T, d]: clean embeddings of the training split, where
+    ``top{k}_train_neg_sim`` looks for each anchor's hardest negatives (``None``: not computed).
+    Pass the same gathered tensors on every rank: the functions shard their work and return the
+    single-process values everywhere.
     """
     if clean is None:
         clean, clean_labels = za, labels
     elif clean_labels is None:
         raise ValueError("embedding_report: clean needs clean_labels")
-    return evaluate_metrics(EmbeddingInputs(clean, clean_labels, za, zb, top_k))
+    return evaluate_metrics(EmbeddingInputs(clean, clean_labels, za, zb, top_k, backbone, train))
 
 
 def collapse_evidence(report: EmbeddingReport) -> CollapseEvidence:
@@ -73,7 +80,13 @@ def collapse_evidence(report: EmbeddingReport) -> CollapseEvidence:
 def inputs_table(top_k: int, uniformity_inputs: UniformityInputs) -> str:
     """A markdown table: each logged tag, its formula and the inputs it was computed on."""
     clean = "clean (eval-transform) embeddings" if uniformity_inputs == "clean" else "first augmented view"
-    words = {"clean": clean, "views": "two augmented views", "labels": "labels"}
+    words = {
+        "clean": clean,
+        "views": "two augmented views",
+        "labels": "labels",
+        "backbone": "backbone features of the clean (eval-transform) images, unnormalised",
+        "train": "clean embeddings of the train split",
+    }
     rows = ["| tag | formula | inputs |", "|---|---|---|"]
     for metric, name in registered_fields():
         inputs = " + ".join(words[read] for read in metric.reads)
@@ -97,7 +110,10 @@ class EmbeddingMetrics(Callback):
     - **clean** embeddings, one per sample: ``metrics/uniformity`` (−log mean_{i<j}
       exp(−2‖z_i − z_j‖²)), ``metrics/tolerance`` (mean z_i·z_j over same-label pairs; on data
       without labels, skipped with one line at setup) and
-      ``metrics/effective_rank`` (RankMe: exp of the entropy of the normalised singular values).
+      ``metrics/effective_rank`` (exp of the entropy of the normalised singular values of the
+      L2-normalised projections), and ``metrics/effective_rank_backbone``, the same of the
+      backbone features, unnormalised, from the same clean pass (RankMe as Garrido et al. define
+      it; not logged with ``uniformity_inputs: augmented``, which makes no clean pass).
       With ``uniformity_inputs: clean`` (default) these are the evaluation-transform embeddings
       of the same samples (an own pass through ``datamodule.embedding_dataloader(split,
       views=1, augment=False)``, each rank a disjoint shard), the quantity of Wang & Liu's
@@ -155,6 +171,12 @@ class EmbeddingMetrics(Callback):
         collapse_concentrating_drop: ... by at least this fraction of its value before the
             first of those falls, with the top-k negatives at ``collapse_drop_similarity`` or above.
         stop_on_collapse: stop training (``trainer.should_stop``) when collapsed.
+        negatives_from: ``views`` (default): only the two-view comparison above. ``train``: also
+            ``metrics/top{k}_train_neg_sim``, each evaluation anchor's (first view's) k largest
+            similarities to the clean embeddings of the whole train split (an own pass, shared
+            with ``KNNMonitor``'s bank when their options agree; gathered from every rank): the
+            paper's comparison, whose negatives come from its memory bank of the training set.
+            Needs an evaluation split other than ``train``.
         stop_on_nonfinite: during ``fit``, stop the run as diverged (``NonFiniteError``, naming the
             step and the first non-finite parameter or buffer) when any embedding is NaN/inf:
             training on would only write a non-finite state (``false``: evaluate the finite
@@ -181,6 +203,7 @@ class EmbeddingMetrics(Callback):
         collapse_concentrating_drop: float = 0.5,
         stop_on_collapse: bool = False,
         stop_on_nonfinite: bool = True,
+        negatives_from: NegativesFrom = "views",
     ) -> None:
         super().__init__()
         if not isinstance(every_n_epochs, int) or every_n_epochs < 1:
@@ -193,6 +216,13 @@ class EmbeddingMetrics(Callback):
             raise ConfigError(f"EmbeddingMetrics: split must be null, train, val or test, got {split!r}")
         if uniformity_inputs not in ("clean", "augmented"):
             raise ConfigError(f"EmbeddingMetrics: uniformity_inputs must be clean or augmented, got {uniformity_inputs!r}")
+        if negatives_from not in ("views", "train"):
+            raise ConfigError(f"EmbeddingMetrics: negatives_from must be views or train, got {negatives_from!r}")
+        if negatives_from == "train" and split == "train":
+            raise ConfigError(
+                "EmbeddingMetrics: negatives_from=train looks for negatives in the train split, so the evaluation "
+                "split must be another one (split: null, val or test)"
+            )
         criteria = CollapseCriteria(
             collapse_uniformity, collapse_alignment, collapse_alignment_uniformity, collapse_similarity,
             collapse_uniformity_drop, collapse_drop_min_best, collapse_drop_similarity,
@@ -204,6 +234,7 @@ class EmbeddingMetrics(Callback):
         self.max_samples = max_samples
         self.top_k = top_k
         self.uniformity_inputs = uniformity_inputs
+        self.negatives_from = negatives_from
         self.log_histograms = log_histograms
         self.alarm = CollapseAlarm(criteria)
         self.stop_on_collapse = stop_on_collapse
@@ -254,6 +285,8 @@ class EmbeddingMetrics(Callback):
             )
         elif self.split is not None:
             require_embedding_dataloader(trainer, f"EmbeddingMetrics with split={self.split}")
+        if self.negatives_from == "train":
+            require_embedding_dataloader(trainer, "EmbeddingMetrics with negatives_from=train")
 
     # --- collecting ------------------------------------------------------------------------
     def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
@@ -316,19 +349,31 @@ class EmbeddingMetrics(Callback):
         the same samples even when the loop saw only part of the split.
         """
         buffer = embed_split(
-            trainer, pl_module, split, views=1, augment=False, max_samples=self.max_samples, who="EmbeddingMetrics"
+            trainer,
+            pl_module,
+            split,
+            views=1,
+            augment=False,
+            max_samples=self.max_samples,
+            who="EmbeddingMetrics",
+            keep_backbone=True,
         )
         clean = buffer.gather(device=pl_module.device)
-        keep = torch.isin(clean.indices, views.indices)
-        return Samples(clean.indices[keep], clean.labels[keep], clean.features[keep])
+        return clean.select(torch.isin(clean.indices, views.indices))
 
     def measure(self, trainer: L.Trainer, pl_module: L.LightningModule, split: str, views: Samples) -> EmbeddingReport:
         """Every registered metric of the gathered ``views`` (and, for ``clean``, an own pass of ``split``)."""
         za, zb = views.view_features(0), views.view_features(1)
+        train = self.train_embeddings(trainer, pl_module) if self.negatives_from == "train" else None
         if self.uniformity_inputs == "clean":
             clean = self.clean_samples(trainer, pl_module, split, views)
-            return embedding_report(za, zb, views.labels, self.top_k, clean.view_features(0), clean.labels)
-        return embedding_report(za, zb, views.labels, self.top_k)
+            return embedding_report(za, zb, views.labels, self.top_k, clean.view_features(0), clean.labels, clean.backbone, train)
+        return embedding_report(za, zb, views.labels, self.top_k, train=train)
+
+    def train_embeddings(self, trainer: L.Trainer, pl_module: L.LightningModule) -> Tensor:
+        """The clean embeddings of the whole train split, gathered from every rank (a collective)."""
+        buffer = embed_split(trainer, pl_module, "train", views=1, augment=False, who="EmbeddingMetrics")
+        return buffer.gather(device=pl_module.device).view_features(0)
 
     # --- evaluating ------------------------------------------------------------------------
     def _evaluate(self, trainer: L.Trainer, pl_module: L.LightningModule, split: str) -> None:

@@ -15,6 +15,7 @@ from torch import Tensor
 
 from callbacks.gather import SampleBuffer
 from ssl_app.errors import ConfigError
+from ssl_app.methods.base import ContrastiveMethod
 
 Features = Literal["projection", "backbone"]
 
@@ -64,28 +65,43 @@ def embed_split(
     max_samples: Optional[int] = None,
     batch_size: Optional[int] = None,
     who: str = "callback",
+    keep_backbone: bool = False,
 ) -> SampleBuffer:
     """This rank's disjoint shard of ``split``, embedded in eval mode (a ``SampleBuffer``).
+
+    ``keep_backbone`` (with ``features="projection"``): also keep each sample's backbone features,
+    unnormalised, from the same forward pass (``pl_module.encode``; ``Samples.backbone``), for a
+    ``ContrastiveMethod`` whose ``embed`` is ``encode``'s projection (not overridden).
 
     Uses ``datamodule.embedding_dataloader(split, views, augment, rank=, world_size=)``, whose
     shards are in index order, so with ``max_samples`` the pass stops at the first batch past it.
 
     Passes are cached while the model's weights and buffers are unchanged (their in-place
     version counters), so callbacks that need the same embeddings at the same point (the clean
-    validation embeddings of ``EmbeddingMetrics`` and ``KNNMonitor``) share one pass. Every
-    view is a fixed function of the sample index, so a cached pass equals a repeated one.
+    validation embeddings of ``EmbeddingMetrics`` and ``KNNMonitor``) share one pass (a pass that
+    kept the backbone features also serves a request without them). Every view is a fixed
+    function of the sample index, so a cached pass equals a repeated one.
     """
+    keep_backbone = keep_backbone and features == "projection" and _encode_gives_embed(pl_module)
     key = (split, views, augment, features, max_samples, batch_size, trainer.global_rank, trainer.world_size)
     version = _state_version(pl_module)
     cache = _PASSES.setdefault(pl_module, {})
-    if cache.get(key, (None,))[0] == version:
-        return cache[key][1]
-    buffer = _embed(trainer, pl_module, split, views, augment, features, max_samples, batch_size, who)
+    for kept in (True,) if keep_backbone else (False, True):
+        if cache.get((*key, kept), (None,))[0] == version:
+            return cache[(*key, kept)][1]
+    key = (*key, keep_backbone)
+    buffer = _embed(trainer, pl_module, split, views, augment, features, max_samples, batch_size, who, keep_backbone)
     stale = [k for k, (v, _) in cache.items() if v != version]
     for k in stale:
         del cache[k]
     cache[key] = (version, buffer)
     return buffer
+
+
+def _encode_gives_embed(module: torch.nn.Module) -> bool:
+    """Whether ``module.encode(x)[1]`` is ``module.embed(x)``: a ``ContrastiveMethod`` that does not
+    override ``embed`` (one that does, e.g. to wrap it, keeps its own ``embed`` and no backbone rows)."""
+    return isinstance(module, ContrastiveMethod) and type(module).embed is ContrastiveMethod.embed
 
 
 # Per module: {pass key: (state version, buffer)}; dropped with the module.
@@ -108,6 +124,7 @@ def _embed(
     max_samples: Optional[int],
     batch_size: Optional[int],
     who: str,
+    keep_backbone: bool = False,
 ) -> SampleBuffer:
     datamodule = require_embedding_dataloader(trainer, who)
     loader = datamodule.embedding_dataloader(
@@ -123,6 +140,11 @@ def _embed(
                 if not mask.any():
                     break
                 images, labels, indices = [v[mask] for v in images], labels[mask], indices[mask]
-            embedded = [encode(v.to(device, non_blocking=True)) for v in images]
-            buffer.add(indices.to(device), labels.to(device), embedded)
+            images = [v.to(device, non_blocking=True) for v in images]
+            if keep_backbone:  # one forward pass gives both; the backbone of the first view only
+                backbone, first = pl_module.encode(images[0])
+                embedded = [first, *(encode(v) for v in images[1:])]
+            else:
+                backbone, embedded = None, [encode(v) for v in images]
+            buffer.add(indices.to(device), labels.to(device), embedded, backbone)
     return buffer

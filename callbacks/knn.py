@@ -93,7 +93,8 @@ class KNNMonitor(Callback):
         if not bool(labelled.any()):
             rank_zero_warn("KNNMonitor: the train split has no labels; metrics/knn_acc is not logged")
             return None
-        queries = embed_split(trainer, pl_module, split, **common).local()
+        # keep_backbone: the same pass as EmbeddingMetrics' clean one, whichever callback runs first
+        queries = embed_split(trainer, pl_module, split, keep_backbone=True, **common).local()
         # The classes a bank can vote for are the ones it holds; same on every rank (gathered).
         num_classes = int(bank.labels.max()) + 1
         metric = WeightedKNNAccuracy(num_classes, self.k, self.temperature, self.chunk_size).to(pl_module.device)

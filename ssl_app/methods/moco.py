@@ -46,12 +46,15 @@ class MoCo(ContrastiveMethod):
 
     Query encoder: the base's backbone + head, trained. Key encoder: a copy without gradient,
     ``θ_k ← m·θ_k + (1 − m)·θ_q`` once per optimiser step. Anchors are the queries of view 1
-    (``symmetric``: of both views); candidates are the keys of view 2 (``symmetric``: both) of
-    the **global** batch, rank-major, followed by the queue of the last ``queue_size`` keys. The
-    positive is the other view's key; with ``symmetric`` the query's key of its own view is in
-    neither mask; queue slots never written are in neither mask; label-based losses add the
-    keys and queue entries of the anchor's class (``masks``). After each training batch the
-    global keys join the queue, so every rank holds the same queue.
+    (``symmetric``: of both views). The columns of ``sim`` are the keys of view 2 (``symmetric``:
+    both) of the **global** batch, rank-major, then the queue of the last ``queue_size`` keys,
+    then (``query_candidates``) the global batch's queries. The positive is the other view's key.
+    By default, as in MoCo v1/v2, an anchor's candidates are that key and the queue only: the
+    batch's other keys are in neither mask (``batch_negatives`` makes them candidates). With
+    ``symmetric`` the query's key of its own view is in neither mask; queue slots never written
+    are in neither mask; label-based losses add the candidates of the anchor's class among the
+    queue (and among the batch's keys or queries when those are candidates). After each
+    training batch the global keys join the queue, so every rank holds the same queue.
 
     Args:
         loss: the loss strategy (default InfoNCE, τ = 0.2, MoCo v2's).
@@ -67,6 +70,18 @@ class MoCo(ContrastiveMethod):
         split_bn_groups: S, the sub-batches of ``split`` (the per-process batch must be a
             multiple of S with at least 2 samples per group).
         symmetric: use both views as queries, doubling anchors and keys per step.
+        batch_negatives: also contrast with the global batch's other keys (negatives, or
+            positives of a label-based loss), as MoCo v3 (Chen et al. 2021, arXiv 2104.02057) and
+            SimCLR-style in-batch contrast do and PaCo's code does. Default ``False``: MoCo v1/v2
+            (He et al., arXiv 1911.05722; facebookresearch/moco), whose logits are the positive
+            key and the queue only; the other keys are then no candidate at all (neither positive
+            nor negative: their columns of ``sim`` are masked out), so a label-based loss finds
+            its class positives in the queue only. Queue slots never written are no candidate
+            either, so until the first keys are queued an anchor has no negative.
+        query_candidates: also contrast with the global batch's queries (the anchor itself
+            excluded; with ``symmetric`` its other view's query is a positive), with gradient
+            through both sides, as PaCo's code does (``torch.cat((q, k, queue))`` as candidates,
+            dvlab-research/Parametric-Contrastive-Learning, LT/moco/builder.py).
         **kwargs: every option of ``ContrastiveMethod`` (backbone, head, optim).
     """
 
@@ -83,6 +98,8 @@ class MoCo(ContrastiveMethod):
         key_bn: KeyBatchNorm = "auto",
         split_bn_groups: int = 8,
         symmetric: bool = False,
+        batch_negatives: bool = False,
+        query_candidates: bool = False,
         **kwargs: Any,
     ) -> None:
         queue_size = check_int(queue_size, "MoCo: queue_size")
@@ -99,6 +116,8 @@ class MoCo(ContrastiveMethod):
         self.key_bn = key_bn
         self.split_bn_groups = split_bn_groups
         self.symmetric = bool(symmetric)
+        self.batch_negatives = bool(batch_negatives)
+        self.query_candidates = bool(query_candidates)
 
         self.key_backbone = copy.deepcopy(self.backbone)
         self.key_projection_head = copy.deepcopy(self.projection_head)
@@ -191,9 +210,11 @@ class MoCo(ContrastiveMethod):
         update_momentum(self.projection_head, self.key_projection_head, momentum)
 
     def negatives_per_anchor(self, batch_size: int, world_size: int) -> int:
-        """Once the queue is full: the other keys of the global batch plus the queue."""
+        """Once the queue is full: the queue, plus the global batch's other keys with
+        ``batch_negatives`` and its other queries with ``query_candidates``."""
         views = 2 if self.symmetric else 1
-        return views * (batch_size * world_size - 1) + self.queue_size
+        in_batch = views * (batch_size * world_size - 1)
+        return self.queue_size + in_batch * (int(self.batch_negatives) + int(self.query_candidates))
 
     def ignored_options(self) -> list[str]:
         ignored = super().ignored_options()
@@ -219,21 +240,29 @@ class MoCo(ContrastiveMethod):
 
         def masks() -> tuple[Tensor, Tensor]:
             # Asymmetric: queries are view 0, keys view 1; symmetric: own-view keys are "self".
+            anchors = views_of(rank * batch_size, batch_size, query_views, labels, device)
             key_view = 0 if self.symmetric else 1
-            candidates = Members.cat(
-                gathered_views(batch_size, query_views, key_labels, world, device, first_view=key_view),
-                unmatched(self.queue_size, self.queue.labels, device),
-            )
-            usable = torch.cat([torch.ones(keys.shape[0], dtype=torch.bool, device=device), self.queue.valid()])
-            return contrast_masks(
-                views_of(rank * batch_size, batch_size, query_views, labels, device), candidates, self.loss.uses_labels, usable
-            )
+            key_members = gathered_views(batch_size, query_views, key_labels, world, device, first_view=key_view)
+            blocks = [key_members, unmatched(self.queue_size, self.queue.labels, device)]
+            if self.batch_negatives:
+                keys_usable = torch.ones(len(anchors.instance), keys.shape[0], dtype=torch.bool, device=device)
+            else:  # MoCo v1/v2: of the batch's keys, only the anchor's own instance's are candidates
+                keys_usable = anchors.instance[:, None] == key_members.instance[None, :]
+            usable = [keys_usable, self.queue.valid()[None, :].expand(len(anchors.instance), -1)]
+            if self.query_candidates:
+                blocks.append(gathered_views(batch_size, query_views, key_labels, world, device))
+                usable.append(torch.ones(len(anchors.instance), world * len(anchors.instance), dtype=torch.bool, device=device))
+            return contrast_masks(anchors, Members.cat(*blocks), self.loss.uses_labels, torch.cat(usable, dim=1))
 
         if self.loss.uses_labels or not self.queue.is_full():
             pos_mask, neg_mask = masks()
         else:  # a full queue and instance positives: the masks depend on the shapes only
-            pos_mask, neg_mask = self.cached_masks(("moco", batch_size, query_views, world, rank, self.queue_size, device), masks)
-        sim = similarity(queries, torch.cat([keys, self.queue.features], dim=0))
+            shape = (batch_size, query_views, world, rank, self.queue_size, self.batch_negatives, self.query_candidates)
+            pos_mask, neg_mask = self.cached_masks(("moco", *shape, device), masks)
+        candidates = [keys, self.queue.features]
+        if self.query_candidates:
+            candidates.append(distributed.gather_with_grad(queries))
+        sim = similarity(queries, torch.cat(candidates, dim=0))
         anchors = {"anchor_features": features, "anchor_labels": anchor_labels}
         if self.training:
             self._pending = (keys, key_labels)

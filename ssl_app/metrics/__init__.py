@@ -4,10 +4,13 @@
     uniformity(z, t=2.0)                            −log mean_{i<j} exp(−t ||z_i − z_j||²)
     tolerance(z, labels)                            mean z_i·z_j over same-label pairs i ≠ j
     positive_and_topk_negatives(za, zb, k=10)       s_ii and the k largest s_ij, j ≠ i
-    effective_rank(z)                               exp(entropy of σ/Σσ), σ = singular values (RankMe)
+    topk_similarities(anchors, candidates, k=10)    the k largest u_i·c_j (candidates: no anchor's own)
+    effective_rank(z, normalize=True)               exp(entropy of σ/Σσ), σ = singular values of the
+                                                    unit rows (normalize=False: the rows as given, RankMe)
 
 ``registry``: each embedding metric as one function plus one ``@register`` line, with the
-inputs it reads (clean embeddings, two augmented views, labels); ``evaluate_metrics`` runs them.
+inputs it reads (clean embeddings, two augmented views, labels, the clean rows' backbone
+features); ``evaluate_metrics`` runs them.
 
 Pure tensor functions; callbacks gather embeddings and call them on every rank.
 """
@@ -17,6 +20,7 @@ from ssl_app.metrics.embedding import (
     alignment,
     positive_and_topk_negatives,
     tolerance,
+    topk_similarities,
     uniformity,
 )
 from ssl_app.metrics.rank import effective_rank
@@ -47,6 +51,7 @@ __all__ = [
     "effective_rank",
     "evaluate_metrics",
     "positive_and_topk_negatives",
+    "topk_similarities",
     "register",
     "registered_fields",
     "resolve_world",

@@ -246,6 +246,41 @@ def positive_and_topk_negatives(
         return PositiveAndNegatives(positive, negatives)
 
 
+@torch.no_grad()
+def topk_similarities(
+    anchors: Tensor,
+    candidates: Tensor,
+    k: int = 10,
+    *,
+    chunk_size: int | None = None,
+    rank: int | None = None,
+    world_size: int | None = None,
+) -> Tensor:
+    """The k largest ``u_i·c_j`` of each anchor over every candidate, [N, k] descending (unit rows).
+
+    For candidates that hold no anchor's own sample (e.g. the training set's embeddings of
+    evaluation anchors), so nothing is excluded. Exact and sharded as
+    ``positive_and_topk_negatives`` (anchor blocks of ``chunk_size``; under DDP each rank searches
+    its ``row_range`` of anchors and every rank returns all N rows).
+    """
+    check_rows("anchors", anchors, 1)
+    check_rows("candidates", candidates, 1)
+    m = candidates.shape[0]
+    if not isinstance(k, int) or not 1 <= k <= m:
+        raise ValueError(f"k must be an int in [1, M={m}], got {k!r}")
+    chunk = check_chunk(chunk_size, max(1, _TOPK_BLOCK_ELEMENTS // m))
+    rank, world_size = resolve_world(rank, world_size)
+    with torch.autocast(anchors.device.type, enabled=False):
+        units = unit_rows(candidates)
+        start, stop = row_range(anchors.shape[0], rank, world_size)
+        blocks = [
+            torch.mm(unit_rows(anchors[a : min(a + chunk, stop)]).to(units.dtype), units.T).topk(k, dim=1).values
+            for a in range(start, stop, chunk)
+        ]
+        local = torch.cat(blocks) if blocks else units.new_zeros(0, k)
+        return all_gather_rows(local, anchors.shape[0], world_size)
+
+
 def _topk_rows(za: Tensor, ub: Tensor, k: int, start: int, stop: int, chunk: int) -> tuple[Tensor, Tensor]:
     """Positives [stop − start] and top-k negatives [stop − start, k] of anchors ``[start, stop)``.
 

@@ -18,10 +18,12 @@ def effective_rank(
     chunk_size: int | None = None,
     rank: int | None = None,
     world_size: int | None = None,
+    normalize: bool = True,
 ) -> Tensor:
     """Effective rank ``exp(H(p))``, ``p_k = σ_k / Σ_j σ_j``, of the singular values σ of U [N, d].
 
-    U is ``z`` with L2-normalised rows (the embeddings on the sphere, as every metric here);
+    U is ``z`` with L2-normalised rows (the embeddings on the sphere, as every metric here), or
+    ``z`` itself with ``normalize=False`` (RankMe's definition, on unnormalised features);
     ``H(p) = −Σ_k p_k log p_k`` (with 0·log 0 = 0). 1 when every row lies on one line
     (collapse), d when the d singular values are equal (e.g. the rows of an orthogonal matrix),
     so it measures how many directions the embeddings use (dimensional collapse). RankMe adds
@@ -37,6 +39,7 @@ def effective_rank(
     Args:
         z: [N, d] embeddings, N ≥ 1 (gathered from every rank under DDP).
         chunk_size, rank, world_size: as for ``uniformity`` (see ``ssl_app.metrics.embedding``).
+        normalize: L2-normalise the rows first (``False``: the rows as given).
     """
     check_rows("z", z, 1)
     chunk = check_chunk(chunk_size, _ROW_CHUNK)
@@ -45,7 +48,8 @@ def effective_rank(
         start, stop = row_range(z.shape[0], rank, world_size)
         gram = torch.zeros(z.shape[1], z.shape[1], dtype=accumulation_dtype(z), device=z.device)
         for a in range(start, stop, chunk):
-            rows = unit_rows(z[a : min(a + chunk, stop)]).to(gram.dtype)
+            rows = z[a : min(a + chunk, stop)]
+            rows = (unit_rows(rows) if normalize else rows).to(gram.dtype)
             gram += rows.T @ rows
         gram = all_reduce_sum(gram, world_size)
         return spectrum_effective_rank(torch.linalg.eigvalsh(gram.cpu().double()).clamp(min=0).sqrt())

@@ -23,6 +23,11 @@ a missing key. What the inputs are:
 - ``views``: two augmented views per sample, ``view_a`` and ``view_b`` [M, d] (row i of both is
   sample i): what alignment and the positive similarity are defined on.
 - ``labels``: the class labels of the ``clean`` rows (< 0: unlabelled).
+- ``backbone``: the backbone features of the ``clean`` rows, unnormalised, [N, f] (from the same
+  pass as ``clean``; absent, so its metrics are NaN, with ``uniformity_inputs: augmented``).
+- ``train``: clean embeddings of the training split, [T, d], where the evaluation anchors look
+  for their hardest negatives (the paper's memory-bank comparison; absent unless the callback's
+  ``negatives_from: train``).
 
 All the functions are pure (no Lightning); under DDP pass the same gathered tensors on every
 rank and the metric functions shard their own work.
@@ -40,11 +45,11 @@ import torch
 from torch import Tensor
 
 from ssl_app.errors import ConfigError
-from ssl_app.metrics.embedding import alignment, positive_and_topk_negatives, tolerance, uniformity
+from ssl_app.metrics.embedding import alignment, positive_and_topk_negatives, tolerance, topk_similarities, uniformity
 from ssl_app.metrics.rank import effective_rank
 
-Input = Literal["clean", "views", "labels"]
-INPUTS: tuple[Input, ...] = ("clean", "views", "labels")
+Input = Literal["clean", "views", "labels", "backbone", "train"]
+INPUTS: tuple[Input, ...] = ("clean", "views", "labels", "backbone", "train")
 
 #: Hardest negatives per anchor unless the callback's ``top_k`` says otherwise (Wang & Liu: 10).
 DEFAULT_TOP_K = 10
@@ -65,7 +70,9 @@ class EmbeddingInputs:
     """What the metrics of one evaluation may read (every tensor gathered, the same on every rank).
 
     ``clean`` [N, d] with ``labels`` [N]; ``view_a``, ``view_b`` [M, d]; ``top_k``: hardest
-    negatives per anchor for the metrics that need it.
+    negatives per anchor for the metrics that need it; ``backbone`` [N, f]: the unnormalised
+    backbone features of the ``clean`` rows (``None``: not available); ``train`` [T, d]: clean
+    embeddings of the training split (``None``: not available).
     """
 
     clean: Tensor
@@ -73,6 +80,8 @@ class EmbeddingInputs:
     view_a: Tensor
     view_b: Tensor
     top_k: int = DEFAULT_TOP_K
+    backbone: Tensor | None = None
+    train: Tensor | None = None
 
     def rows(self, name: Input) -> int:
         """How many samples the input ``name`` holds (labels: how many are labelled)."""
@@ -80,6 +89,10 @@ class EmbeddingInputs:
             return self.clean.shape[0]
         if name == "views":
             return self.view_a.shape[0]
+        if name == "backbone":
+            return 0 if self.backbone is None else self.backbone.shape[0]
+        if name == "train":
+            return 0 if self.train is None else self.train.shape[0]
         return int((self.labels >= 0).sum())
 
 
@@ -226,18 +239,25 @@ class EmbeddingReport:
 def drop_nonfinite(inputs: EmbeddingInputs) -> tuple[EmbeddingInputs, int, int]:
     """``(inputs without non-finite rows, how many embeddings were non-finite, how many in all)``.
 
-    A ``clean`` row goes with its label; a sample of ``views`` goes when either view is
-    non-finite. Counts are of embedding vectors: N clean rows plus 2M view rows, except that a
-    ``clean`` that *is* ``view_a`` (the same tensor: clean inputs taken from the first view)
-    is counted once, as the views.
+    A ``clean`` row goes with its label and its ``backbone`` row (when either of the two is
+    non-finite); a sample of ``views`` goes when either view is non-finite. Counts are of
+    embedding vectors: N clean rows plus 2M view rows, except that a ``clean`` that *is*
+    ``view_a`` (the same tensor: clean inputs taken from the first view) is counted once, as the
+    views. Non-finite ``train`` rows are dropped and counted too.
     """
     clean_ok = torch.isfinite(inputs.clean).all(dim=1)
+    train_ok = None if inputs.train is None else torch.isfinite(inputs.train).all(dim=1)
+    if inputs.backbone is not None:
+        clean_ok = clean_ok & torch.isfinite(inputs.backbone).all(dim=1)
     view_a_ok, view_b_ok = torch.isfinite(inputs.view_a).all(dim=1), torch.isfinite(inputs.view_b).all(dim=1)
     total = 2 * inputs.view_a.shape[0]
     bad = total - int(view_a_ok.sum()) - int(view_b_ok.sum())
     if inputs.clean is not inputs.view_a:
         total += inputs.clean.shape[0]
         bad += inputs.clean.shape[0] - int(clean_ok.sum())
+    if train_ok is not None:
+        total += inputs.train.shape[0]
+        bad += inputs.train.shape[0] - int(train_ok.sum())
     if bad == 0:
         return inputs, 0, total
     pair_ok = view_a_ok & view_b_ok
@@ -245,6 +265,8 @@ def drop_nonfinite(inputs: EmbeddingInputs) -> tuple[EmbeddingInputs, int, int]:
         inputs,
         clean=inputs.clean[clean_ok],
         labels=inputs.labels[clean_ok],
+        backbone=None if inputs.backbone is None else inputs.backbone[clean_ok],
+        train=None if inputs.train is None else inputs.train[train_ok],
         view_a=inputs.view_a[pair_ok],
         view_b=inputs.view_b[pair_ok],
     )
@@ -308,6 +330,27 @@ def _positive_vs_negatives(x: EmbeddingInputs) -> dict[str, Tensor]:
     return {"pos_sim": sims.positive, "neg_sim": sims.negatives}
 
 
-@register("effective_rank", reads=("clean",), formula="exp(entropy of σ/Σσ), σ the singular values of the clean input (RankMe)")
+@register("effective_rank", reads=("clean",), formula="exp(entropy of σ/Σσ), σ the singular values of the clean input")
 def _effective_rank(x: EmbeddingInputs) -> dict[str, Tensor]:
     return {"effective_rank": effective_rank(x.clean)}
+
+
+@register(
+    "effective_rank_backbone",
+    reads=("backbone",),
+    formula="exp(entropy of σ/Σσ), σ the singular values of the clean input's backbone features, unnormalised "
+    "(RankMe as Garrido et al. define it)",
+)
+def _effective_rank_backbone(x: EmbeddingInputs) -> dict[str, Tensor]:
+    return {"effective_rank_backbone": effective_rank(x.backbone, normalize=False)}
+
+
+@register(
+    "positive_vs_topk_train_negatives",
+    reads=("views", "train"),
+    formula="mean over anchors i of its {k} largest za_i·t_j, t_j the clean embeddings of the training split "
+    "(negatives_from: train, the paper's comparison with its memory bank)",
+    tags={"train_neg_sim": "top{k}_train_neg_sim"},
+)
+def _positive_vs_train_negatives(x: EmbeddingInputs) -> dict[str, Tensor]:
+    return {"train_neg_sim": topk_similarities(x.view_a, x.train, k=min(x.top_k, x.train.shape[0]))}

@@ -24,10 +24,11 @@ def one_thread():
 
 @pytest.fixture(scope="package")
 def tiny_run(tmp_path_factory):
-    """A 2-epoch SimCLR fit with EmbeddingMetrics and KNNMonitor logging to TensorBoard."""
+    """A 2-epoch SimCLR fit with EmbeddingMetrics (with the train-set negatives, so every registered
+    tag is logged) and KNNMonitor logging to TensorBoard."""
     logger = tensorboard(tmp_path_factory.mktemp("tiny_run"))
     data, model = tiny_data(), tiny_model()
-    trainer = tiny_trainer([EmbeddingMetrics(), KNNMonitor(k=KNN_K)], logger=logger)
+    trainer = tiny_trainer([EmbeddingMetrics(negatives_from="train"), KNNMonitor(k=KNN_K)], logger=logger)
     trainer.fit(model, data)
     return trainer, model, data, logger.log_dir
 

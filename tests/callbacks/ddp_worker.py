@@ -74,7 +74,12 @@ def callback_report(rank: int, world_size: int, uniformity_inputs: str):
     """EmbeddingMetrics(split="val")'s report of a tiny model, each rank embedding its own shard."""
     data, model = tiny_data(), tiny_model()
     trainer = stub_trainer(data, rank, world_size)
-    callback = EmbeddingMetrics(split="val", max_samples=CALLBACK_MAX_SAMPLES, uniformity_inputs=uniformity_inputs)
+    callback = EmbeddingMetrics(
+        split="val",
+        max_samples=CALLBACK_MAX_SAMPLES,
+        uniformity_inputs=uniformity_inputs,
+        negatives_from="train" if uniformity_inputs == "clean" else "views",
+    )
     views = embed_split(trainer, model, "val", views=2, augment=True, max_samples=CALLBACK_MAX_SAMPLES).gather()
     return callback.measure(trainer, model, "val", views)
 

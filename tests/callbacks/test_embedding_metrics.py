@@ -79,6 +79,8 @@ def test_logged_values_equal_the_metric_functions(tiny_run):
         "metrics/uniformity": uniformity(clean),  # the clean (eval-transform) embeddings
         "metrics/tolerance": tolerance(clean, labels),
         "metrics/effective_rank": effective_rank(clean),
+        "metrics/effective_rank_backbone": rankme(clean_backbone_features(model, data)),
+        "metrics/top10_train_neg_sim": train_negatives(za, clean_embeddings(model, data, "train")[1]).mean(),
         "metrics/nonfinite": torch.tensor(0.0),
     }
     logged = last_scalars(log_dir)
@@ -88,6 +90,30 @@ def test_logged_values_equal_the_metric_functions(tiny_run):
     # the clean inputs are a different quantity from the augmented ones
     assert abs(logged["metrics/uniformity"] - float(uniformity(za))) > 0.05
     assert abs(logged["metrics/effective_rank"] - float(effective_rank(za))) > 1e-3
+    # the train-set negatives are another comparison than the other samples' second views
+    assert abs(logged["metrics/top10_train_neg_sim"] - logged["metrics/top10_neg_sim"]) > 1e-3
+    # RankMe on the backbone features is another number than the projections' effective rank
+    assert abs(logged["metrics/effective_rank_backbone"] - logged["metrics/effective_rank"]) > 1e-2
+
+
+def clean_backbone_features(model: SimCLR, data, split: str = "val") -> torch.Tensor:
+    """The backbone features (``model(images)``, unnormalised) of the eval-transform images, by hand."""
+    model.eval()
+    with torch.no_grad():
+        return torch.cat([model(views[0]) for views, _, _ in data.embedding_dataloader(split, views=1, augment=False)])
+
+
+def train_negatives(anchors: torch.Tensor, train: torch.Tensor, k: int = 10) -> torch.Tensor:
+    """Each anchor's k largest cosine similarities to the train embeddings, by brute force in float64."""
+    sim = F.normalize(anchors.double(), dim=1) @ F.normalize(train.double(), dim=1).T
+    return sim.sort(dim=1, descending=True).values[:, :k]
+
+
+def rankme(features: torch.Tensor) -> torch.Tensor:
+    """RankMe from a direct SVD in float64: exp(entropy of σ/Σσ), rows unnormalised."""
+    sigma = torch.linalg.svdvals(features.double())
+    p = sigma / sigma.sum()
+    return torch.exp(-torch.special.xlogy(p, p).sum())
 
 
 def test_the_inputs_of_every_tag_are_described_in_tensorboard(tiny_run):
@@ -195,11 +221,23 @@ def test_unknown_split_is_named():
         EmbeddingMetrics(split="holdout")
 
 
+def test_train_negatives_need_another_evaluation_split():
+    """Catches the train-set comparison run on the train split itself, where each anchor's own
+    clean embedding would be its hardest "negative", and an unknown negatives_from accepted."""
+    with pytest.raises(ConfigError, match="negatives_from=train"):
+        EmbeddingMetrics(split="train", negatives_from="train")
+    with pytest.raises(ConfigError, match="negatives_from must be"):
+        EmbeddingMetrics(negatives_from="bank")
+
+
 # --------------------------------------------------------------------------- 2 ranks
 @pytest.mark.parametrize("inputs", ["clean", "augmented"])
 def test_two_ranks_measure_what_one_process_measures(ddp_results, inputs):
     single = ddp_worker.callback_report(0, 1, inputs).scalars()
     assert {"uniformity", "tolerance", "effective_rank", "alignment", "pos_sim", "top10_neg_sim"} <= set(single)
+    # RankMe's backbone rows come with the clean pass only, gathered like the projections
+    assert ("effective_rank_backbone" in single) == (inputs == "clean")
+    assert ("top10_train_neg_sim" in single) == (inputs == "clean")  # negatives_from=train there
     for result in ddp_results:
         double = result[f"{inputs}_scalars"]
         assert set(double) == set(single)
@@ -239,6 +277,8 @@ def test_validate_logs_the_same_metrics_on_one_and_two_processes(tmp_path, monke
         "--data.init_args.batch_size=32",
         "--data.init_args.image_size=16",
         "--trainer.enable_progress_bar=false",
+        # every registered tag, the train-set negatives included (the memory-bank recipes' callbacks)
+        f"--trainer.callbacks={REPO / 'configs' / 'callbacks' / 'metrics_train_negatives.yaml'}",
     ]
     monkeypatch.chdir(tmp_path)
     main(["fit", "--config", QUICKSTART, *sizes, "--trainer.max_steps=2", "--trainer.limit_val_batches=0"])

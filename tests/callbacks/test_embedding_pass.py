@@ -27,6 +27,31 @@ def test_the_clean_validation_pass_is_shared_and_redone_after_training_changes_t
     assert requested.count(("train", 1, False)) == EPOCHS
 
 
+def test_the_clean_pass_keeps_the_backbone_features_and_is_shared_in_either_callback_order():
+    """Catches the backbone features (RankMe's input) costing a second clean pass, in either
+    callback order, or being other than the unnormalised ``model(images)`` of the same images."""
+    data = tiny_data()
+    requested = []
+    original = data.embedding_dataloader
+
+    def counting(split, views=1, augment=False, **kwargs):
+        requested.append((split, views, augment))
+        return original(split, views=views, augment=augment, **kwargs)
+
+    data.embedding_dataloader = counting
+    model = tiny_model()
+    trainer = tiny_trainer([KNNMonitor(), EmbeddingMetrics(log_histograms=False)])
+    trainer.validate(model, datamodule=data, verbose=False)
+    assert requested.count(("val", 1, False)) == 1
+    samples = embed_split(trainer, model, "val", views=1, augment=False, keep_backbone=True).local()
+    assert requested.count(("val", 1, False)) == 1  # served from the cache
+    model.eval()
+    with torch.no_grad():
+        images = torch.cat([views[0] for views, _, _ in original("val", views=1, augment=False)])
+        torch.testing.assert_close(samples.backbone, model(images), atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(samples.view_features(0), model.embed(images), atol=1e-5, rtol=1e-5)
+
+
 def test_knn_accuracy_is_the_same_beside_a_callback_embedding_fewer_train_samples():
     """Catches ``max_samples`` missing from the pass cache key: ``EmbeddingMetrics(split="train",
     max_samples=8)`` embeds the first 8 train samples cleanly, and ``KNNMonitor`` would then read

@@ -80,7 +80,7 @@ def test_queue_starts_with_random_unit_vectors_marked_unusable():
 
 # --- masks -----------------------------------------------------------------------------------
 def test_masks_positive_is_the_other_views_key_and_empty_slots_are_ignored():
-    model = small_moco(queue_size=10, key_bn="none")  # keys then equal key_embed of the plain batch
+    model = small_moco(queue_size=10, key_bn="none", batch_negatives=True)  # keys then equal key_embed of the plain batch
     model.queue.enqueue(torch.nn.functional.normalize(torch.randn(3, 16), dim=1), torch.tensor([0, 1, 2]))
     contrast = model.contrast(batch(4))
     assert contrast.sim.shape == (4, 4 + 10)
@@ -97,7 +97,7 @@ def test_masks_positive_is_the_other_views_key_and_empty_slots_are_ignored():
 
 @pytest.mark.parametrize("loss", [losses.InfoNCE(0.2), losses.SupCon(0.2)], ids=["instance", "labels"])
 def test_symmetric_own_key_is_never_a_negative(loss):
-    model = small_moco(queue_size=8, symmetric=True, loss=loss)
+    model = small_moco(queue_size=8, symmetric=True, loss=loss, batch_negatives=True)
     views, labels, index = batch(4, labels=torch.tensor([0, 0, 1, 1]))
     contrast = model.contrast((views, labels, index))
     assert contrast.sim.shape == (8, 8 + 8)
@@ -120,7 +120,7 @@ def test_symmetric_own_key_is_never_a_negative(loss):
 
 
 def test_label_positives_come_from_keys_and_filled_queue_slots():
-    model = small_moco(queue_size=6, loss=losses.SupCon(0.1))
+    model = small_moco(queue_size=6, loss=losses.SupCon(0.1), batch_negatives=True)
     queue_labels = torch.tensor([0, 1, 2, 0])
     model.queue.enqueue(torch.nn.functional.normalize(torch.randn(4, 16), dim=1), queue_labels)
     labels = torch.tensor([0, 1, -1, 0])  # -1: unlabelled, only its own key is a positive
@@ -294,11 +294,14 @@ def test_negatives_per_anchor_are_the_other_keys_and_the_queue_once_full():
     """Catches a count (read by the "keeps every negative" warning) that forgets the queue, the
     other processes' keys, or symmetric MoCo's second view; checked against the masks of a step
     with a full queue."""
-    model = small_moco(queue_size=8, key_bn="none").train()
-    for step in range(3):  # 4 keys per step: the queue of 8 is full after 2
-        contrast = model.contrast(batch(seed=step))
-        model.on_after_backward()
-    assert model.queue.is_full()
-    assert int(contrast.neg_mask.sum(dim=1).max()) == model.negatives_per_anchor(4, 1) == 4 - 1 + 8
-    assert model.negatives_per_anchor(8, 2) == 8 * 2 - 1 + 8
-    assert small_moco(queue_size=33, symmetric=True).negatives_per_anchor(8, 1) == 2 * (8 - 1) + 33
+    for options, in_batch in [({}, 0), ({"batch_negatives": True}, 3), ({"batch_negatives": True, "query_candidates": True}, 6)]:
+        model = small_moco(queue_size=8, key_bn="none", **options).train()
+        for step in range(3):  # 4 keys per step: the queue of 8 is full after 2
+            contrast = model.contrast(batch(seed=step))
+            model.on_after_backward()
+        assert model.queue.is_full()
+        assert int(contrast.neg_mask.sum(dim=1).max()) == model.negatives_per_anchor(4, 1) == in_batch + 8
+    assert small_moco(batch_negatives=True, queue_size=8).negatives_per_anchor(8, 2) == 8 * 2 - 1 + 8
+    assert small_moco(queue_size=8).negatives_per_anchor(8, 2) == 8
+    assert small_moco(queue_size=33, symmetric=True, batch_negatives=True).negatives_per_anchor(8, 1) == 2 * (8 - 1) + 33
+    assert small_moco(queue_size=33, symmetric=True, query_candidates=True).negatives_per_anchor(8, 1) == 2 * (8 - 1) + 33

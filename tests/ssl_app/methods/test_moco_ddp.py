@@ -26,9 +26,11 @@ STEPS = 5
 QUEUE = 16  # not a multiple of the 6 (or 12 symmetric) keys per step: the ring wraps
 BANK = 20
 PROJ = 16
+#: PaCo's candidates: the batch's keys and queries besides the queue (the queries with gradient).
+PACO_CANDIDATES = {"batch_negatives": True, "query_candidates": True}
 
 
-def make_moco(symmetric: bool = False, norm: str = "group", paco: bool = False) -> MoCo:
+def make_moco(symmetric: bool = False, norm: str = "group", paco: bool = False, **options) -> MoCo:
     torch.manual_seed(0)
     model = MoCo(
         loss=PaCo(temperature=0.2, alpha=0.5, class_counts=[5, 3, 2]) if paco else InfoNCE(temperature=0.2),
@@ -41,6 +43,7 @@ def make_moco(symmetric: bool = False, norm: str = "group", paco: bool = False) 
         queue_size=QUEUE,
         momentum=0.9,
         symmetric=symmetric,
+        **options,
     )
     if paco:  # the centres, as setup would build them (this test drives the steps without a Trainer)
         model.loss.prepare(model.feature_dim, 3, None, fitting=False)
@@ -138,6 +141,7 @@ def _worker(rank: int, init_file: str, out_dir: str) -> None:
             "moco": drive(make_moco(), rank, WORLD, STEPS),
             "moco_symmetric": drive(make_moco(symmetric=True), rank, WORLD, STEPS),
             "moco_paco": drive(make_moco(paco=True), rank, WORLD, STEPS),
+            "moco_paco_recipe": drive(make_moco(paco=True, **PACO_CANDIDATES), rank, WORLD, STEPS),
             "bank": drive(make_bank(), rank, WORLD, 2),
             "shuffle": shuffle_check(rank),
             "bn_keys": batch_norm_keys(rank),
@@ -163,6 +167,7 @@ def single():
             "moco": drive(make_moco(), 0, 1, STEPS),
             "moco_symmetric": drive(make_moco(symmetric=True), 0, 1, STEPS),
             "moco_paco": drive(make_moco(paco=True), 0, 1, STEPS),
+            "moco_paco_recipe": drive(make_moco(paco=True, **PACO_CANDIDATES), 0, 1, STEPS),
             "bank": drive(make_bank(), 0, 1, 2),
         }
     finally:
@@ -211,10 +216,12 @@ def test_two_ranks_equal_one_rank_with_the_double_batch(ranks, single):
     torch.testing.assert_close(keys, sym_ref["stored"][0][0], atol=1e-5, rtol=1e-4)
 
 
-def test_paco_two_ranks_equal_one_rank_with_the_double_batch(ranks, single):
+@pytest.mark.parametrize("name", ["moco_paco", "moco_paco_recipe"])
+def test_paco_two_ranks_equal_one_rank_with_the_double_batch(ranks, single, name):
     """Catches centre logits or label positives that differ under DDP (PaCo: every anchor has its own
-    centre, so the mean over ranks of the per-rank means is the global mean)."""
-    distributed, reference = ranks[0]["moco_paco"], single["moco_paco"]
+    centre, so the mean over ranks of the per-rank means is the global mean), and, with PaCo's
+    query candidates, queries not gathered from every rank or their gradient not summed back."""
+    distributed, reference = ranks[0][name], single[name]
     torch.testing.assert_close(distributed["loss"], reference["loss"], atol=1e-5, rtol=0)
     assert "loss.classifier.weight" in reference["grads"] and distributed["grads"].keys() == reference["grads"].keys()
     for name, grad in reference["grads"].items():

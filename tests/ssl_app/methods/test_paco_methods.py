@@ -117,7 +117,10 @@ def test_one_step_trains_the_classifier_and_the_backbone_through_the_centre_term
 
 def test_unlabelled_samples_train_without_touching_the_centres():
     """Catches label -1 reaching the classifier (as the last class, or as a NaN)."""
-    model = build(num_classes=3, loss=losses.PaCo(0.2, alpha=0.1, class_counts=TINY_COUNTS)).train()
+    # PaCo's candidates (the batch's keys and queries): the queue is still empty at this first step
+    model = build(
+        num_classes=3, loss=losses.PaCo(0.2, alpha=0.1, class_counts=TINY_COUNTS), batch_negatives=True, query_candidates=True
+    ).train()
     loss = model.compute_loss(model.contrast(batch(labels=torch.full((8,), -1)))).value
     loss.backward()
     assert torch.isfinite(loss)

@@ -23,6 +23,7 @@ from ssl_app.metrics import (
     tolerance,
     uniformity,
 )
+from ssl_app.metrics.embedding import topk_similarities
 from ssl_app.metrics.rank import spectrum_effective_rank
 
 
@@ -55,6 +56,58 @@ def test_effective_rank_matches_the_svd_formula_and_chunks_do_not_matter():
     assert 1.0 < expected < 12.0
 
 
+def test_unnormalised_effective_rank_is_rankme_on_the_rows_as_given():
+    """Catches the backbone's effective rank (RankMe) normalising its rows like the projection's:
+    rows of very different norms give another spectrum than their unit rows."""
+    g = torch.Generator().manual_seed(0)
+    z = torch.randn(200, 10, generator=g, dtype=torch.float64) * torch.linspace(0.2, 2.0, 10, dtype=torch.float64)
+    z = z * torch.rand(200, 1, generator=g, dtype=torch.float64).mul(20)  # row norms from 0 to ~40
+    sigma = torch.linalg.svdvals(z)
+    p = sigma / sigma.sum()
+    expected = math.exp(-(p * p.log()).sum().item())
+    assert effective_rank(z, normalize=False).item() == pytest.approx(expected, rel=1e-10)
+    assert effective_rank(z.float(), normalize=False, chunk_size=9).item() == pytest.approx(expected, rel=1e-5)
+    assert abs(effective_rank(z).item() - expected) > 1e-2
+
+
+def test_backbone_effective_rank_is_registered_and_nan_without_backbone_features():
+    """Catches the RankMe metric missing from the registry (so from TensorBoard and the report),
+    reading the projections instead of the backbone features, or failing when no clean pass kept
+    backbone features (``uniformity_inputs: augmented``)."""
+    g = torch.Generator().manual_seed(1)
+    z = F.normalize(torch.randn(30, 8, generator=g), dim=1)
+    features = torch.randn(30, 16, generator=g) * torch.linspace(0.1, 5.0, 16)
+    labels = torch.arange(30) % 3
+    report = evaluate_metrics(EmbeddingInputs(z, labels, z, z, backbone=features))
+    assert report.value("effective_rank_backbone") == pytest.approx(effective_rank(features, normalize=False).item())
+    assert report.value("effective_rank") == pytest.approx(effective_rank(z).item())
+    assert "effective_rank_backbone" in report.scalars()
+    without = evaluate_metrics(EmbeddingInputs(z, labels, z, z))
+    assert math.isnan(without.value("effective_rank_backbone")) and "effective_rank_backbone" not in without.scalars()
+    bad = features.clone()
+    bad[0, 0] = math.nan  # a non-finite backbone row goes with its clean row
+    dropped = evaluate_metrics(EmbeddingInputs(z, labels, z.clone(), z, backbone=bad))
+    assert dropped.nonfinite == 1
+    assert dropped.value("effective_rank_backbone") == pytest.approx(effective_rank(features[1:], normalize=False).item())
+
+
+def test_train_negatives_are_the_k_largest_similarities_to_the_train_set():
+    """Catches the train-set top-k excluding a candidate it must keep (the evaluation anchors are
+    not in the train set), reading the second views, or a chunk boundary dropping rows."""
+    g = torch.Generator().manual_seed(2)
+    za, zb, train = torch.randn(30, 8, generator=g), torch.randn(30, 8, generator=g), 4 * torch.randn(50, 8, generator=g)
+    brute = (F.normalize(za.double(), dim=1) @ F.normalize(train.double(), dim=1).T).sort(dim=1, descending=True).values
+    found = topk_similarities(za, train, 10, chunk_size=7)
+    torch.testing.assert_close(found.double(), brute[:, :10], atol=1e-6, rtol=0)
+    report = evaluate_metrics(EmbeddingInputs(za, torch.arange(30) % 3, za, zb, top_k=10, train=train))
+    assert report["train_neg_sim"].shape == (30, 10)
+    assert report.value("train_neg_sim") == pytest.approx(brute[:, :10].mean().item(), abs=1e-6)
+    assert "top10_train_neg_sim" in report.scalars()
+    assert math.isnan(evaluate_metrics(EmbeddingInputs(za, torch.arange(30) % 3, za, zb)).value("train_neg_sim"))
+    small = evaluate_metrics(EmbeddingInputs(za, torch.arange(30) % 3, za, zb, top_k=10, train=train[:4]))
+    assert small["train_neg_sim"].shape == (30, 4)  # k is capped at the train rows
+
+
 def test_two_equal_and_two_zero_singular_values_give_two():
     assert spectrum_effective_rank(torch.tensor([3.0, 3.0, 0.0, 0.0], dtype=torch.float64)).item() == pytest.approx(2.0)
 
@@ -71,7 +124,8 @@ def inputs(n: int = 40, d: int = 8, seed: int = 0, **overrides) -> EmbeddingInpu
     clean = torch.randn(n, d, generator=g)
     view_a = clean + 0.3 * torch.randn(n, d, generator=g)
     view_b = clean + 0.3 * torch.randn(n, d, generator=g)
-    values = dict(clean=clean, labels=torch.arange(n) % 3, view_a=view_a, view_b=view_b, top_k=5)
+    backbone = 3 * torch.randn(n, 2 * d, generator=g)
+    values = dict(clean=clean, labels=torch.arange(n) % 3, view_a=view_a, view_b=view_b, top_k=5, backbone=backbone)
     return EmbeddingInputs(**{**values, **overrides})
 
 
@@ -81,17 +135,19 @@ def test_each_metric_reads_the_inputs_it_declares():
     assert report.value("uniformity") == pytest.approx(uniformity(x.clean).item())
     assert report.value("tolerance") == pytest.approx(tolerance(x.clean, x.labels).item())
     assert report.value("effective_rank") == pytest.approx(effective_rank(x.clean).item())
+    assert report.value("effective_rank_backbone") == pytest.approx(effective_rank(x.backbone, normalize=False).item())
     assert report.value("alignment") == pytest.approx(alignment(x.view_a, x.view_b).item())
     assert report["neg_sim"].shape == (40, 5) and report["pos_sim"].shape == (40,)
     declared = {name: metric.reads for name, metric in EMBEDDING_METRICS.items()}
     assert declared["uniformity"] == ("clean",) and declared["alignment"] == ("views",)
     assert declared["tolerance"] == ("clean", "labels") and declared["effective_rank"] == ("clean",)
+    assert declared["effective_rank_backbone"] == ("backbone",)
 
 
 def test_scalars_are_the_logged_tags_with_k_filled_in():
     """Catches a tag logged with its template unfilled (``top{k}_neg_sim``) or with the default k
     instead of the inputs' top_k, and a registered field left out of the scalars."""
-    scalars = evaluate_metrics(inputs()).scalars()  # top_k = 5
+    scalars = evaluate_metrics(inputs(train=torch.randn(50, 8))).scalars()  # top_k = 5
     assert set(scalars) == {metric.tag(name, 5) for metric, name in registered_fields()}
     assert "top5_neg_sim" in scalars and not any("{" in tag or "top10" in tag for tag in scalars)
 

@@ -40,6 +40,8 @@ def write_study(root: Path) -> Study:
                 "pos_sim": 0.804,
                 "top10_neg_sim": 0.553,
                 "effective_rank": 24.1,
+                "effective_rank_backbone": 61.2,
+                "top10_train_neg_sim": 0.612,
             },
             {
                 "knn_acc": 0.48,
@@ -49,6 +51,8 @@ def write_study(root: Path) -> Study:
                 "pos_sim": 0.822,
                 "top10_neg_sim": 0.531,
                 "effective_rank": 25.3,
+                "effective_rank_backbone": 63.0,
+                "top10_train_neg_sim": 0.598,
             },
         ],
         "InfoNCE τ=0.7": [
@@ -60,6 +64,8 @@ def write_study(root: Path) -> Study:
                 "pos_sim": 0.912,
                 "top10_neg_sim": 0.812,
                 "effective_rank": 19.8,
+                "effective_rank_backbone": 48.7,
+                "top10_train_neg_sim": 0.861,
             },
             {
                 "knn_acc": 0.46,
@@ -68,6 +74,8 @@ def write_study(root: Path) -> Study:
                 "pos_sim": 0.902,
                 "top10_neg_sim": 0.836,
                 "effective_rank": 20.4,
+                "effective_rank_backbone": 50.1,
+                "top10_train_neg_sim": 0.874,
             },
         ],
     }
@@ -100,6 +108,8 @@ def write_study(root: Path) -> Study:
             "pos_sim": 1.0,
             "top10_neg_sim": 1.0,
             "effective_rank": 1.0,
+            "effective_rank_backbone": 1.0,
+            "top10_train_neg_sim": 1.0,
         },
         epochs=1,
         sweep=sweep_sidecar("infonce_t0.3", {TAU: 0.3}, 2),

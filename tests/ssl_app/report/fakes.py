@@ -15,7 +15,17 @@ from ssl_app.runs.layout import EVALUATIONS_DIR, SweepPoint, write_sweep_point
 from ssl_app.runs.record import DONE, RUNNING, finish_record, start_record
 
 STEPS_PER_EPOCH = 4
-EPOCH_METRICS = ("knn_acc", "uniformity", "tolerance", "alignment", "pos_sim", "top10_neg_sim", "effective_rank")
+EPOCH_METRICS = (
+    "knn_acc",
+    "uniformity",
+    "tolerance",
+    "alignment",
+    "pos_sim",
+    "top10_neg_sim",
+    "effective_rank",
+    "effective_rank_backbone",
+    "top10_train_neg_sim",
+)
 
 
 def run_config(

@@ -22,6 +22,8 @@ EPOCH_COLUMNS = {
     "pos_sim": ("pos_sim", 1, 3),
     "top10_neg_sim": ("top10_neg_sim", 1, 3),
     "effective_rank": ("effective_rank", 1, 3),
+    "effective_rank_backbone": ("effective_rank_backbone", 1, 3),
+    "top10_train_neg_sim": ("top10_train_neg_sim", 1, 3),
 }
 
 
