@@ -12,7 +12,6 @@ second order by process id, whatever their order in time (``xfail`` below).
 
 from __future__ import annotations
 
-import os
 import types
 from pathlib import Path
 
@@ -70,6 +69,8 @@ def test_a_resume_in_the_same_second_by_a_lower_process_id_still_wins(tmp_path, 
     """The case the file names cannot order: a resumed process with a lower id writing within the
     same second. Strict: if ``read_events`` learns to order by the events' wall times, this passes
     and the marker must go."""
-    write(tmp_path, {0: 1.0, 1: 1.5}, FIRST_SECOND, monkeypatch, pid=os.getpid() + 1000)
-    write(tmp_path, {1: 1.25}, FIRST_SECOND, monkeypatch, pid=os.getpid() + 1)
+    # Fixed ids of one length: names compare as text, so ids of different lengths (9999 vs 10000)
+    # would order the other way and make this test pass by accident.
+    write(tmp_path, {0: 1.0, 1: 1.5}, FIRST_SECOND, monkeypatch, pid=52000)
+    write(tmp_path, {1: 1.25}, FIRST_SECOND, monkeypatch, pid=41000)
     assert read_events(tmp_path).scalars["metrics/uniformity"] == [(0, 1.0), (1, 1.25)]
