@@ -29,10 +29,10 @@ def test_linear_args_reach_the_linear_commands_only(tmp_path, capsys):
     linear_args = "--model.init_args.cache_features=flips --trainer.max_epochs=3"
     code = main(["--config", QUICKSTART, "--grid", f"{TAU}=0.1,0.5", "--linear", LINEAR, "--out", str(tmp_path),
                  "--linear-args", linear_args, "--dry-run", *FAST])  # fmt: skip
-    lines = capsys.readouterr().out.strip().splitlines()
-    linear = [line for line in lines if f"--config {LINEAR}" in line]
-    fits = [line for line in lines if line not in linear]
-    assert code == 0 and len(linear) == 2 and len(fits) == 2
+    lines = capsys.readouterr().out.strip().splitlines()  # one line per run: its fit && its linear evaluation
+    assert code == 0 and len(lines) == 2 and all(line.count(" && ") == 1 for line in lines)
+    fits, linear = zip(*(line.split(" && ") for line in lines))
+    assert all(f"--config {LINEAR}" in line for line in linear) and not any(f"--config {LINEAR}" in line for line in fits)
     assert all(line.endswith("--model.init_args.cache_features=flips --trainer.max_epochs=3") for line in linear)
     assert not any("cache_features" in line for line in fits)
     [run] = plan([QUICKSTART], [], [0], tmp_path, ["--trainer.max_epochs=1"], LINEAR, ["--model.init_args.cache_features=flips"])
