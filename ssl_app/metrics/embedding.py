@@ -249,6 +249,7 @@ def positive_and_topk_negatives(
             histogram.reset(ub.device, accumulation_dtype(ub))
         positive, negatives = _topk_rows(za, ub, k, start, stop, chunk, histogram)
         if histogram is not None:
+            _negative_moments(za[start:stop], ub, positive, histogram)
             histogram.all_reduce(world_size)
         if gather:
             positive = all_gather_rows(positive, n, world_size)
@@ -289,6 +290,17 @@ def topk_similarities(
         ]
         local = torch.cat(blocks) if blocks else units.new_zeros(0, k)
         return all_gather_rows(local, anchors.shape[0], world_size)
+
+
+def _negative_moments(za: Tensor, ub: Tensor, positive: Tensor, histogram: SimilarityHistogram) -> None:
+    """Count, sum and sum of squares of the negatives ``u_i·ub_j`` (j ≠ i) of the anchors ``za``
+    into ``histogram``, exactly and in O(rows·d²): Σ_j u_i·ub_j = u_i·(Σ_j ub_j) and
+    Σ_j (u_i·ub_j)² = u_iᵀ (Ubᵀ Ub) u_i, less the positives ``positive`` (the j = i terms)."""
+    acc = histogram.moments.dtype
+    units, candidates = unit_rows(za).to(acc), ub.to(acc)
+    total = (units @ candidates.sum(dim=0)).sum() - positive.to(acc).sum()
+    squares = ((units @ (candidates.T @ candidates)) * units).sum() - positive.to(acc).square().sum()
+    histogram.add_moments(za.shape[0] * (ub.shape[0] - 1), total, squares)
 
 
 def _topk_rows(

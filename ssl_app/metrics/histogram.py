@@ -1,7 +1,8 @@
 """A fixed-bin histogram of similarities, accumulated block by block on the device.
 
 ``positive_and_topk_negatives`` fills one with **every** negative similarity s_ij (j ≠ i) of the
-anchors it searches, from the same similarity blocks as the top-k, so no [N, N] matrix ever
+anchors it searches: the bins and extremes from the same similarity blocks as the top-k, the sum
+and sum of squares exactly from d × d products of the unit rows, so no [N, N] matrix ever
 reaches the host. Bins are ``bins`` equal intervals of [low, high] (default 200 over [-1, 1]);
 values outside (rounding puts a dot product of unit rows a hair past ±1) count in the end bins.
 Counts, sum and sum of squares are accumulated in float64 (float32 on MPS); under DDP
@@ -38,8 +39,8 @@ class HistogramSummary:
 
 class SimilarityHistogram:
     """Counts of values in ``bins`` equal bins of [low, high], plus count, sum, sum of squares,
-    min and max of the values themselves. ``reset`` before each use; ``add`` blocks; ``all_reduce``
-    once on every rank; ``summary`` reads it (one host transfer)."""
+    min and max of the values themselves. ``reset`` before each use; ``add`` blocks and
+    ``add_moments``; ``all_reduce`` once on every rank; ``summary`` reads it (one host transfer)."""
 
     def __init__(self, bins: int = DEFAULT_BINS, low: float = -1.0, high: float = 1.0) -> None:
         if not isinstance(bins, int) or bins < 1 or not high > low:
@@ -56,14 +57,14 @@ class SimilarityHistogram:
         self.extremes = torch.full((2,), float("-inf"), dtype=dtype, device=device)
 
     def add(self, block: Tensor, diagonal: int | None = None) -> None:
-        """Count every entry of the 2-D ``block`` except, when ``diagonal`` is given, the entries
-        of ``block.diagonal(diagonal)``. ``block`` is scratch: it is overwritten."""
+        """Count every entry of the 2-D ``block`` into the bins and extremes except, when
+        ``diagonal`` is given, the entries of ``block.diagonal(diagonal)``. ``block`` is scratch:
+        it is overwritten. The moments come separately (``add_moments``): a caller that has the
+        unit rows gets them exactly from d × d products, far cheaper than from the block."""
         if self.counts is None:
             raise RuntimeError("SimilarityHistogram.add before reset")
-        acc = self.counts.dtype
         skip = block.diagonal(diagonal) if diagonal is not None else None
-        skipped = 0 if skip is None else skip.numel()
-        if block.numel() == skipped:
+        if block.numel() == (0 if skip is None else skip.numel()):
             return
         if skip is not None:
             skip.fill_(float("-inf"))
@@ -71,17 +72,19 @@ class SimilarityHistogram:
         if skip is not None:
             skip.fill_(float("inf"))
         smallest = block.min()
-        if skip is not None:
-            skip.fill_(0.0)
-        total = block.sum(dtype=acc)
-        squares = block.square().sum(dtype=acc)
-        self.moments += torch.stack([torch.tensor(block.numel() - skipped, dtype=acc, device=block.device), total, squares])
-        self.extremes = torch.maximum(self.extremes, torch.stack([largest, -smallest]).to(acc))
+        self.extremes = torch.maximum(self.extremes, torch.stack([largest, -smallest]).to(self.extremes.dtype))
         index = block.sub_(self.low).mul_(self.bins / (self.high - self.low)).floor_().clamp_(0, self.bins - 1)
         if skip is not None:
             skip.fill_(self.bins)  # an extra bin, dropped below
         counted = torch.bincount(index.flatten().to(torch.int32), minlength=self.bins + 1)
-        self.counts += counted[: self.bins].to(acc)
+        self.counts += counted[: self.bins].to(self.counts.dtype)
+
+    def add_moments(self, count: int, total: Tensor, squares: Tensor) -> None:
+        """Add ``count`` values with sum ``total`` and sum of squares ``squares`` (0-d tensors)."""
+        if self.moments is None:
+            raise RuntimeError("SimilarityHistogram.add_moments before reset")
+        dtype, device = self.moments.dtype, self.moments.device
+        self.moments += torch.stack([torch.tensor(float(count), dtype=dtype, device=device), total.to(dtype), squares.to(dtype)])
 
     def all_reduce(self, world_size: int) -> None:
         """Make every rank hold the histogram of all ranks' values (a collective when ``world_size > 1``)."""
