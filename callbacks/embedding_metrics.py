@@ -29,11 +29,14 @@ from callbacks.plots import find_tensorboard, similarity_figure
 from ssl_app.checkpointing import first_nonfinite
 from ssl_app.errors import ConfigError, NonFiniteError
 from ssl_app.metrics import DEFAULT_TOP_K, EmbeddingInputs, EmbeddingReport, evaluate_metrics, registered_fields
+from ssl_app.metrics.histogram import SimilarityHistogram
 
 log = logging.getLogger(__name__)
 
 UniformityInputs = Literal["clean", "augmented"]
 NegativesFrom = Literal["views", "train"]
+#: TensorBoard histogram of every negative view similarity s_ij, j ≠ i (``log_histograms``).
+NEGATIVE_HISTOGRAM_TAG = "similarity/negative"
 
 
 def embedding_report(
@@ -45,6 +48,7 @@ def embedding_report(
     clean_labels: Tensor | None = None,
     backbone: Tensor | None = None,
     train: Tensor | None = None,
+    negative_histogram: SimilarityHistogram | None = None,
 ) -> EmbeddingReport:
     """Every registered metric of N samples' two view embeddings ``za``, ``zb`` [N, d].
 
@@ -54,6 +58,7 @@ def embedding_report(
     backbone features of the ``clean`` rows, which ``effective_rank_backbone`` reads (``None``:
     not computed). ``train`` [T, d]: clean embeddings of the training split, where
     ``top{k}_train_neg_sim`` looks for each anchor's hardest negatives (``None``: not computed).
+    ``negative_histogram``: filled with every negative view similarity (``report.negative_histogram``).
     Pass the same gathered tensors on every rank: the functions shard their work and return the
     single-process values everywhere.
     """
@@ -61,7 +66,7 @@ def embedding_report(
         clean, clean_labels = za, labels
     elif clean_labels is None:
         raise ValueError("embedding_report: clean needs clean_labels")
-    return evaluate_metrics(EmbeddingInputs(clean, clean_labels, za, zb, top_k, backbone, train))
+    return evaluate_metrics(EmbeddingInputs(clean, clean_labels, za, zb, top_k, backbone, train, negative_histogram))
 
 
 def collapse_evidence(report: EmbeddingReport) -> CollapseEvidence:
@@ -95,6 +100,26 @@ def inputs_table(top_k: int, uniformity_inputs: UniformityInputs) -> str:
     return "\n".join(rows)
 
 
+def log_negative_histogram(experiment, histogram: SimilarityHistogram, step: int) -> None:
+    """``similarity/negative``: the histogram of every negative view similarity, written from its
+    bin counts (``add_histogram_raw``), so the N(N−1) values never leave the device. A leading
+    empty bucket at the lower edge gives readers the first bin's left edge."""
+    summary = histogram.summary()
+    if summary.count == 0:
+        return
+    experiment.add_histogram_raw(
+        NEGATIVE_HISTOGRAM_TAG,
+        min=summary.min,
+        max=summary.max,
+        num=summary.count,
+        sum=summary.sum,
+        sum_squares=summary.sum_squares,
+        bucket_limits=summary.edges,
+        bucket_counts=[0.0, *summary.counts],
+        global_step=step,
+    )
+
+
 class EmbeddingMetrics(Callback):
     """Embedding-space metrics of the evaluation split, logged every ``every_n_epochs``.
 
@@ -124,8 +149,11 @@ class EmbeddingMetrics(Callback):
     every value equals the single-process one. Also logged: ``metrics/nonfinite`` (how many
     embeddings, clean rows plus view rows, had a NaN/inf entry; they are left out of the other
     metrics, warned about, and mark the evaluation collapsed), ``metrics/collapsed`` (0/1, see
-    ``CollapseCriteria``), TensorBoard histograms ``similarity/positive`` and
-    ``similarity/top{k}_negative``, the figure ``similarity/positive_vs_top{k}_negative`` and,
+    ``CollapseCriteria``), TensorBoard histograms ``similarity/positive``,
+    ``similarity/top{k}_negative`` and ``similarity/negative`` (every negative z_a,i·z_b,j,
+    j ≠ i: N(N−1) values in 200 fixed bins over [−1, 1], counted on the device from the top-k
+    search's own blocks and summed over ranks; the report's relative-penalty curve reads it),
+    the figure ``similarity/positive_vs_top{k}_negative`` and,
     once, the text ``metrics/inputs`` listing each tag's formula and inputs (rank 0; needs a
     TensorBoardLogger).
 
@@ -151,7 +179,8 @@ class EmbeddingMetrics(Callback):
         top_k: hardest negatives per anchor (Wang & Liu: 10).
         uniformity_inputs: ``clean`` or ``augmented``: what uniformity, tolerance and the
             effective rank are computed on (see above).
-        log_histograms: log the histograms and the figure.
+        log_histograms: log the histograms (``similarity/negative`` costs one bincount per
+            similarity block of the top-k search) and the figure.
         collapse_uniformity: collapsed if uniformity is below this (``None``: off).
         collapse_alignment: collapsed if alignment is below this while uniformity is below
             ``collapse_alignment_uniformity`` (``None``: off).
@@ -365,10 +394,13 @@ class EmbeddingMetrics(Callback):
         """Every registered metric of the gathered ``views`` (and, for ``clean``, an own pass of ``split``)."""
         za, zb = views.view_features(0), views.view_features(1)
         train = self.train_embeddings(trainer, pl_module) if self.negatives_from == "train" else None
+        histogram = SimilarityHistogram() if self.log_histograms else None
         if self.uniformity_inputs == "clean":
             clean = self.clean_samples(trainer, pl_module, split, views)
-            return embedding_report(za, zb, views.labels, self.top_k, clean.view_features(0), clean.labels, clean.backbone, train)
-        return embedding_report(za, zb, views.labels, self.top_k, train=train)
+            return embedding_report(
+                za, zb, views.labels, self.top_k, clean.view_features(0), clean.labels, clean.backbone, train, histogram
+            )
+        return embedding_report(za, zb, views.labels, self.top_k, train=train, negative_histogram=histogram)
 
     def train_embeddings(self, trainer: L.Trainer, pl_module: L.LightningModule) -> Tensor:
         """The clean embeddings of the whole train split, gathered from every rank (a collective)."""
@@ -456,6 +488,8 @@ class EmbeddingMetrics(Callback):
         experiment = tensorboard.experiment
         experiment.add_histogram("similarity/positive", positive.float().cpu(), step)
         experiment.add_histogram(f"similarity/top{self.top_k}_negative", negatives.float().cpu().flatten(), step)
+        if report.negative_histogram is not None:
+            log_negative_histogram(experiment, report.negative_histogram, step)
         title = f"epoch {trainer.current_epoch}: positive vs top-{k} negative similarity"
         figure = similarity_figure(positive, negatives, k, title)
         experiment.add_figure(f"similarity/positive_vs_top{self.top_k}_negative", figure, step, close=True)

@@ -75,3 +75,10 @@ def all_reduce_sum(tensor: Tensor) -> Tensor:
     if world_size() > 1:
         dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
     return tensor
+
+
+def all_reduce_max(tensor: Tensor) -> Tensor:
+    """Elementwise maximum of ``tensor`` over ranks, in place, and return it."""
+    if world_size() > 1:
+        dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
+    return tensor

@@ -23,6 +23,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
+from ssl_app.metrics.histogram import SimilarityHistogram
 from ssl_app.metrics.pairs import pair_blocks, pair_count, pair_tiles
 from ssl_app.metrics.rows import accumulation_dtype, check_chunk, check_rows, unit_rows
 from ssl_app.metrics.sharding import all_gather_rows, all_logsumexp, all_reduce_sum, resolve_world, row_range
@@ -211,6 +212,7 @@ def positive_and_topk_negatives(
     *,
     chunk_size: int | None = None,
     gather: bool = True,
+    histogram: SimilarityHistogram | None = None,
     rank: int | None = None,
     world_size: int | None = None,
 ) -> PositiveAndNegatives:
@@ -224,6 +226,9 @@ def positive_and_topk_negatives(
     Under DDP each rank searches its slice of anchors; with ``gather=True`` (default) the slices
     are all-gathered so every rank returns all N rows in order, with ``gather=False`` a rank
     returns only its rows ``sharding.row_range(N, rank, world_size)``.
+
+    ``histogram``: reset, then filled from the same blocks with every negative ``s_ij`` (j ≠ i) of
+    all N anchors, N(N−1) values, and summed over ranks (``SimilarityHistogram``).
 
     Returns:
         ``PositiveAndNegatives(positive [rows], negatives [rows, k])``, negatives descending.
@@ -239,7 +244,13 @@ def positive_and_topk_negatives(
     rank, world_size = resolve_world(rank, world_size)
     with torch.autocast(za.device.type, enabled=False):
         start, stop = row_range(n, rank, world_size)
-        positive, negatives = _topk_rows(za, unit_rows(zb), k, start, stop, chunk)
+        ub = unit_rows(zb)
+        if histogram is not None:
+            histogram.reset(ub.device, accumulation_dtype(ub))
+        positive, negatives = _topk_rows(za, ub, k, start, stop, chunk, histogram)
+        if histogram is not None:
+            _negative_moments(za[start:stop], ub, positive, histogram)
+            histogram.all_reduce(world_size)
         if gather:
             positive = all_gather_rows(positive, n, world_size)
             negatives = all_gather_rows(negatives, n, world_size)
@@ -281,8 +292,22 @@ def topk_similarities(
         return all_gather_rows(local, anchors.shape[0], world_size)
 
 
-def _topk_rows(za: Tensor, ub: Tensor, k: int, start: int, stop: int, chunk: int) -> tuple[Tensor, Tensor]:
-    """Positives [stop − start] and top-k negatives [stop − start, k] of anchors ``[start, stop)``.
+def _negative_moments(za: Tensor, ub: Tensor, positive: Tensor, histogram: SimilarityHistogram) -> None:
+    """Count, sum and sum of squares of the negatives ``u_i·ub_j`` (j ≠ i) of the anchors ``za``
+    into ``histogram``, exactly and in O(rows·d²): Σ_j u_i·ub_j = u_i·(Σ_j ub_j) and
+    Σ_j (u_i·ub_j)² = u_iᵀ (Ubᵀ Ub) u_i, less the positives ``positive`` (the j = i terms)."""
+    acc = histogram.moments.dtype
+    units, candidates = unit_rows(za).to(acc), ub.to(acc)
+    total = (units @ candidates.sum(dim=0)).sum() - positive.to(acc).sum()
+    squares = ((units @ (candidates.T @ candidates)) * units).sum() - positive.to(acc).square().sum()
+    histogram.add_moments(za.shape[0] * (ub.shape[0] - 1), total, squares)
+
+
+def _topk_rows(
+    za: Tensor, ub: Tensor, k: int, start: int, stop: int, chunk: int, histogram: SimilarityHistogram | None = None
+) -> tuple[Tensor, Tensor]:
+    """Positives [stop − start] and top-k negatives [stop − start, k] of anchors ``[start, stop)``
+    (and, into ``histogram``, all their negatives).
 
     ``za`` is normalised a block at a time; the candidates ``ub`` must already be unit rows.
     """
@@ -293,6 +318,8 @@ def _topk_rows(za: Tensor, ub: Tensor, k: int, start: int, stop: int, chunk: int
         positives.append(diagonal.clone())
         diagonal.fill_(float("-inf"))
         negatives.append(sim.topk(k, dim=1).values)
+        if histogram is not None:
+            histogram.add(sim, diagonal=a)  # overwrites sim, no longer needed
         del sim, diagonal  # free this block before the next one is allocated
     if not positives:  # an empty slice (more ranks than rows)
         return ub.new_empty(0), ub.new_empty(0, k)

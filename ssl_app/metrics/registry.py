@@ -46,6 +46,7 @@ from torch import Tensor
 
 from ssl_app.errors import ConfigError
 from ssl_app.metrics.embedding import alignment, positive_and_topk_negatives, tolerance, topk_similarities, uniformity
+from ssl_app.metrics.histogram import SimilarityHistogram
 from ssl_app.metrics.rank import effective_rank
 
 Input = Literal["clean", "views", "labels", "backbone", "train"]
@@ -72,7 +73,9 @@ class EmbeddingInputs:
     ``clean`` [N, d] with ``labels`` [N]; ``view_a``, ``view_b`` [M, d]; ``top_k``: hardest
     negatives per anchor for the metrics that need it; ``backbone`` [N, f]: the unnormalised
     backbone features of the ``clean`` rows (``None``: not available); ``train`` [T, d]: clean
-    embeddings of the training split (``None``: not available).
+    embeddings of the training split (``None``: not available); ``negative_histogram``: when
+    given, filled with every negative similarity ``za_i·zb_j`` (j ≠ i) of the views, from the
+    top-k search's own blocks (``None``: not computed).
     """
 
     clean: Tensor
@@ -82,6 +85,7 @@ class EmbeddingInputs:
     top_k: int = DEFAULT_TOP_K
     backbone: Tensor | None = None
     train: Tensor | None = None
+    negative_histogram: SimilarityHistogram | None = None
 
     def rows(self, name: Input) -> int:
         """How many samples the input ``name`` holds (labels: how many are labelled)."""
@@ -208,7 +212,8 @@ class EmbeddingReport:
     """Every field of every registered metric (``fields[name]``: a tensor, NaN if not computed).
 
     ``nonfinite`` of ``total`` embeddings had a non-finite entry and were left out of the
-    metrics (see ``drop_nonfinite``).
+    metrics (see ``drop_nonfinite``). ``negative_histogram``: the inputs' histogram of every
+    negative view similarity, filled (``None``: not asked for, or too few views to fill it).
     """
 
     fields: dict[str, Tensor]
@@ -216,6 +221,7 @@ class EmbeddingReport:
     nonfinite: int = 0
     total: int = 0
     metrics: tuple[EmbeddingMetric, ...] = field(default_factory=tuple)
+    negative_histogram: SimilarityHistogram | None = None
 
     def __getitem__(self, name: str) -> Tensor:
         return self.fields[name]
@@ -289,6 +295,8 @@ def evaluate_metrics(inputs: EmbeddingInputs, names: tuple[str, ...] | None = No
             raise ConfigError(f"unknown embedding metric(s) {missing}; registered: {sorted(EMBEDDING_METRICS)}")
         metrics = tuple(EMBEDDING_METRICS[n] for n in names)
     fields: dict[str, Tensor] = {}
+    if inputs.negative_histogram is not None:
+        inputs.negative_histogram.counts = None  # filled below only if the top-k search runs
     for metric in metrics:
         runnable = all(inputs.rows(name) >= (1 if name == "labels" else 2) for name in metric.reads)
         values = dict(metric.compute(inputs)) if runnable else {}
@@ -296,7 +304,9 @@ def evaluate_metrics(inputs: EmbeddingInputs, names: tuple[str, ...] | None = No
             raise ValueError(f"embedding metric {metric.name!r} returned {sorted(values)}, declared {sorted(metric.tags)}")
         for name in metric.tags:
             fields[name] = values.get(name, torch.tensor(math.nan))
-    return EmbeddingReport(fields, inputs.top_k, nonfinite, total, metrics)
+    histogram = inputs.negative_histogram
+    filled = histogram if histogram is not None and histogram.counts is not None else None
+    return EmbeddingReport(fields, inputs.top_k, nonfinite, total, metrics, filled)
 
 
 # ------------------------------------------------------------------------ the registered metrics
@@ -326,7 +336,8 @@ def _tolerance(x: EmbeddingInputs) -> dict[str, Tensor]:
     tags={"pos_sim": "pos_sim", "neg_sim": "top{k}_neg_sim"},
 )
 def _positive_vs_negatives(x: EmbeddingInputs) -> dict[str, Tensor]:
-    sims = positive_and_topk_negatives(x.view_a, x.view_b, k=min(x.top_k, x.view_a.shape[0] - 1))
+    k = min(x.top_k, x.view_a.shape[0] - 1)
+    sims = positive_and_topk_negatives(x.view_a, x.view_b, k=k, histogram=x.negative_histogram)
     return {"pos_sim": sims.positive, "neg_sim": sims.negatives}
 
 

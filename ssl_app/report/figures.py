@@ -17,7 +17,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 from ssl_app.report.events import Histogram
-from ssl_app.report.penalty import NEGATIVE_TAG, penalty_curves, rebin
+from ssl_app.report.penalty import ALL_NEGATIVE_TAG, NEGATIVE_TAG, penalty_curves, rebin
 from ssl_app.report.reference import TABLE1, Match, column_name
 from ssl_app.report.runs import Run
 from ssl_app.report.summary import EPOCH_TAG, Row, TableColumn, resolve_columns, summarise
@@ -87,7 +87,9 @@ def draw_penalty_curves(rows: list[Row], path: Path, title: str | None) -> Figur
     curves = penalty_curves(rows)
     if not curves:
         negative = NEGATIVE_TAG.replace("{k}", "<k>")
-        return FigureResult(path.name, None, f"skipped: no configuration with a τ logged the histogram {negative}")
+        return FigureResult(
+            path.name, None, f"skipped: no configuration with a τ logged the histogram {ALL_NEGATIVE_TAG} or {negative}"
+        )
     by_series: dict[str, list] = defaultdict(list)
     for curve in curves:
         by_series[curve.series].append(curve)
@@ -99,15 +101,23 @@ def draw_penalty_curves(rows: list[Row], path: Path, title: str | None) -> Figur
                 curve.penalty,
                 marker=".",
                 color=f"C{index % 10}",
-                label=f"τ={curve.temperature:g} (n={curve.runs})",
+                label=f"τ={curve.temperature:g}, {_negatives_words(curve)} (n={curve.runs})",
             )
         axis.set_yscale("log")
-        axis.set_xlabel("similarity s of a top-k negative")
-        axis.set_ylabel(f"relative penalty r(s) among the top-{series_curves[0].k}")
+        axis.set_xlabel("similarity s of a negative")
+        axis.set_ylabel("relative penalty r(s)")
         axis.set_title(series, fontsize="small")
         axis.grid(alpha=0.3)
         axis.legend(fontsize="small")
-    return _save(figure, path, title, "relative penalty r(s) of the k hardest negatives, final epoch")
+    kinds = sorted({"all negatives" if curve.negatives == "all" else "top-k negatives" for curve in curves})
+    return _save(figure, path, title, f"relative penalty r(s) over {' / '.join(kinds)}, final epoch")
+
+
+def _negatives_words(curve) -> str:
+    """Which negatives a penalty curve's N(i) holds, for its legend entry."""
+    if curve.negatives == "all":
+        return f"all {curve.k:.0f} negatives"
+    return f"top-{curve.negatives.removeprefix('top')} negatives"
 
 
 def draw_against_temperature(rows: list[Row], path: Path, colours: dict[str, str], title: str | None) -> FigureResult:

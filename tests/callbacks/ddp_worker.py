@@ -117,6 +117,7 @@ def worker(rank: int, init_file: str, out_dir: str) -> None:
                 "knn_accuracy": accuracy,
                 "effective_rank": effective_rank(za),
                 "clean_scalars": clean.scalars(),
+                "negative_histogram": clean.negative_histogram.summary(),
                 "augmented_scalars": augmented.scalars(),
             },
             f"{out_dir}/rank{rank}.pt",

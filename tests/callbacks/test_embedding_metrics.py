@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -114,6 +115,26 @@ def rankme(features: torch.Tensor) -> torch.Tensor:
     sigma = torch.linalg.svdvals(features.double())
     p = sigma / sigma.sum()
     return torch.exp(-torch.special.xlogy(p, p).sum())
+
+
+def test_the_all_negatives_histogram_is_every_negative_view_similarity(tiny_run):
+    """Catches ``similarity/negative`` missing, holding the positives, only the top-k, or bins
+    that are not the fixed [-1, 1] ones the report reads."""
+    _, model, data, log_dir = tiny_run
+    _, _, za, zb = embed_views(model, data.val_dataloader())
+    sims = F.normalize(za.double(), dim=1) @ F.normalize(zb.double(), dim=1).T
+    values = sims[~torch.eye(VAL_SIZE, dtype=torch.bool)].numpy()
+    logged = events(log_dir).Histograms("similarity/negative")
+    assert len(logged) == EPOCHS
+    final = logged[-1].histogram_value
+    assert final.num == VAL_SIZE * (VAL_SIZE - 1)
+    assert final.sum == pytest.approx(values.sum(), abs=1e-3)
+    assert (final.min, final.max) == pytest.approx((values.min(), values.max()), abs=1e-5)
+    expected, edges = np.histogram(values, bins=200, range=(-1.0, 1.0))
+    assert list(final.bucket_limit) == pytest.approx([-1.0, *edges[1:]])
+    assert final.bucket[0] == 0  # the leading empty bucket that carries the left edge
+    # float32 on the device against float64 here: a value on a bin edge may fall either side
+    assert np.abs(np.asarray(final.bucket[1:]) - expected).sum() <= 4
 
 
 def test_the_inputs_of_every_tag_are_described_in_tensorboard(tiny_run):
@@ -243,6 +264,20 @@ def test_two_ranks_measure_what_one_process_measures(ddp_results, inputs):
         assert set(double) == set(single)
         for name, value in single.items():
             assert double[name] == pytest.approx(value, abs=1e-6), name
+
+
+def test_two_ranks_count_the_negatives_one_process_counts(ddp_results):
+    """Catches the all-negatives histogram of one rank's anchors only (no all-reduce), or the
+    extremes summed instead of taken over ranks."""
+    single = ddp_worker.callback_report(0, 1, "clean").negative_histogram.summary()
+    assert single.count == ddp_worker.CALLBACK_MAX_SAMPLES * (ddp_worker.CALLBACK_MAX_SAMPLES - 1)
+    for result in ddp_results:
+        double = result["negative_histogram"]
+        assert double.counts == single.counts and double.count == single.count
+        assert (double.min, double.max) == pytest.approx((single.min, single.max), abs=1e-6)
+        # float32 similarities of other block shapes: equal up to rounding
+        assert double.sum == pytest.approx(single.sum, rel=1e-6)
+        assert double.sum_squares == pytest.approx(single.sum_squares, rel=1e-6)
 
 
 def test_clean_and_augmented_callback_reports_differ(ddp_results):

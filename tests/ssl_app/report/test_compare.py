@@ -96,7 +96,7 @@ def test_penalty_curves_one_per_tau_normalised_and_steeper_for_smaller_tau(study
 
     assert [curve.temperature for curve in curves] == [0.3, 0.7]
     for curve in curves:
-        assert curve.runs == 2 and curve.k == 10
+        assert curve.runs == 2 and curve.k == 10 and curve.negatives == "top10"  # no all-negatives histogram
         assert curve.k * np.sum(curve.weight * curve.penalty) == pytest.approx(1.0)
         slope = np.polyfit(curve.similarity, np.log(curve.penalty), 1)[0]
         assert slope == pytest.approx(1 / curve.temperature)

@@ -83,6 +83,7 @@ def test_a_tau_sweep_of_real_runs_gets_the_relative_penalty_figure_and_dashes_fo
     curves = penalty_curves(rows)
     assert [curve.temperature for curve in curves] == [0.1, 1.0]
     for curve in curves:
+        assert curve.negatives == "all"  # the runs logged similarity/negative: N(i) is every negative
         assert curve.k * np.sum(curve.weight * curve.penalty) == pytest.approx(1.0)
     lines = [line for line in report.markdown.splitlines() if line.startswith("| InfoNCE")]
     assert len(lines) == 2 and all(line.split("|")[3].strip().startswith("— [") for line in lines), lines
