@@ -40,6 +40,10 @@ def paper_linear_optim() -> Optimization:
     )
 
 
+#: The state-dict prefix of the method's loss, which the probe leaves out (``load_method``).
+LOSS_STATE = "loss."
+
+
 def load_method(checkpoint: str) -> L.LightningModule:
     """The contrastive method saved in ``checkpoint`` (written by ``python -m ssl_app fit``), on the CPU.
 
@@ -68,7 +72,24 @@ def load_method(checkpoint: str) -> L.LightningModule:
         method_class = None
     if not (isinstance(method_class, type) and issubclass(method_class, ContrastiveMethod)):
         raise ConfigError(f"LinearProbe: {checkpoint} holds a {class_path}, not an ssl_app contrastive method")
-    return method_class.load_from_checkpoint(checkpoint, map_location="cpu", weights_only=True)
+    # The method's hyper-parameters leave its loss out, so it is rebuilt with its default loss: the
+    # loss's own state (PaCo's centres and prior, ``loss.*``) has nowhere to go and the probe does
+    # not need it. Every other weight must be in the file and fit.
+    try:
+        method = method_class.load_from_checkpoint(checkpoint, map_location="cpu", weights_only=True, strict=False)
+    except RuntimeError as error:
+        raise ConfigError(
+            f"LinearProbe: {checkpoint}: its weights do not fit {class_path} ({' '.join(str(error).split())[:300]})"
+        ) from None
+    expected, found = set(method.state_dict()), set(saved.get("state_dict") or {})
+    missing = sorted(key for key in expected - found if not key.startswith(LOSS_STATE))
+    unexpected = sorted(key for key in found - expected if not key.startswith(LOSS_STATE))
+    if missing or unexpected:
+        said = "; ".join(
+            f"{what}: {', '.join(keys[:5])}" for what, keys in (("missing", missing), ("unexpected", unexpected)) if keys
+        )
+        raise ConfigError(f"LinearProbe: {checkpoint}: its weights do not fit {class_path} ({said})")
+    return method
 
 
 class LinearProbe(L.LightningModule):
