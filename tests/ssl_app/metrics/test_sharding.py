@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import inspect
+
 import pytest
 import torch
 import torch.distributed as dist
@@ -102,8 +104,9 @@ def _record_rows(calls: list, name: str):
         if name == "_uniformity_blocks":  # (u, t, blocks, first, last) -> (log_sum, pairs)
             blocks, first, last = args[2:]
             calls.append({"kernel": name, "rows": (blocks[first][0], blocks[last - 1][1]), "pairs": result[1]})
-        else:  # (..., start, stop, chunk)
-            calls.append({"kernel": name, "rows": (args[-3], args[-2])})
+        else:  # (..., start, stop, chunk, ...): read by name, whatever follows
+            bound = inspect.signature(kernel).bind(*args).arguments
+            calls.append({"kernel": name, "rows": (bound["start"], bound["stop"])})
         return result
 
     setattr(embedding, name, recording)
