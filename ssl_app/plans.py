@@ -27,12 +27,16 @@ PLANS = {"table1": ("losses/table1", TABLE1_COLUMNS)}
 
 @dataclass(frozen=True)
 class DataSet:
-    """A data set's recipe and linear evaluation (paths under configs/), and its split sizes (for ``--estimate``)."""
+    """A data set's recipe and linear evaluation (paths under configs/), its split sizes (for ``--estimate``),
+    and where its files are: ``root`` (a folder the data is read from, ``--data-root``), ``downloads``
+    (torchvision fetches it into that folder on first use)."""
 
     recipe: str
     linear: str
     train_images: int
     eval_images: int
+    root: bool = True
+    downloads: bool = True
 
 
 DATA_SETS = {
@@ -40,9 +44,14 @@ DATA_SETS = {
     "cifar100": DataSet("cifar100/memory_bank.yaml", "cifar100/linear.yaml", 50_000, 10_000),
     "svhn": DataSet("svhn/memory_bank.yaml", "svhn/linear.yaml", 73_257, 26_032),
     # CMC's ImageNet-100: about 1,300 training images per class (126,689 in all), 50 per class in val/.
-    "imagenet100": DataSet("imagenet100/memory_bank.yaml", "imagenet100/linear.yaml", 126_689, 5_000),
-    "shapes": DataSet("memory_bank.yaml", "linear.yaml", 2_000, 500),  # the CPU-scale stand-in
+    "imagenet100": DataSet("imagenet100/memory_bank.yaml", "imagenet100/linear.yaml", 126_689, 5_000, downloads=False),
+    "shapes": DataSet("memory_bank.yaml", "linear.yaml", 2_000, 500, root=False, downloads=False),  # the CPU stand-in
 }
+
+#: Where each stage's config keeps the data's folder: the fit's data module, and the linear
+#: evaluation's wrapped one (``LinearEvalDataModule(data=...)``).
+FIT_ROOT = "--data.init_args.root"
+LINEAR_ROOT = "--data.init_args.data.init_args.root"
 
 
 @dataclass(frozen=True)
@@ -71,6 +80,22 @@ def plan_points(plan: str, data: str) -> tuple[DataSet, list[PlanPoint]]:
     if missing:
         raise FileNotFoundError(f"plan {plan}: missing overlays {missing}")
     return DATA_SETS[data], points
+
+
+def root_options(name: str, root: str, runs: bool = True) -> tuple[str, str]:
+    """The fit's and the linear evaluation's option for the data folder ``root`` (``--data-root``), so one
+    path reaches both stages; absolute, so a job started elsewhere (SLURM) reads the same folder.
+
+    ``ValueError`` naming the problem: a data set that is generated (no folder), or, when the plan
+    ``runs`` (not a dry run), a folder that does not exist for a data set that cannot be downloaded
+    into it."""
+    data = DATA_SETS[name]
+    if not data.root:
+        raise ValueError(f"--data-root: the {name} data are generated, not read from a folder")
+    path = Path(root).expanduser().resolve()
+    if runs and not data.downloads and not path.is_dir():
+        raise ValueError(f"--data-root {root}: no such folder (the {name} data are read from it, not downloaded)")
+    return f"{FIT_ROOT}={path.as_posix()}", f"{LINEAR_ROOT}={path.as_posix()}"
 
 
 def recipe_paths(data: DataSet) -> tuple[str, str]:

@@ -5,7 +5,8 @@
         [--linear configs/linear.yaml] [--linear-args "--model.init_args.cache_features=flips"] \\
         [--name tau] [--out runs/sweeps] [--jobs 2] [--launcher slurm --slurm.partition gpu] [--status] [--dry-run] \\
         [-- extra fit args]
-    python -m ssl_app.sweep --plan table1 --data cifar10 [--seeds 0,1,2] [--estimate] [--dry-run] [-- extra fit args]
+    python -m ssl_app.sweep --plan table1 --data cifar10 [--seeds 0,1,2] [--data-root DIR] [--estimate] [--dry-run] \\
+        [-- extra fit args]
 
 Every point × seed is a run folder ``OUT/NAME/<point>/seed<k>/`` (the fit's run folder:
 ``run.json``, ``config.yaml``, ``checkpoints/``, events, the console output ``fit.log``, and
@@ -34,8 +35,9 @@ the run it evaluates, ``<run>/evaluations/linear_<n>/`` (``ssl_app.runs.layout``
 - ``--linear-args`` are options for the linear evaluations only; after ``--``, options for the fits.
 - ``--plan table1 --data D`` (``ssl_app.plans``) stands for ``--config`` (D's recipe), one point per
   Table-1 column (its loss overlay) and ``--linear`` (D's linear evaluation), in ``OUT/table1_D/``;
-  ``--estimate`` times a few training steps of the plan's model on this machine and prints the
-  plan's expected device-hours, running nothing else.
+  ``--data-root DIR`` gives the data's folder to every fit and every linear evaluation (each
+  stage's config keeps it under its own key); ``--estimate`` times a few training steps of the
+  plan's model on this machine and prints the plan's expected device-hours, running nothing else.
 """
 
 from __future__ import annotations
@@ -61,7 +63,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from ssl_app.plans import DATA_SETS, PLANS, plan_points, recipe_paths
+from ssl_app.plans import DATA_SETS, PLANS, plan_points, recipe_paths, root_options
 from ssl_app.quiet import known_noise_silenced
 from ssl_app.runs.layout import (
     CHECKPOINTS_DIR,
@@ -464,6 +466,8 @@ def parse_args(argv: Optional[list[str]]) -> argparse.Namespace:
     parser.add_argument("--config", action="append", default=[], help="a fit config; repeat to compose")
     parser.add_argument("--plan", choices=sorted(PLANS), default=None, help="a named plan (ssl_app.plans), instead of --config")
     parser.add_argument("--data", choices=sorted(DATA_SETS), default=None, help="the plan's data set")
+    parser.add_argument("--data-root", default=None, metavar="PATH",
+                        help="with --plan: the data's folder, for every fit and linear evaluation")  # fmt: skip
     parser.add_argument("--estimate", action="store_true", help="with --plan: time a few steps here, print device-hours")
     parser.add_argument("--grid", action="append", default=[], help="KEY=V1,V2,... (a fit option); repeat for a product")
     parser.add_argument("--seeds", default="0", help="comma-separated seeds (default 0)")
@@ -495,6 +499,8 @@ def parse_args(argv: Optional[list[str]]) -> argparse.Namespace:
         fail("--plan and --data go together")
     if args.estimate and args.plan is None:
         fail("--estimate needs --plan (the plan gives the data set's size)")
+    if args.data_root is not None and args.plan is None:
+        fail("--data-root needs --plan (without one, give the data's root option after -- yourself)")
     if args.jobs is not None and args.jobs < 1:
         fail(f"--jobs must be >= 1, got {args.jobs}")
     try:
@@ -521,6 +527,15 @@ def parse_args(argv: Optional[list[str]]) -> argparse.Namespace:
         if not Path(path).is_file():
             fail(f"config file {path} does not exist")
     args.extra = [a for a in args.extra if a != "--"]
+    if args.data_root is not None:
+        try:
+            runs = not (args.dry_run or args.status or args.estimate)  # a preview may name another machine's folder
+            fit_root, linear_root = root_options(args.data, args.data_root, runs)
+        except ValueError as error:
+            fail(str(error))
+        # First, so that a root given after -- or in --linear-args still wins.
+        args.extra.insert(0, fit_root)
+        args.linear_extra.insert(0, linear_root)
     return args
 
 

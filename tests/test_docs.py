@@ -228,3 +228,21 @@ def test_docs_testing_names_only_test_files_and_functions_that_exist():
         elif function and not any(re.search(rf"def {function}\b", path.read_text(encoding="utf-8")) for path in found):
             stale.append(f"{name}::{function}")
     assert not stale, f"docs/testing.md names what does not exist: {stale}"
+
+
+PACO_ROW = re.compile(r"^\| PaCo, overall top-1 \|(.+)\|\s*$", re.MULTILINE)
+
+
+def test_paco_target_numbers_are_the_same_wherever_they_are_stated():
+    """Catches the recipe's target drifting between the page that says where it comes from
+    (docs/science.md) and the places a user reads it (README, docs/choosing.md, the recipe's header),
+    e.g. one of them left at an approximate or recalled value."""
+    science = (REPO / "docs" / "science.md").read_text(encoding="utf-8")
+    [row] = PACO_ROW.findall(science)
+    targets = [cell.strip() for cell in row.split("|")]
+    assert targets == ["52.0", "56.0", "64.2"]  # IF 100, 50, 10, the table's order
+    for path in (REPO / "README.md", REPO / "docs" / "choosing.md", CONFIGS / "cifar100_lt" / "paco.yaml"):
+        text = path.read_text(encoding="utf-8")
+        paragraph = text[text.index("52.0") - 400 : text.index("52.0") + 400] if "52.0" in text else ""
+        missing = [value for value in targets if value not in paragraph]
+        assert not missing, f"{path.relative_to(REPO)} does not state PaCo's targets {missing} beside 52.0"

@@ -6,7 +6,9 @@ import re
 import shlex
 
 import pytest
+import yaml
 
+from ssl_app.cli import main as cli_main
 from ssl_app.plans import DATA_SETS, TABLE1_COLUMNS
 from ssl_app.runs.record import read_record
 from ssl_app.sweep import main
@@ -54,6 +56,62 @@ def test_plan_options_that_do_not_go_together_are_one_error(capsys):
             main([*argv, "--dry-run"])
         assert exit_.value.code == 2 and capsys.readouterr().err.startswith("error: ")
     assert set(DATA_SETS) >= {"cifar10", "cifar100", "svhn", "imagenet100"}
+
+
+def printed_config(argv: list[str], capsys) -> dict:
+    """The config one stage's command resolves to (``--print_config``; nothing is built or run)."""
+    with pytest.raises(SystemExit) as exit_:
+        cli_main([*argv, "--print_config"])
+    out, err = capsys.readouterr()
+    assert exit_.value.code == 0, err[-1500:]
+    return yaml.safe_load(out)
+
+
+@pytest.mark.parametrize("data", ["cifar100", "imagenet100"])
+def test_data_root_reaches_the_fit_and_the_linear_evaluation_under_each_ones_key(data, tmp_path, capsys, monkeypatch):
+    """Catches a root that reaches only the fit (the linear evaluation wraps its data module, so its key
+    differs: the ImageNet-100 linear stage then read data/imagenet), a relative root that a job started
+    elsewhere reads differently, and a --data-root that overrides the root a user gives after --."""
+    monkeypatch.chdir(REPO)
+    root = tmp_path / "images"
+    (root / "train").mkdir(parents=True)
+    assert main(["--plan", "table1", "--data", data, "--out", str(tmp_path / "runs"), "--data-root", str(root), "--dry-run"]) == 0
+    fit, linear = (shlex.split(part)[3:] for part in capsys.readouterr().out.splitlines()[0].split(" && "))
+    assert printed_config(fit, capsys)["data"]["init_args"]["root"] == root.as_posix()
+    linear_data = printed_config(linear, capsys)["data"]["init_args"]["data"]
+    assert linear_data["init_args"]["root"] == root.as_posix()
+
+    other = (tmp_path / "other").as_posix()
+    argv = ["--plan", "table1", "--data", data, "--out", str(tmp_path / "runs"), "--data-root", str(root)]
+    assert main([*argv, "--dry-run", "--", f"--data.init_args.root={other}"]) == 0
+    fit = shlex.split(capsys.readouterr().out.splitlines()[0].split(" && ")[0])[3:]
+    assert printed_config(fit, capsys)["data"]["init_args"]["root"] == other
+
+
+def test_data_root_is_refused_where_it_cannot_mean_anything(tmp_path, capsys, monkeypatch):
+    """Catches a missing ImageNet folder found only when the first of 10 fits starts, and a root given
+    to generated data or to a hand-written sweep, where it would be silently ignored."""
+    monkeypatch.chdir(REPO)
+    missing = tmp_path / "no_such_folder"
+    cases = {
+        ("--plan", "table1", "--data", "imagenet100", "--data-root", str(missing)): "no such folder",
+        ("--plan", "table1", "--data", "shapes", "--data-root", str(tmp_path)): "generated",
+        ("--config", "configs/quickstart.yaml", "--data-root", str(tmp_path)): "needs --plan",
+    }
+    for argv, says in cases.items():
+        with pytest.raises(SystemExit) as exit_:
+            main([*argv, "--out", str(tmp_path / "runs")])
+        err = capsys.readouterr().err
+        assert exit_.value.code == 2 and err.startswith("error: --data-root") and says in err
+    assert not (tmp_path / "runs").exists()  # refused before anything was written
+    # a preview may name a folder of the machine the plan will run on
+    argv = ["--plan", "table1", "--data", "imagenet100", "--data-root", str(missing), "--out", str(tmp_path / "runs")]
+    assert main([*argv, "--dry-run"]) == 0
+    assert f"--data.init_args.data.init_args.root={missing.as_posix()}" in capsys.readouterr().out
+    # a data set torchvision downloads may name a folder that does not exist yet
+    argv = ["--plan", "table1", "--data", "svhn", "--data-root", str(missing), "--out", str(tmp_path / "runs")]
+    assert main([*argv, "--dry-run"]) == 0
+    assert f"--data.init_args.root={missing.as_posix()}" in capsys.readouterr().out
 
 
 def test_the_estimate_times_the_plan_here_and_says_what_it_is(capsys, monkeypatch):
