@@ -6,7 +6,8 @@ fails when the datamodule is built (before any process is launched), an incomple
 one at ``setup``, both with one line naming ``root``. ``train_per_class``/``test_per_class`` keep
 the first N images of each class of the train / test split, in the data set's order
 (``datamodules.per_class``), before any long-tailed profile. Only the first process of each machine
-downloads (Lightning's ``prepare_data``). CIFAR's pickled files are read by a restricted
+downloads (Lightning's ``prepare_data``), and only one process at a time into one ``root`` (a lock
+file there), so a sweep's parallel jobs do not download over each other. CIFAR's pickled files are read by a restricted
 unpickler (``datamodules.cifar``): a crafted file is refused, naming it, instead of running code.
 
 Each constructor states only its own options and the defaults it changes (a data set's own
@@ -38,6 +39,7 @@ from datamodules.cifar import SafeCIFAR10, SafeCIFAR100
 from datamodules.per_class import first_per_class
 from ssl_app.checks import check_optional_int
 from ssl_app.errors import ConfigError
+from ssl_app.runs.lock import DOWNLOAD_LOCK, one_at_a_time
 
 
 class TorchvisionDataModule(ContrastiveDataModule):
@@ -95,9 +97,13 @@ class TorchvisionDataModule(ContrastiveDataModule):
         raise NotImplementedError
 
     def prepare_data(self) -> None:
+        """Download the missing files, one process at a time per ``root``: Lightning keeps this to one
+        process per machine, but a sweep's jobs or an array's tasks are separate programs, and two
+        downloads into one folder write over each other. The second finds the files and skips."""
         if self.download:
-            for split in self.download_splits:
-                self._make_checked(split, download=True)
+            with one_at_a_time(self.root, DOWNLOAD_LOCK, f"downloading {self.title}"):
+                for split in self.download_splits:
+                    self._make_checked(split, download=True)
 
     def build_split(self, split: Split) -> Dataset:
         data = self._make_checked(split, download=False)

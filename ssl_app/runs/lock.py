@@ -15,9 +15,12 @@ Where ``fcntl`` does not exist (Windows) locking is a no-op.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
+import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 try:
@@ -29,6 +32,8 @@ except ImportError:  # pragma: no cover - Windows
 RUN_LOCK = ".lock"
 #: The lock of a sweep that owns a run folder while it runs its stages there.
 SWEEP_LOCK = ".sweep.lock"
+#: The lock of a process downloading a data set into its root folder.
+DOWNLOAD_LOCK = ".ssl_app-download.lock"
 
 
 class RunLock:
@@ -43,15 +48,16 @@ class RunLock:
         """Whether this object holds the lock."""
         return self._descriptor is not None
 
-    def acquire(self) -> bool:
-        """Take the lock if no other process (or other ``RunLock``) holds it; create the folder if needed."""
+    def acquire(self, wait: bool = False) -> bool:
+        """Take the lock if no other process (or other ``RunLock``) holds it; create the folder if needed.
+        ``wait``: block until the holder lets go instead of returning False."""
         if self._descriptor is not None:
             return True
         self.path.parent.mkdir(parents=True, exist_ok=True)
         descriptor = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         if fcntl is not None:
             try:
-                fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                fcntl.flock(descriptor, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
             except BlockingIOError:
                 os.close(descriptor)
                 return False
@@ -98,3 +104,24 @@ def is_locked(folder: str | os.PathLike[str], name: str = RUN_LOCK) -> bool:
     finally:
         os.close(descriptor)  # also releases the probe's own lock, if it got one
     return False
+
+
+@contextlib.contextmanager
+def one_at_a_time(folder: str | os.PathLike[str], name: str, doing: str) -> Iterator[None]:
+    """Hold ``folder/name`` for the block, waiting (with one line on stderr naming the holder and
+    ``doing``) while another process holds it: for work that many processes may start at once
+    (a sweep's jobs, an array's tasks) but one must do, such as downloading a data set into a
+    shared folder. A folder where no lock file can be made (read-only) is used without one."""
+    lock = RunLock(folder, name)
+    try:
+        got = lock.acquire()
+    except OSError:  # read-only data folder: nothing will be written there either
+        yield
+        return
+    try:
+        if not got:
+            print(f"waiting for {lock.holder()} ({doing} in {folder})", file=sys.stderr, flush=True)
+            lock.acquire(wait=True)
+        yield
+    finally:
+        lock.release()

@@ -1,7 +1,11 @@
 import dataclasses
 import inspect
+import os
 import pickle
+import threading
+import time
 import urllib.error
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -22,6 +26,7 @@ from datamodules import (
 from datamodules.augment import CIFAR100_MEAN
 from ssl_app.cli import main
 from ssl_app.errors import ConfigError
+from ssl_app.runs.lock import DOWNLOAD_LOCK
 
 MODULES = [
     CIFAR10DataModule,
@@ -89,6 +94,59 @@ def test_failed_download_is_one_readable_error(tmp_path, monkeypatch):
     dm = CIFAR10DataModule(root=str(tmp_path), download=True, num_workers=0)  # nothing there: fine
     with pytest.raises(ConfigError, match=f"downloading CIFAR-10 under '{tmp_path}' failed: .*no network"):
         dm.prepare_data()
+
+
+def test_parallel_downloads_into_one_root_take_turns_and_the_later_one_finds_the_files(tmp_path, monkeypatch, capsys):
+    """Catches two jobs of a sweep (separate programs, which Lightning's one-process-per-machine
+    prepare_data does not order) downloading CIFAR-10 into one folder at once, each writing over the
+    other's archive: the second must wait for the first, then find the files and download nothing."""
+    monkeypatch.setattr(tv_cifar, "check_integrity", lambda path, md5=None: os.path.exists(path))
+    events = []
+
+    def slow_download(url, download_root, filename=None, md5=None, **kwargs):
+        events.append("start")
+        time.sleep(0.5)
+        write_fake_cifar(Path(download_root))
+        events.append("end")
+
+    monkeypatch.setattr(tv_cifar, "download_and_extract_archive", slow_download)
+    modules = [CIFAR10DataModule(root=str(tmp_path), download=True, num_workers=0) for _ in range(2)]
+    errors = []
+
+    def prepare(module):
+        try:
+            module.prepare_data()
+        except Exception as error:  # noqa: BLE001 - reported below, in the test's thread
+            errors.append(error)
+
+    threads = [threading.Thread(target=prepare, args=(module,)) for module in modules]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    assert not errors and events == ["start", "end"]  # one download, not two overlapping
+    assert "waiting for pid" in capsys.readouterr().err
+    modules[1].setup("fit")  # the files the first one wrote are the data of the second
+    assert modules[1].num_samples("train") == 20
+
+
+def test_a_read_only_data_folder_is_read_without_a_download_lock(tmp_path, monkeypatch):
+    """Catches download=true failing on a shared, read-only copy that is already complete (a cluster's
+    data set folder), only because no lock file can be made there."""
+    monkeypatch.setattr(tv_cifar, "check_integrity", lambda path, md5=None: os.path.exists(path))
+    write_fake_cifar(tmp_path)
+    real_open = os.open
+
+    def read_only(path, *args, **kwargs):
+        if str(path).endswith(DOWNLOAD_LOCK):
+            raise PermissionError(13, "Read-only file system", str(path))
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", read_only)
+    dm = CIFAR10DataModule(root=str(tmp_path), download=True, num_workers=0)
+    dm.prepare_data()
+    dm.setup("fit")
+    assert dm.num_samples("train") == 20 and not (tmp_path / DOWNLOAD_LOCK).exists()
 
 
 def test_stl10_train_split_is_checked():
