@@ -19,7 +19,7 @@ DOC_LOSSES = {"InfoNCE": "InfoNCE", "Hard": "HardContrastive", "Simple": "Simple
 def docs_table1() -> dict:
     """docs/science.md's "Their Table 1", parsed into TABLE1's shape."""
     text = (REPO / "docs" / "science.md").read_text(encoding="utf-8")
-    section = text.split("## Their Table 1", 1)[1]
+    section = text.split("## Their Table 1", 1)[1].split("\n## ", 1)[0]  # to the next section: its tables are others
     lines = [line for line in section.splitlines() if line.startswith("| ")]
     header = [cell.strip() for cell in lines[0].strip("|").split("|")]
     fields = [(DOC_DATA_SETS[h.split()[0]], DOC_METRICS[h.split()[1]]) for h in header[1:]]
