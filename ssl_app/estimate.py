@@ -122,8 +122,8 @@ def print_estimate(plan: str, data: str, runs: list) -> None:
         f"{calibration.encode_seconds_per_image * 1e3:.3f} ms per encoded image"
     )
     print(
-        f"[estimate] per run: {fit_seconds / 3600:.2f} device-hours fit + {linear_seconds / 3600:.2f} linear = {per_run:.2f}; "
-        f"whole plan: {per_run * len(runs):.1f} device-hours"
+        f"[estimate] per run: {fit_seconds / 3600:.2f} device-hours fit + {linear_seconds / 3600:.2f} linear = {per_run:.2f} "
+        f"({fit_seconds / 60:.2f} + {linear_seconds / 60:.2f} min); whole plan: {per_run * len(runs):.1f} device-hours"
     )
     print(
         "[estimate] an estimate of the model's compute on this device, not a measurement: data loading, augmentation, "

@@ -120,8 +120,14 @@ def test_the_estimate_times_the_plan_here_and_says_what_it_is(capsys, monkeypatc
     assert main(["--plan", "table1", "--data", "shapes", "--estimate"]) == 0
     out = capsys.readouterr().out
     assert "10 runs" in out and "ms per training image" in out and "an estimate" in out
-    per_run = re.search(r"per run: ([\d.]+) device-hours fit \+ ([\d.]+) linear = ([\d.]+); whole plan: ([\d.]+)", out)
-    fit, linear, total, plan = map(float, per_run.groups())
+    per_run = re.search(
+        r"per run: ([\d.]+) device-hours fit \+ ([\d.]+) linear = ([\d.]+) \(([\d.]+) \+ ([\d.]+) min\); whole plan: ([\d.]+)",
+        out,
+    )
+    fit, linear, total, fit_minutes, linear_minutes, plan = map(float, per_run.groups())
+    # minutes say what two decimals of device-hours round away for a small plan
+    assert fit_minutes + linear_minutes > 0
+    assert fit == pytest.approx(fit_minutes / 60, abs=0.006) and linear == pytest.approx(linear_minutes / 60, abs=0.006)
     # two decimals of device-hours: a fast machine prints 0.00 for the tiny plan's fit
     assert fit >= 0 and linear >= 0 and total == pytest.approx(fit + linear, abs=0.011)
     per_image = re.search(r"([\d.]+) ms per training image", out)
