@@ -58,7 +58,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -441,6 +441,19 @@ def _gpu_count() -> int:
         return 0
 
 
+def print_to_reader(lines: Iterable[str]) -> int:
+    """Print ``lines`` to stdout and return 0; a reader that leaves early (``--dry-run | head``) ends
+    the printing quietly, as shell tools do, instead of with a BrokenPipeError traceback."""
+    try:
+        for line in lines:
+            print(line)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # Python flushes stdout again at exit: point it at /dev/null so that flush has nowhere to fail.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return 0
+
+
 def fail(message: str) -> None:
     print(f"error: {message}", file=sys.stderr)
     raise SystemExit(2)
@@ -564,8 +577,7 @@ def _main(argv: Optional[list[str]]) -> int:
     if args.status:
         from ssl_app.slurm import status_lines
 
-        print("\n".join(status_lines(runs)))
-        return 0
+        return print_to_reader(status_lines(runs))
     if args.estimate:
         from ssl_app.estimate import print_estimate
 
@@ -575,11 +587,12 @@ def _main(argv: Optional[list[str]]) -> int:
     check_out(Path(args.out))
     validate(runs)
     if args.dry_run:  # one line per run: its stages joined with &&, as a shell would run them in turn
-        for run in runs:
-            stages = run.stages()
-            if stages:
-                print(" && ".join(shlex.join(["python", "-m", "ssl_app", *stage_args]) for _, stage_args in stages))
-        return 0
+        lines = (
+            " && ".join(shlex.join(["python", "-m", "ssl_app", *stage_args]) for _, stage_args in stages)
+            for stages in (run.stages() for run in runs)
+            if stages
+        )
+        return print_to_reader(lines)
     todo = [run for run in runs if run.stages()]
     print(f"[sweep] {sweep_dir}: {len(runs)} runs, {len(runs) - len(todo)} already done, {len(todo)} to run", flush=True)
     if args.launcher == "slurm":

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
+import subprocess
+import sys
 
 import pytest
 import yaml
@@ -47,6 +50,21 @@ def test_the_dry_run_prints_one_line_per_column_and_seed_with_its_recipe_overlay
         assert f"table1_{data}/{column}/{version}/checkpoints/last.ckpt" in linear[6]
     assert len(folders) == 30 and {name for name, _ in folders} == set(TABLE1_COLUMNS)
     assert not list(tmp_path.iterdir())
+
+
+def test_a_dry_run_read_by_a_reader_that_leaves_early_ends_quietly(tmp_path):
+    """Catches ``--dry-run | head`` ending in a BrokenPipeError traceback: 210 lines (more than a pipe
+    holds) are printed to a reader that takes one and closes."""
+    seeds = ",".join(str(seed) for seed in range(21))
+    command = [sys.executable, "-m", "ssl_app.sweep", "--plan", "table1", "--data", "cifar10", "--seeds", seeds]
+    command += ["--out", str(tmp_path), "--dry-run"]
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    process = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    first = process.stdout.readline()
+    process.stdout.close()
+    err = process.communicate(timeout=120)[1].decode()
+    assert first.startswith(b"python -m ssl_app fit ") and process.returncode == 0
+    assert "Traceback" not in err and "BrokenPipeError" not in err, err[-2000:]
 
 
 def test_plan_options_that_do_not_go_together_are_one_error(capsys):
