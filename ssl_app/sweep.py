@@ -29,7 +29,8 @@ the run it evaluates, ``<run>/evaluations/linear_<n>/`` (``ssl_app.runs.layout``
   training one run twice.
 - Ctrl-C (or SIGTERM) stops the running fits, which save their ``last.ckpt``; the same command
   resumes them.
-- ``--jobs N`` runs N at once; with GPUs each job is pinned to one (``CUDA_VISIBLE_DEVICES``).
+- ``--jobs N`` runs N at once; with GPUs each job is pinned to one (``CUDA_VISIBLE_DEVICES``), the least
+  busy, so N above the number of GPUs shares them evenly.
 - ``--launcher slurm`` submits the runs as one SLURM job array instead (``ssl_app.slurm``), each
   task running the same stages; ``--status`` prints each run's state and job.
 - ``--linear-args`` are options for the linear evaluations only; after ``--``, options for the fits.
@@ -334,7 +335,9 @@ def execute(runs: list[PlannedRun], jobs: int) -> Outcome:
     active: dict[int, tuple[PlannedRun, str, subprocess.Popen, Optional[int]]] = {}
     locks: dict[Path, RunLock] = {}
     outcome = Outcome(failed=[], held=[])
-    free = list(range(devices)) if devices else []
+    # jobs per GPU: a job takes the least busy one, so more jobs than GPUs share them evenly and every
+    # job is pinned (an unpinned one would see every GPU and use the first)
+    load = Counter({device: 0 for device in range(devices)})
     try:
         with _stop_on_signals():
             while pending or active:
@@ -348,7 +351,9 @@ def execute(runs: list[PlannedRun], jobs: int) -> Outcome:
                         continue
                     stage, args = stages[0]
                     log = prepare_stage(run, stage, args)
-                    device = free.pop(0) if free else None
+                    device = min(load, key=load.__getitem__) if load else None
+                    if device is not None:
+                        load[device] += 1
                     print(f"[sweep] start {run.label}: {stage}", flush=True)
                     process = launch(args, log, device)
                     active[process.pid] = (run, stage, process, device)
@@ -358,7 +363,7 @@ def execute(runs: list[PlannedRun], jobs: int) -> Outcome:
                         continue
                     del active[pid]
                     if device is not None:
-                        free.append(device)
+                        load[device] -= 1
                     ok = process.returncode == 0 and _stage_done(run, stage)
                     print(f"[sweep] {'done' if ok else 'FAILED'} {run.label}: {stage}", flush=True)
                     if not ok:

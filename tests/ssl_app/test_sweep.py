@@ -7,6 +7,7 @@ import re
 import shlex
 import signal
 import sys
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -203,6 +204,40 @@ def test_parallel_jobs_are_pinned_to_free_gpus(tmp_path, monkeypatch):
     assert sweep.execute(runs, jobs=2).failed == []
     assert len(seen) == 3 and set(seen) == {0, 1}
     assert all(read_record(run.directory).status == "done" for run in runs)
+
+
+def test_more_jobs_than_gpus_are_each_pinned_and_share_the_gpus_evenly(tmp_path, monkeypatch):
+    """Catches the jobs beyond the number of GPUs starting unpinned: they see every GPU and all train on
+    the first, beside the job already pinned there."""
+    import ssl_app.sweep as sweep
+
+    running: list[int] = []
+    most = Counter()
+    finish = fake_fit("done", 0)
+
+    def fake_launch(args, log, device):
+        assert device is not None  # every job sees one GPU
+        running.append(device)
+        most.update({device: 0})
+        most[device] = max(most[device], running.count(device))
+        process = finish(args, log, device)
+        polls = iter([None] * 3)
+
+        def poll():
+            if next(polls, "done") is None:
+                return None
+            running.remove(device)
+            return type(process).poll(process)
+
+        process.poll = poll
+        return process
+
+    monkeypatch.setattr(sweep, "_gpu_count", lambda: 2)
+    monkeypatch.setattr(sweep, "launch", fake_launch)
+    monkeypatch.setattr(sweep.time, "sleep", lambda _: None)
+    runs = planned(tmp_path, ("0.1", "0.2", "0.3", "0.4"))
+    assert sweep.execute(runs, jobs=4).failed == []
+    assert most == {0: 2, 1: 2}  # four at once on two GPUs: two each, not three on one
 
 
 @pytest.mark.parametrize(
