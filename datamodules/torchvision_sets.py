@@ -7,8 +7,9 @@ one at ``setup``, both with one line naming ``root``. ``train_per_class``/``test
 the first N images of each class of the train / test split, in the data set's order
 (``datamodules.per_class``), before any long-tailed profile. Only the first process of each machine
 downloads (Lightning's ``prepare_data``), and only one process at a time into one ``root`` (a lock
-file there), so a sweep's parallel jobs do not download over each other. CIFAR's pickled files are read by a restricted
-unpickler (``datamodules.cifar``): a crafted file is refused, naming it, instead of running code.
+file there), so a sweep's parallel jobs do not download over each other. CIFAR's pickled files are
+read by a restricted unpickler (``datamodules.cifar``): a crafted file is refused, naming it,
+instead of running code.
 
 Each constructor states only its own options and the defaults it changes (a data set's own
 ``augmentation``: crop size, statistics) and passes everything else to its base class by
