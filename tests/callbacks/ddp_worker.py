@@ -11,7 +11,6 @@ from contextlib import nullcontext
 from types import SimpleNamespace
 
 import torch
-import torch.distributed as dist
 from torch.utils.data import DistributedSampler
 
 from callbacks import EmbeddingMetrics, embedding_report
@@ -19,6 +18,7 @@ from callbacks.embedding_pass import embed_split
 from callbacks.gather import SampleBuffer
 from ssl_app.metrics import WeightedKNNAccuracy, effective_rank
 from tests.callbacks.helpers import tiny_data, tiny_model
+from tests.ranks import gloo_rank
 
 WORLD = 2
 N = 45  # odd: the DistributedSampler pads rank 1 with a repeat of sample 0
@@ -86,8 +86,7 @@ def callback_report(rank: int, world_size: int, uniformity_inputs: str):
 
 def worker(rank: int, init_file: str, out_dir: str) -> None:
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=WORLD)
-    try:
+    with gloo_rank(rank, WORLD, init_file):
         local = _collect(rank, None)
         gathered = local.gather()
         report = embedding_report(gathered.view_features(0), gathered.view_features(1), gathered.labels)
@@ -122,5 +121,3 @@ def worker(rank: int, init_file: str, out_dir: str) -> None:
             },
             f"{out_dir}/rank{rank}.pt",
         )
-    finally:
-        dist.destroy_process_group()

@@ -10,11 +10,11 @@ from types import SimpleNamespace
 
 import lightning as L
 import torch
-import torch.distributed as dist
 from torch import Tensor, nn
 
 from callbacks import LongTailAccuracy
 from tests.helpers import tiny_data
+from tests.ranks import gloo_rank
 
 WORLD = 2
 TEST_SIZE = 45  # odd: shards of 23 and 22 samples
@@ -61,8 +61,5 @@ def evaluate(rank: int = 0, world_size: int = 1) -> dict[str, float]:
 
 def worker(rank: int, init_file: str, out_dir: str) -> None:
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=WORLD)
-    try:
+    with gloo_rank(rank, WORLD, init_file):
         torch.save(evaluate(rank, WORLD), f"{out_dir}/rank{rank}.pt")
-    finally:
-        dist.destroy_process_group()

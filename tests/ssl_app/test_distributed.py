@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import torch
-import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from ssl_app import distributed
+from tests.ranks import gloo_rank
 
 
 def test_single_process_collectives_are_identities():
@@ -19,8 +19,7 @@ def test_single_process_collectives_are_identities():
 
 def _worker(rank: int, init_file: str, out_dir: str) -> None:
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=2)
-    try:
+    with gloo_rank(rank, 2, init_file):
         rows = torch.arange(3 * rank * 2, dtype=torch.float32).view(-1, 2) + 100 * rank  # rank 0: no rows
         uneven = distributed.gather_uneven(rows)
         known = distributed.gather_uneven(rows, counts=[0, 3])
@@ -29,8 +28,6 @@ def _worker(rank: int, init_file: str, out_dir: str) -> None:
         (gathered * torch.tensor([1.0, 2.0, 3.0, 4.0])).sum().backward()
         total = distributed.all_reduce_sum(torch.tensor([float(rank + 1)]))
         torch.save({"uneven": uneven, "known": known, "grad": x.grad, "total": total}, f"{out_dir}/rank{rank}.pt")
-    finally:
-        dist.destroy_process_group()
 
 
 def test_two_ranks_gather_uneven_rows_rank_major_and_all_reduce_gradients(tmp_path):

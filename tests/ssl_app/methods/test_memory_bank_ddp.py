@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import pytest
 import torch
-import torch.distributed as dist
 import torch.multiprocessing as mp
 import torch.nn.functional as F
 from torch.utils.data import DistributedSampler
 
 from ssl_app.losses import InfoNCE
 from ssl_app.methods import MemoryBank
+from tests.ranks import gloo_rank
 
 pytestmark = pytest.mark.slow
 
@@ -77,11 +77,8 @@ def drive(model: MemoryBank, data_for_step) -> dict:
 
 def _worker(rank: int, init_file: str, out_dir: str) -> None:
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=WORLD)
-    try:
+    with gloo_rank(rank, WORLD, init_file):
         torch.save(drive(make_bank(), lambda step: shard(rank, step)), f"{out_dir}/rank{rank}.pt")
-    finally:
-        dist.destroy_process_group()
 
 
 @pytest.fixture(scope="module")

@@ -17,6 +17,7 @@ import torch.nn.functional as F
 
 from ssl_app.losses import InfoNCE, PaCo
 from ssl_app.methods import MemoryBank, MoCo
+from tests.ranks import gloo_rank
 
 pytestmark = pytest.mark.slow  # real processes (gloo); see docs/testing.md
 
@@ -135,8 +136,7 @@ def batch_norm_keys(rank: int) -> torch.Tensor:
 
 def _worker(rank: int, init_file: str, out_dir: str) -> None:
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=WORLD)
-    try:
+    with gloo_rank(rank, WORLD, init_file):
         results = {
             "moco": drive(make_moco(), rank, WORLD, STEPS),
             "moco_symmetric": drive(make_moco(symmetric=True), rank, WORLD, STEPS),
@@ -147,8 +147,6 @@ def _worker(rank: int, init_file: str, out_dir: str) -> None:
             "bn_keys": batch_norm_keys(rank),
         }
         torch.save(results, f"{out_dir}/rank{rank}.pt")
-    finally:
-        dist.destroy_process_group()
 
 
 @pytest.fixture(scope="module")

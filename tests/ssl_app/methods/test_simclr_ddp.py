@@ -15,6 +15,7 @@ import torch.multiprocessing as mp
 from ssl_app.losses import InfoNCE
 from ssl_app.methods import SimCLR
 from tests.generic import loss_cases
+from tests.ranks import gloo_rank
 
 BATCH_PER_RANK = 6
 pytestmark = pytest.mark.slow  # real processes (gloo); see docs/testing.md
@@ -64,8 +65,7 @@ def make_loss(loss_case, model: SimCLR):
 
 
 def _worker(rank: int, init_file: str, out_file: str) -> None:
-    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=WORLD)
-    try:
+    with gloo_rank(rank, WORLD, init_file):
         results = {}
         for case in loss_cases():  # every registered loss in each of its examples (tests/generic.py)
             model = make_model()
@@ -79,8 +79,6 @@ def _worker(rank: int, init_file: str, out_file: str) -> None:
             results[case.id] = {"loss": loss, "grads": grads}
         if rank == 0:
             torch.save(results, out_file)
-    finally:
-        dist.destroy_process_group()
 
 
 @pytest.fixture(scope="module")

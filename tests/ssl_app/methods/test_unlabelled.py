@@ -11,11 +11,11 @@ them), and a labelled anchor's must only grow. In one process and on 2 gloo rank
 from __future__ import annotations
 
 import torch
-import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from ssl_app.registry import LOSSES
 from tests.generic import method_cases, set_up
+from tests.ranks import gloo_rank
 
 B = 4
 LABELS = torch.tensor([-1, 2, -1, 2, -1, 0, -1, 0])  # the global batch: two ranks of B
@@ -80,11 +80,8 @@ def test_unlabelled_anchors_keep_only_their_instance_positives_in_one_process():
 
 def _worker(rank: int, init_file: str, out_dir: str) -> None:
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=2)
-    try:
+    with gloo_rank(rank, 2, init_file):
         torch.save(compare(rank=rank, world=2), f"{out_dir}/rank{rank}.pt")
-    finally:
-        dist.destroy_process_group()
 
 
 def test_unlabelled_anchors_keep_only_their_instance_positives_on_two_ranks(tmp_path):

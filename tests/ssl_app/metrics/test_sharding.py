@@ -6,13 +6,13 @@ import inspect
 
 import pytest
 import torch
-import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from ssl_app.metrics import embedding
 from ssl_app.metrics.pairs import pair_blocks, pair_count, pair_tiles
 from ssl_app.metrics.rank import effective_rank
 from ssl_app.metrics.sharding import resolve_world, row_range
+from tests.ranks import gloo_rank
 
 WORLD = 2
 N = 1001  # odd, so the two slices have unequal lengths (500 and 501)
@@ -114,8 +114,7 @@ def _record_rows(calls: list, name: str):
 
 def _worker(rank: int, init_file: str, out_dir: str) -> None:
     torch.set_num_threads(1)  # two processes on two cores
-    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=WORLD)
-    try:
+    with gloo_rank(rank, WORLD, init_file):
         za, zb, labels = make_data()  # the gathered set: identical on every rank
         single = compute_all(za, zb, labels, world_size=1)  # opt out of sharding
         local = embedding.positive_and_topk_negatives(za, zb, k=10, chunk_size=97, gather=False)
@@ -127,8 +126,6 @@ def _worker(rank: int, init_file: str, out_dir: str) -> None:
             {"single": single, "sharded": sharded, "calls": calls, "local": tuple(local), "rows": row_range(N, rank, WORLD)},
             f"{out_dir}/rank{rank}.pt",
         )
-    finally:
-        dist.destroy_process_group()
 
 
 @pytest.fixture(scope="module")
