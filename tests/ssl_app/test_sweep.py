@@ -8,6 +8,7 @@ import shlex
 import signal
 import sys
 from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -173,53 +174,27 @@ def planned(tmp_path, values=("0.1",)):
     return sweep.plan([QUICKSTART], [(TAU, list(values))], [0], tmp_path, [], None)
 
 
-def test_parallel_jobs_are_pinned_to_free_gpus(tmp_path, monkeypatch):
-    """With GPUs, each running job gets its own device, released when it ends (no GPU needed here)."""
+@dataclass
+class FakeGpus:
+    """What the sweep did with the GPUs it was told of: each launch's device (``None``: unpinned) and the
+    most jobs that ran on each device at once."""
+
+    launched: list = field(default_factory=list)
+    most: Counter = field(default_factory=Counter)
+
+
+def on_fake_gpus(monkeypatch, gpus: int) -> FakeGpus:
+    """The sweep sees ``gpus`` GPUs; every launch is a fake fit that runs for a few polls."""
     import ssl_app.sweep as sweep
 
-    seen: list[int] = []
-    running: set[int] = set()
+    seen = FakeGpus()
+    running: list = []
     finish = fake_fit("done", 0)
 
     def fake_launch(args, log, device):
-        assert device is not None and device not in running  # never two jobs on one GPU
-        running.add(device)
-        seen.append(device)
-        process = finish(args, log, device)
-        polls = iter([None, None])
-
-        def poll():
-            if next(polls, "done") is None:
-                return None
-            running.discard(device)
-            return type(process).poll(process)
-
-        process.poll = poll
-        return process
-
-    monkeypatch.setattr(sweep, "_gpu_count", lambda: 2)
-    monkeypatch.setattr(sweep, "launch", fake_launch)
-    monkeypatch.setattr(sweep.time, "sleep", lambda _: None)
-    runs = planned(tmp_path, ("0.1", "0.2", "0.3"))
-    assert sweep.execute(runs, jobs=2).failed == []
-    assert len(seen) == 3 and set(seen) == {0, 1}
-    assert all(read_record(run.directory).status == "done" for run in runs)
-
-
-def test_more_jobs_than_gpus_are_each_pinned_and_share_the_gpus_evenly(tmp_path, monkeypatch):
-    """Catches the jobs beyond the number of GPUs starting unpinned: they see every GPU and all train on
-    the first, beside the job already pinned there."""
-    import ssl_app.sweep as sweep
-
-    running: list[int] = []
-    most = Counter()
-    finish = fake_fit("done", 0)
-
-    def fake_launch(args, log, device):
-        assert device is not None  # every job sees one GPU
+        seen.launched.append(device)
         running.append(device)
-        most.update({device: 0})
-        most[device] = max(most[device], running.count(device))
+        seen.most[device] = max(seen.most[device], running.count(device))
         process = finish(args, log, device)
         polls = iter([None] * 3)
 
@@ -232,12 +207,34 @@ def test_more_jobs_than_gpus_are_each_pinned_and_share_the_gpus_evenly(tmp_path,
         process.poll = poll
         return process
 
-    monkeypatch.setattr(sweep, "_gpu_count", lambda: 2)
+    monkeypatch.setattr(sweep, "_gpu_count", lambda: gpus)
     monkeypatch.setattr(sweep, "launch", fake_launch)
     monkeypatch.setattr(sweep.time, "sleep", lambda _: None)
+    return seen
+
+
+def test_parallel_jobs_are_pinned_to_free_gpus(tmp_path, monkeypatch):
+    """With GPUs, each running job gets its own device, released when it ends (no GPU needed here)."""
+    import ssl_app.sweep as sweep
+
+    gpus = on_fake_gpus(monkeypatch, 2)
+    runs = planned(tmp_path, ("0.1", "0.2", "0.3"))
+    assert sweep.execute(runs, jobs=2).failed == []
+    assert len(gpus.launched) == 3 and set(gpus.launched) == {0, 1}
+    assert gpus.most == {0: 1, 1: 1}  # never two jobs on one GPU
+    assert all(read_record(run.directory).status == "done" for run in runs)
+
+
+def test_more_jobs_than_gpus_are_each_pinned_and_share_the_gpus_evenly(tmp_path, monkeypatch):
+    """Catches the jobs beyond the number of GPUs starting unpinned: they see every GPU and all train on
+    the first, beside the job already pinned there."""
+    import ssl_app.sweep as sweep
+
+    gpus = on_fake_gpus(monkeypatch, 2)
     runs = planned(tmp_path, ("0.1", "0.2", "0.3", "0.4"))
     assert sweep.execute(runs, jobs=4).failed == []
-    assert most == {0: 2, 1: 2}  # four at once on two GPUs: two each, not three on one
+    assert None not in gpus.launched  # every job sees one GPU
+    assert gpus.most == {0: 2, 1: 2}  # four at once on two GPUs: two each, not three on one
 
 
 @pytest.mark.parametrize(
