@@ -205,6 +205,7 @@ class ImageFolderDataModule(ContrastiveDataModule):
         self._pool: Optional[Dataset] = None
         self._held_out: Optional[tuple[list[int], list[int]]] = None
         self.read_from_data: Optional[dict[str, Any]] = None  # what was measured and used, for describe()
+        self.from_checkpoint: Optional[dict[str, Any]] = None  # what an evaluated encoder's checkpoint gave
 
     def _check_listed_classes(self) -> None:
         """Every listed class has a folder in every split folder; the first split missing some is one error."""
@@ -238,6 +239,23 @@ class ImageFolderDataModule(ContrastiveDataModule):
     @augmentation.setter
     def augmentation(self, value: ViewAugmentation) -> None:
         self._augmentation = value
+
+    @property
+    def augmentation_unset(self) -> tuple[str, ...]:
+        """The crop size / normalisation settings still null (read from the data at setup unless given)."""
+        return self._augmentation.from_data
+
+    @property
+    def augmentation_as_configured(self) -> ViewAugmentation:
+        """The augmentation without reading anything from the data."""
+        return self._augmentation
+
+    def take_from_checkpoint(self, values: dict[str, Any]) -> None:
+        """Use the values an encoder was trained with for null settings, instead of measuring this data
+        (``ssl_app.normalisation``: one normalisation per encoder); kept in :meth:`describe`."""
+        chosen = {key: values[key] for key in self._augmentation.from_data if key in values}
+        self._augmentation = ViewAugmentation(**{**self._augmentation.__dict__, **chosen})
+        self.from_checkpoint = {key: value if key == "crop_size" else list(value) for key, value in chosen.items()}
 
     def _read_from_data(self, augmentation: ViewAugmentation) -> ViewAugmentation:
         missing = augmentation.from_data
@@ -353,4 +371,6 @@ class ImageFolderDataModule(ContrastiveDataModule):
             info["val_held_out"] = {"fraction": self.val_fraction, "max": self.max_val_images, "seed": self.split_seed}
         if self.read_from_data is not None:
             info["read_from_data"] = dict(self.read_from_data)
+        if self.from_checkpoint is not None:
+            info["from_checkpoint"] = dict(self.from_checkpoint)
         return info

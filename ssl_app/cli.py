@@ -67,6 +67,7 @@ from ssl_app.checkpointing import (
 from ssl_app.errors import ConfigError, NonFiniteError, OutputError
 from ssl_app.health import NumericalHealth
 from ssl_app.listing import KINDS as LIST_KINDS
+from ssl_app.normalisation import settle_input, trained_input
 from ssl_app.quiet import PROBE_WARNINGS, known_noise_silenced
 from ssl_app.resume import (
     check_same_experiment,
@@ -407,7 +408,11 @@ class SSLCLI(LightningCLI):
         plan = self.plan or RunPlan(kind=subcommand)
         if self._checkpoint is not None:
             check_state_dict(self._checkpoint, model, str(kwargs.get("ckpt_path")))
+            self._settle_input(subcommand, self._checkpoint, str(kwargs.get("ckpt_path")))
             self._checkpoint = None
+        elif plan.kind == "linear" and isinstance(getattr(model, "hparams", {}).get("checkpoint"), str):
+            encoder = model.hparams["checkpoint"]
+            self._settle_input("linear probe", load_checkpoint(encoder, option="LinearProbe: checkpoint"), encoder)
         kwargs["weights_only"] = True  # no checkpoint runs code when loaded (checked in before_instantiate_classes)
         for callback in trainer.callbacks:
             if isinstance(callback, KeepFirstConfig):
@@ -441,6 +446,12 @@ class SSLCLI(LightningCLI):
         self.recorder.end(trainer, DONE, reason)
         if trainer.is_global_zero:
             self._summarise(trainer, plan.kind, f"{DONE}, {reason}")
+
+    def _settle_input(self, command: str, checkpoint: dict[str, Any], path: str) -> None:
+        """The encoder's crop size and normalisation as trained, unless set (``ssl_app.normalisation``), said in one line."""
+        line = settle_input(self.datamodule, trained_input(checkpoint, path), command)
+        if line is not None:
+            _info(line)
 
     def _summarise(self, trainer: Any, kind: str, ending: str) -> None:
         """The final metrics beside the config in TensorBoard's HParams tab, and the console summary

@@ -36,6 +36,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from ssl_app.errors import ConfigError, OutputError
 from ssl_app.export import OneLineParser, TrainedEncoder, check_output, load_encoder, parse_or_exit
+from ssl_app.normalisation import KEYS, settle_input, shown
 from ssl_app.runs.atomic import atomic_file
 
 SPLITS = ("train", "val", "test")
@@ -114,6 +115,18 @@ def eval_transform(encoder: TrainedEncoder) -> Any:
     return ViewAugmentation(**{**augmentation, **filled}).eval_transform()
 
 
+def input_line(encoder: TrainedEncoder) -> str:
+    """The one line saying where the crop size and normalisation ``embed`` feeds the encoder come from."""
+    resolved = encoder.meta.get("input") or {}
+    known = {key: resolved[key] for key in KEYS if resolved.get(key) is not None}
+    missing = [key for key in KEYS if key not in known]
+    if not known:
+        return "embed: the encoder's input: the checkpoint records no crop size or normalisation"
+    return f"embed: the encoder's input: {shown(known)} from the checkpoint" + (
+        f"; {' and '.join(missing)} not recorded in it" if missing else ""
+    )
+
+
 def _saved_data_args(encoder: TrainedEncoder) -> dict[str, Any]:
     data = (encoder.config or {}).get("data")
     if not isinstance(data, dict) or not isinstance(data.get("class_path"), str):
@@ -136,6 +149,7 @@ def run_data(encoder: TrainedEncoder, split: str, batch_size: int, num_workers: 
             f"`import {module}`, or pass --data PATH"
         )
     datamodule = instantiate_datamodule(config)
+    settle_input(datamodule, encoder.meta.get("input"), "embed")  # not measured again: as the encoder was trained
     if num_workers is not None:
         datamodule.num_workers = num_workers
     loader = datamodule.embedding_dataloader(split, views=1, augment=False, batch_size=batch_size)
@@ -291,5 +305,6 @@ def main(args: Sequence[str], out: Any = None, err: Any = None) -> int:
         print(f"error: embed: {error}", file=err)
         return 1
     shape = "×".join(str(n) for n in arrays["features"].shape)
+    print(input_line(encoder), file=out)
     print(f"Wrote {target}: features {shape} of {data.description}, on {device}", file=out)
     return 0

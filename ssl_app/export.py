@@ -155,6 +155,9 @@ def input_of(config: Optional[dict[str, Any]], data: Optional[dict[str, Any]] = 
     neither says)."""
     config_data = (config or {}).get("data")
     init_args = config_data.get("init_args") if isinstance(config_data, dict) else None
+    if isinstance(init_args, dict) and "augmentation" not in init_args and isinstance(init_args.get("data"), dict):
+        config_data = init_args["data"]  # a linear probe's run: the data it wraps (LinearEvalDataModule.data)
+        init_args = config_data.get("init_args")
     augmentation = init_args.get("augmentation") if isinstance(init_args, dict) else None
     if not isinstance(augmentation, dict):
         return None
