@@ -16,7 +16,7 @@ def missing_labels(trainer: Any) -> Optional[str]:
     datamodule = getattr(trainer, "datamodule", None)
     if datamodule is None or getattr(datamodule, "labelled", True):
         return None
-    source = getattr(datamodule, "label_source", None)
+    source = getattr(datamodule, "label_setting", None) or getattr(datamodule, "label_source", None)  # as configured
     return f"{type(datamodule).__name__} has no labels" + (f" (labels: {source})" if source else "")
 
 

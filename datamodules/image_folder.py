@@ -8,15 +8,15 @@ from pathlib import Path
 from typing import Any, Literal, Optional, get_args
 
 import torch
-from lightning.pytorch.utilities import rank_zero_info
-from torch.utils.data import Dataset
+from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
+from torch.utils.data import Dataset, Subset
 from torchvision.datasets import ImageFolder
 from torchvision.datasets.folder import IMG_EXTENSIONS, has_file_allowed_extension
 
 from datamodules.augment import IMAGENET_MEAN, IMAGENET_STD, ViewAugmentation
 from datamodules.base import ContrastiveDataModule, Split
 from datamodules.class_lists import ClassList, read_class_list
-from datamodules.image_files import CorruptImageError, FolderLinkError, list_images, load_rgb
+from datamodules.image_files import CorruptImageError, FolderLinkError, find_bad_images, list_images, load_rgb
 from datamodules.image_stats import SAMPLE_SIZE, measure_images
 from ssl_app.checks import check_int
 from ssl_app.errors import ConfigError
@@ -27,6 +27,10 @@ __all__ = ["CorruptImageError", "ImageFiles", "ImageFolderDataModule", "ListedIm
 LabelSource = Literal["auto", "folders", "none"]
 #: Label of every image of an unlabelled folder.
 UNLABELLED = -1
+#: What a bad image file (unreadable, or too small) does: stop before training, or train without it.
+BadImagePolicy = Literal["error", "skip"]
+#: Bad files named in the one line (error or warning), and in the run record.
+SHOWN_IN_LINE, SHOWN_IN_RECORD = 10, 100
 
 
 class ListedImageFolder(ImageFolder):
@@ -89,7 +93,8 @@ class ImageFolderDataModule(ContrastiveDataModule):
 
     **Where the images are.** ``root/<train_dir>`` trains when it is a folder; otherwise ``root``
     itself holds every image. ``root/<val_dir>`` is the evaluation split when it is a folder
-    (beside a train folder); otherwise a seeded ``val_fraction`` of the training images (at most
+    (beside a train folder); without one, ``root/<test_dir>`` is (said in one line: every training
+    image trains); without either, a seeded ``val_fraction`` of the training images (at most
     ``max_val_images``) is held out for it, disjoint from what trains. ``root/<test_dir>`` tests,
     falling back to the evaluation split (ImageNet-100 has no test folder).
 
@@ -118,7 +123,17 @@ class ImageFolderDataModule(ContrastiveDataModule):
     reads all three from the data.
 
     Images are the files with torchvision's image extensions, read as 8-bit RGB by ``load_rgb``
-    (16-bit, float and transparent images included). Links to folders are followed (data on
+    (16-bit, float and transparent images included).
+
+    **Bad images** (``on_bad_image``): at setup, before training, the header of every image of
+    every split is opened (format and size, no pixels decoded: ``image_files.find_bad_images``),
+    so that every unreadable file and every image smaller than ``image_files.MIN_SIDE`` (8) pixels
+    a side is found at once rather than one per run. ``error`` (the default): one ConfigError
+    naming them (the first few, and the count). ``skip``: one warning naming them, training goes on
+    without them, and :meth:`describe` (``run.json``, ``data.skipped_images``) keeps their count and
+    names. A file whose header reads but whose pixels do not (a truncated JPEG) is found only when
+    first decoded, and stops the run naming it in either mode (skipping it then would change an
+    epoch already under way). Links to folders are followed (data on
     another disk) unless they lead to a folder the split reads anyway: a loop, or another class
     folder, is one ConfigError naming the link.
 
@@ -132,7 +147,8 @@ class ImageFolderDataModule(ContrastiveDataModule):
             val folder, in (0, 1).
         max_val_images: at most this many are held out.
         split_seed: seed of the held-out split and of the sample the statistics are read from.
-        stats_sample: images read to measure crop size, mean and std (when they are null).
+        stats_sample: training images read to measure crop size, mean and std (when they are null).
+        on_bad_image: ``error`` or ``skip`` (above).
         augmentation: the view pipeline (above).
         batch_size, num_workers, val_seed, pin_memory, augment_on, imbalance_factor, imbalance_seed: see
             ``ContrastiveDataModule`` (the train split is long-tailed when imbalance_factor > 1).
@@ -153,6 +169,7 @@ class ImageFolderDataModule(ContrastiveDataModule):
         max_val_images: int = 10000,
         split_seed: int = 0,
         stats_sample: int = SAMPLE_SIZE,
+        on_bad_image: BadImagePolicy = "error",
         augmentation: ViewAugmentation = ViewAugmentation(
             crop_size=224, mean=IMAGENET_MEAN, std=IMAGENET_STD, eval_crop_fraction=0.875
         ),
@@ -168,6 +185,11 @@ class ImageFolderDataModule(ContrastiveDataModule):
         self.max_val_images = check_int(max_val_images, f"{name}: max_val_images")
         self.split_seed = check_int(split_seed, f"{name}: split_seed", minimum=0)
         self.stats_sample = check_int(stats_sample, f"{name}: stats_sample")
+        if on_bad_image not in get_args(BadImagePolicy):
+            raise ConfigError(f"{name}: on_bad_image must be one of {get_args(BadImagePolicy)}, got {on_bad_image!r}")
+        self.on_bad_image = on_bad_image
+        self.bad_images: Optional[dict[str, str]] = None  # {file: why} once checked (skipped under on_bad_image: skip)
+        self._files: dict[Path, dict[str, list[Path]]] = {}  # each split folder's image files, listed once
         self.root = Path(root)
         if not self.root.is_dir():
             raise ConfigError(f"{name}: root {str(root)!r} does not exist or is not a folder")
@@ -180,14 +202,24 @@ class ImageFolderDataModule(ContrastiveDataModule):
             if self.pool_dir != train:
                 raise ConfigError(f"{name}: class_list needs a {train_dir!r} folder of class folders in {str(root)!r}")
             labels = "folders"
+        #: What ``labels`` says and, for ``auto``, what it resolved to and why (the skip lines say it).
+        self.label_setting = labels
         if labels == "auto":
-            labelled = self.pool_dir == train and bool(_class_folders(train)) and not _has_loose_images(train)
-            labels = "folders" if labelled else "none"
+            why = self._why_unlabelled(train, train_dir)
+            labels = "none" if why else "folders"
+            self.label_setting = f"auto, resolved to {labels}" + (f": {why}" if why else "")
         self.label_source: Literal["folders", "none"] = labels  # type: ignore[assignment]
         # The evaluation and test folders, or None: held out of the training images.
         beside_train = self.pool_dir == train
         val = self.root / val_dir if beside_train and (self.root / val_dir).is_dir() else None
         test = self.root / test_dir if beside_train and (self.root / test_dir).is_dir() else None
+        self.val_from_test = val is None and test is not None
+        if self.val_from_test:  # evaluate on the test images rather than on fewer training images
+            val = test
+            rank_zero_info(
+                f"{name}: no {val_dir!r} folder in {str(root)!r}, so {test_dir!r} is the evaluation split "
+                f"(validation during fit, and test); every image of {train_dir!r} trains"
+            )
         self.split_dirs: dict[str, Optional[Path]] = {"train": self.pool_dir, "val": val, "test": test}
         if self.labelled:
             for split in ("train", "val", "test"):
@@ -206,6 +238,16 @@ class ImageFolderDataModule(ContrastiveDataModule):
         self._held_out: Optional[tuple[list[int], list[int]]] = None
         self.read_from_data: Optional[dict[str, Any]] = None  # what was measured and used, for describe()
         self.from_checkpoint: Optional[dict[str, Any]] = None  # what an evaluated encoder's checkpoint gave
+
+    def _why_unlabelled(self, train: Path, train_dir: str) -> str:
+        """Why ``labels: auto`` reads no labels ('' when it reads class folders)."""
+        if self.pool_dir != train:
+            return f"no {train_dir!r} folder in {str(self.root)!r}"
+        if not _class_folders(train):
+            return f"no class folders in {train_dir!r}"
+        if _has_loose_images(train):
+            return f"images directly in {train_dir!r}"
+        return ""
 
     def _check_listed_classes(self) -> None:
         """Every listed class has a folder in every split folder; the first split missing some is one error."""
@@ -259,7 +301,7 @@ class ImageFolderDataModule(ContrastiveDataModule):
 
     def _read_from_data(self, augmentation: ViewAugmentation) -> ViewAugmentation:
         missing = augmentation.from_data
-        paths = [path for path, _ in self._pool_dataset().samples]  # type: ignore[attr-defined]
+        paths = self._training_paths()
         stats = measure_images(paths, sample_size=self.stats_sample, seed=self.split_seed)
         found = {"crop_size": stats.crop_size, "mean": stats.mean, "std": stats.std}
         chosen = {key: found[key] for key in missing}
@@ -274,6 +316,14 @@ class ImageFolderDataModule(ContrastiveDataModule):
         )
         return ViewAugmentation(**{**augmentation.__dict__, **chosen})
 
+    def _training_paths(self) -> list[str]:
+        """The files that train: not those held out for evaluation, nor those a long tail leaves out."""
+        data, indices = self.dataset("train"), None
+        if isinstance(data, Subset):
+            data, indices = data.dataset, list(data.indices)
+        paths = [path for path, _ in data.samples]  # type: ignore[attr-defined]
+        return paths if indices is None else [paths[i] for i in indices]
+
     def setup(self, stage: Optional[str] = None) -> None:
         super().setup(stage)
         self.augmentation  # noqa: B018 - read what is null from the data now: printed before training, in describe()
@@ -281,7 +331,7 @@ class ImageFolderDataModule(ContrastiveDataModule):
     # --- splits ------------------------------------------------------------------------------
     def build_split(self, split: Split) -> Dataset:
         folder = self.split_dirs[split]
-        if split == "test" and folder is None:
+        if split == "test" and (folder is None or folder == self.split_dirs["val"]):
             return self.dataset("val")  # the evaluation split, built once
         if split == "train" and self.split_dirs["val"] is not None:
             return self._pool_dataset()  # the whole train folder
@@ -292,17 +342,54 @@ class ImageFolderDataModule(ContrastiveDataModule):
         return self._folder_split(folder)
 
     def _folder_split(self, folder: Path) -> Dataset:
-        """A whole split folder: class folders (labelled) or every image in it (unlabelled)."""
+        """A whole split folder: class folders (labelled) or every image in it (unlabelled), bad images left out (skip)."""
+        bad = self._check_images()
+        files = {label: [path for path in paths if str(path) not in bad] for label, paths in self._folder_files(folder).items()}
+        if not any(files.values()):
+            raise ConfigError(f"{type(self).__name__}: every image in {str(folder)!r} is bad (on_bad_image: skip left none)")
         if not self.labelled:
-            return ImageFiles([(str(path), UNLABELLED) for path in self._list_unlabelled(folder)])
-        if self.class_list is not None:  # the listed folders only, every one of them checked present
-            return ListedImageFolder(folder, self.classes, self._list_classes(folder, self.classes), loader=load_rgb)
-        classes = [p.name for p in _class_folders(folder)]
-        unknown = sorted(set(classes) - set(self.classes))
-        if unknown:
-            raise ConfigError(f"{type(self).__name__}: {str(folder)!r} has classes not in the train folder: {unknown[:5]}")
-        # Labels follow the train folder's classes, of which this split may hold only some.
-        return ListedImageFolder(folder, self.classes, self._list_classes(folder, classes), loader=load_rgb)
+            return ImageFiles([(str(path), UNLABELLED) for path in files[""]])
+        return ListedImageFolder(folder, self.classes, files, loader=load_rgb)
+
+    def _folder_files(self, folder: Path) -> dict[str, list[Path]]:
+        """The image files of a split folder by class name ('' for unlabelled images), listed once."""
+        if folder not in self._files:
+            if not self.labelled:
+                self._files[folder] = {"": self._list_unlabelled(folder)}
+            elif self.class_list is not None:  # the listed folders only, every one of them checked present
+                self._files[folder] = self._list_classes(folder, self.classes)
+            else:
+                classes = [p.name for p in _class_folders(folder)]
+                unknown = sorted(set(classes) - set(self.classes))
+                if unknown:
+                    name = type(self).__name__
+                    raise ConfigError(f"{name}: {str(folder)!r} has classes not in the train folder: {unknown[:5]}")
+                # Labels follow the train folder's classes, of which this split may hold only some.
+                self._files[folder] = self._list_classes(folder, classes)
+        return self._files[folder]
+
+    def _check_images(self) -> dict[str, str]:
+        """Every split folder's images checked once, together, before any is read (class docstring, bad images)."""
+        if self.bad_images is None:
+            name = type(self).__name__
+            folders = list(dict.fromkeys(folder for folder in self.split_dirs.values() if folder is not None))
+            paths = [path for folder in folders for found in self._folder_files(folder).values() for path in found]
+            bad = find_bad_images(paths)
+            if bad and self.on_bad_image == "error":
+                raise ConfigError(f"{name}: {self._bad_list(bad)}; to train without them: --data.init_args.on_bad_image=skip")
+            if bad:
+                rank_zero_warn(f"{name}: on_bad_image: skip: training without {self._bad_list(bad)}")
+            self.bad_images = bad
+        return self.bad_images
+
+    def _bad_list(self, bad: dict[str, str]) -> str:
+        """``N bad image file(s) in ROOT: a.png (why); b.png (why) … and k more``, paths relative to the root."""
+        shown = "; ".join(f"{self._relative(path)} ({why})" for path, why in list(bad.items())[:SHOWN_IN_LINE])
+        more = f"; and {len(bad) - SHOWN_IN_LINE} more" if len(bad) > SHOWN_IN_LINE else ""
+        return f"{len(bad)} bad image file(s) in {str(self.root)!r}: {shown}{more}"
+
+    def _relative(self, path: str) -> str:
+        return os.path.relpath(path, self.root) if os.path.abspath(path).startswith(os.path.abspath(self.root) + os.sep) else path
 
     def _pool_dataset(self) -> Dataset:
         """Every training image with its label, before any is held out (listed once)."""
@@ -369,6 +456,11 @@ class ImageFolderDataModule(ContrastiveDataModule):
             info["class_list"] = list(self.class_list)
         if self.split_dirs["val"] is None:
             info["val_held_out"] = {"fraction": self.val_fraction, "max": self.max_val_images, "seed": self.split_seed}
+        if self.val_from_test:
+            info["val_from_test"] = True  # no val folder: the test folder evaluates
+        if self.bad_images:
+            shown = [f"{self._relative(path)} ({why})" for path, why in list(self.bad_images.items())[:SHOWN_IN_RECORD]]
+            info["skipped_images"] = {"count": len(self.bad_images), "files": shown}
         if self.read_from_data is not None:
             info["read_from_data"] = dict(self.read_from_data)
         if self.from_checkpoint is not None:

@@ -93,7 +93,7 @@ class LinearEvalDataModule(LightningDataModule):
 
     def setup(self, stage: Optional[str] = None) -> None:
         if not self.data.labelled:  # before any work: a probe classifies
-            source = getattr(self.data, "label_source", None)
+            source = getattr(self.data, "label_setting", None) or getattr(self.data, "label_source", None)
             raise ConfigError(
                 f"LinearEvalDataModule: {type(self.data).__name__} has no labels"
                 + (f" (labels: {source})" if source else "")

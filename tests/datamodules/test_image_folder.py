@@ -1,3 +1,4 @@
+import io
 import os
 
 import numpy as np
@@ -73,10 +74,18 @@ def test_a_val_folder_without_class_folders_is_named(tmp_path):
         small(tmp_path)
 
 
+def truncated_png(path):
+    """A PNG cut in half: its header (format, size) reads, its pixels do not."""
+    buffer = io.BytesIO()
+    Image.fromarray(np.random.default_rng(0).integers(0, 256, (32, 32, 3), dtype=np.uint8)).save(buffer, "PNG")
+    path.write_bytes(buffer.getvalue()[: len(buffer.getvalue()) // 2])
+    return path
+
+
 def test_corrupted_image_names_the_file(tmp_path):
+    """A file whose header reads but whose pixels do not passes the check at setup and is named when read."""
     make_tree(tmp_path)
-    broken = tmp_path / "train" / "dog" / "broken.png"
-    broken.write_bytes(b"this is not a png")
+    broken = truncated_png(tmp_path / "train" / "dog" / "broken.png")
     dm = small(tmp_path)
     dm.setup("fit")
     data = dm.dataset("train")
@@ -211,3 +220,71 @@ def test_sixteen_bit_images_are_not_saturated(tmp_path):
     dm.setup("fit")
     images, _, _ = next(iter(dm.train_dataloader()))
     assert images.dtype == torch.uint8 and images.unique().tolist() == [128]
+
+
+def bad_tree(root):
+    """Two classes of 20×18 images, plus an unreadable file, a 1×1 image and a 5×40 one in train/."""
+    make_tree(root, per_class=4)
+    (root / "train" / "cat" / "notes.png").write_bytes(b"this is not a png")
+    Image.new("RGB", (1, 1)).save(root / "train" / "dog" / "dot.png")
+    Image.new("RGB", (5, 40)).save(root / "train" / "dog" / "sliver.png")
+    return root
+
+
+def test_every_bad_image_is_named_in_one_error_before_any_is_read(tmp_path):
+    """Catches only the first bad file named, a 1×1 image let through to fail deep in training, or a late check."""
+    dm = small(bad_tree(tmp_path))
+    with pytest.raises(ConfigError) as error:
+        dm.setup("fit")
+    said = str(error.value)
+    assert "\n" not in said and said.startswith("ImageFolderDataModule: 3 bad image file(s) in")
+    for part in ("train/cat/notes.png (corrupted or unreadable", "train/dog/dot.png (1×1 pixels, smaller than 8 a side)",
+                 "train/dog/sliver.png (5×40 pixels", "on_bad_image=skip"):  # fmt: skip
+        assert part in said, said
+
+
+def test_on_bad_image_skip_names_each_once_trains_without_them_and_records_them(tmp_path):
+    """Catches skipped files still in a split, a warning per file or per split, or a record that forgets them."""
+    with pytest.warns(UserWarning) as caught:
+        dm = small(bad_tree(tmp_path), on_bad_image="skip")
+        dm.setup("fit")
+        dm.dataset("test")
+    said = [str(w.message) for w in caught if "bad image" in str(w.message)]
+    assert len(said) == 1 and all(said[0].count(name) == 1 for name in ("notes.png", "dot.png", "sliver.png")), said
+    assert dm.num_samples("train") == 8 and dm.num_samples("val") == 8
+    assert not {"notes.png", "dot.png", "sliver.png"} & {os.path.basename(path) for path, _ in dm.dataset("train").samples}
+    skipped = dm.describe()["skipped_images"]
+    assert skipped["count"] == 3 and [entry.split(" ")[0] for entry in skipped["files"]] == [
+        "train/cat/notes.png", "train/dog/dot.png", "train/dog/sliver.png"
+    ]  # fmt: skip
+    with pytest.raises(ConfigError, match="on_bad_image must be one of"):
+        small(tmp_path, on_bad_image="ignore")
+
+
+def test_without_a_val_folder_the_test_folder_evaluates_and_it_is_said(tmp_path, caplog):
+    """Catches a train/ + test/ tree evaluated on a held-out tenth of train/ instead of test/, silently."""
+    make_tree(tmp_path, splits=("train", "test"), per_class=5)
+    with caplog.at_level("INFO"):
+        dm = small(tmp_path)
+        dm.setup("fit")
+    tests = sorted(str(p) for p in (tmp_path / "test").rglob("*.png"))
+    assert sorted(path for path, _ in dm.dataset("val").samples) == tests
+    assert dm.dataset("test") is dm.dataset("val") and dm.num_samples("train") == 10  # all of train/ trains
+    assert caplog.text.count("no 'val' folder") == 1 and "'test' is the evaluation split" in caplog.text
+    assert dm.describe()["val_from_test"] is True and "val_held_out" not in dm.describe()
+
+
+def test_the_measured_statistics_come_from_the_training_images_only_and_say_how_many(tmp_path, caplog):
+    """Catches a count that includes the held-out images (\"of 20\" when 15 train), or held-out images measured."""
+    make_tree(tmp_path, splits=("train",), classes=("a", "b"), per_class=10)
+    nulls = ViewAugmentation(crop_size=None, mean=None, std=None)
+    with caplog.at_level("INFO"):
+        dm = ImageFolderDataModule(
+            str(tmp_path), batch_size=2, num_workers=0, augmentation=nulls, val_fraction=0.25, stats_sample=4
+        )
+        dm.setup("fit")
+    assert "read from 4 of 15 training images" in caplog.text, caplog.text
+    from datamodules.image_stats import measure_images
+
+    training = [path for path, _ in dm.dataset("train").samples]
+    assert dm.augmentation.mean == measure_images(training, sample_size=4, seed=0).mean
