@@ -119,14 +119,21 @@ def test_null_crop_and_statistics_are_read_from_the_images_and_set_values_win(tm
         data = folder_module(tmp_path, augmentation=unset)
         data.setup("fit")
     augmentation = data.augmentation
-    assert augmentation.crop_size == 31  # the median shorter side of 30, 31, 32, 33 (twice each)
-    assert augmentation.mean == pytest.approx((0.5, 0.0, 0.5)) and augmentation.std == pytest.approx((0.5, 1e-3, 0.5))
-    assert "read from 8 of 8 training images (seed 0): crop_size 31" in caplog.text
-    assert data.describe()["read_from_data"] == {"images": 8, "crop_size": 31, "mean": [0.5, 0.0, 0.5], "std": [0.5, 0.001, 0.5]}
+    # The 7 training images (one of the 8 is held out for evaluation): the median of their shorter sides.
+    training = [path for path, _ in data.dataset("train").samples]
+    sides = sorted(Image.open(path).size[1] for path in training)
+    assert len(training) == 7 and augmentation.crop_size == sides[3]
+    expected = measure_images(training)
+    assert augmentation.mean == expected.mean and augmentation.std == expected.std
+    assert augmentation.std[1] == pytest.approx(1e-3) and augmentation.mean[1] == 0.0
+    assert f"read from 7 of 7 training images (seed 0): crop_size {sides[3]}" in caplog.text
+    assert data.describe()["read_from_data"] == {
+        "images": 7, "crop_size": sides[3], "mean": list(expected.mean), "std": list(expected.std)
+    }  # fmt: skip
     views, _, _ = next(iter(data.val_dataloader()))
-    assert views[0].shape[-2:] == (31, 31)
+    assert views[0].shape[-2:] == (sides[3], sides[3])
     partly = folder_module(tmp_path, augmentation=ViewAugmentation(crop_size=12, mean=None, std=None))
-    assert partly.augmentation.crop_size == 12 and partly.augmentation.mean == pytest.approx((0.5, 0.0, 0.5))
+    assert partly.augmentation.crop_size == 12 and partly.augmentation.mean == expected.mean
     assert set(partly.describe()["read_from_data"]) == {"images", "mean", "std"}
 
 
@@ -151,11 +158,15 @@ def test_other_datamodules_refuse_statistics_left_to_the_data():
         SyntheticDataModule(augmentation=ViewAugmentation(crop_size=None))
 
 
-def test_a_linear_probe_of_an_unlabelled_folder_is_one_error(tmp_path):
-    """Catches a probe set up on images without classes (it would learn nothing and report 0)."""
+def test_a_linear_probe_of_an_unlabelled_folder_is_one_error_saying_the_labels_setting_as_configured(tmp_path):
+    """Catches a probe set up on images without classes (it would learn nothing and report 0), and a
+    line that says "labels: none" when the config says auto (the skip lines of the metrics read the same)."""
     write_images(tmp_path, 8)
-    with pytest.raises(ConfigError, match="ImageFolderDataModule has no labels \\(labels: none\\); a linear probe needs"):
+    said = "ImageFolderDataModule has no labels \\(labels: auto, resolved to none: no 'train' folder in '.*'\\); a linear probe"
+    with pytest.raises(ConfigError, match=said):
         LinearEvalDataModule(folder_module(tmp_path)).setup("fit")
+    with pytest.raises(ConfigError, match="ImageFolderDataModule has no labels \\(labels: none\\); a linear probe needs"):
+        LinearEvalDataModule(folder_module(tmp_path, labels="none")).setup("fit")
 
 
 # --- end to end -----------------------------------------------------------------------------------
@@ -178,6 +189,7 @@ def test_a_flat_folder_trains_through_the_config_with_only_its_root(tmp_path, ca
     assert not {"metrics/tolerance", "metrics/knn_acc"} & tags
     for line in ("EmbeddingMetrics: metrics/tolerance skipped", "KNNMonitor: metrics/knn_acc skipped", "crop_size 16"):
         assert caplog.text.count(line) == 1, line
+    assert "has no labels (labels: auto, resolved to none: no 'train' folder in" in caplog.text
     assert torch.load(runs[0] / "checkpoints" / "last.ckpt", weights_only=False)["global_step"] == 2
     # The trained encoder out: the crop size and normalisation the run read from its data travel
     # with the checkpoint (the config holds null), so export says them and embed uses them.

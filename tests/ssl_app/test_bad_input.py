@@ -4,6 +4,7 @@ config or checkpoint)."""
 
 from __future__ import annotations
 
+import io
 import os
 import subprocess
 import sys
@@ -29,8 +30,9 @@ SMALL = [
 HARD = "--model.init_args.loss=ssl_app.losses.HardContrastive"
 
 
-def image_folder(root: Path, corrupt: bool = False, classes: bool = True, per_class: int = 4) -> Path:
-    """A tiny ``root/{train,val}/<class>/*.png`` set; ``corrupt``: one train file is not an image."""
+def image_folder(root: Path, corrupt: bool = False, classes: bool = True, per_class: int = 4, truncated: bool = False) -> Path:
+    """A tiny ``root/{train,val}/<class>/*.png`` set; ``corrupt``: one train file is not an image (found at
+    setup); ``truncated``: its header reads but its pixels do not (found when a DataLoader reads it)."""
     for split in ("train", "val"):
         (root / split).mkdir(parents=True)
         if not classes:
@@ -42,6 +44,16 @@ def image_folder(root: Path, corrupt: bool = False, classes: bool = True, per_cl
                 Image.new("RGB", (40, 40), (60 * i, 100, 30)).save(folder / f"{i}.png")
     if corrupt:
         (root / "train" / "a" / "broken.png").write_bytes(b"this is not a png")
+    if truncated:
+        buffer = io.BytesIO()
+        Image.effect_noise((40, 40), 64).convert("RGB").save(buffer, "PNG")
+        (root / "train" / "a" / "broken.png").write_bytes(buffer.getvalue()[: len(buffer.getvalue()) // 2])
+    return root
+
+
+def with_dot(root: Path) -> Path:
+    """One 1×1-pixel image among the others (it used to fail deep in the first step with "Output size is too small")."""
+    Image.new("RGB", (1, 1)).save(root / "train" / "b" / "dot.png")
     return root
 
 
@@ -117,9 +129,10 @@ CASES = [
         ["empty_set", "class folders"],
     ),
     ("corrupt_image", lambda t: image_args(image_folder(t / "broken_set", corrupt=True)), ["broken.png"]),
+    ("image_too_small", lambda t: image_args(with_dot(image_folder(t / "dot_set"))), ["train/b/dot.png", "1×1 pixels"]),
     (
         "corrupt_image_in_worker",
-        lambda t: [*image_args(image_folder(t / "broken_set", corrupt=True)), "--data.num_workers=1"],
+        lambda t: [*image_args(image_folder(t / "broken_set", truncated=True)), "--data.num_workers=1"],
         ["broken.png"],
     ),
     ("unknown_key_cli", lambda t: ["--model.init_args.no_such_option=1"], ["no_such_option"]),
@@ -225,7 +238,7 @@ def test_corrupt_data_on_one_rank_fails_every_rank_without_hanging(tmp_path):
     """2 gloo processes, one batch each (5 images per rank, all in it): the rank that reads the
     broken file names it; the other rank's collective fails and it says why, in one line; the
     run ends well within the timeout."""
-    data = image_folder(tmp_path / "set", corrupt=True, per_class=5)
+    data = image_folder(tmp_path / "set", truncated=True, per_class=5)
     (data / "train" / "b" / "4.png").unlink()  # 9 good + 1 broken: 5 per rank, no padding
     args = [
         *image_args(data),
