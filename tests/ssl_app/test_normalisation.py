@@ -64,10 +64,13 @@ def test_the_probes_wrapped_image_folder_takes_them_and_a_checkpoint_without_the
 
 
 @pytest.mark.slow
-def test_validate_and_embed_on_another_folder_use_the_same_normalisation_the_checkpoints(tmp_path, caplog, capsys):
-    """Catches validate re-measuring another folder (darker, larger images) while embed uses the checkpoint's values."""
+def test_validate_the_probe_and_embed_on_another_folder_use_the_same_normalisation_the_checkpoints(tmp_path, caplog, capsys):
+    """Catches validate or the probe re-measuring another folder (darker, larger images) while embed uses the
+    checkpoint's values."""
     train = images(tmp_path / "train_images", 24, 16, 256, seed=0)
-    other = images(tmp_path / "other_images", 12, 24, 60, seed=1)
+    other = tmp_path / "other_images"
+    for label in ("a", "b"):  # labelled, for the probe
+        images(other / "train" / label, 6, 24, 60, seed=len(label))
     tiny = ["--trainer.max_epochs=1", "--trainer.limit_train_batches=2", "--trainer.limit_val_batches=1",
             "--trainer.enable_progress_bar=false", "--data.init_args.batch_size=4", "--data.init_args.num_workers=0",
             "--model.init_args.backbone=small_cnn", "--trainer.callbacks=[]"]  # fmt: skip
@@ -88,3 +91,11 @@ def test_validate_and_embed_on_another_folder_use_the_same_normalisation_the_che
     out = io.StringIO()
     assert embed_main(["--ckpt", str(last), "--data", str(other), "--out", str(tmp_path / "f.npz")], out=out) == 0
     assert out.getvalue().splitlines()[0] == line[0].replace("validate:", "embed:")
+    probe = ["fit", "--config", str(REPO / "configs" / "linear.yaml"), f"--model.init_args.checkpoint={last}",
+             f"--data.init_args.data={REPO / 'configs' / 'data' / 'image_folder.yaml'}",
+             f"--data.init_args.data.init_args.root={other}", "--data.init_args.data.init_args.num_workers=0",
+             "--data.init_args.batch_size=8", "--trainer.max_epochs=1", "--trainer.enable_progress_bar=false"]  # fmt: skip
+    cli_in(tmp_path, probe)
+    probed = json.loads((run / "evaluations" / "linear_0" / "run.json").read_text())["data"]
+    assert probed["from_checkpoint"] == used and "read_from_data" not in probed
+    assert line[0].replace("validate:", "linear probe:") in capsys.readouterr().err
