@@ -153,7 +153,6 @@ def test_the_estimate_times_the_plan_here_and_says_what_it_is(capsys, monkeypatc
     assert plan == pytest.approx(10 * total, abs=0.11)
 
 
-
 def test_the_estimates_arithmetic_by_hand(capsys, monkeypatch):
     """Catches a slip in ``--estimate``'s per-image arithmetic (a step's images not rounded up to whole
     batches, a validation pass or the linear stage's held-out images left out, minutes for hours): the
@@ -163,9 +162,9 @@ def test_the_estimates_arithmetic_by_hand(capsys, monkeypatch):
 
     monkeypatch.chdir(REPO)
     monkeypatch.setattr(estimate, "calibrate", lambda backbone, crop, batch: estimate.Calibration("fake", batch, 0.5, 0.25))
-    args = parse_args(["--plan", "table1", "--data", "shapes", "--estimate",
-                       "--linear-args", "--trainer.max_epochs=4 --trainer.check_val_every_n_epoch=1",
-                       "--", "--trainer.max_epochs=3", "--trainer.check_val_every_n_epoch=2", "--data.init_args.batch_size=32"])  # fmt: skip
+    linear = "--trainer.max_epochs=4 --trainer.check_val_every_n_epoch=1"
+    fit = ["--trainer.max_epochs=3", "--trainer.check_val_every_n_epoch=2", "--data.init_args.batch_size=32"]
+    args = parse_args(["--plan", "table1", "--data", "shapes", "--estimate", "--linear-args", linear, "--", *fit])
     _, runs = planned_runs(args)
     fit_seconds, linear_seconds = estimate.print_estimate("table1", "shapes", runs)
     train, held = 2_000, 500  # DATA_SETS["shapes"]
@@ -178,6 +177,7 @@ def test_the_estimates_arithmetic_by_hand(capsys, monkeypatch):
     out = capsys.readouterr().out
     assert "per run: 1.01 device-hours fit + 0.69 linear = 1.71 (60.82 + 41.67 min); whole plan: 17.1 device-hours" in out
     assert "500.000 ms per training image, 250.000 ms per encoded image" in out
+
 
 @pytest.mark.slow
 def test_the_cpu_plan_runs_end_to_end_each_fit_then_its_linear_evaluation(tmp_path, capsys, monkeypatch):
