@@ -3,7 +3,8 @@
 Each array task is one run folder (one grid point and seed). The task runs :class:`PointJob`, the
 same per-run entry the local launcher uses: it holds the folder's sweep lock and runs what the run
 still needs (``fit``, resumed from its ``last.ckpt`` if it has one, then ``linear``), each stage a
-``python -m ssl_app`` child process writing ``<stage>.log`` in the run folder.
+``python -m ssl_app`` child process writing ``<stage>.log`` in the run folder. A folder another
+process writes (its run lock held: a fit started by hand) is not launched into: the task fails, naming it.
 
 One signal path. Before the time limit (and on pre-emption) SLURM signals the task; submitit catches
 it (``SIGUSR2``, ``--signal=USR2@90``) and calls :meth:`PointJob.checkpoint`, which sends the
@@ -33,7 +34,7 @@ from typing import Any, Optional
 
 from ssl_app.errors import ConfigError
 from ssl_app.runs.layout import JobRecord, read_job_record, write_job_record
-from ssl_app.runs.lock import SWEEP_LOCK, RunLock
+from ssl_app.runs.lock import RUN_LOCK, SWEEP_LOCK, RunLock, is_locked
 from ssl_app.runs.record import now
 
 #: Seconds a fit gets, after the SIGTERM, to finish its step and write ``last.ckpt`` before the task is requeued.
@@ -109,6 +110,9 @@ class PointJob:
         run.directory.mkdir(parents=True, exist_ok=True)
         if not lock.acquire():
             raise RuntimeError(f"{run.label}: {run.directory} is held by {lock.holder()}")
+        if is_locked(run.directory, RUN_LOCK):  # a process writing the run itself (a fit started by hand)
+            lock.release()
+            raise RuntimeError(f"{run.label}: {run.directory} is held by {RunLock(run.directory).holder()}")
         previous = signal.getsignal(signal.SIGTERM)
         # SLURM's own SIGTERM (scancel, the end of the time limit) reaches this task: pass it on, so the fit saves.
         signal.signal(signal.SIGTERM, lambda signum, frame: self._stop_fit())
