@@ -127,6 +127,7 @@ class PointJob:
                 self._process = sweep.launch(args, log, None, env=child_environment())
                 while self._process.poll() is None:
                     time.sleep(0.5)
+                sweep.note_exit(run, stage, self._process.returncode)
                 if not sweep._stage_done(run, stage):
                     raise RuntimeError(f"{run.label} ({stage}): {sweep._why(run, stage)}; log: {log}")
                 print(f"[sweep] done {run.label}: {stage}", flush=True)

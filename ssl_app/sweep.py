@@ -23,7 +23,8 @@ the run it evaluates, ``<run>/evaluations/linear_<n>/`` (``ssl_app.runs.layout``
 - What a run still needs is read from the run records (``ssl_app.runs.record``), which the runs
   write themselves: a re-run skips runs whose record says ``done``, resumes the others from their
   ``last.ckpt`` and starts the rest afresh; a failed run does not stop the others and is listed at
-  the end with its exit reason and log. The exit status is 1 if any run failed.
+  the end with its exit reason and log. The exit status is 1 if any run failed. A stage's exit
+  status is kept in ``sweep.json``: one that exited non-zero is failed, whatever its record says.
 - A sweep holds each run folder (``.sweep.lock``) while it runs its stages: a second sweep started
   into the same ``--out`` skips those runs and says so, so two sweeps share the work instead of
   training one run twice.
@@ -104,14 +105,25 @@ class PlannedRun:
         return f"{self.point} seed {self.seed}"
 
     def fit_status(self) -> str:
-        """The fit's status as its record says (``vanished`` when its process died without a word)."""
+        """The fit's status as its record says (``vanished`` when its process died without a word), unless
+        its process exited non-zero after recording ``done``: then both must agree, and it is failed."""
         try:
-            return effective_status(self.directory, read_record(self.directory))
+            status = effective_status(self.directory, read_record(self.directory))
         except RecordError:
             return "unreadable record"
+        code = self.exit_status("fit")
+        return f"failed (exit status {code})" if status == DONE and code else status
+
+    def exit_status(self, stage: str) -> Optional[int]:
+        """The stage's last exit status, as the sweep noted it in ``sweep.json`` (None: not known)."""
+        point = read_sweep_point(self.directory)
+        return point.exits.get(stage) if point is not None else None
 
     def probe_done(self) -> bool:
-        """Whether a linear probe of this run finished (any of them: the report reads the newest done one)."""
+        """Whether a linear probe of this run finished (any of them: the report reads the newest done one)
+        and the last one's process did not exit non-zero."""
+        if self.exit_status("linear"):
+            return False
         for folder in evaluation_folders(self.directory, "linear"):
             try:
                 record = read_record(folder)
@@ -364,7 +376,8 @@ def execute(runs: list[PlannedRun], jobs: int) -> Outcome:
                     del active[pid]
                     if device is not None:
                         load[device] -= 1
-                    ok = process.returncode == 0 and _stage_done(run, stage)
+                    note_exit(run, stage, process.returncode)
+                    ok = _stage_done(run, stage)
                     print(f"[sweep] {'done' if ok else 'FAILED'} {run.label}: {stage}", flush=True)
                     if not ok:
                         outcome.failed.append((run, stage))
@@ -392,8 +405,16 @@ def prepare_stage(run: PlannedRun, stage: str, args: list[str]) -> Path:
     existing = read_sweep_point(run.directory)
     point.commands = {**(existing.commands if existing else {}), stage: shlex.join(["python", "-m", "ssl_app", *args])}
     point.logs = {**(existing.logs if existing else {}), stage: str(log)}
+    point.exits = {k: v for k, v in (existing.exits if existing else {}).items() if k != stage}  # running: not known
     write_sweep_point(run.directory, point)
     return log
+
+
+def note_exit(run: PlannedRun, stage: str, code: Optional[int]) -> None:
+    """Keep the stage's exit status in ``sweep.json``: with the run's record, it says whether the stage is done."""
+    point = read_sweep_point(run.directory) or run.sidecar()
+    point.exits = {**point.exits, stage: int(code if code is not None else 1)}
+    write_sweep_point(run.directory, point)
 
 
 def _hold(run: PlannedRun, locks: dict[Path, RunLock], outcome: Outcome) -> bool:
@@ -412,7 +433,7 @@ def _hold(run: PlannedRun, locks: dict[Path, RunLock], outcome: Outcome) -> bool
 
 
 def _stage_done(run: PlannedRun, stage: str) -> bool:
-    """What the run's own record says of the stage that just ended (not only the exit status)."""
+    """Whether the stage that just ended is done: its record says so and its process exited 0 (``note_exit``)."""
     return run.fit_status() == DONE if stage == "fit" else run.probe_done()
 
 
@@ -650,6 +671,9 @@ def _why(run: PlannedRun, stage: str) -> str:
             return str(error)
         if record is not None:
             status = effective_status(folder, record)
+            code = run.exit_status(stage)
+            if status == DONE and code:
+                return f"exit status {code} (its record says done: {record.exit_reason})"
             return f"{status}: {record.exit_reason}" if record.exit_reason else status
     return "no run record (it failed before it started)"
 

@@ -444,3 +444,27 @@ def test_a_slurm_task_does_not_launch_into_a_run_another_process_writes(tmp_path
     with held_by_another_process(run.directory, RUN_LOCK) as pid, pytest.raises(RuntimeError, match=f"held by pid {pid} "):
         PointJob(run)()
     assert launched == []
+
+
+def test_a_stage_that_exits_non_zero_after_its_record_says_done_is_failed_and_run_again(tmp_path, monkeypatch, capsys):
+    """Catches the record winning over the exit status: a fit whose process exits 1 after writing
+    ``done`` (it crashed after training) is a failure of the sweep, and a re-run of the same command
+    runs it again instead of counting it finished; ``--status`` says so too."""
+    import ssl_app.sweep as sweep
+
+    monkeypatch.setattr(sweep.time, "sleep", lambda _: None)
+    monkeypatch.setattr(sweep, "validate", lambda runs: None)
+    args = ["--config", QUICKSTART, "--grid", f"{TAU}=0.1", "--out", str(tmp_path), "--name", "s"]
+    monkeypatch.setattr(sweep, "launch", fake_fit("done", 1))
+    assert main(args) == 1
+    err = capsys.readouterr().err
+    assert "1 run(s) failed" in err and "temperature=0.1 seed 0 (fit): exit status 1 (its record says done" in err, err
+    run = tmp_path / "s" / "temperature=0.1" / "seed0"
+    assert read_record(run).status == "done"  # the run's own record is left as the run wrote it
+
+    assert main([*args, "--status"]) == 0
+    assert "exit status 1" in capsys.readouterr().out
+    monkeypatch.setattr(sweep, "launch", fake_fit("done", 0))
+    assert main(args) == 0
+    assert "1 runs, 0 already done, 1 to run" in capsys.readouterr().out
+    assert main(args) == 0 and "1 runs, 1 already done, 0 to run" in capsys.readouterr().out
