@@ -5,6 +5,7 @@
         [--linear configs/linear.yaml] [--linear-args "--model.init_args.cache_features=flips"] \\
         [--name tau] [--out runs/sweeps] [--jobs 2] [--launcher slurm --slurm.partition gpu] [--status] [--dry-run] \\
         [-- extra fit args]
+    python -m ssl_app.sweep --status OUT/NAME
     python -m ssl_app.sweep --plan table1 --data cifar10 [--seeds 0,1,2] [--data-root DIR] [--estimate] [--dry-run] \\
         [-- extra fit args]
 
@@ -33,7 +34,9 @@ the run it evaluates, ``<run>/evaluations/linear_<n>/`` (``ssl_app.runs.layout``
 - ``--jobs N`` runs N at once; with GPUs each job is pinned to one (``CUDA_VISIBLE_DEVICES``), the least
   busy, so N above the number of GPUs shares them evenly.
 - ``--launcher slurm`` submits the runs as one SLURM job array instead (``ssl_app.slurm``), each
-  task running the same stages; ``--status`` prints each run's state and job.
+  task running the same stages; ``--status`` prints each run's state and job. A launch writes its
+  runs into ``OUT/NAME/sweep_plan.json`` (merged with earlier launches'), so ``--status OUT/NAME``
+  alone prints the same lines without the original command.
 - ``--linear-args`` are options for the linear evaluations only; after ``--``, options for the fits.
 - ``--plan table1 --data D`` (``ssl_app.plans``) stands for ``--config`` (D's recipe), one point per
   Table-1 column (its loss overlay) and ``--linear`` (D's linear evaluation), in ``OUT/table1_D/``;
@@ -67,10 +70,12 @@ from typing import Optional
 
 from ssl_app.plans import DATA_SETS, PLANS, plan_points, recipe_paths, root_options
 from ssl_app.quiet import known_noise_silenced
+from ssl_app.runs.atomic import write_json
 from ssl_app.runs.layout import (
     CHECKPOINTS_DIR,
     CONFIG_FILE,
     EVENTS_GLOB,
+    SWEEP_FILE,
     SweepPoint,
     evaluation_folders,
     read_sweep_point,
@@ -80,6 +85,8 @@ from ssl_app.runs.lock import RUN_LOCK, SWEEP_LOCK, RunLock, is_locked
 from ssl_app.runs.record import DONE, RECORD_FILE, RecordError, effective_status, read_record
 from ssl_app.signals import handling
 
+#: The sweep's runs, written into its folder at launch: what ``--status DIR`` reads.
+PLAN_FILE = "sweep_plan.json"
 #: Exit status of a sweep stopped by a signal: 128 + the signal, as the fits it stopped.
 _STOPPED = {signal.SIGINT: 130, signal.SIGTERM: 143}
 
@@ -516,7 +523,9 @@ def parse_args(argv: Optional[list[str]]) -> argparse.Namespace:
     parser.add_argument("--linear-args", default="", help="options for every linear evaluation, one quoted string")
     parser.add_argument("--jobs", type=int, default=None, help="runs at once (default: 1; all with --launcher slurm)")
     parser.add_argument("--launcher", choices=("local", "slurm"), default="local", help="local processes or a SLURM array")
-    parser.add_argument("--status", action="store_true", help="print each run's state (and its SLURM job), run nothing")
+    parser.add_argument("--status", nargs="?", const=True, default=False, metavar="DIR",
+                        help="print each run's state (and its SLURM job), run nothing; with DIR (OUT/NAME) alone: "
+                        "that sweep's runs, read from its folder")  # fmt: skip
     parser.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
     slurm = parser.add_argument_group("--launcher slurm (submitit; docs/slurm.md)")
     slurm.add_argument("--slurm.partition", dest="slurm_partition", default=None, help="the partition to run in")
@@ -530,6 +539,10 @@ def parse_args(argv: Optional[list[str]]) -> argparse.Namespace:
                        help="local: the same job array as processes on this machine (submitit's local executor)")  # fmt: skip
     parser.add_argument("extra", nargs=argparse.REMAINDER, help="after --: options passed to every fit")
     args = parser.parse_args(_joined_linear_args(sys.argv[1:] if argv is None else argv))
+    if isinstance(args.status, str):
+        if args.plan is not None or args.config:
+            fail("--status DIR reads the runs from the sweep's folder: give it alone, or --status with the sweep's command")
+        return args
     if args.plan is None and not args.config:
         fail("give --config (a fit config) or --plan with --data")
     if args.plan is not None and (args.config or args.grid or args.linear):
@@ -599,6 +612,10 @@ def planned_runs(args: argparse.Namespace) -> tuple[Path, list[PlannedRun]]:
 
 def _main(argv: Optional[list[str]]) -> int:
     args = parse_args(argv)
+    if isinstance(args.status, str):
+        from ssl_app.slurm import status_lines
+
+        return print_to_reader(status_lines(recorded_runs(Path(args.status))))
     sweep_dir, runs = planned_runs(args)
     if args.status:
         from ssl_app.slurm import status_lines
@@ -622,7 +639,10 @@ def _main(argv: Optional[list[str]]) -> int:
     todo = [run for run in runs if run.stages()]
     print(f"[sweep] {sweep_dir}: {len(runs)} runs, {len(runs) - len(todo)} already done, {len(todo)} to run", flush=True)
     if args.launcher == "slurm":
-        return submit_to_slurm(todo, args, sweep_dir)
+        code = submit_to_slurm(todo, args, sweep_dir)  # a submission that fails writes nothing
+        write_plan(sweep_dir, runs)
+        return code
+    write_plan(sweep_dir, runs)
     outcome = execute(todo, args.jobs or 1)
     if outcome.stopped_by is not None:
         print(
@@ -640,6 +660,52 @@ def _main(argv: Optional[list[str]]) -> int:
     done = len(runs) - len(outcome.held)
     print(f"[sweep] {done} of {len(runs)} runs done; report: python -m ssl_app.report {sweep_dir}", flush=True)
     return 0
+
+
+def write_plan(sweep_dir: Path, runs: list[PlannedRun]) -> None:
+    """Write the runs into ``sweep_dir/sweep_plan.json`` (with those of earlier launches into the same folder),
+    so that ``--status sweep_dir`` needs nothing else."""
+    known = {(run.point, run.seed): run for run in _planned_from(sweep_dir)}
+    known.update({(run.point, run.seed): run for run in runs})
+    entries = [
+        {"point": run.point, "grid": run.grid, "seed": run.seed, "fit_args": run.fit_args, "linear_args": run.linear_args}
+        for run in sorted(known.values(), key=lambda run: (run.point, run.seed))
+    ]
+    sweep_dir.mkdir(parents=True, exist_ok=True)
+    write_json(sweep_dir / PLAN_FILE, {"sweep": sweep_dir.name, "runs": entries})
+
+
+def _planned_from(sweep_dir: Path) -> list[PlannedRun]:
+    """The runs ``sweep_plan.json`` names (none when it is missing or unreadable), each in its folder under ``sweep_dir``."""
+    try:
+        entries = json.loads((sweep_dir / PLAN_FILE).read_text(encoding="utf-8"))["runs"]
+        runs = []
+        for e in entries:
+            point, seed, linear = str(e["point"]), int(e["seed"]), e.get("linear_args")
+            directory = sweep_dir / point / f"seed{seed}"
+            linear_args = None if linear is None else list(linear)
+            runs.append(PlannedRun(sweep_dir.name, point, dict(e["grid"]), seed, directory, list(e["fit_args"]), linear_args))
+        return runs
+    except (OSError, ValueError, KeyError, TypeError):
+        return []
+
+
+def recorded_runs(sweep_dir: Path) -> list[PlannedRun]:
+    """The sweep's runs from its folder alone (``--status DIR``): its ``sweep_plan.json``, or, for a sweep
+    written without one, the run folders that hold a ``sweep.json``."""
+    if not sweep_dir.is_dir():
+        fail(f"--status {sweep_dir}: no such folder")
+    runs = _planned_from(sweep_dir)
+    if not runs:
+        for sidecar in sorted(sweep_dir.glob(f"*/seed*/{SWEEP_FILE}")):
+            point = read_sweep_point(sidecar.parent)
+            if point is not None:
+                commands = {stage: shlex.split(command)[3:] for stage, command in point.commands.items()}
+                runs.append(PlannedRun(point.sweep, point.point, point.grid, point.seed, sidecar.parent,
+                                       commands.get("fit", []), commands.get("linear")))  # fmt: skip
+    if not runs:
+        fail(f"--status {sweep_dir}: not a sweep's folder (no {PLAN_FILE}, no run folder with a {SWEEP_FILE})")
+    return runs
 
 
 def submit_to_slurm(todo: list[PlannedRun], args: argparse.Namespace, sweep_dir: Path) -> int:

@@ -164,7 +164,7 @@ def test_a_grid_on_the_slurm_launcher_runs_and_a_requeued_job_resumes_in_place(t
     assert len(record.resumes) == 1 and record.resumes[0]["checkpoint"].startswith(str(first / "checkpoints"))
     text = log.read_text()
     assert "Interrupted by SIGTERM" in text and "--ckpt_path=" in text
-    assert sorted(p.name for p in sweep.iterdir()) == [".slurm", "temperature=0.2", "temperature=0.5"]
+    assert sorted(p.name for p in sweep.iterdir()) == [".slurm", "sweep_plan.json", "temperature=0.2", "temperature=0.5"]
     assert read_record(second).resumes == []
     task_log = Path(jobs[0].stdout).read_text()
     assert "saving and requeueing" in task_log and "Requeued job" in task_log
@@ -173,3 +173,41 @@ def test_a_grid_on_the_slurm_launcher_runs_and_a_requeued_job_resumes_in_place(t
     lines = capsys.readouterr().out.strip().splitlines()
     assert [line.split()[3] for line in lines] == ["done", "done"]
     assert [line.rsplit(" ", 1)[1] for line in lines] == [job.job_id for job in jobs]
+
+
+def test_status_from_the_sweeps_folder_alone(tmp_path, monkeypatch, capsys):
+    """Catches ``--status`` needing the whole original command: ``--status DIR`` reads what the sweep
+    wrote into its folder at launch, lists every run (the one never started too), from another folder."""
+    import ssl_app.sweep as sweep
+    from tests.ssl_app.test_sweep import fake_fit
+
+    monkeypatch.setattr(sweep.time, "sleep", lambda _: None)
+    monkeypatch.setattr(sweep, "validate", lambda runs: None)
+
+    def launch(args, log, device):  # the fit's record in the run, the probe's in evaluations/linear_0
+        where = log if log.stem == "fit" else log.parent / "evaluations" / "linear_0" / log.name
+        return fake_fit("done", 0)(args, where, device)
+
+    monkeypatch.setattr(sweep, "launch", launch)
+    args = ["--config", QUICKSTART, "--grid", f"{TAU}=0.1,0.2", "--seeds", "0,1", "--linear", LINEAR, "--out", str(tmp_path)]
+    execute = sweep.execute
+    monkeypatch.setattr(sweep, "execute", lambda runs, jobs: execute([run for run in runs if run.seed == 0], jobs))
+    assert main([*args, "--name", "s"]) == 0  # seed 1 of each point never starts
+    capsys.readouterr()
+    expected = sweep.planned_runs(sweep.parse_args([*args, "--name", "s"]))[1]
+    monkeypatch.chdir(tmp_path / "s" / "temperature=0.1")  # anywhere
+    assert main(["--status", str(tmp_path / "s")]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines == status_lines(expected)
+    assert [line.split()[:4] for line in lines] == [
+        ["temperature=0.1", "seed", "0", "done,"], ["temperature=0.1", "seed", "1", "unknown"],
+        ["temperature=0.2", "seed", "0", "done,"], ["temperature=0.2", "seed", "1", "unknown"],
+    ]  # fmt: skip
+    (tmp_path / "s" / "sweep_plan.json").unlink()  # a sweep written before the plan file: its started runs' sweep.json
+    assert main(["--status", str(tmp_path / "s")]) == 0
+    assert capsys.readouterr().out.strip().splitlines() == [lines[0], lines[2]]
+    for bad, why in ((tmp_path / "nothing", "no such folder"), (tmp_path, "not a sweep's folder")):
+        with pytest.raises(SystemExit) as exit_:
+            main(["--status", str(bad)])
+        err = capsys.readouterr().err
+        assert exit_.value.code == 2 and err.startswith(f"error: --status {bad}: ") and why in err and err.count("\n") == 1
