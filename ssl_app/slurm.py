@@ -24,7 +24,9 @@ try a grid before sending it to a cluster.
 from __future__ import annotations
 
 import contextlib
+import io
 import os
+import shutil
 import signal
 import sys
 import time
@@ -163,10 +165,12 @@ class PointJob:
 
 
 def executor(folder: Path, options: SlurmOptions, name: str) -> Any:
+    """submitit's executor writing into ``folder`` itself: its files are named by job id already, and a
+    ``%j`` in the folder would be created literally (an empty ``.slurm/%j``) by its local executor."""
     import submitit
 
     try:
-        ex = submitit.AutoExecutor(folder=folder / "%j", cluster=options.cluster)
+        ex = submitit.AutoExecutor(folder=folder, cluster=options.cluster)
     except RuntimeError as error:  # no srun/sbatch on this machine
         raise ConfigError(f"--launcher slurm: {error} (--slurm.cluster local runs the array on this machine)") from None
     ex.update_parameters(**options.parameters(name))
@@ -188,9 +192,19 @@ def submit(runs: list, options: SlurmOptions, sweep_dir: Path) -> list[tuple[Any
         todo.append(run)
     if not todo:
         return []
-    ex = executor(folder, options, f"ssl_app-{sweep_dir.name}")
-    with ex.batch():
-        jobs = [ex.submit(PointJob(run)) for run in todo]
+    created = _outermost_missing(folder)
+    try:
+        ex = executor(folder, options, f"ssl_app-{sweep_dir.name}")
+        # submitit prints a refusing sbatch's stderr itself before raising it: said once, in the error line
+        with contextlib.redirect_stderr(io.StringIO()), ex.batch():
+            jobs = [ex.submit(PointJob(run)) for run in todo]
+    except Exception as error:  # sbatch refused the array: what this call wrote goes, the reason is one line
+        if created is not None:
+            shutil.rmtree(created, ignore_errors=True)
+        if isinstance(error, ConfigError):
+            raise
+        reason = str(error).strip().splitlines()
+        raise ConfigError(f"--launcher slurm: {reason[-1] if reason else type(error).__name__}") from None
     submitted = []
     for run, job in zip(todo, jobs):
         run.directory.mkdir(parents=True, exist_ok=True)
@@ -200,6 +214,15 @@ def submit(runs: list, options: SlurmOptions, sweep_dir: Path) -> list[tuple[Any
         write_job_record(run.directory, record)
         submitted.append((run, str(job.job_id)))
     return submitted
+
+
+def _outermost_missing(folder: Path) -> Optional[Path]:
+    """The outermost folder that creating ``folder`` would create (None: it exists)."""
+    if folder.exists():
+        return None
+    while not folder.parent.exists():
+        folder = folder.parent
+    return folder
 
 
 def job_state(directory: Path) -> Optional[str]:

@@ -211,3 +211,52 @@ def test_status_from_the_sweeps_folder_alone(tmp_path, monkeypatch, capsys):
             main(["--status", str(bad)])
         err = capsys.readouterr().err
         assert exit_.value.code == 2 and err.startswith(f"error: --status {bad}: ") and why in err and err.count("\n") == 1
+
+
+def stand_in_slurm(tmp_path: Path, monkeypatch, sbatch: str) -> None:
+    """``srun`` and ``sbatch`` on the PATH as tiny shell scripts (``sbatch``: its body)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "srun").write_text("#!/bin/sh\nexit 0\n")
+    (bin_dir / "sbatch").write_text(f"#!/bin/sh\n{sbatch}\n")
+    for tool in bin_dir.iterdir():
+        tool.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+
+
+def test_a_dry_run_or_a_refused_submission_leaves_nothing(tmp_path, monkeypatch, capsys):
+    """Catches folders left behind by the SLURM launcher when nothing was submitted: a dry run writes
+    nothing, and an ``sbatch`` that refuses the array is one ``error:`` line naming its message (not
+    submitit's traceback), with no ``.slurm`` folder, pickles or submission script left."""
+    import ssl_app.sweep as sweep
+
+    monkeypatch.setattr(sweep, "validate", lambda runs: None)
+    out = tmp_path / "out"
+    args = ["--config", QUICKSTART, "--grid", f"{TAU}=0.1,0.2", "--out", str(out), "--launcher", "slurm"]
+    assert main([*args, "--slurm.cluster", "local", "--dry-run"]) == 0
+    assert not out.exists()
+    capsys.readouterr()
+    stand_in_slurm(tmp_path, monkeypatch, 'echo "sbatch: error: invalid partition specified: gpu" >&2; exit 1')
+    with pytest.raises(SystemExit) as exit_:
+        main([*args, "--slurm.partition", "gpu"])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and err == "error: --launcher slurm: sbatch: error: invalid partition specified: gpu\n", err
+    assert not out.exists()
+
+
+@pytest.mark.slow
+def test_a_submission_leaves_no_empty_folder(tmp_path):
+    """Catches submitit's log folder template left behind as a literal, empty ``.slurm/%j`` folder: after a
+    local array task ran, every folder of the sweep holds something and none is named by a template."""
+    from ssl_app.slurm import submit
+
+    [run] = plan([QUICKSTART], [], [0], tmp_path / "s", [], None)
+    run.directory.mkdir(parents=True)
+    finish_record(run.directory, start_record(run.directory, "fit", {}), "done", "finished")  # the task has nothing to run
+    [(_, job_id)] = submit([run], SlurmOptions(cluster="local"), tmp_path / "s")
+    stdout = Path(read_job_record(run.directory).stdout)
+    _wait(lambda: stdout.is_file() and "Exiting after successful completion" in stdout.read_text(), 60, "the task to end")
+    time.sleep(1)  # the task's controller process ends after its task
+    folders = [path for path in (tmp_path / "s").rglob("*") if path.is_dir()]
+    assert folders and all(any(folder.iterdir()) for folder in folders), [str(f) for f in folders if not any(f.iterdir())]
+    assert not [path for path in (tmp_path / "s").rglob("*%*")]
