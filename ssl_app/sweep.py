@@ -666,10 +666,10 @@ def write_plan(sweep_dir: Path, runs: list[PlannedRun]) -> None:
     """Write the runs into ``sweep_dir/sweep_plan.json`` (with those of earlier launches into the same folder),
     so that ``--status sweep_dir`` needs nothing else."""
     known = {(run.point, run.seed): run for run in _planned_from(sweep_dir)}
-    known.update({(run.point, run.seed): run for run in runs})
+    known.update({(run.point, run.seed): run for run in runs})  # in the plan's order, new runs after the earlier ones
     entries = [
         {"point": run.point, "grid": run.grid, "seed": run.seed, "fit_args": run.fit_args, "linear_args": run.linear_args}
-        for run in sorted(known.values(), key=lambda run: (run.point, run.seed))
+        for run in known.values()
     ]
     sweep_dir.mkdir(parents=True, exist_ok=True)
     write_json(sweep_dir / PLAN_FILE, {"sweep": sweep_dir.name, "runs": entries})

@@ -189,7 +189,7 @@ def test_status_from_the_sweeps_folder_alone(tmp_path, monkeypatch, capsys):
         return fake_fit("done", 0)(args, where, device)
 
     monkeypatch.setattr(sweep, "launch", launch)
-    args = ["--config", QUICKSTART, "--grid", f"{TAU}=0.1,0.2", "--seeds", "0,1", "--linear", LINEAR, "--out", str(tmp_path)]
+    args = ["--config", QUICKSTART, "--grid", f"{TAU}=0.2,0.1", "--seeds", "0,1", "--linear", LINEAR, "--out", str(tmp_path)]
     execute = sweep.execute
     monkeypatch.setattr(sweep, "execute", lambda runs, jobs: execute([run for run in runs if run.seed == 0], jobs))
     assert main([*args, "--name", "s"]) == 0  # seed 1 of each point never starts
@@ -199,13 +199,13 @@ def test_status_from_the_sweeps_folder_alone(tmp_path, monkeypatch, capsys):
     assert main(["--status", str(tmp_path / "s")]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
     assert lines == status_lines(expected)
-    assert [line.split()[:4] for line in lines] == [
-        ["temperature=0.1", "seed", "0", "done,"], ["temperature=0.1", "seed", "1", "unknown"],
+    assert [line.split()[:4] for line in lines] == [  # in the grid's order
         ["temperature=0.2", "seed", "0", "done,"], ["temperature=0.2", "seed", "1", "unknown"],
+        ["temperature=0.1", "seed", "0", "done,"], ["temperature=0.1", "seed", "1", "unknown"],
     ]  # fmt: skip
     (tmp_path / "s" / "sweep_plan.json").unlink()  # a sweep written before the plan file: its started runs' sweep.json
     assert main(["--status", str(tmp_path / "s")]) == 0
-    assert capsys.readouterr().out.strip().splitlines() == [lines[0], lines[2]]
+    assert sorted(capsys.readouterr().out.strip().splitlines()) == [lines[2], lines[0]]
     for bad, why in ((tmp_path / "nothing", "no such folder"), (tmp_path, "not a sweep's folder")):
         with pytest.raises(SystemExit) as exit_:
             main(["--status", str(bad)])
