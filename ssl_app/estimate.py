@@ -92,8 +92,9 @@ def _synchronise(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def print_estimate(plan: str, data: str, runs: list) -> None:
-    """Time the plan's model here and print the expected device-hours per run and for the whole plan."""
+def print_estimate(plan: str, data: str, runs: list) -> tuple[float, float]:
+    """Time the plan's model here and print the expected device-hours per run and for the whole plan.
+    Returns the device-seconds of one run's fit and of its linear evaluation."""
     data_set = DATA_SETS[data]
     fit = resolved(runs[0].fit_args)
     linear = resolved(runs[0].linear_args) if runs[0].linear_args else None
@@ -129,3 +130,4 @@ def print_estimate(plan: str, data: str, runs: list) -> None:
         "[estimate] an estimate of the model's compute on this device, not a measurement: data loading, augmentation, "
         "the loss and bank update, checkpoints and start-up are left out (a data-loader-bound run takes longer)"
     )
+    return fit_seconds, linear_seconds

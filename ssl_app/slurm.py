@@ -3,7 +3,8 @@
 Each array task is one run folder (one grid point and seed). The task runs :class:`PointJob`, the
 same per-run entry the local launcher uses: it holds the folder's sweep lock and runs what the run
 still needs (``fit``, resumed from its ``last.ckpt`` if it has one, then ``linear``), each stage a
-``python -m ssl_app`` child process writing ``<stage>.log`` in the run folder.
+``python -m ssl_app`` child process writing ``<stage>.log`` in the run folder. A folder another
+process writes (its run lock held: a fit started by hand) is not launched into: the task fails, naming it.
 
 One signal path. Before the time limit (and on pre-emption) SLURM signals the task; submitit catches
 it (``SIGUSR2``, ``--signal=USR2@90``) and calls :meth:`PointJob.checkpoint`, which sends the
@@ -23,7 +24,9 @@ try a grid before sending it to a cluster.
 from __future__ import annotations
 
 import contextlib
+import io
 import os
+import shutil
 import signal
 import sys
 import time
@@ -33,7 +36,7 @@ from typing import Any, Optional
 
 from ssl_app.errors import ConfigError
 from ssl_app.runs.layout import JobRecord, read_job_record, write_job_record
-from ssl_app.runs.lock import SWEEP_LOCK, RunLock
+from ssl_app.runs.lock import RUN_LOCK, SWEEP_LOCK, RunLock, is_locked
 from ssl_app.runs.record import now
 
 #: Seconds a fit gets, after the SIGTERM, to finish its step and write ``last.ckpt`` before the task is requeued.
@@ -109,6 +112,9 @@ class PointJob:
         run.directory.mkdir(parents=True, exist_ok=True)
         if not lock.acquire():
             raise RuntimeError(f"{run.label}: {run.directory} is held by {lock.holder()}")
+        if is_locked(run.directory, RUN_LOCK):  # a process writing the run itself (a fit started by hand)
+            lock.release()
+            raise RuntimeError(f"{run.label}: {run.directory} is held by {RunLock(run.directory).holder()}")
         previous = signal.getsignal(signal.SIGTERM)
         # SLURM's own SIGTERM (scancel, the end of the time limit) reaches this task: pass it on, so the fit saves.
         signal.signal(signal.SIGTERM, lambda signum, frame: self._stop_fit())
@@ -123,6 +129,7 @@ class PointJob:
                 self._process = sweep.launch(args, log, None, env=child_environment())
                 while self._process.poll() is None:
                     time.sleep(0.5)
+                sweep.note_exit(run, stage, self._process.returncode)
                 if not sweep._stage_done(run, stage):
                     raise RuntimeError(f"{run.label} ({stage}): {sweep._why(run, stage)}; log: {log}")
                 print(f"[sweep] done {run.label}: {stage}", flush=True)
@@ -158,10 +165,12 @@ class PointJob:
 
 
 def executor(folder: Path, options: SlurmOptions, name: str) -> Any:
+    """submitit's executor writing into ``folder`` itself: its files are named by job id already, and a
+    ``%j`` in the folder would be created literally (an empty ``.slurm/%j``) by its local executor."""
     import submitit
 
     try:
-        ex = submitit.AutoExecutor(folder=folder / "%j", cluster=options.cluster)
+        ex = submitit.AutoExecutor(folder=folder, cluster=options.cluster)
     except RuntimeError as error:  # no srun/sbatch on this machine
         raise ConfigError(f"--launcher slurm: {error} (--slurm.cluster local runs the array on this machine)") from None
     ex.update_parameters(**options.parameters(name))
@@ -183,9 +192,19 @@ def submit(runs: list, options: SlurmOptions, sweep_dir: Path) -> list[tuple[Any
         todo.append(run)
     if not todo:
         return []
-    ex = executor(folder, options, f"ssl_app-{sweep_dir.name}")
-    with ex.batch():
-        jobs = [ex.submit(PointJob(run)) for run in todo]
+    created = _outermost_missing(folder)
+    try:
+        ex = executor(folder, options, f"ssl_app-{sweep_dir.name}")
+        # submitit prints a refusing sbatch's stderr itself before raising it: said once, in the error line
+        with contextlib.redirect_stderr(io.StringIO()), ex.batch():
+            jobs = [ex.submit(PointJob(run)) for run in todo]
+    except Exception as error:  # sbatch refused the array: what this call wrote goes, the reason is one line
+        if created is not None:
+            shutil.rmtree(created, ignore_errors=True)
+        if isinstance(error, ConfigError):
+            raise
+        reason = str(error).strip().splitlines()
+        raise ConfigError(f"--launcher slurm: {reason[-1] if reason else type(error).__name__}") from None
     submitted = []
     for run, job in zip(todo, jobs):
         run.directory.mkdir(parents=True, exist_ok=True)
@@ -195,6 +214,15 @@ def submit(runs: list, options: SlurmOptions, sweep_dir: Path) -> list[tuple[Any
         write_job_record(run.directory, record)
         submitted.append((run, str(job.job_id)))
     return submitted
+
+
+def _outermost_missing(folder: Path) -> Optional[Path]:
+    """The outermost folder that creating ``folder`` would create (None: it exists)."""
+    if folder.exists():
+        return None
+    while not folder.parent.exists():
+        folder = folder.parent
+    return folder
 
 
 def job_state(directory: Path) -> Optional[str]:

@@ -5,6 +5,7 @@
         [--linear configs/linear.yaml] [--linear-args "--model.init_args.cache_features=flips"] \\
         [--name tau] [--out runs/sweeps] [--jobs 2] [--launcher slurm --slurm.partition gpu] [--status] [--dry-run] \\
         [-- extra fit args]
+    python -m ssl_app.sweep --status OUT/NAME
     python -m ssl_app.sweep --plan table1 --data cifar10 [--seeds 0,1,2] [--data-root DIR] [--estimate] [--dry-run] \\
         [-- extra fit args]
 
@@ -23,7 +24,8 @@ the run it evaluates, ``<run>/evaluations/linear_<n>/`` (``ssl_app.runs.layout``
 - What a run still needs is read from the run records (``ssl_app.runs.record``), which the runs
   write themselves: a re-run skips runs whose record says ``done``, resumes the others from their
   ``last.ckpt`` and starts the rest afresh; a failed run does not stop the others and is listed at
-  the end with its exit reason and log. The exit status is 1 if any run failed.
+  the end with its exit reason and log. The exit status is 1 if any run failed. A stage's exit
+  status is kept in ``sweep.json``: one that exited non-zero is failed, whatever its record says.
 - A sweep holds each run folder (``.sweep.lock``) while it runs its stages: a second sweep started
   into the same ``--out`` skips those runs and says so, so two sweeps share the work instead of
   training one run twice.
@@ -32,7 +34,9 @@ the run it evaluates, ``<run>/evaluations/linear_<n>/`` (``ssl_app.runs.layout``
 - ``--jobs N`` runs N at once; with GPUs each job is pinned to one (``CUDA_VISIBLE_DEVICES``), the least
   busy, so N above the number of GPUs shares them evenly.
 - ``--launcher slurm`` submits the runs as one SLURM job array instead (``ssl_app.slurm``), each
-  task running the same stages; ``--status`` prints each run's state and job.
+  task running the same stages; ``--status`` prints each run's state and job. A launch writes its
+  runs into ``OUT/NAME/sweep_plan.json`` (merged with earlier launches'), so ``--status OUT/NAME``
+  alone prints the same lines without the original command.
 - ``--linear-args`` are options for the linear evaluations only; after ``--``, options for the fits.
 - ``--plan table1 --data D`` (``ssl_app.plans``) stands for ``--config`` (D's recipe), one point per
   Table-1 column (its loss overlay) and ``--linear`` (D's linear evaluation), in ``OUT/table1_D/``;
@@ -66,10 +70,12 @@ from typing import Optional
 
 from ssl_app.plans import DATA_SETS, PLANS, plan_points, recipe_paths, root_options
 from ssl_app.quiet import known_noise_silenced
+from ssl_app.runs.atomic import write_json
 from ssl_app.runs.layout import (
     CHECKPOINTS_DIR,
     CONFIG_FILE,
     EVENTS_GLOB,
+    SWEEP_FILE,
     SweepPoint,
     evaluation_folders,
     read_sweep_point,
@@ -79,6 +85,8 @@ from ssl_app.runs.lock import RUN_LOCK, SWEEP_LOCK, RunLock, is_locked
 from ssl_app.runs.record import DONE, RECORD_FILE, RecordError, effective_status, read_record
 from ssl_app.signals import handling
 
+#: The sweep's runs, written into its folder at launch: what ``--status DIR`` reads.
+PLAN_FILE = "sweep_plan.json"
 #: Exit status of a sweep stopped by a signal: 128 + the signal, as the fits it stopped.
 _STOPPED = {signal.SIGINT: 130, signal.SIGTERM: 143}
 
@@ -104,14 +112,25 @@ class PlannedRun:
         return f"{self.point} seed {self.seed}"
 
     def fit_status(self) -> str:
-        """The fit's status as its record says (``vanished`` when its process died without a word)."""
+        """The fit's status as its record says (``vanished`` when its process died without a word), unless
+        its process exited non-zero after recording ``done``: then both must agree, and it is failed."""
         try:
-            return effective_status(self.directory, read_record(self.directory))
+            status = effective_status(self.directory, read_record(self.directory))
         except RecordError:
             return "unreadable record"
+        code = self.exit_status("fit")
+        return f"failed (exit status {code})" if status == DONE and code else status
+
+    def exit_status(self, stage: str) -> Optional[int]:
+        """The stage's last exit status, as the sweep noted it in ``sweep.json`` (None: not known)."""
+        point = read_sweep_point(self.directory)
+        return point.exits.get(stage) if point is not None else None
 
     def probe_done(self) -> bool:
-        """Whether a linear probe of this run finished (any of them: the report reads the newest done one)."""
+        """Whether a linear probe of this run finished (any of them: the report reads the newest done one)
+        and the last one's process did not exit non-zero."""
+        if self.exit_status("linear"):
+            return False
         for folder in evaluation_folders(self.directory, "linear"):
             try:
                 record = read_record(folder)
@@ -364,7 +383,8 @@ def execute(runs: list[PlannedRun], jobs: int) -> Outcome:
                     del active[pid]
                     if device is not None:
                         load[device] -= 1
-                    ok = process.returncode == 0 and _stage_done(run, stage)
+                    note_exit(run, stage, process.returncode)
+                    ok = _stage_done(run, stage)
                     print(f"[sweep] {'done' if ok else 'FAILED'} {run.label}: {stage}", flush=True)
                     if not ok:
                         outcome.failed.append((run, stage))
@@ -392,8 +412,16 @@ def prepare_stage(run: PlannedRun, stage: str, args: list[str]) -> Path:
     existing = read_sweep_point(run.directory)
     point.commands = {**(existing.commands if existing else {}), stage: shlex.join(["python", "-m", "ssl_app", *args])}
     point.logs = {**(existing.logs if existing else {}), stage: str(log)}
+    point.exits = {k: v for k, v in (existing.exits if existing else {}).items() if k != stage}  # running: not known
     write_sweep_point(run.directory, point)
     return log
+
+
+def note_exit(run: PlannedRun, stage: str, code: Optional[int]) -> None:
+    """Keep the stage's exit status in ``sweep.json``: with the run's record, it says whether the stage is done."""
+    point = read_sweep_point(run.directory) or run.sidecar()
+    point.exits = {**point.exits, stage: int(code if code is not None else 1)}
+    write_sweep_point(run.directory, point)
 
 
 def _hold(run: PlannedRun, locks: dict[Path, RunLock], outcome: Outcome) -> bool:
@@ -412,7 +440,7 @@ def _hold(run: PlannedRun, locks: dict[Path, RunLock], outcome: Outcome) -> bool
 
 
 def _stage_done(run: PlannedRun, stage: str) -> bool:
-    """What the run's own record says of the stage that just ended (not only the exit status)."""
+    """Whether the stage that just ended is done: its record says so and its process exited 0 (``note_exit``)."""
     return run.fit_status() == DONE if stage == "fit" else run.probe_done()
 
 
@@ -495,7 +523,9 @@ def parse_args(argv: Optional[list[str]]) -> argparse.Namespace:
     parser.add_argument("--linear-args", default="", help="options for every linear evaluation, one quoted string")
     parser.add_argument("--jobs", type=int, default=None, help="runs at once (default: 1; all with --launcher slurm)")
     parser.add_argument("--launcher", choices=("local", "slurm"), default="local", help="local processes or a SLURM array")
-    parser.add_argument("--status", action="store_true", help="print each run's state (and its SLURM job), run nothing")
+    parser.add_argument("--status", nargs="?", const=True, default=False, metavar="DIR",
+                        help="print each run's state (and its SLURM job), run nothing; with DIR (OUT/NAME) alone: "
+                        "that sweep's runs, read from its folder")  # fmt: skip
     parser.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
     slurm = parser.add_argument_group("--launcher slurm (submitit; docs/slurm.md)")
     slurm.add_argument("--slurm.partition", dest="slurm_partition", default=None, help="the partition to run in")
@@ -509,6 +539,10 @@ def parse_args(argv: Optional[list[str]]) -> argparse.Namespace:
                        help="local: the same job array as processes on this machine (submitit's local executor)")  # fmt: skip
     parser.add_argument("extra", nargs=argparse.REMAINDER, help="after --: options passed to every fit")
     args = parser.parse_args(_joined_linear_args(sys.argv[1:] if argv is None else argv))
+    if isinstance(args.status, str):
+        if args.plan is not None or args.config:
+            fail("--status DIR reads the runs from the sweep's folder: give it alone, or --status with the sweep's command")
+        return args
     if args.plan is None and not args.config:
         fail("give --config (a fit config) or --plan with --data")
     if args.plan is not None and (args.config or args.grid or args.linear):
@@ -578,6 +612,10 @@ def planned_runs(args: argparse.Namespace) -> tuple[Path, list[PlannedRun]]:
 
 def _main(argv: Optional[list[str]]) -> int:
     args = parse_args(argv)
+    if isinstance(args.status, str):
+        from ssl_app.slurm import status_lines
+
+        return print_to_reader(status_lines(recorded_runs(Path(args.status))))
     sweep_dir, runs = planned_runs(args)
     if args.status:
         from ssl_app.slurm import status_lines
@@ -601,7 +639,10 @@ def _main(argv: Optional[list[str]]) -> int:
     todo = [run for run in runs if run.stages()]
     print(f"[sweep] {sweep_dir}: {len(runs)} runs, {len(runs) - len(todo)} already done, {len(todo)} to run", flush=True)
     if args.launcher == "slurm":
-        return submit_to_slurm(todo, args, sweep_dir)
+        code = submit_to_slurm(todo, args, sweep_dir)  # a submission that fails writes nothing
+        write_plan(sweep_dir, runs)
+        return code
+    write_plan(sweep_dir, runs)
     outcome = execute(todo, args.jobs or 1)
     if outcome.stopped_by is not None:
         print(
@@ -619,6 +660,52 @@ def _main(argv: Optional[list[str]]) -> int:
     done = len(runs) - len(outcome.held)
     print(f"[sweep] {done} of {len(runs)} runs done; report: python -m ssl_app.report {sweep_dir}", flush=True)
     return 0
+
+
+def write_plan(sweep_dir: Path, runs: list[PlannedRun]) -> None:
+    """Write the runs into ``sweep_dir/sweep_plan.json`` (with those of earlier launches into the same folder),
+    so that ``--status sweep_dir`` needs nothing else."""
+    known = {(run.point, run.seed): run for run in _planned_from(sweep_dir)}
+    known.update({(run.point, run.seed): run for run in runs})  # in the plan's order, new runs after the earlier ones
+    entries = [
+        {"point": run.point, "grid": run.grid, "seed": run.seed, "fit_args": run.fit_args, "linear_args": run.linear_args}
+        for run in known.values()
+    ]
+    sweep_dir.mkdir(parents=True, exist_ok=True)
+    write_json(sweep_dir / PLAN_FILE, {"sweep": sweep_dir.name, "runs": entries})
+
+
+def _planned_from(sweep_dir: Path) -> list[PlannedRun]:
+    """The runs ``sweep_plan.json`` names (none when it is missing or unreadable), each in its folder under ``sweep_dir``."""
+    try:
+        entries = json.loads((sweep_dir / PLAN_FILE).read_text(encoding="utf-8"))["runs"]
+        runs = []
+        for e in entries:
+            point, seed, linear = str(e["point"]), int(e["seed"]), e.get("linear_args")
+            directory = sweep_dir / point / f"seed{seed}"
+            linear_args = None if linear is None else list(linear)
+            runs.append(PlannedRun(sweep_dir.name, point, dict(e["grid"]), seed, directory, list(e["fit_args"]), linear_args))
+        return runs
+    except (OSError, ValueError, KeyError, TypeError):
+        return []
+
+
+def recorded_runs(sweep_dir: Path) -> list[PlannedRun]:
+    """The sweep's runs from its folder alone (``--status DIR``): its ``sweep_plan.json``, or, for a sweep
+    written without one, the run folders that hold a ``sweep.json``."""
+    if not sweep_dir.is_dir():
+        fail(f"--status {sweep_dir}: no such folder")
+    runs = _planned_from(sweep_dir)
+    if not runs:
+        for sidecar in sorted(sweep_dir.glob(f"*/seed*/{SWEEP_FILE}")):
+            point = read_sweep_point(sidecar.parent)
+            if point is not None:
+                commands = {stage: shlex.split(command)[3:] for stage, command in point.commands.items()}
+                runs.append(PlannedRun(point.sweep, point.point, point.grid, point.seed, sidecar.parent,
+                                       commands.get("fit", []), commands.get("linear")))  # fmt: skip
+    if not runs:
+        fail(f"--status {sweep_dir}: not a sweep's folder (no {PLAN_FILE}, no run folder with a {SWEEP_FILE})")
+    return runs
 
 
 def submit_to_slurm(todo: list[PlannedRun], args: argparse.Namespace, sweep_dir: Path) -> int:
@@ -650,6 +737,9 @@ def _why(run: PlannedRun, stage: str) -> str:
             return str(error)
         if record is not None:
             status = effective_status(folder, record)
+            code = run.exit_status(stage)
+            if status == DONE and code:
+                return f"exit status {code} (its record says done: {record.exit_reason})"
             return f"{status}: {record.exit_reason}" if record.exit_reason else status
     return "no run record (it failed before it started)"
 

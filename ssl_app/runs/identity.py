@@ -5,7 +5,8 @@ keys (``model.init_args.loss.init_args.temperature``) make it comparable key by 
 
 - :func:`config_hash`: a short hash of the whole resolved config less the keys that only say
   *where* a run writes or *what it resumed from* (``WHERE_KEYS``), so the same experiment started
-  in two folders has one hash.
+  in two folders has one hash. Everything else counts, the seed and the data's root folder included
+  (for an image folder the root *is* the data; the hash cannot tell a copy from other images).
 - :func:`identity`: the keys a run cannot change and stay the same run — the method, its backbone,
   its loss, and the data (every datamodule option except how it is loaded: workers, pinned memory,
   where the views are made, whether to download). Resuming a checkpoint whose identity differs
@@ -21,7 +22,7 @@ import json
 from typing import Any
 
 #: Keys that say where a run writes or what it resumed from: never part of what a run *is*.
-WHERE_KEYS = ("ckpt_path", "resume_anyway", "attach_to_run", "trainer.logger", "trainer.default_root_dir")
+WHERE_KEYS = ("ckpt_path", "resume_anyway", "attach_to_run", "trainer.logger", "trainer.default_root_dir", "checkpoint.dirpath")
 #: Datamodule options that change how data is loaded, not which data (they may change on resume).
 LOADING_KEYS = ("num_workers", "pin_memory", "augment_on", "download")
 _MODEL = "model"

@@ -98,7 +98,9 @@ def relative_parent(folder: Path, parent: Path) -> str:
 class SweepPoint:
     """``sweep.json``: which sweep, grid point and seed a run folder is, and its stages' commands.
 
-    Status is not kept here: it is the run record's (``run.json``) and its probe's.
+    Status is not kept here: it is the run record's (``run.json``) and its probe's. ``exits`` is each
+    stage's last exit status (absent while it runs): a stage whose process failed after its record
+    said ``done`` is not done (``ssl_app.sweep.PlannedRun.fit_status``).
     """
 
     sweep: str
@@ -107,6 +109,7 @@ class SweepPoint:
     seed: int
     commands: dict[str, str] = field(default_factory=dict)
     logs: dict[str, str] = field(default_factory=dict)
+    exits: dict[str, int] = field(default_factory=dict)
 
 
 def write_sweep_point(folder: Path, point: SweepPoint) -> None:
@@ -127,6 +130,7 @@ def read_sweep_point(folder: Path) -> Optional[SweepPoint]:
             seed=int(data["seed"]),
             commands=dict(data.get("commands") or {}),
             logs=dict(data.get("logs") or {}),
+            exits={str(k): int(v) for k, v in dict(data.get("exits") or {}).items()},
         )
     except (OSError, ValueError, KeyError, TypeError):
         return None

@@ -117,3 +117,29 @@ def test_the_batch_size_of_a_pass_changes_no_embedding():
     tiny_trainer([passes]).validate(tiny_model(), tiny_data(), verbose=False)
     assert torch.equal(passes.first_pass.indices, passes.fresh.indices)
     assert torch.allclose(passes.first_pass.features, passes.fresh.features, atol=1e-5)
+
+
+class PassWithoutBackbone(Callback):
+    """At the end of validation, before the callbacks after it: the clean pass without backbone features."""
+
+    def on_validation_epoch_end(self, trainer, pl_module) -> None:
+        self.samples = embed_split(trainer, pl_module, "val", views=1, augment=False).local()
+
+
+def test_a_metric_that_needs_backbone_features_never_gets_a_cached_pass_without_them():
+    """Catches the cache serving a pass made without backbone features to a caller that asked for them:
+    ``effective_rank_backbone`` (RankMe, on the backbone's features) would read none, or another pass's.
+    A clean pass without them runs first; EmbeddingMetrics' metric must equal its value without that pass."""
+
+    def rank_backbone(callbacks: list) -> float:
+        logger = RecordingLogger()
+        tiny_trainer(callbacks, logger=logger).validate(tiny_model(), tiny_data(), verbose=False)
+        values = logger.values("metrics/effective_rank_backbone")
+        assert len(values) == 1, "effective_rank_backbone was not logged (no backbone features)"
+        return values[0]
+
+    first = PassWithoutBackbone()
+    alone = rank_backbone([EmbeddingMetrics(log_histograms=False)])
+    beside = rank_backbone([first, EmbeddingMetrics(log_histograms=False)])
+    assert first.samples.backbone is None  # the pass it ran first really had no backbone features
+    assert beside == pytest.approx(alone, rel=1e-6) and alone > 1

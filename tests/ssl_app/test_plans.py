@@ -153,6 +153,32 @@ def test_the_estimate_times_the_plan_here_and_says_what_it_is(capsys, monkeypatc
     assert plan == pytest.approx(10 * total, abs=0.11)
 
 
+def test_the_estimates_arithmetic_by_hand(capsys, monkeypatch):
+    """Catches a slip in ``--estimate``'s per-image arithmetic (a step's images not rounded up to whole
+    batches, a validation pass or the linear stage's held-out images left out, minutes for hours): the
+    tiny plan's device-seconds computed here by hand from fixed calibration numbers, compared exactly."""
+    import ssl_app.estimate as estimate
+    from ssl_app.sweep import parse_args, planned_runs
+
+    monkeypatch.chdir(REPO)
+    monkeypatch.setattr(estimate, "calibrate", lambda backbone, crop, batch: estimate.Calibration("fake", batch, 0.5, 0.25))
+    linear = "--trainer.max_epochs=4 --trainer.check_val_every_n_epoch=1"
+    fit = ["--trainer.max_epochs=3", "--trainer.check_val_every_n_epoch=2", "--data.init_args.batch_size=32"]
+    args = parse_args(["--plan", "table1", "--data", "shapes", "--estimate", "--linear-args", linear, "--", *fit])
+    _, runs = planned_runs(args)
+    fit_seconds, linear_seconds = estimate.print_estimate("table1", "shapes", runs)
+    train, held = 2_000, 500  # DATA_SETS["shapes"]
+    assert (DATA_SETS["shapes"].train_images, DATA_SETS["shapes"].eval_images) == (train, held)
+    # 3 epochs of 63 batches of 32 (the last one full) at 0.5 s per image; one validation pass (epoch 2) encoding
+    # the training and held-out images at 0.25 s each
+    assert fit_seconds == 3 * 63 * 32 * 0.5 + 1 * (train + held) * 0.25 == 3649.0
+    # 4 epochs encoding the training images, 4 validation passes over the held-out ones
+    assert linear_seconds == (4 * train + 4 * held) * 0.25 == 2500.0
+    out = capsys.readouterr().out
+    assert "per run: 1.01 device-hours fit + 0.69 linear = 1.71 (60.82 + 41.67 min); whole plan: 17.1 device-hours" in out
+    assert "500.000 ms per training image, 250.000 ms per encoded image" in out
+
+
 @pytest.mark.slow
 def test_the_cpu_plan_runs_end_to_end_each_fit_then_its_linear_evaluation(tmp_path, capsys, monkeypatch):
     """Catches a plan whose runs parse but do not train, or whose linear stage is not filed in its run."""
@@ -166,3 +192,23 @@ def test_the_cpu_plan_runs_end_to_end_each_fit_then_its_linear_evaluation(tmp_pa
     capsys.readouterr()
     assert main(["--plan", "table1", "--data", "shapes", "--out", str(tmp_path), "--status"]) == 0
     assert capsys.readouterr().out.count("done") >= 10
+
+
+@pytest.mark.parametrize("column", TABLE1_COLUMNS)
+def test_each_table1_overlay_sets_the_loss_and_tau_its_column_names(column):
+    """Catches an overlay whose loss or τ is not its column's (``infonce_t0.3.yaml`` setting 0.7): its
+    file name, the report's Table-1 column at the same position (``ssl_app.report.reference.COLUMNS``,
+    whose paper numbers its runs are compared with) and its header comment must all name what it sets."""
+    from ssl_app.report.reference import COLUMNS, column_of
+
+    path = REPO / "configs" / "losses" / "table1" / f"{column}.yaml"
+    loss = yaml.safe_load(path.read_text())["model"]["init_args"]["loss"]
+    loss_class, tau = loss["class_path"].rsplit(".", 1)[-1], loss["init_args"].get("temperature")
+    family, _, named_tau = re.fullmatch(r"(infonce|simple|hard|hard_simple)(_t([\d.]+))?", column).group(1, 2, 3)
+    expected_class = {"infonce": "InfoNCE", "simple": "Simple", "hard": "HardContrastive", "hard_simple": "HardSimple"}[family]
+    assert loss_class == expected_class
+    assert tau == (None if named_tau is None else float(named_tau))  # None: the loss has no τ (Simple, HardSimple)
+    paper_column = COLUMNS[TABLE1_COLUMNS.index(column)]
+    assert column_of(loss_class, tau) == paper_column
+    header = path.read_text().splitlines()[0]  # '# Table 1, "Hard τ=0.3": ...'
+    assert re.findall(r"τ=([\d.]+)", header) == ([] if named_tau is None else [named_tau]), header

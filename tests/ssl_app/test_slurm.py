@@ -164,7 +164,7 @@ def test_a_grid_on_the_slurm_launcher_runs_and_a_requeued_job_resumes_in_place(t
     assert len(record.resumes) == 1 and record.resumes[0]["checkpoint"].startswith(str(first / "checkpoints"))
     text = log.read_text()
     assert "Interrupted by SIGTERM" in text and "--ckpt_path=" in text
-    assert sorted(p.name for p in sweep.iterdir()) == [".slurm", "temperature=0.2", "temperature=0.5"]
+    assert sorted(p.name for p in sweep.iterdir()) == [".slurm", "sweep_plan.json", "temperature=0.2", "temperature=0.5"]
     assert read_record(second).resumes == []
     task_log = Path(jobs[0].stdout).read_text()
     assert "saving and requeueing" in task_log and "Requeued job" in task_log
@@ -173,3 +173,90 @@ def test_a_grid_on_the_slurm_launcher_runs_and_a_requeued_job_resumes_in_place(t
     lines = capsys.readouterr().out.strip().splitlines()
     assert [line.split()[3] for line in lines] == ["done", "done"]
     assert [line.rsplit(" ", 1)[1] for line in lines] == [job.job_id for job in jobs]
+
+
+def test_status_from_the_sweeps_folder_alone(tmp_path, monkeypatch, capsys):
+    """Catches ``--status`` needing the whole original command: ``--status DIR`` reads what the sweep
+    wrote into its folder at launch, lists every run (the one never started too), from another folder."""
+    import ssl_app.sweep as sweep
+    from tests.ssl_app.test_sweep import fake_fit
+
+    monkeypatch.setattr(sweep.time, "sleep", lambda _: None)
+    monkeypatch.setattr(sweep, "validate", lambda runs: None)
+
+    def launch(args, log, device):  # the fit's record in the run, the probe's in evaluations/linear_0
+        where = log if log.stem == "fit" else log.parent / "evaluations" / "linear_0" / log.name
+        return fake_fit("done", 0)(args, where, device)
+
+    monkeypatch.setattr(sweep, "launch", launch)
+    args = ["--config", QUICKSTART, "--grid", f"{TAU}=0.2,0.1", "--seeds", "0,1", "--linear", LINEAR, "--out", str(tmp_path)]
+    execute = sweep.execute
+    monkeypatch.setattr(sweep, "execute", lambda runs, jobs: execute([run for run in runs if run.seed == 0], jobs))
+    assert main([*args, "--name", "s"]) == 0  # seed 1 of each point never starts
+    capsys.readouterr()
+    expected = sweep.planned_runs(sweep.parse_args([*args, "--name", "s"]))[1]
+    monkeypatch.chdir(tmp_path / "s" / "temperature=0.1")  # anywhere
+    assert main(["--status", str(tmp_path / "s")]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines == status_lines(expected)
+    assert [line.split()[:4] for line in lines] == [  # in the grid's order
+        ["temperature=0.2", "seed", "0", "done,"], ["temperature=0.2", "seed", "1", "unknown"],
+        ["temperature=0.1", "seed", "0", "done,"], ["temperature=0.1", "seed", "1", "unknown"],
+    ]  # fmt: skip
+    (tmp_path / "s" / "sweep_plan.json").unlink()  # a sweep written before the plan file: its started runs' sweep.json
+    assert main(["--status", str(tmp_path / "s")]) == 0
+    assert sorted(capsys.readouterr().out.strip().splitlines()) == [lines[2], lines[0]]
+    for bad, why in ((tmp_path / "nothing", "no such folder"), (tmp_path, "not a sweep's folder")):
+        with pytest.raises(SystemExit) as exit_:
+            main(["--status", str(bad)])
+        err = capsys.readouterr().err
+        assert exit_.value.code == 2 and err.startswith(f"error: --status {bad}: ") and why in err and err.count("\n") == 1
+
+
+def stand_in_slurm(tmp_path: Path, monkeypatch, sbatch: str) -> None:
+    """``srun`` and ``sbatch`` on the PATH as tiny shell scripts (``sbatch``: its body)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "srun").write_text("#!/bin/sh\nexit 0\n")
+    (bin_dir / "sbatch").write_text(f"#!/bin/sh\n{sbatch}\n")
+    for tool in bin_dir.iterdir():
+        tool.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+
+
+def test_a_dry_run_or_a_refused_submission_leaves_nothing(tmp_path, monkeypatch, capsys):
+    """Catches folders left behind by the SLURM launcher when nothing was submitted: a dry run writes
+    nothing, and an ``sbatch`` that refuses the array is one ``error:`` line naming its message (not
+    submitit's traceback), with no ``.slurm`` folder, pickles or submission script left."""
+    import ssl_app.sweep as sweep
+
+    monkeypatch.setattr(sweep, "validate", lambda runs: None)
+    out = tmp_path / "out"
+    args = ["--config", QUICKSTART, "--grid", f"{TAU}=0.1,0.2", "--out", str(out), "--launcher", "slurm"]
+    assert main([*args, "--slurm.cluster", "local", "--dry-run"]) == 0
+    assert not out.exists()
+    capsys.readouterr()
+    stand_in_slurm(tmp_path, monkeypatch, 'echo "sbatch: error: invalid partition specified: gpu" >&2; exit 1')
+    with pytest.raises(SystemExit) as exit_:
+        main([*args, "--slurm.partition", "gpu"])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and err == "error: --launcher slurm: sbatch: error: invalid partition specified: gpu\n", err
+    assert not out.exists()
+
+
+@pytest.mark.slow
+def test_a_submission_leaves_no_empty_folder(tmp_path):
+    """Catches submitit's log folder template left behind as a literal, empty ``.slurm/%j`` folder: after a
+    local array task ran, every folder of the sweep holds something and none is named by a template."""
+    from ssl_app.slurm import submit
+
+    [run] = plan([QUICKSTART], [], [0], tmp_path / "s", [], None)
+    run.directory.mkdir(parents=True)
+    finish_record(run.directory, start_record(run.directory, "fit", {}), "done", "finished")  # the task has nothing to run
+    [(_, job_id)] = submit([run], SlurmOptions(cluster="local"), tmp_path / "s")
+    stdout = Path(read_job_record(run.directory).stdout)
+    _wait(lambda: stdout.is_file() and "Exiting after successful completion" in stdout.read_text(), 60, "the task to end")
+    time.sleep(1)  # the task's controller process ends after its task
+    folders = [path for path in (tmp_path / "s").rglob("*") if path.is_dir()]
+    assert folders and all(any(folder.iterdir()) for folder in folders), [str(f) for f in folders if not any(f.iterdir())]
+    assert not [path for path in (tmp_path / "s").rglob("*%*")]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shlex
@@ -392,3 +393,78 @@ def test_a_fresh_restart_clears_what_the_failed_attempt_left(tmp_path, monkeypat
     monkeypatch.setattr(sweep.time, "sleep", lambda _: None)
     assert sweep.execute([run], jobs=1).failed == []
     assert seen == [["sweep.json"]]
+
+
+@contextlib.contextmanager
+def held_by_another_process(folder: Path, name: str):
+    """A real process (a tiny Python) holding ``folder``'s lock ``name`` for the block: what a
+    ``fit --ckpt_path last`` started by hand, or another sweep, holds while it writes there."""
+    import subprocess
+
+    code = (
+        f"import sys, time; sys.path.insert(0, {str(REPO)!r}); from ssl_app.runs.lock import RunLock; "
+        f"assert RunLock({str(folder)!r}, {name!r}).acquire(); print('held', flush=True); time.sleep(60)"
+    )
+    holder = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        yield holder.pid
+    finally:
+        holder.kill()
+        holder.wait()
+        holder.stdout.close()
+
+
+def test_a_run_whose_run_lock_another_process_holds_is_not_launched(tmp_path, monkeypatch, capsys):
+    """Catches a sweep that checks only other sweeps' locks: a run folder another process is writing
+    (its run lock, ``.lock``, held by a real process) must be skipped and named, the other run launched."""
+    import ssl_app.sweep as sweep
+    from ssl_app.runs.lock import RUN_LOCK
+
+    launched = []
+    monkeypatch.setattr(sweep, "launch", lambda args, log, device: launched.append(log) or fake_fit("done", 0)(args, log, device))
+    monkeypatch.setattr(sweep.time, "sleep", lambda _: None)
+    held, free = planned(tmp_path, ("0.1", "0.2"))
+    with held_by_another_process(held.directory, RUN_LOCK) as pid:
+        outcome = sweep.execute([held, free], jobs=1)
+    assert outcome.held == [held] and outcome.failed == [] and launched == [free.directory / "fit.log"]
+    assert f"skip {held.label}: {held.directory} is held by pid {pid} " in capsys.readouterr().out
+    assert read_record(held.directory) is None and not (held.directory / "sweep.json").exists()
+
+
+def test_a_slurm_task_does_not_launch_into_a_run_another_process_writes(tmp_path, monkeypatch):
+    """The same for a job-array task (``ssl_app.slurm.PointJob``): it fails naming the holder, and launches nothing."""
+    import ssl_app.sweep as sweep
+    from ssl_app.runs.lock import RUN_LOCK
+    from ssl_app.slurm import PointJob
+
+    launched = []
+    monkeypatch.setattr(sweep, "launch", lambda *args, **kwargs: launched.append(args))
+    [run] = planned(tmp_path)
+    with held_by_another_process(run.directory, RUN_LOCK) as pid, pytest.raises(RuntimeError, match=f"held by pid {pid} "):
+        PointJob(run)()
+    assert launched == []
+
+
+def test_a_stage_that_exits_non_zero_after_its_record_says_done_is_failed_and_run_again(tmp_path, monkeypatch, capsys):
+    """Catches the record winning over the exit status: a fit whose process exits 1 after writing
+    ``done`` (it crashed after training) is a failure of the sweep, and a re-run of the same command
+    runs it again instead of counting it finished; ``--status`` says so too."""
+    import ssl_app.sweep as sweep
+
+    monkeypatch.setattr(sweep.time, "sleep", lambda _: None)
+    monkeypatch.setattr(sweep, "validate", lambda runs: None)
+    args = ["--config", QUICKSTART, "--grid", f"{TAU}=0.1", "--out", str(tmp_path), "--name", "s"]
+    monkeypatch.setattr(sweep, "launch", fake_fit("done", 1))
+    assert main(args) == 1
+    err = capsys.readouterr().err
+    assert "1 run(s) failed" in err and "temperature=0.1 seed 0 (fit): exit status 1 (its record says done" in err, err
+    run = tmp_path / "s" / "temperature=0.1" / "seed0"
+    assert read_record(run).status == "done"  # the run's own record is left as the run wrote it
+
+    assert main([*args, "--status"]) == 0
+    assert "exit status 1" in capsys.readouterr().out
+    monkeypatch.setattr(sweep, "launch", fake_fit("done", 0))
+    assert main(args) == 0
+    assert "1 runs, 0 already done, 1 to run" in capsys.readouterr().out
+    assert main(args) == 0 and "1 runs, 1 already done, 0 to run" in capsys.readouterr().out
