@@ -21,7 +21,7 @@ from tests.helpers import tiny_data, tiny_trainer
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 from syncs import SYNC_MESSAGE, SyncListing  # noqa: E402
 
-SMALL = dict(backbone="small_cnn", proj_hidden_dim=16, proj_dim=8)
+SMALL = dict(backbone="small_cnn", proj_hidden_dim=16, proj_dim=8, channels_last=True)
 METHODS = {
     "simclr": lambda: SimCLR(loss=InfoNCE(0.5), **SMALL),
     "moco": lambda: MoCo(loss=InfoNCE(0.2), queue_size=32, **SMALL),
@@ -61,7 +61,6 @@ def test_each_method_trains_on_the_device_in_its_precision_and_layout(tmp_path, 
     bf16-mixed and channels_last, views made on the device, and the syncs of each step printed."""
     torch.manual_seed(0)
     model = METHODS[name]()
-    model.channels_last = True
     cuda = device.type == "cuda"
     listing = SyncListing()
     trainer = tiny_trainer(
@@ -72,6 +71,8 @@ def test_each_method_trains_on_the_device_in_its_precision_and_layout(tmp_path, 
     trainer.fit(model, datamodule=tiny_data(augment_on="device", batch_size=16))
     assert listing.steps == 3 and trainer.global_step == 3
     assert all(p.device.type == device.type for p in model.parameters())
+    convs = [m.weight for m in model.modules() if isinstance(m, torch.nn.Conv2d) and m.weight.shape[-1] > 1]
+    assert convs and all(w.is_contiguous(memory_format=torch.channels_last) and not w.is_contiguous() for w in convs)
     assert torch.isfinite(trainer.callback_metrics["train/loss"]).item()
     assert any(not torch.equal(a.cpu(), b.cpu()) for a, b in zip(before, model.backbone.parameters()))
     for row in listing.sites():
