@@ -6,13 +6,15 @@ device syncs of the training steps, and an ImageNet-100-shaped loader against th
     benchmarks/gpu_check.sh --device cpu --quick --out DIR     # the same parts, CPU-sized, < 3 min here
 
 Each part runs in its own process with its own time budget (``BUDGETS``; the whole run is capped at
-their sum), so one part that overruns is killed and the next still runs. Every part adds its numbers
+their sum), so one part that overruns is killed and the next still runs: part i is stopped when the
+budgets of parts 1..i are spent, so what an earlier part leaves unused goes to the later ones. Every part adds its numbers
 to ``DIR/results.json`` as soon as it has them (per method, per config, per worker count), and the
 driver rewrites ``DIR/summary.md`` (one Markdown table) after every part: a timeout still leaves
 what was measured. ``DIR/log.txt`` holds every part's output. Three files in all: the GPU call
 returns at most 8.
 
-Parts (``--parts`` runs a subset, e.g. to rerun one that failed):
+Parts (they run in the order of ``PARTS``: epoch, train_step, loader, syncs, tests; ``--parts`` picks
+some, e.g. to rerun one that failed):
 
 - ``tests``: ``tests/benchmarks/test_on_device.py`` with ``SSL_APP_TEST_DEVICE`` = the device (each
   method's Trainer fit in bf16-mixed and channels_last with views made on the device, the metrics,
@@ -53,7 +55,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-PARTS = ("tests", "train_step", "epoch", "syncs", "loader")
+PARTS = ("epoch", "train_step", "loader", "syncs", "tests")
 # Seconds per part: on the GPU (the whole run: 450 s, inside the 8 minutes of the issue) and --quick on the CPU.
 BUDGETS = {"tests": 50, "train_step": 160, "epoch": 120, "syncs": 50, "loader": 70}
 QUICK_BUDGETS = {"tests": 45, "train_step": 25, "epoch": 40, "syncs": 20, "loader": 40}
@@ -176,12 +178,13 @@ def drive(args: argparse.Namespace) -> int:
 
         run |= {"device_name": torch.cuda.get_device_name(0), "torch": torch.__version__, "cuda": torch.version.cuda}
     save(args.out, "run", run)
-    deadline = time.monotonic() + sum(budgets[part] for part in args.parts)
+    deadline = time.monotonic()
     env = os.environ | {"PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "benchmarks"), os.environ.get("PYTHONPATH", "")])}
     env |= {"PYTHONUNBUFFERED": "1", "OMP_WAIT_POLICY": "PASSIVE"}
     with open(args.out / "log.txt", "a") as log:
         for part in args.parts:
-            budget = min(budgets[part], deadline - time.monotonic())
+            deadline += budgets[part]  # this part's own budget plus what the earlier ones left
+            budget = deadline - time.monotonic()
             command = [sys.executable, __file__, "--part", part, "--device", args.device, "--out", str(args.out)]
             command += ["--quick"] * args.quick
             log.write(f"\n===== {part} (budget {budget:.0f} s)\n")
@@ -442,7 +445,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", choices=["cpu", "cuda"], required=True)
     parser.add_argument("--quick", action="store_true", help="CPU-sized parts (tests the machinery; < 3 min on 2 cores)")
     parser.add_argument("--out", type=Path, required=True, help="summary.md, results.json and log.txt go here")
-    parser.add_argument("--parts", nargs="+", choices=PARTS, default=list(PARTS), help="a subset, in this order")
+    parser.add_argument("--parts", nargs="+", choices=PARTS, default=list(PARTS), help="some of them (e.g. a rerun)")
     parser.add_argument("--part", choices=PARTS, help=argparse.SUPPRESS)  # one part, in this process (the driver's child)
     args = parser.parse_args(argv)
     if args.device == "cuda":
