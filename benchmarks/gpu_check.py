@@ -210,10 +210,12 @@ def drive(args: argparse.Namespace) -> int:
 
 def part_tests(args: argparse.Namespace) -> None:
     """The device tests on the device; one row per test case in results.json."""
+    import pytest
+
     junit = Path(tempfile.mkdtemp(prefix="gpu_check_")) / "junit.xml"
-    command = [sys.executable, "-m", "pytest", "tests/benchmarks/test_on_device.py", "-q", "-s", "-p", "no:cacheprovider"]
-    env = os.environ | {"SSL_APP_TEST_DEVICE": args.device}
-    rc = subprocess.run([*command, f"--junitxml={junit}"], cwd=ROOT, env=env).returncode
+    os.environ["SSL_APP_TEST_DEVICE"] = args.device
+    os.chdir(ROOT)  # in this process: a second interpreter's start-up and teardown cost ~20 s on 2 busy cores
+    rc = int(pytest.main(["tests/benchmarks/test_on_device.py", "-q", "-s", "-p", "no:cacheprovider", f"--junitxml={junit}"]))
     cases = []
     for case in ET.parse(junit).getroot().iter("testcase") if junit.is_file() else []:
         outcome = next((child.tag for child in case if child.tag in ("failure", "error", "skipped")), "passed")
