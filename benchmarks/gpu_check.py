@@ -139,7 +139,8 @@ def summary_rows(results: dict[str, Any]) -> list[tuple[str, str, str, str, str]
             rows.append(("loader", f"ImageNet-100 shape, b{loader['batch']}, workers={workers}", "img/s", _f(rate),
                          f"{ratio}; {loader['images']:,} JPEGs {loader['sizes']}"))  # fmt: skip
         if step:
-            rows.append(("loader", f"ResNet-50 step, b{loader['batch']}, {loader['precision']}", "img/s", _f(step, step < 10), "bare step"))
+            name = f"ResNet-50 step, b{loader['batch']}, {loader['precision']}"
+            rows.append(("loader", name, "img/s", _f(step, step < 10), "bare step"))
     for part, status in results.get("run", {}).get("parts", {}).items():
         if status["status"] != "ok":
             spent = f"after {status['seconds']:.0f} of {status['budget']} s"
