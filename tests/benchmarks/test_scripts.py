@@ -43,7 +43,7 @@ def test_kernels_times_each_shipped_kernel_against_its_alternatives():
 def test_train_step_runs_in_bf16_and_writes_its_numbers_as_json(tmp_path):
     """Catches the device options of the step benchmark (gpu_check's train_step part) rotting: bf16
     autocast on both sides, the channels_last variant, the JSON (no peak memory off a GPU)."""
-    tiny = ["--batch", "16", "--rounds", "1", "--steps", "1", "--warm-up", "1", "--methods", "simclr"]
+    tiny = ["--batch", "8", "--rounds", "1", "--steps", "1", "--warm-up", "1", "--methods", "simclr"]
     _run("train_step.py", *tiny, "--precision", "bf16", "--variants", "channels_last", "--json", str(tmp_path / "step.json"))
     record = json.loads((tmp_path / "step.json").read_text())
     assert record["settings"]["precision"] == "bf16" and record["settings"]["device"] == "cpu"
