@@ -7,9 +7,9 @@ device syncs of the training steps, and an ImageNet-100-shaped loader against th
 
 Each part runs in its own process with its own time budget (``BUDGETS``; the whole run is capped at
 their sum), so one part that overruns is killed and the next still runs: part i is stopped when the
-budgets of parts 1..i are spent, so what an earlier part leaves unused goes to the later ones. Every part adds its numbers
-to ``DIR/results.json`` as soon as it has them (per method, per config, per worker count), and the
-driver rewrites ``DIR/summary.md`` (one Markdown table) after every part: a timeout still leaves
+budgets of parts 1..i are spent, so what an earlier part leaves unused goes to the later ones. Every
+part adds its numbers to ``DIR/results.json`` as soon as it has them (per method, per config, per
+worker count), and the driver rewrites ``DIR/summary.md`` (one Markdown table) after every part: a timeout still leaves
 what was measured. ``DIR/log.txt`` holds every part's output. Three files in all: the GPU call
 returns at most 8.
 
@@ -33,8 +33,9 @@ some, e.g. to rerun one that failed):
   batch 128) over JPEGs of mixed sizes written to a temporary folder, at 8 and 16 workers, against
   the ResNet-50 bf16 step on batches of it.
 
-``--quick`` shrinks every part (small CNN, few batches, 2,000 images, 1 and 2 workers, no compile) so
-the CPU run tests the machinery; its numbers are not the GPU's.
+``--quick`` shrinks every part (small CNN, 2 batches per epoch of 640 CIFAR-sized images, 100 JPEGs,
+1 and 2 workers, ResNet-50 at batch 2, SimCLR's step only, no compile) so that the CPU run tests the
+machinery; its numbers are not the GPU's.
 """
 
 from __future__ import annotations
