@@ -27,7 +27,13 @@ same number of intra-op threads. Per step:
   contiguous``, what NHWC gains with it.
 - variants of ours (``--variants``), each timed in the same rounds and against ``reference``:
   ``stats_every_step`` (the diagnostics on every step), ``contiguous`` (NCHW), ``compile``
-  (``torch.compile`` of the backbones; compiled before timing).
+  (``torch.compile`` of the backbones; compiled before timing), ``channels_last`` (NHWC: on a GPU
+  the default is NCHW) and ``channels_last_compile`` (both).
+- ``--device cuda --precision bf16``: both sides on the GPU, forward and loss under bf16 autocast
+  (as Lightning's ``bf16-mixed``); each timed round synchronises the device before reading the
+  clock, and ``peak MB`` is the most memory the side's steps allocated on the device beyond what
+  was allocated before them (activations, gradients; the models and optimiser state of every side
+  stay resident). ``--json PATH`` writes the numbers after each method (``benchmarks/gpu_check.py``).
 
 Rounds alternate between all sides (``--steps`` steps each after ``--warm-up`` untimed steps;
 ours starts with a full MoCo queue, as lightly's bank does), so load from other
@@ -40,9 +46,12 @@ both sides share. Not part of the test suite.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
+import json
 import statistics
 import time
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -53,24 +62,33 @@ from ssl_app.losses import InfoNCE
 from ssl_app.methods import MoCo, SimCLR
 from ssl_app.runtime import keep_freed_memory
 
-VARIANTS = ("stats_every_step", "contiguous", "compile")
+VARIANTS = ("stats_every_step", "contiguous", "compile", "channels_last", "channels_last_compile")
 
 
-def make_batch(batch: int, size: int = 32) -> tuple:
+def make_batch(batch: int, size: int = 32, device: str = "cpu") -> tuple:
     g = torch.Generator().manual_seed(0)
-    views = [torch.randn(batch, 3, size, size, generator=g) for _ in range(2)]
-    return views, torch.randint(0, 10, (batch,), generator=g), torch.arange(batch)
+    views = [torch.randn(batch, 3, size, size, generator=g).to(device) for _ in range(2)]
+    return views, torch.randint(0, 10, (batch,), generator=g).to(device), torch.arange(batch, device=device)
 
 
-def ours_step(method, optimizer, log_every: int):
+def autocast(device: torch.device, precision: str):
+    """Forward and loss in bf16 (Lightning's ``bf16-mixed``), or nothing for ``32``."""
+    if precision == "32":
+        return contextlib.nullcontext()
+    return torch.autocast(device.type, dtype=torch.bfloat16)
+
+
+def ours_step(method, optimizer, log_every: int, precision: str = "32"):
     counter = iter(range(10**9))
+    device = next(method.parameters()).device
 
     def step(batch):
         # As in the Trainer: the diagnostics only on the steps whose values are logged.
         with_stats = (next(counter) + 1) % log_every == 0
         optimizer.zero_grad(set_to_none=True)
-        contrast = method.contrast(batch)
-        loss = method.loss(contrast, with_stats).value
+        with autocast(device, precision):
+            contrast = method.contrast(batch)
+            loss = method.loss(contrast, with_stats).value
         loss.backward()
         if isinstance(method, MoCo):
             method.on_after_backward()
@@ -81,7 +99,8 @@ def ours_step(method, optimizer, log_every: int):
     return step
 
 
-def reference_step(method, kind: str, temperature: float, queue: int, channels_last: bool = False):
+def reference_step(method, kind: str, temperature: float, queue: int, channels_last: bool = False, precision: str = "32"):
+    device = next(method.parameters()).device
     layout = torch.channels_last if channels_last else torch.contiguous_format
     backbone = copy.deepcopy(method.backbone).to(memory_format=layout)
     head = copy.deepcopy(method.projection_head)
@@ -96,22 +115,26 @@ def reference_step(method, kind: str, temperature: float, queue: int, channels_l
 
         def step(batch):
             optimizer.zero_grad(set_to_none=True)
-            z0, z1 = (encode((backbone, head), v) for v in batch[0])
-            criterion(z0, z1).backward()
+            with autocast(device, precision):
+                z0, z1 = (encode((backbone, head), v) for v in batch[0])
+                loss = criterion(z0, z1)
+            loss.backward()
             optimizer.step()
 
         return step
     key_backbone, key_head = copy.deepcopy(backbone), copy.deepcopy(head)
     for p in list(key_backbone.parameters()) + list(key_head.parameters()):
         p.requires_grad_(False)
-    criterion = NTXentLoss(temperature=temperature, memory_bank_size=(queue, method.embedding_dim))
+    criterion = NTXentLoss(temperature=temperature, memory_bank_size=(queue, method.embedding_dim)).to(device)
 
     def step(batch):
         optimizer.zero_grad(set_to_none=True)
-        query = encode((backbone, head), batch[0][0])
-        with torch.no_grad():
-            key = encode((key_backbone, key_head), batch[0][1])
-        criterion(query, key).backward()
+        with autocast(device, precision):
+            query = encode((backbone, head), batch[0][0])
+            with torch.no_grad():
+                key = encode((key_backbone, key_head), batch[0][1])
+            loss = criterion(query, key)
+        loss.backward()
         optimizer.step()
         update_momentum(backbone, key_backbone, 0.99)
         update_momentum(head, key_head, 0.99)
@@ -119,7 +142,7 @@ def reference_step(method, kind: str, temperature: float, queue: int, channels_l
     return step
 
 
-def build(kind: str, backbone: str, temperature: float, queue: int, key_bn: str = "none", **options):
+def build(kind: str, backbone: str, temperature: float, queue: int, key_bn: str = "none", device: str = "cpu", **options):
     torch.manual_seed(0)
     common = dict(loss=InfoNCE(temperature=temperature), backbone=backbone, proj_hidden_dim=512, proj_dim=128, **options)
     if kind == "simclr":
@@ -127,30 +150,46 @@ def build(kind: str, backbone: str, temperature: float, queue: int, key_bn: str 
     else:
         # key_bn none by default: lightly's reference has no BatchNorm remedy, so both sides do the same work
         method = MoCo(queue_size=queue, momentum=0.99, key_bn=key_bn, **common)
+    method.to(device)  # first: channels_last auto follows the parameters' device
     method.setup("fit")  # applies channels_last / compile
     return method.train()
 
 
 def side(kind: str, args, variant: str | None):
     """``(name, step)`` of ours in ``variant`` (``None``: the defaults), on a fresh copy of the model."""
-    options = {"compile": variant == "compile"} | ({"channels_last": False} if variant == "contiguous" else {})
-    method = build(kind, args.backbone, 0.5, args.queue, key_bn=args.key_bn, **options)
+    options = {"compile": variant in ("compile", "channels_last_compile")}
+    if variant in ("contiguous", "channels_last", "channels_last_compile"):
+        options["channels_last"] = variant != "contiguous"
+    method = build(kind, args.backbone, 0.5, args.queue, key_bn=args.key_bn, device=args.device, **options)
     optimizer = torch.optim.SGD(method.parameters(), lr=0.06, momentum=0.9, weight_decay=5e-4)
     if isinstance(method, MoCo):  # a full queue, as after the first steps of a run (lightly's bank starts full)
         keys = F.normalize(torch.randn(args.queue, method.embedding_dim, generator=torch.Generator().manual_seed(1)), dim=1)
-        method.queue.enqueue(keys, torch.full((args.queue,), -1))
+        method.queue.enqueue(keys.to(args.device), torch.full((args.queue,), -1, device=args.device))
     log_every = 1 if variant == "stats_every_step" else args.log_every
-    return f"ours+{variant}" if variant else "ours", ours_step(method, optimizer, log_every), method
+    return f"ours+{variant}" if variant else "ours", ours_step(method, optimizer, log_every, args.precision), method
 
 
-def timed(step, batch, steps: int) -> float:
+def timed(step, batch, steps: int, peaks: list | None = None) -> float:
+    """Images per second over ``steps`` steps; on a GPU, ``peaks`` gets the most memory (MB) the
+    steps allocated beyond what was allocated before them."""
+    device = batch[0][0].device
+    cuda = device.type == "cuda"
+    if cuda:
+        torch.cuda.synchronize(device)
+        before = torch.cuda.memory_allocated(device)
+        torch.cuda.reset_peak_memory_stats(device)
     start = time.perf_counter()
     for _ in range(steps):
         step(batch)
-    return steps * batch[0][0].shape[0] / (time.perf_counter() - start)
+    if cuda:
+        torch.cuda.synchronize(device)
+    elapsed = time.perf_counter() - start
+    if cuda and peaks is not None:
+        peaks.append((torch.cuda.max_memory_allocated(device) - before) / 2**20)
+    return steps * batch[0][0].shape[0] / elapsed
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--methods", nargs="+", default=["simclr", "moco"], choices=["simclr", "moco"])
     parser.add_argument("--backbone", default="small_cnn")
@@ -166,19 +205,29 @@ def main() -> None:
         "--key-bn", default="none", help="MoCo's key_bn for ours (none: the reference's work; split: the one-process default)"
     )
     parser.add_argument("--warm-up", type=int, default=10, help="untimed steps per side first")
-    args = parser.parse_args()
+    parser.add_argument("--device", default="cpu", help="cpu or cuda")
+    parser.add_argument("--precision", default="32", choices=["32", "bf16"], help="bf16: forward and loss under autocast")
+    parser.add_argument("--json", type=Path, help="write the numbers here (rewritten after each method)")
+    args = parser.parse_args(argv)
     keep_freed_memory()
     torch.set_num_threads(args.threads)
-    batch = make_batch(args.batch)
+    batch = make_batch(args.batch, device=args.device)
     variants = list(dict.fromkeys(args.variants + (["contiguous"] if args.like_for_like else [])))
-    print(f"{args.backbone}, batch {args.batch}, {args.threads} threads, {args.rounds} rounds × {args.steps} steps")
+    print(
+        f"{args.backbone}, batch {args.batch}, {args.device}, precision {args.precision}, {args.threads} threads, "
+        f"{args.rounds} rounds × {args.steps} steps"
+    )
+    record = {"settings": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}, "methods": {}}
     for kind in args.methods:
         sides = [side(kind, args, variant) for variant in [None, *variants]]
-        steps = {name: step for name, step, _ in sides} | {"reference": reference_step(sides[0][2], kind, 0.5, args.queue)}
+        reference = reference_step(sides[0][2], kind, 0.5, args.queue, precision=args.precision)
+        steps = {name: step for name, step, _ in sides} | {"reference": reference}
         # (side, the reference it is compared with)
         pairs = [(name, "reference") for name, _, _ in sides]
         if args.like_for_like:
-            steps["reference+channels_last"] = reference_step(sides[0][2], kind, 0.5, args.queue, channels_last=True)
+            steps["reference+channels_last"] = reference_step(
+                sides[0][2], kind, 0.5, args.queue, channels_last=True, precision=args.precision
+            )
             pairs.append(("ours", "reference+channels_last"))
         # Warm-up: until malloc's heap stops growing (~10 steps; no page faults after it), as in any
         # real run after its first steps; compiles the compile variant.
@@ -188,18 +237,32 @@ def main() -> None:
             if name == "ours+compile":
                 print(f"  (compiling and {args.warm_up} warm-up steps: {time.perf_counter() - start:.0f} s)")
         rates: dict[str, list[float]] = {name: [] for name in steps}
+        peaks: dict[str, list[float]] = {name: [] for name in steps}
         for _ in range(args.rounds):
             for name, step in steps.items():
-                rates[name].append(timed(step, batch, args.steps))
+                rates[name].append(timed(step, batch, args.steps, peaks[name]))
         layout = "NHWC" if sides[0][2].memory_format is torch.channels_last else "NCHW"
         print(f"{kind}: ours at its defaults runs in {layout}")
+        results = record["methods"][kind] = {"layout": layout, "sides": {}}
         for name, reference in pairs:
             ratios = [a / b for a, b in zip(rates[name], rates[reference])]
+            peak = f", peak {max(peaks[name]):.0f} MB" if peaks[name] else ""
             print(
                 f"{kind}: {name} {statistics.median(rates[name]):.0f} img/s, {reference} "
                 f"{statistics.median(rates[reference]):.0f} img/s, ratio median "
-                f"{statistics.median(ratios):.2f} (spread {min(ratios):.2f}–{max(ratios):.2f})"
+                f"{statistics.median(ratios):.2f} (spread {min(ratios):.2f}–{max(ratios):.2f}){peak}"
             )
+            results["sides"][name] = {
+                "against": reference,
+                "img_per_s": statistics.median(rates[name]),
+                "reference_img_per_s": statistics.median(rates[reference]),
+                "ratio": statistics.median(ratios),
+                "ratio_spread": [min(ratios), max(ratios)],
+                "peak_mb": max(peaks[name]) if peaks[name] else None,
+                "reference_peak_mb": max(peaks[reference]) if peaks[reference] else None,
+            }
+        if args.json is not None:
+            args.json.write_text(json.dumps(record, indent=1))
 
 
 if __name__ == "__main__":

@@ -1,3 +1,5 @@
+import os
+
 import pytest
 import torch
 
@@ -19,3 +21,13 @@ def pytest_generate_tests(metafunc):
 
     if set(GENERIC_ARGUMENTS) & set(metafunc.fixturenames):
         parametrize(metafunc)
+
+
+@pytest.fixture(scope="session")
+def device() -> torch.device:
+    """The device of the tests that take one: ``SSL_APP_TEST_DEVICE`` (``cpu`` unless set; ``cuda`` on
+    a GPU machine, as ``benchmarks/gpu_check.py`` runs them). Asking for CUDA where there is none fails."""
+    name = os.environ.get("SSL_APP_TEST_DEVICE", "cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        pytest.fail(f"SSL_APP_TEST_DEVICE={name}, but torch sees no CUDA device")
+    return torch.device(name)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -36,3 +37,16 @@ def test_kernels_times_each_shipped_kernel_against_its_alternatives():
     out = _run("kernels.py", "--cases", "loss", "log_softmax_fill", "split_bn", "--rounds", "1")
     assert "loss MoCo [256, 4352]: masked" in out and "planned" in out and "cross_entropy" in out
     assert "SplitBatchNorm [256, 16, 32, 32] NHWC: shipped" in out and "per sub-batch" in out and "regrouped" in out
+
+
+@pytest.mark.slow
+def test_train_step_runs_in_bf16_and_writes_its_numbers_as_json(tmp_path):
+    """Catches the device options of the step benchmark (gpu_check's train_step part) rotting: bf16
+    autocast on both sides, the channels_last variant, the JSON (no peak memory off a GPU)."""
+    tiny = ["--batch", "8", "--rounds", "1", "--steps", "1", "--warm-up", "1", "--methods", "simclr"]
+    _run("train_step.py", *tiny, "--precision", "bf16", "--variants", "channels_last", "--json", str(tmp_path / "step.json"))
+    record = json.loads((tmp_path / "step.json").read_text())
+    assert record["settings"]["precision"] == "bf16" and record["settings"]["device"] == "cpu"
+    sides = record["methods"]["simclr"]["sides"]
+    assert sorted(sides) == ["ours", "ours+channels_last"] and all(side["against"] == "reference" for side in sides.values())
+    assert all(side["img_per_s"] > 0 and side["ratio"] > 0 and side["peak_mb"] is None for side in sides.values())

@@ -1,0 +1,477 @@
+"""Everything a lent GPU should measure, in one command that fits its lease (issue 34): the device
+tests, the training step against lightly's, an epoch of CIFAR-10 with the shipped configs, the host-
+device syncs of the training steps, and an ImageNet-100-shaped loader against the ResNet-50 step.
+
+    benchmarks/gpu_check.sh --device cuda --out $OUT          # on the GPU machine (benchmarks/README.md)
+    benchmarks/gpu_check.sh --device cpu --quick --out DIR     # the same parts, CPU-sized, < 3 min here
+
+Each part runs in its own process with its own time budget (``BUDGETS``; the whole run is capped at
+their sum), so one part that overruns is killed and the next still runs: part i is stopped when the
+budgets of parts 1..i are spent, so what an earlier part leaves unused goes to the later ones. Every
+part adds its numbers to ``DIR/results.json`` as soon as it has them (per method, per config, per
+worker count), and the driver rewrites ``DIR/summary.md`` (one Markdown table) after every part: a timeout still leaves
+what was measured. ``DIR/log.txt`` holds every part's output. Three files in all: the GPU call
+returns at most 8.
+
+Parts (they run in the order of ``PARTS``: epoch, train_step, loader, syncs, tests; ``--parts`` picks
+some, e.g. to rerun one that failed):
+
+- ``tests``: ``tests/benchmarks/test_on_device.py`` with ``SSL_APP_TEST_DEVICE`` = the device (each
+  method's Trainer fit in bf16-mixed and channels_last with views made on the device, the metrics,
+  the batched views).
+- ``train_step``: ``train_step.py``, SimCLR and MoCo, resnet18_cifar, batch 512, bf16, against
+  lightly's step in the same process; first without compile (the layout on/off), then compiled.
+- ``epoch``: the CIFAR-10 SimCLR (``configs/base/cifar10.yaml`` + the SimCLR model with
+  resnet18_cifar, batch 512: there is no shipped CIFAR-10 SimCLR experiment) and the shipped
+  ``configs/cifar10/memory_bank.yaml``, ``augment_on: device``, on 50,000 + 10,000 random 32×32
+  images generated on the device: two epochs (the first warms up), one evaluation after the second
+  (validation loop, then the metric callbacks with the kNN bank of 50,000); then the metric
+  functions alone at 50,000 embeddings.
+- ``syncs``: a few training steps of the CIFAR-10 SimCLR, MoCo and memory bank under
+  ``torch.cuda.set_sync_debug_mode("warn")``, every sync listed by its line (``syncs.py``).
+- ``loader``: the ImageNet-100 config's loader (``configs/imagenet100/memory_bank.yaml``: 224 crops,
+  batch 128) over JPEGs of mixed sizes written to a temporary folder, at 8 and 16 workers, against
+  the ResNet-50 bf16 step on batches of it.
+
+``--quick`` shrinks every part (small CNN, 2 batches per epoch of 640 CIFAR-sized images, 100 JPEGs,
+1 and 2 workers, ResNet-50 at batch 2, SimCLR's step only, no compile) so that the CPU run tests the
+machinery; its numbers are not the GPU's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pickle
+import platform
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+PARTS = ("epoch", "train_step", "loader", "syncs", "tests")
+# Seconds per part: on the GPU (the whole run: 450 s, inside the 8 minutes of the issue) and --quick on the CPU.
+BUDGETS = {"epoch": 120, "train_step": 160, "loader": 70, "syncs": 50, "tests": 50}
+QUICK_BUDGETS = {"epoch": 40, "train_step": 20, "loader": 35, "syncs": 25, "tests": 55}
+LIGHTLY_S_PER_EPOCH = 26.0  # lightly's published CIFAR-10 benchmark: SimCLR, batch 512, ResNet-18, one A6000
+TARGET_S_PER_EPOCH = 6.0  # 200 epochs in under 20 minutes on one H100
+
+CIFAR10_CONFIGS = {
+    "cifar10_simclr": [
+        "--config", "configs/base/cifar10.yaml", "--model", "configs/model/simclr_small.yaml",
+        "--model.init_args.backbone=resnet18_cifar", "--model.init_args.proj_hidden_dim=512",
+        "--data.init_args.batch_size=512", "--trainer.logger.init_args.name=cifar10_simclr",
+    ],
+    "cifar10_moco": ["--config", "configs/cifar10/moco.yaml"],
+    "cifar10_memory_bank": ["--config", "configs/cifar10/memory_bank.yaml"],
+}  # fmt: skip
+
+
+# ---------------------------------------------------------------- results and the summary table
+
+
+def save(out: Path, key: str, value: Any) -> None:
+    """Set ``results.json[key]`` (written whole through a temporary file: a kill leaves the old one)."""
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "results.json"
+    results = json.loads(path.read_text()) if path.is_file() else {}
+    results[key] = value
+    temporary = path.with_suffix(".tmp")
+    temporary.write_text(json.dumps(results, indent=1, default=str))
+    os.replace(temporary, path)
+
+
+def _f(value: Any, digits: int = 0) -> str:
+    return "–" if value is None else f"{value:,.{digits}f}"
+
+
+def summary_rows(results: dict[str, Any]) -> list[tuple[str, str, str, str, str]]:
+    """(part, case, measure, value, against / notes) for every number in ``results``."""
+    rows = []
+    tests = results.get("tests")
+    if tests:
+        failed = [case["name"] for case in tests["cases"] if case["outcome"] in ("failed", "error")]
+        passed = sum(case["outcome"] == "passed" for case in tests["cases"])
+        rows.append(("tests", f"test_on_device.py on {tests['device']}", "passed", f"{passed} of {len(tests['cases'])}",
+                     "failed: " + ", ".join(failed) if failed else f"pytest exit {tests['rc']}"))  # fmt: skip
+    for _, record in sorted((k, v) for k, v in results.items() if k.startswith("train_step/")):
+        settings = record["settings"]
+        for method, data in record["methods"].items():
+            for side, numbers in data["sides"].items():
+                rows.append((
+                    "train_step", f"{method} {side} ({settings['backbone']}, b{settings['batch']}, {settings['precision']})",
+                    "img/s; ratio to the reference", f"{_f(numbers['img_per_s'])}; **{numbers['ratio']:.2f}**",
+                    f"{numbers['against']} {_f(numbers['reference_img_per_s'])} img/s; spread "
+                    f"{numbers['ratio_spread'][0]:.2f}–{numbers['ratio_spread'][1]:.2f}; peak {_f(numbers['peak_mb'])} MB "
+                    f"(reference {_f(numbers['reference_peak_mb'])} MB)",
+                ))  # fmt: skip
+    for key, record in sorted((k, v) for k, v in results.items() if k.startswith("epoch/")):
+        if key == "epoch/metrics":
+            for name, seconds in record["seconds"].items():
+                rows.append(("epoch", f"metric {name} at N = {record['n']:,}", "s", f"{seconds:.3f}", "median of 3, d = 128"))
+            continue
+        against = f"; lightly ~{LIGHTLY_S_PER_EPOCH:.0f} s (A6000); target ≤ {TARGET_S_PER_EPOCH:.0f} s (H100)"
+        notes = f"{_f(record['img_per_s'])} img/s; first epoch {record['first_epoch_s']:.1f} s; {record['scaled']}"
+        notes += against if "simclr" in key else ""
+        name = f"{key[6:]} ({record['model']}, b{record['batch']}, {record['precision']})"
+        rows.append(("epoch", name, "s per training epoch", f"**{record['seconds_per_epoch']:.1f}**", notes))
+        for evaluation in record["evaluations"]:
+            rows.append(("epoch", f"{key[6:]} evaluation", "s (validation loop + metric callbacks)",
+                         f"{evaluation['eval']:.1f}", f"loop {evaluation['loop']:.1f} s, callbacks "
+                         f"{evaluation['eval'] - evaluation['loop']:.1f} s; kNN bank {record['train_images']:,}"))  # fmt: skip
+    for key, record in sorted((k, v) for k, v in results.items() if k.startswith("syncs/")):
+        inside = [row for row in record["sites"] if row["in_training_step"]]
+        per_step = sum(row["count"] for row in inside) / max(record["steps"], 1)
+        sites = "; ".join(f"{row['ours']} ({row['count']}× / {row['steps']} steps)" for row in record["sites"][:4])
+        rows.append(("syncs", f"{key[6:]}", "syncs per step in training_step", f"{per_step:.1f}",
+                     f"{record['steps']} steps, {len(record['sites'])} sites: {sites or 'none'}"))  # fmt: skip
+    loader = results.get("loader")
+    if loader:
+        step = loader.get("step_img_per_s")
+        for workers, rate in loader["loader_img_per_s"].items():
+            ratio = f"loader / step **{rate / step:.2f}**" if step else "step not measured"
+            rows.append(("loader", f"ImageNet-100 shape, b{loader['batch']}, workers={workers}", "img/s", _f(rate),
+                         f"{ratio}; {loader['images']:,} JPEGs {loader['sizes']}"))  # fmt: skip
+        if step:
+            name = f"ResNet-50 step, b{loader['batch']}, {loader['precision']}"
+            rows.append(("loader", name, "img/s", _f(step, step < 10), "bare step"))
+    for part, status in results.get("run", {}).get("parts", {}).items():
+        if status["status"] != "ok":
+            spent = f"after {status['seconds']:.0f} of {status['budget']} s"
+            rows.append((part, "(the part)", "status", status["status"], spent))
+    return rows
+
+
+def write_summary(out: Path) -> str:
+    results = json.loads((out / "results.json").read_text())
+    run = results.get("run", {})
+    device = run.get("device_name", run.get("device", "?"))
+    versions = results.get("versions", {})
+    head = (
+        f"# gpu_check: {device} ({'quick' if run.get('quick') else 'full'}), {run.get('cpus', '?')} CPUs, "
+        f"{', '.join(f'{k} {v}' for k, v in versions.items())}, {run.get('started', '')}\n\n"
+    )
+    lines = ["| part | case | measure | value | against / notes |", "| --- | --- | --- | ---: | --- |"]
+    lines += ["| " + " | ".join(str(cell).replace("|", "/") for cell in row) + " |" for row in summary_rows(results)]
+    text = head + "\n".join(lines) + "\n"
+    (out / "summary.md").write_text(text)
+    return text
+
+
+# ---------------------------------------------------------------- the driver
+
+
+def drive(args: argparse.Namespace) -> int:
+    args.out.mkdir(parents=True, exist_ok=True)
+    budgets = QUICK_BUDGETS if args.quick else BUDGETS
+    run = {
+        "device": args.device, "quick": args.quick, "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
+        "cpus": os.cpu_count(), "python": platform.python_version(), "parts": {},
+    }  # fmt: skip
+    if args.device == "cuda":  # (torch is imported here only on the GPU: each import costs seconds on 2 busy cores)
+        import torch
+
+        run |= {"device_name": torch.cuda.get_device_name(0), "torch": torch.__version__, "cuda": torch.version.cuda}
+    save(args.out, "run", run)
+    deadline = time.monotonic()
+    env = os.environ | {"PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "benchmarks"), os.environ.get("PYTHONPATH", "")])}
+    env |= {"PYTHONUNBUFFERED": "1", "OMP_WAIT_POLICY": "PASSIVE"}
+    with open(args.out / "log.txt", "a") as log:
+        for part in args.parts:
+            deadline += budgets[part]  # this part's own budget plus what the earlier ones left
+            budget = deadline - time.monotonic()
+            command = [sys.executable, __file__, "--part", part, "--device", args.device, "--out", str(args.out)]
+            command += ["--quick"] * args.quick
+            log.write(f"\n===== {part} (budget {budget:.0f} s)\n")
+            log.flush()
+            start = time.monotonic()
+            process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            try:
+                status = "ok" if process.wait(timeout=max(budget, 1)) == 0 else f"failed (exit {process.returncode})"
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)  # the part and its workers
+                process.wait()
+                status = "timeout (partial)"
+            run["parts"][part] = {"status": status, "seconds": time.monotonic() - start, "budget": round(budget)}
+            save(args.out, "run", run)
+            write_summary(args.out)
+            print(f"{part}: {status} in {run['parts'][part]['seconds']:.0f} s", flush=True)
+    print(write_summary(args.out))
+    return 0 if all(part["status"] == "ok" for part in run["parts"].values()) else 1
+
+
+# ---------------------------------------------------------------- the parts (each in its own process)
+
+
+def part_tests(args: argparse.Namespace) -> None:
+    """The device tests on the device; one row per test case in results.json."""
+    import pytest
+
+    junit = Path(tempfile.mkdtemp(prefix="gpu_check_")) / "junit.xml"
+    os.environ["SSL_APP_TEST_DEVICE"] = args.device
+    os.chdir(ROOT)  # in this process: a second interpreter's start-up and teardown cost ~20 s on 2 busy cores
+    rc = int(pytest.main(["tests/benchmarks/test_on_device.py", "-q", "-s", "-p", "no:cacheprovider", f"--junitxml={junit}"]))
+    cases = []
+    for case in ET.parse(junit).getroot().iter("testcase") if junit.is_file() else []:
+        outcome = next((child.tag for child in case if child.tag in ("failure", "error", "skipped")), "passed")
+        message = next((child.get("message", "") for child in case if child.tag in ("failure", "error", "skipped")), "")
+        outcome = {"failure": "failed"}.get(outcome, outcome)
+        seconds = float(case.get("time", 0))
+        cases.append({"name": case.get("name"), "outcome": outcome, "seconds": seconds, "message": message[:300]})
+    save(args.out, "tests", {"device": args.device, "rc": rc, "cases": cases})
+
+
+def part_train_step(args: argparse.Namespace) -> None:
+    """train_step.py per method: first the layouts (fast), then compiled (slow to compile)."""
+    import train_step
+
+    methods = ["simclr", "moco"]
+    if args.quick:  # the machinery only: SimCLR, no compile (MoCo's step runs in train_step.py's own test)
+        common = ["--backbone", "small_cnn", "--batch", "16", "--rounds", "1", "--steps", "1", "--warm-up", "1"]
+        passes, methods = {"layouts": ["--variants", "channels_last"]}, ["simclr"]
+    else:
+        common = ["--backbone", "resnet18_cifar", "--batch", "512", "--precision", "bf16", "--rounds", "5", "--steps", "5"]
+        common += ["--threads", "8"]
+        passes = {
+            "layouts": ["--variants", "channels_last", "--warm-up", "5"],
+            "compiled": ["--variants", "compile", "channels_last_compile", "--warm-up", "3"],
+        }
+    temporary = Path(tempfile.mkdtemp(prefix="gpu_check_")) / "step.json"
+    for name, options in passes.items():
+        for method in methods:
+            if name == "compiled" and method == "moco":  # each compile takes ~a minute: MoCo in its default layout only
+                options = ["--variants", "compile", "--warm-up", "3"]
+            train_step.main([*common, *options, "--device", args.device, "--methods", method, "--json", str(temporary)])
+            save(args.out, f"train_step/{name}/{method}", json.loads(temporary.read_text()))
+
+
+def fake_cifar10(root: Path, train: int, test: int, device: str) -> Path:
+    """Random 32×32 images (drawn on ``device``) in torchvision's CIFAR-10 layout under ``root``."""
+    import torch
+    from common import trust_cifar_files
+
+    target = root / "cifar-10-batches-py"
+    target.mkdir(parents=True, exist_ok=True)
+    generator = torch.Generator(device=device).manual_seed(0)
+    for names, count in (([f"data_batch_{i}" for i in range(1, 6)], train), (["test_batch"], test)):
+        for part, name in enumerate(names):
+            rows = count // len(names) + (part < count % len(names))
+            data = torch.randint(0, 256, (rows, 3 * 32 * 32), dtype=torch.uint8, device=device, generator=generator).cpu().numpy()
+            labels = torch.randint(0, 10, (rows,), device=device, generator=generator).tolist()
+            with open(target / name, "wb") as handle:
+                pickle.dump({"data": data, "labels": labels}, handle)
+    with open(target / "batches.meta", "wb") as handle:
+        pickle.dump({"label_names": [f"class{i}" for i in range(10)]}, handle)
+    trust_cifar_files()
+    return root
+
+
+def cifar10_run(name: str, args: argparse.Namespace, root: Path, logs: Path, extra: list[str]):
+    """The CLI's model, datamodule and trainer of a CIFAR-10 config on the device, not run."""
+    from common import build_run
+
+    cuda = args.device == "cuda"
+    config = [*CIFAR10_CONFIGS[name], f"--data.init_args.root={root}", "--data.init_args.augment_on=device"]
+    config += [f"--trainer.accelerator={'gpu' if cuda else 'cpu'}", f"--trainer.precision={'bf16-mixed' if cuda else '32-true'}"]
+    config += [f"--trainer.logger.init_args.save_dir={logs}", "--trainer.enable_progress_bar=false"]
+    config += ["--trainer.num_sanity_val_steps=0", "--trainer.enable_model_summary=false"]
+    if args.quick:
+        config += ["--model.init_args.backbone=small_cnn", "--data.init_args.num_workers=0", "--data.init_args.batch_size=64"]
+    return build_run(config + extra)
+
+
+def part_epoch(args: argparse.Namespace) -> None:
+    """Seconds per CIFAR-10 epoch and per evaluation for SimCLR and the memory bank; then the metrics at 50,000."""
+    import torch
+    from loop import EpochTimer
+
+    train, test = (640, 128) if args.quick else (50000, 10000)
+    work = Path(tempfile.mkdtemp(prefix="gpu_check_"))
+    root = fake_cifar10(work / "cifar10", train, test, args.device)
+    for name in ("cifar10_simclr", "cifar10_memory_bank"):
+        extra = ["--trainer.max_epochs=2", "--trainer.check_val_every_n_epoch=2"]
+        extra += ["--trainer.limit_train_batches=2"] * args.quick
+        cli = cifar10_run(name, args, root, work / "runs", extra)
+        timer = EpochTimer()
+        cli.trainer.callbacks.append(timer)
+        cli.trainer.fit(cli.model, cli.datamodule)
+        batches = len(cli.datamodule.train_dataloader())
+        seconds, images = timer.train[-1]
+        scale = batches * cli.datamodule.batch_size / images  # 1 unless limit_train_batches
+        save(args.out, f"epoch/{name}", {
+            "model": f"{type(cli.model).__name__}/{cli.model.hparams['backbone']}", "batch": cli.datamodule.batch_size,
+            "train_images": train, "seconds_per_epoch": seconds * scale, "img_per_s": images / seconds,
+            "first_epoch_s": timer.train[0][0] * scale, "evaluations": timer.evaluations,
+            "scaled": f"scaled ×{scale:.0f} from {images} images" if scale > 1.01 else "a whole epoch",
+            "precision": str(cli.trainer.precision),
+        })  # fmt: skip
+        del cli
+    from ssl_app.metrics import alignment, positive_and_topk_negatives, tolerance, uniformity
+
+    n = 2000 if args.quick else 50000
+    generator = torch.Generator(device=args.device).manual_seed(0)
+    za = torch.nn.functional.normalize(torch.randn(n, 128, device=args.device, generator=generator), dim=1)
+    zb = torch.nn.functional.normalize(za + 0.5 * torch.randn(n, 128, device=args.device, generator=generator), dim=1)
+    labels = torch.randint(0, 10, (n,), device=args.device, generator=generator)
+    cases = {
+        "uniformity": lambda: uniformity(za), "alignment": lambda: alignment(za, zb), "tolerance": lambda: tolerance(za, labels),
+        "positive_and_top10_negatives": lambda: positive_and_topk_negatives(za, zb, k=10),
+    }  # fmt: skip
+    seconds = {}
+    for name, case in cases.items():
+        times = []
+        for _ in range(4):  # the first warms up
+            synchronize(args.device)
+            start = time.perf_counter()
+            case()
+            synchronize(args.device)
+            times.append(time.perf_counter() - start)
+        seconds[name] = statistics.median(times[1:])
+        save(args.out, "epoch/metrics", {"n": n, "seconds": seconds})
+
+
+def synchronize(device: str) -> None:
+    import torch
+
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def part_syncs(args: argparse.Namespace) -> None:
+    """A few training steps of each CIFAR-10 method with every host-device sync listed."""
+    from syncs import SyncListing
+
+    work = Path(tempfile.mkdtemp(prefix="gpu_check_"))
+    root = fake_cifar10(work / "cifar10", 640 if args.quick else 50000, 128 if args.quick else 10000, args.device)
+    steps = 2 if args.quick else 12
+    # --quick: MoCo alone (its queue makes it the likeliest to sync; on the CPU nothing is reported anyway)
+    for name in ["cifar10_moco"] if args.quick else ["cifar10_simclr", "cifar10_moco", "cifar10_memory_bank"]:
+        extra = ["--trainer.max_epochs=1", f"--trainer.limit_train_batches={steps}", "--trainer.limit_val_batches=0"]
+        extra += ["--trainer.log_every_n_steps=5"]
+        cli = cifar10_run(name, args, root, work / "runs", extra)
+        listing = SyncListing()
+        cli.trainer.callbacks.append(listing)
+        cli.trainer.fit(cli.model, cli.datamodule)
+        save(args.out, f"syncs/{name}", {"steps": listing.steps, "sites": listing.sites(), "device": args.device})
+
+
+def _write_jpegs(job: tuple[Path, int, int]) -> int:
+    """JPEGs of mixed sizes (each side 240–520 pixels, about ImageNet's): smooth colour fields with
+    noise, so they compress and decode like photographs rather than like pure noise."""
+    import numpy as np
+    from PIL import Image
+
+    folder, first, count = job
+    rng = np.random.default_rng(first)
+    for index in range(first, first + count):
+        width, height = (int(x) for x in rng.integers(240, 521, size=2))
+        coarse = Image.fromarray(rng.integers(0, 256, (6, 8, 3), dtype=np.uint8)).resize((width, height), Image.BICUBIC)
+        pixels = np.asarray(coarse, dtype=np.int16) + rng.integers(-20, 21, (height, width, 3), dtype=np.int16)
+        Image.fromarray(pixels.clip(0, 255).astype(np.uint8)).save(folder / f"{index}.JPEG", quality=90)
+    return count
+
+
+def part_loader(args: argparse.Namespace) -> None:
+    """The ImageNet-100 loader at two worker counts against the ResNet-50 step on its batches."""
+    import multiprocessing
+
+    import torch
+    from common import build_run
+    from data import loader_rate
+    from train_step import autocast
+
+    from datamodules.class_lists import read_class_list
+
+    per_class, batch, workers, batches = (1, 2, (1, 2), 4) if args.quick else (32, 128, (8, 16), 20)
+    work = Path(tempfile.mkdtemp(prefix="gpu_check_"))
+    jobs = []
+    for number, wnid in enumerate(read_class_list("imagenet100")):
+        for split, count in (("train", per_class), ("val", 1)):
+            (work / split / wnid).mkdir(parents=True)
+            jobs.append((work / split / wnid, number * 1000, count))
+    start = time.perf_counter()
+    with multiprocessing.Pool(os.cpu_count()) as pool:
+        images = sum(pool.map(_write_jpegs, jobs)) - len(jobs) // 2
+    print(f"{images} training JPEGs written in {time.perf_counter() - start:.1f} s", flush=True)
+    cuda = args.device == "cuda"
+    config = ["--config", "configs/imagenet100/memory_bank.yaml", f"--data.init_args.root={work}"]
+    config += [f"--data.init_args.batch_size={batch}", f"--trainer.accelerator={'gpu' if cuda else 'cpu'}"]
+    cli = build_run(config)
+    model, datamodule = cli.model, cli.datamodule
+    datamodule.train_views = lambda: model.train_views  # no Trainer attached: ask the method directly
+    datamodule.setup("fit")
+    model.bank.resize(datamodule.num_samples("train"))
+    print(f"model and data built ({time.perf_counter() - start:.0f} s into the part)", flush=True)
+    record = {"batch": batch, "images": images, "sizes": "240–520 px a side", "loader_img_per_s": {}, "precision": ""}
+    taken: list = []
+    for count in workers:
+        datamodule.num_workers = count
+        rate, taken = loader_rate(datamodule, min(batches, images // batch - 1), model.train_views)
+        record["loader_img_per_s"][str(count)] = rate
+        save(args.out, "loader", record)
+        print(f"loader, {count} workers: {rate:.0f} img/s ({time.perf_counter() - start:.0f} s into the part)", flush=True)
+    device = torch.device(args.device)
+    precision = "bf16" if cuda else "32"
+    model.to(device).train()
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
+    on_device = [([v.to(device) for v in views], labels.to(device), indices.to(device)) for views, labels, indices in taken]
+
+    def step(batch_: Any) -> None:
+        optimizer.zero_grad(set_to_none=True)
+        with autocast(device, precision):
+            loss = model.loss(model.contrast(batch_)).value
+        loss.backward()
+        model.on_after_backward()
+        optimizer.step()
+
+    warm_up = 1 if args.quick else 3
+    for item in on_device[:warm_up]:  # cuDNN's algorithm choice, the allocator's pools
+        step(item)
+    synchronize(args.device)
+    start = time.perf_counter()
+    timed = on_device[warm_up : warm_up + 1] if args.quick else on_device[warm_up:] * 2
+    for item in timed:
+        step(item)
+    synchronize(args.device)
+    record |= {"step_img_per_s": len(timed) * batch / (time.perf_counter() - start), "precision": precision}
+    save(args.out, "loader", record)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", choices=["cpu", "cuda"], required=True)
+    parser.add_argument("--quick", action="store_true", help="CPU-sized parts (tests the machinery; < 3 min on 2 cores)")
+    parser.add_argument("--out", type=Path, required=True, help="summary.md, results.json and log.txt go here")
+    parser.add_argument("--parts", nargs="+", choices=PARTS, default=list(PARTS), help="some of them (e.g. a rerun)")
+    parser.add_argument("--part", choices=PARTS, help=argparse.SUPPRESS)  # one part, in this process (the driver's child)
+    args = parser.parse_args(argv)
+    if args.device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            parser.error("--device cuda: torch sees no CUDA device")
+    if args.part is None:
+        return drive(args)
+    import lightning
+    import torch
+
+    save(args.out, "versions", {"torch": torch.__version__, "lightning": lightning.__version__})
+    torch.set_num_threads(2 if args.quick else min(8, os.cpu_count() or 1))
+    parts = {"tests": part_tests, "train_step": part_train_step, "epoch": part_epoch, "syncs": part_syncs, "loader": part_loader}
+    parts[args.part](args)
+    # Everything is saved: skip the interpreter's teardown (loader workers, logger threads), which took
+    # several seconds on 2 busy cores, enough to run a part past its budget after it had finished.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

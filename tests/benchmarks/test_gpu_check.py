@@ -1,0 +1,95 @@
+"""benchmarks/gpu_check.py, the one command a lent GPU runs: its table, its cut-offs, and its parts on
+the CPU (``--quick``). The numbers themselves are not checked here (benchmarks/README.md holds them)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+import gpu_check  # noqa: E402
+
+SIDE = {"against": "reference", "img_per_s": 900.0, "reference_img_per_s": 1000.0, "ratio": 0.9, "ratio_spread": [0.8, 1.0]}
+RESULTS = {
+    "run": {"device": "cuda", "device_name": "NVIDIA H100", "quick": False, "cpus": 16, "started": "now",
+            "parts": {"tests": {"status": "ok", "seconds": 20, "budget": 50},
+                      "loader": {"status": "timeout (partial)", "seconds": 80, "budget": 80}}},
+    "tests": {"device": "cuda", "rc": 1,
+              "cases": [{"name": "test_a", "outcome": "passed"}, {"name": "test_b", "outcome": "failed"}]},
+    "train_step/layouts/simclr": {
+        "settings": {"backbone": "resnet18_cifar", "batch": 512, "precision": "bf16"},
+        "methods": {"simclr": {"sides": {"ours": SIDE | {"peak_mb": 5000.0, "reference_peak_mb": 6000.0}}}}},
+    "epoch/cifar10_simclr": {"model": "SimCLR/resnet18_cifar", "batch": 512, "train_images": 50000, "seconds_per_epoch": 9.5,
+                             "img_per_s": 5263.0, "first_epoch_s": 20.0, "scaled": "a whole epoch", "precision": "bf16-mixed",
+                             "evaluations": [{"epoch": 1, "eval": 6.0, "loop": 2.0}]},
+    "epoch/metrics": {"n": 50000, "seconds": {"uniformity": 0.02}},
+    "syncs/cifar10_moco": {"steps": 12, "sites": [{"ours": "ssl_app/methods/moco.py:10 in training_step", "count": 12,
+                                                   "steps": 12, "in_training_step": True}]},
+    "loader": {"batch": 128, "images": 3200, "sizes": "mixed", "loader_img_per_s": {"8": 2000.0}, "precision": ""},
+}  # fmt: skip
+
+
+def test_the_summary_is_one_table_with_every_part_and_what_a_timeout_left(tmp_path):
+    """Catches a part's numbers missing from the table, a failed test or a timed-out part not shown,
+    the lightly / 6 s comparison dropped, or the table split in several (a reader pastes one)."""
+    (tmp_path / "results.json").write_text(json.dumps(RESULTS))
+    text = gpu_check.write_summary(tmp_path)
+    assert text == (tmp_path / "summary.md").read_text()
+    lines = text.splitlines()
+    table = [number for number, line in enumerate(lines) if line.startswith("|")]
+    assert table == list(range(table[0], table[-1] + 1)) and sum(line.startswith("| part |") for line in lines) == 1
+    rows = {tuple(cell.strip() for cell in line.strip("|").split("|")) for line in lines[table[0] + 2 :]}
+    assert ("tests", "test_on_device.py on cuda", "passed", "1 of 2", "failed: test_b") in rows
+    assert any(row[0] == "train_step" and row[3] == "900; **0.90**" and "peak 5,000 MB" in row[4] for row in rows)
+    (epoch,) = [row for row in rows if row[2] == "s per training epoch"]
+    assert epoch[3] == "**9.5**" and "lightly ~26 s" in epoch[4] and "≤ 6 s" in epoch[4]
+    assert any(row[1] == "cifar10_simclr evaluation" and row[3] == "6.0" and "callbacks 4.0 s" in row[4] for row in rows)
+    assert any(row[0] == "syncs" and row[3] == "1.0" for row in rows)
+    assert any(row[0] == "loader" and row[3] == "2,000" and "step not measured" in row[4] for row in rows)
+    assert ("loader", "(the part)", "status", "timeout (partial)", "after 80 of 80 s") in rows
+    assert "NVIDIA H100" in lines[0]
+
+
+@pytest.mark.slow
+def test_a_part_over_its_budget_is_killed_and_the_run_still_reports(tmp_path, monkeypatch):
+    """Catches one overrunning part eating the lease (no cut-off), or a cut-off that leaves no summary."""
+    monkeypatch.setitem(gpu_check.QUICK_BUDGETS, "tests", 2)  # pytest cannot even start in 2 s
+    args = gpu_check.argparse.Namespace(device="cpu", quick=True, out=tmp_path / "out", parts=["tests"])
+    assert gpu_check.drive(args) == 1
+    results = json.loads((tmp_path / "out" / "results.json").read_text())
+    status = results["run"]["parts"]["tests"]
+    assert status["status"] == "timeout (partial)" and status["seconds"] < 10
+    assert "| tests | (the part) | status | timeout (partial) |" in (tmp_path / "out" / "summary.md").read_text()
+    assert sorted(path.name for path in (tmp_path / "out").iterdir()) == ["log.txt", "results.json", "summary.md"]
+
+
+@pytest.mark.slow
+def test_cuda_asked_for_without_one_is_one_error_line_and_writes_nothing(tmp_path):
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "gpu_check.py"), "--device", "cuda", "--out", str(tmp_path / "out")],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 2 and result.stderr.splitlines()[-1].endswith("error: --device cuda: torch sees no CUDA device")
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.slow
+def test_the_quick_epoch_part_trains_both_cifar10_configs_and_times_their_evaluation(tmp_path):
+    """Catches the epoch part rotting as the configs or the CLI change (an override renamed, the
+    composed SimCLR config no longer parsing): its numbers are the ones compared with lightly's."""
+    out = tmp_path / "out"
+    command = [sys.executable, str(ROOT / "benchmarks" / "gpu_check.py"), "--device", "cpu", "--quick", "--out", str(out)]
+    result = subprocess.run([*command, "--part", "epoch"], capture_output=True, text=True, timeout=300, cwd=ROOT,
+                            env={"PYTHONPATH": f"{ROOT}:{ROOT / 'benchmarks'}", "OMP_WAIT_POLICY": "PASSIVE"})  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    results = json.loads((out / "results.json").read_text())
+    for name, model in (("cifar10_simclr", "SimCLR/small_cnn"), ("cifar10_memory_bank", "MemoryBank/small_cnn")):
+        record = results[f"epoch/{name}"]
+        assert record["model"] == model and record["seconds_per_epoch"] > 0 and record["scaled"].startswith("scaled ×5")
+        assert len(record["evaluations"]) == 1 and record["evaluations"][0]["eval"] > record["evaluations"][0]["loop"] > 0
+    assert sorted(results["epoch/metrics"]["seconds"]) == ["alignment", "positive_and_top10_negatives", "tolerance", "uniformity"]
