@@ -101,7 +101,15 @@ _ROOT = Path(__file__).resolve().parents[1]
 
 
 class _Parser(LightningArgumentParser):
-    """A parser whose errors are one line, not the 80-line usage and nested report that precede it."""
+    """A parser whose errors are one line, not the 80-line usage and nested report that precede it.
+
+    It takes no abbreviations (``--trainer.max_epoch`` is not ``max_epochs``): the subcommands' parsers
+    and the parsers jsonargparse makes for a class's options (``--model.init_args.*``) are of this class too.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str, ex: Exception | None = None) -> NoReturn:
         if not self.exit_on_error:
