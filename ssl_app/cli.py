@@ -13,7 +13,8 @@ logger writing to ``runs/<name>/version_<n>/``.
 
 ``--ckpt_path last`` resumes the newest ``last.ckpt`` under ``runs/<name>/version_*/`` and keeps
 logging into that version folder (so do explicit paths inside one); without any checkpoint
-yet it starts a new run, so one command line serves the first start and every restart.
+yet it starts a new run, so one command line serves the first start and every restart. Of a
+finished run it trains and writes nothing and prints the run's summary again (``finished_run``).
 
 A finished command prints a short summary (its folder and headline metrics) and puts its final
 metrics beside its config in TensorBoard's HParams tab (``ssl_app.runs.summary``); while it runs,

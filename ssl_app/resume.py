@@ -11,6 +11,8 @@
 - Every other differing option (learning rate, epochs, callbacks) is this command's; the resume
   line lists each with both values. ``ssl_app.checkpointing.ConfigWinsOnResume`` makes the
   optimiser's hyper-parameters follow.
+- The final checkpoint of a finished run, with limits that would train nothing more, is no resume
+  at all (``finished_run``): the CLI says so and prints the run's summary from its record.
 
 A checkpoint carries the config of the run that wrote it (``RunRecorder``'s state); one from an
 older version falls back on its run folder's record or ``config.yaml``.
