@@ -7,6 +7,9 @@ checked on fabricated checkpoints and records (fast).
 
 from __future__ import annotations
 
+import contextlib
+import io
+import shutil
 from pathlib import Path
 
 import pytest
@@ -14,7 +17,10 @@ import pytest
 from ssl_app.cli import main
 from ssl_app.resume import finished_run
 from ssl_app.runs.record import DONE, INTERRUPTED, RunRecord, read_record, write_record
+from tests.helpers import cli_in
 from tests.ssl_app.test_cli import QUICKSTART, TINY
+
+FIT = ["fit", "--config", QUICKSTART, *TINY, "--ckpt_path=last"]
 
 
 def run_cli(args: list[str], capsys) -> tuple[int, str, str]:
@@ -45,16 +51,32 @@ def files_of(folder: Path) -> dict[str, int]:
     return {str(path.relative_to(folder)): path.stat().st_mtime_ns for path in folder.rglob("*") if path.is_file()}
 
 
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory) -> tuple[Path, list[str]]:
+    """A finished tiny quickstart run (``FIT``) and the summary it printed (copy the folder before use)."""
+    workdir = tmp_path_factory.mktemp("finished")
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        cli_in(workdir, FIT)
+    return workdir / "runs" / "quickstart" / "version_0", summary_of(out.getvalue(), "fit")
+
+
+def copy_run(finished: tuple[Path, list[str]], tmp_path: Path) -> Path:
+    target = tmp_path / "runs" / "quickstart" / "version_0"
+    shutil.copytree(finished[0], target, ignore=shutil.ignore_patterns(".lock"))
+    return target
+
+
 @pytest.mark.slow
-def test_a_rerun_of_a_finished_run_trains_nothing_keeps_its_record_and_prints_its_summary(tmp_path, monkeypatch, capsys):
+def test_a_rerun_of_a_finished_run_trains_nothing_keeps_its_record_and_prints_its_summary(
+    finished, tmp_path, monkeypatch, capsys
+):
     """Catches the second start of the same command line (a SLURM requeue) resuming the finished run:
     it ran the sanity validation again, rewrote ``run.json`` with no results and printed no summary."""
+    run = copy_run(finished, tmp_path)
+    first = finished[1]
     monkeypatch.chdir(tmp_path)
-    args = ["fit", "--config", QUICKSTART, *TINY, "--ckpt_path=last"]
-    code, out, err = run_cli(args, capsys)
-    assert code == 0, err[-3000:]
-    first = summary_of(out, "fit")
-    run = tmp_path / "runs" / "quickstart" / "version_0"
+    args = FIT
     record_before = (run / "run.json").read_bytes()
     files_before = files_of(run)
     assert len(read_record(run).results) > 5
@@ -80,13 +102,11 @@ def test_a_rerun_of_a_finished_run_trains_nothing_keeps_its_record_and_prints_it
 
 
 @pytest.mark.slow
-def test_validate_summary_names_the_checkpoints_epoch_and_step(tmp_path, monkeypatch, capsys):
+def test_validate_summary_names_the_checkpoints_epoch_and_step(finished, tmp_path, monkeypatch, capsys):
     """Catches ``validate`` saying "finished at epoch 0, step 0" (its own trainer's counters) for a
     checkpoint trained for epochs."""
+    run = copy_run(finished, tmp_path)
     monkeypatch.chdir(tmp_path)
-    code, _, err = run_cli(["fit", "--config", QUICKSTART, *TINY], capsys)
-    assert code == 0, err[-3000:]
-    run = tmp_path / "runs" / "quickstart" / "version_0"
     ckpt = run / "checkpoints" / "last.ckpt"
     code, out, err = run_cli(["validate", "--config", QUICKSTART, *TINY, f"--ckpt_path={ckpt}"], capsys)
     assert code == 0, err[-3000:]
