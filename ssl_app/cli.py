@@ -13,7 +13,8 @@ logger writing to ``runs/<name>/version_<n>/``.
 
 ``--ckpt_path last`` resumes the newest ``last.ckpt`` under ``runs/<name>/version_*/`` and keeps
 logging into that version folder (so do explicit paths inside one); without any checkpoint
-yet it starts a new run, so one command line serves the first start and every restart.
+yet it starts a new run, so one command line serves the first start and every restart. Of a
+finished run it trains and writes nothing and prints the run's summary again (``finished_run``).
 
 A finished command prints a short summary (its folder and headline metrics) and puts its final
 metrics beside its config in TensorBoard's HParams tab (``ssl_app.runs.summary``); while it runs,
@@ -70,17 +71,19 @@ from ssl_app.listing import KINDS as LIST_KINDS
 from ssl_app.normalisation import settle_input, trained_input
 from ssl_app.quiet import PROBE_WARNINGS, known_noise_silenced
 from ssl_app.resume import (
+    Finished,
     check_same_experiment,
     checkpoint_config,
     checkpoint_run_id,
     describe_changes,
     find_last,
+    finished_run,
 )
 from ssl_app.runs.identity import describe_differences, differences, flatten
 from ssl_app.runs.layout import EVALUATIONS_DIR, next_evaluation_name, relative_parent, run_folder_of_checkpoint
 from ssl_app.runs.record import DIVERGED, DONE, FAILED, INTERRUPTED
 from ssl_app.runs.recorder import NextName, RunRecorder, final_scalars
-from ssl_app.runs.summary import log_final_hparams, summary_lines, without_placeholder
+from ssl_app.runs.summary import log_final_hparams, record_summary_lines, shown_path, summary_lines, without_placeholder
 from ssl_app.runtime import keep_freed_memory
 from ssl_app.signals import handling
 
@@ -100,7 +103,15 @@ _ROOT = Path(__file__).resolve().parents[1]
 
 
 class _Parser(LightningArgumentParser):
-    """A parser whose errors are one line, not the 80-line usage and nested report that precede it."""
+    """A parser whose errors are one line, not the 80-line usage and nested report that precede it.
+
+    It takes no abbreviations (``--trainer.max_epoch`` is not ``max_epochs``): the subcommands' parsers
+    and the parsers jsonargparse makes for a class's options (``--model.init_args.*``) are of this class too.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str, ex: Exception | None = None) -> NoReturn:
         if not self.exit_on_error:
@@ -171,7 +182,8 @@ class RunPlan:
     ``kind``: fit, validate, test or linear (a fit of a linear probe). ``parent``: the run an
     evaluation or a probe belongs to. ``checkpoint``: the resolved ``--ckpt_path``. ``next_name``:
     how to name the next free folder when the logger's version is automatic. ``resume_changes``:
-    the options this command changes on a resume, for the record.
+    the options this command changes on a resume, for the record. ``finished``: the checkpoint is
+    the final state of a finished run that this command would not train further (a no-op re-run).
     """
 
     kind: str
@@ -180,6 +192,7 @@ class RunPlan:
     next_name: Optional[NextName] = None
     resume_changes: dict[str, Any] = field(default_factory=dict)
     run_id: Optional[str] = None
+    finished: Optional[Finished] = None
 
 
 class SSLCLI(LightningCLI):
@@ -313,6 +326,9 @@ class SSLCLI(LightningCLI):
         saved = checkpoint_config(checkpoint, path)
         for note in check_same_experiment(str(path), saved, current, anyway):
             _info(note)
+        plan.finished = finished_run(checkpoint, path, current.get("trainer") or {})
+        if plan.finished is not None:
+            return  # nothing to train: _run_guarded says so and prints the run's summary from its record
         plan.resume_changes = describe_changes(saved, current)
         plan.run_id = checkpoint_run_id(checkpoint)
         folder = path.absolute().parent.parent
@@ -406,9 +422,15 @@ class SSLCLI(LightningCLI):
     def _run_guarded(self, subcommand: str, model: Any, **kwargs: Any) -> None:
         trainer = self.trainer
         plan = self.plan or RunPlan(kind=subcommand)
+        if plan.finished is not None:
+            self._already_finished(trainer, plan.kind, plan.finished)
+            return
+        reason = None
         if self._checkpoint is not None:
             check_state_dict(self._checkpoint, model, str(kwargs.get("ckpt_path")))
             self._settle_input(subcommand, self._checkpoint, str(kwargs.get("ckpt_path")))
+            if subcommand != "fit":  # an evaluation: the trainer's own epoch and step stay 0
+                reason = f"checkpoint of epoch {self._checkpoint.get('epoch')}, step {self._checkpoint.get('global_step')}"
             self._checkpoint = None
         elif plan.kind == "linear" and isinstance(getattr(model, "hparams", {}).get("checkpoint"), str):
             encoder = model.hparams["checkpoint"]
@@ -442,7 +464,7 @@ class SSLCLI(LightningCLI):
             if created_root is not None and trainer.is_global_zero and trainer.global_step == 0:
                 _remove_failed_start(created_root)
             raise
-        reason = f"finished at epoch {trainer.current_epoch}, step {trainer.global_step}"
+        reason = reason or f"finished at epoch {trainer.current_epoch}, step {trainer.global_step}"
         self.recorder.end(trainer, DONE, reason)
         if trainer.is_global_zero:
             self._summarise(trainer, plan.kind, f"{DONE}, {reason}")
@@ -462,8 +484,29 @@ class SSLCLI(LightningCLI):
                 log_final_hparams(logger, self.config_snapshot, values, trainer.global_step)
         except OSError as error:
             _info(f"the final metrics were not added to TensorBoard's HParams tab: {error}")
-        label = "linear probe" if kind == "linear" else kind
-        print("\n".join(summary_lines(label, ending, self.recorder.folder, values, self.config_snapshot)), flush=True)
+        record, folder = self.recorder.record, self.recorder.folder
+        if record is not None and folder is not None:  # from the record, as a re-run of the finished run prints it
+            lines = record_summary_lines(record, folder)
+        else:
+            lines = summary_lines(_label(kind), ending, folder, values, self.config_snapshot)
+        print("\n".join(lines), flush=True)
+
+    def _already_finished(self, trainer: Any, kind: str, finished: Finished) -> None:
+        """A re-run of a finished run (``RunPlan.finished``): one line saying so, then the run's summary
+        from its record; nothing is trained, validated or written."""
+        if not trainer.is_global_zero:
+            return
+        record = finished.record
+        _info(
+            f"{_label(kind)}: {shown_path(finished.folder)} is already {record.status} ({record.exit_reason}; {finished.why}): "
+            "nothing to train, and its record is kept as it is; to train it further, raise --trainer.max_epochs "
+            "(or --trainer.max_steps)"
+        )
+        print("\n".join(record_summary_lines(record, finished.folder)), flush=True)
+
+
+def _label(kind: str) -> str:
+    return "linear probe" if kind == "linear" else kind
 
 
 def _spare_this_process_from_the_child_observer() -> None:

@@ -302,7 +302,12 @@ class _BadArguments(Exception):
 
 
 class OneLineParser(argparse.ArgumentParser):
-    """An argparse parser whose errors are raised (:func:`parse_or_exit` prints them as one line)."""
+    """An argparse parser whose errors are raised (:func:`parse_or_exit` prints them as one line), and
+    which takes no abbreviations (``--with`` is no ``--with-head``)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> Any:
         raise _BadArguments(message)

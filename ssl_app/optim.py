@@ -10,14 +10,17 @@ The schedule is a per-step multiplier on the base learning rate:
 With ``scale_lr`` the base rate is multiplied by ``global_batch / reference_batch_size``
 ("linear", Goyal et al. 2017) or its square root ("sqrt"), where the global batch is the
 per-process batch × processes × gradient-accumulation steps.
+
+``trainer.max_epochs=-1`` without ``max_steps`` (Lightning's "train until stopped") gives a run no
+length: fine for ``constant`` and ``multistep``, refused in one line for ``cosine`` (``run_length``).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal, Optional
 
 import torch
 from lightly.utils.lars import LARS
@@ -104,6 +107,28 @@ class Optimization:
         steps_per_epoch = max(steps_per_epoch, 1)
         scheduler = LambdaLR(opt, lambda step: self.lr_factor(step, steps_per_epoch, total_steps))
         return {"optimizer": opt, "lr_scheduler": {"scheduler": scheduler, "interval": "step", "name": "lr"}}
+
+
+def run_length(trainer: Any, needed_by: Sequence[str] = ()) -> Optional[int]:
+    """The run's optimiser steps (Lightning's ``estimated_stepping_batches``), or None when it has no
+    limit (``trainer.max_epochs=-1`` without ``max_steps``: Lightning's "train until stopped").
+
+    What spreads over the whole run (a cosine schedule) needs a finite length: when ``needed_by``
+    names such an option, a run without a limit is refused in one line naming both. Also loads the
+    training dataloader, which Lightning's estimate skips for ``max_epochs=-1``, so that
+    ``trainer.num_training_batches`` (steps per epoch: warm-up, milestones) is known.
+    """
+    total = trainer.estimated_stepping_batches
+    if trainer.train_dataloader is None:
+        trainer.fit_loop.setup_data()
+    if math.isfinite(total):
+        return int(total)
+    if needed_by:
+        raise ConfigError(
+            f"trainer.max_epochs=-1 (no limit) without trainer.max_steps: {needed_by[0]} spreads over the whole run, "
+            "which then has no length; set trainer.max_epochs or trainer.max_steps, or choose a schedule that needs none"
+        )
+    return None
 
 
 # Checkpoints store the hyper-parameters, this dataclass among them; let torch's default

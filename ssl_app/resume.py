@@ -11,6 +11,8 @@
 - Every other differing option (learning rate, epochs, callbacks) is this command's; the resume
   line lists each with both values. ``ssl_app.checkpointing.ConfigWinsOnResume`` makes the
   optimiser's hyper-parameters follow.
+- The final checkpoint of a finished run, with limits that would train nothing more, is no resume
+  at all (``finished_run``): the CLI says so and prints the run's summary from its record.
 
 A checkpoint carries the config of the run that wrote it (``RunRecorder``'s state); one from an
 older version falls back on its run folder's record or ``config.yaml``.
@@ -28,7 +30,7 @@ from ssl_app.checkpointing import LAST_CHECKPOINT
 from ssl_app.errors import ConfigError
 from ssl_app.runs.identity import WHERE_KEYS, describe_differences, differences, flatten, identity
 from ssl_app.runs.layout import CONFIG_FILE, run_folder_of_checkpoint
-from ssl_app.runs.record import RecordError, read_record
+from ssl_app.runs.record import DONE, RecordError, RunRecord, read_record
 
 #: ``Callback.state_key`` of ``ssl_app.runs.recorder.RunRecorder`` in a checkpoint's ``callbacks``.
 RECORDER_STATE_KEY = "RunRecorder"
@@ -162,3 +164,73 @@ def find_last(root: Path, pattern: str, current: Optional[dict[str, Any]]) -> La
         result.path = path
         return result
     return result
+
+
+@dataclass
+class Finished:
+    """A checkpoint that is the final state of a finished run: resuming it would train nothing.
+
+    ``folder``: the run's folder; ``record``: its record (status ``done``); ``why``: which limit
+    it reached (``max_epochs=10 reached``) or that its limits are as it finished with them.
+    """
+
+    folder: Path
+    record: RunRecord
+    why: str
+
+
+def finished_run(checkpoint: dict[str, Any], path: str | Path, trainer: dict[str, Any]) -> Optional[Finished]:
+    """Whether resuming ``checkpoint`` with the trainer options ``trainer`` would train nothing.
+
+    It would when the checkpoint's run folder records the run ``done`` at the checkpoint's step (the
+    checkpoint is its final state) and either a limit of this command is reached by the checkpoint
+    (Lightning's rule: ``global_step >= max_steps``, epochs processed ``>= max_epochs``; ``max_epochs``
+    unset means 1000 without ``max_steps``, -1 no limit) or the limits are those the run finished
+    with (a callback or ``max_time`` ended it: the same command again must not start it over).
+    Raising ``max_epochs`` or ``max_steps`` continues the run as a normal resume.
+    """
+    folder = run_folder_of_checkpoint(path)
+    try:
+        record = read_record(folder) if folder is not None else None
+    except RecordError:
+        return None
+    if record is None or record.status != DONE or record.kind not in ("fit", "linear"):
+        return None
+    step = checkpoint.get("global_step")
+    run_id = checkpoint_run_id(checkpoint)
+    if step is None or step != record.step or (run_id is not None and run_id != record.run_id):
+        return None
+    max_epochs, max_steps = _limits(trainer)
+    epochs = max(_epochs_processed(checkpoint) or 0, record.epoch or 0)
+    if max_steps != -1 and step >= max_steps:
+        return Finished(folder, record, f"max_steps={max_steps} reached")
+    if max_epochs != -1 and epochs >= max_epochs:
+        return Finished(folder, record, f"max_epochs={max_epochs} reached")
+    if _limits(_nested_trainer(record.config)) == (max_epochs, max_steps):
+        return Finished(folder, record, "its max_epochs and max_steps are unchanged")
+    return None
+
+
+def _nested_trainer(config: dict[str, Any]) -> dict[str, Any]:
+    trainer = config.get("trainer") if isinstance(config, dict) else None
+    return trainer if isinstance(trainer, dict) else {}
+
+
+def _limits(trainer: Any) -> tuple[int, int]:
+    """``(max_epochs, max_steps)`` as Lightning's fit loop applies them (-1: no limit)."""
+    trainer = trainer if isinstance(trainer, dict) else {}
+    max_steps = trainer.get("max_steps")
+    max_steps = -1 if max_steps is None else int(max_steps)
+    max_epochs = trainer.get("max_epochs")
+    if max_epochs is None:
+        max_epochs = 1000 if max_steps == -1 and trainer.get("max_time") is None else -1
+    return int(max_epochs), max_steps
+
+
+def _epochs_processed(checkpoint: dict[str, Any]) -> Optional[int]:
+    """Epochs the checkpoint's fit loop processed, as Lightning's own stopping test counts them (a
+    checkpoint written after the last validation counts one fewer: the record's epoch covers it)."""
+    try:
+        return int(checkpoint["loops"]["fit_loop"]["epoch_progress"]["current"]["processed"])
+    except (KeyError, TypeError, ValueError):
+        return None

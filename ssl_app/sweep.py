@@ -508,7 +508,7 @@ def _joined_linear_args(argv: list[str]) -> list[str]:
 
 
 def parse_args(argv: Optional[list[str]]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m ssl_app.sweep", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m ssl_app.sweep", description=__doc__.split("\n")[0], allow_abbrev=False)
     parser.add_argument("--config", action="append", default=[], help="a fit config; repeat to compose")
     parser.add_argument("--plan", choices=sorted(PLANS), default=None, help="a named plan (ssl_app.plans), instead of --config")
     parser.add_argument("--data", choices=sorted(DATA_SETS), default=None, help="the plan's data set")

@@ -28,7 +28,7 @@ from torch import Tensor, nn
 from torchmetrics.classification import MulticlassAccuracy
 
 from ssl_app.errors import ConfigError
-from ssl_app.optim import Optimization
+from ssl_app.optim import Optimization, run_length
 
 FeatureCache = Literal["none", "clean", "flips"]
 
@@ -204,6 +204,7 @@ class LinearProbe(L.LightningModule):
     def configure_optimizers(self) -> dict:
         trainer = self.trainer
         batch_size = getattr(trainer.datamodule, "batch_size", None) or self.optim.reference_batch_size
-        total_steps = int(trainer.estimated_stepping_batches)
+        cosine = ["model.init_args.optim.schedule=cosine"] if self.optim.schedule == "cosine" else []
+        total_steps = run_length(trainer, cosine)  # None: no limit, and the schedule needs none
         steps_per_epoch = max(int(trainer.num_training_batches), 1) if trainer.num_training_batches != float("inf") else 1
-        return self.optim.build(self.classifier.parameters(), batch_size * trainer.world_size, steps_per_epoch, total_steps)
+        return self.optim.build(self.classifier.parameters(), batch_size * trainer.world_size, steps_per_epoch, total_steps or 0)

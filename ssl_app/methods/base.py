@@ -26,7 +26,7 @@ from ssl_app.losses import ContrastiveLoss, InfoNCE
 from ssl_app.losses.base import LossResult, MaskedSimilarities
 from ssl_app.models import BackboneName, build_backbone, build_projection_head
 from ssl_app.models.backbones import NormName
-from ssl_app.optim import Optimization
+from ssl_app.optim import Optimization, run_length
 
 
 class ContrastiveMethod(L.LightningModule, ABC):
@@ -337,15 +337,20 @@ class ContrastiveMethod(L.LightningModule, ABC):
         trainer = self.trainer
         per_process_batch = getattr(trainer.datamodule, "batch_size", None) or self.optim.reference_batch_size
         global_batch = per_process_batch * trainer.world_size * trainer.accumulate_grad_batches
-        total_steps = int(trainer.estimated_stepping_batches)  # also sizes the train dataloader
+        total_steps = run_length(trainer, self.horizon_needed_by())  # also sizes the train dataloader
         # Optimiser steps per epoch from the dataloader, not total / max_epochs: a run bounded by
         # max_steps would otherwise place multistep milestones and warm-up at the wrong step.
         batches = trainer.num_training_batches
         if math.isfinite(batches):
             steps_per_epoch = max(math.ceil(batches / trainer.accumulate_grad_batches), 1)
         else:  # an iterable dataloader without a length
-            steps_per_epoch = max(total_steps // max(trainer.max_epochs or 1, 1), 1)
-        return self.optim.build(self.parameters(), global_batch, steps_per_epoch, total_steps)
+            steps_per_epoch = max((total_steps or 0) // max(trainer.max_epochs or 1, 1), 1)
+        # total_steps None (no limit): only a schedule that ignores the run's length gets here
+        return self.optim.build(self.parameters(), global_batch, steps_per_epoch, total_steps or 0)
+
+    def horizon_needed_by(self) -> list[str]:
+        """The options that spread over the whole run, so need its length (``trainer.max_epochs`` or ``max_steps``)."""
+        return ["model.init_args.optim.schedule=cosine"] if self.optim.schedule == "cosine" else []
 
 
 def _own_loss(loss: ContrastiveLoss) -> ContrastiveLoss:

@@ -22,6 +22,7 @@ from ssl_app.methods.base import ContrastiveMethod, similarity
 from ssl_app.methods.masks import Members, contrast_masks, gathered_views, unmatched, views_of
 from ssl_app.methods.stores import LabelledQueue
 from ssl_app.models.split_batchnorm import convert_to_split_batchnorm, has_batch_norm
+from ssl_app.optim import run_length
 from ssl_app.registry import METHODS
 
 MomentumSchedule = Literal["constant", "cosine"]
@@ -199,7 +200,7 @@ class MoCo(ContrastiveMethod):
         if self.momentum_schedule == "constant":
             return self.momentum
         if self._total_steps is None:
-            self._total_steps = int(self.trainer.estimated_stepping_batches)
+            self._total_steps = run_length(self.trainer, self.horizon_needed_by())
         total = self._total_steps
         return cosine_schedule(min(step, total), total, self.momentum, 1.0)
 
@@ -322,7 +323,11 @@ class MoCo(ContrastiveMethod):
 
     def on_train_start(self) -> None:
         super().on_train_start()
-        self._total_steps = int(self.trainer.estimated_stepping_batches)
+        self._total_steps = run_length(self.trainer, self.horizon_needed_by())  # None: no limit, constant momentum
+
+    def horizon_needed_by(self) -> list[str]:
+        cosine = ["model.init_args.momentum_schedule=cosine"] if self.momentum_schedule == "cosine" else []
+        return super().horizon_needed_by() + cosine
 
     def optimizer_step(self, epoch: int, batch_idx: int, optimizer: Any, optimizer_closure: Any = None) -> None:
         # Lightning calls this once per optimiser step (not on accumulation batches).

@@ -72,6 +72,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
             "run's own from its saved config (EmbeddingMetrics.top_k, KNNMonitor.k/temperature)\nsee docs/report.md"
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
+        allow_abbrev=False,  # --ref is no --reference: an abbreviation would be taken silently
     )
     parser.add_argument("runs_dir", type=Path, metavar="RUNS_DIR", help="directory searched for run folders")
     parser.add_argument(

@@ -29,6 +29,7 @@ from typing import Any
 from ssl_app.report.runs import RunOptions, read_options
 from ssl_app.report.summary import Column, table_columns
 from ssl_app.runs.identity import WHERE_KEYS, flatten
+from ssl_app.runs.record import RunRecord
 
 #: The report's columns a run's console summary shows, by key, in this order (when logged).
 HEADLINE = ("linear_top1", "linear_top5", "knn_acc", "uniformity", "tolerance", "effective_rank")
@@ -79,6 +80,13 @@ def summary_lines(
     width = max((len(header) for header, _ in rows), default=0)
     lines += [f"  {header:<{width}}  {value:>8}" for header, value in rows]
     return lines
+
+
+def record_summary_lines(record: RunRecord, folder: Path) -> list[str]:
+    """The console summary of a run from its record (``results``, ``exit_reason``): what the command
+    that finished it printed, and what a re-run of the finished run prints again."""
+    label = "linear probe" if record.kind == "linear" else record.kind
+    return summary_lines(label, f"{record.status}, {record.exit_reason}", folder, record.results, record.config)
 
 
 def shown_path(folder: Path) -> str:
