@@ -642,11 +642,19 @@ def _log_dir(trainer: Any) -> str | None:
 def _first_missing_ancestor(path: Path) -> Path | None:
     """The top-most folder of ``path`` that does not exist yet (None if ``path`` exists)."""
     path = path.absolute()
-    if path.exists():
+    if _exists(path):
         return None
-    while not path.parent.exists():
+    while not _exists(path.parent):
         path = path.parent
     return path
+
+
+def _exists(path: Path) -> bool:
+    """``path.exists()``, False for a path the filesystem cannot even look up (a name too long)."""
+    try:
+        return path.exists()
+    except OSError:
+        return False
 
 
 def _remove_failed_start(root: Path) -> None:

@@ -79,3 +79,42 @@ def test_a_failed_write_leaves_the_previous_output_intact(tmp_path, monkeypatch,
     assert code == 1 and f"cannot write {out}: No space left on device" in error_line(err.getvalue())
     assert out.read_bytes() == b"the previous output"
     assert sorted(path.name for path in tmp_path.iterdir() if path.name.startswith(".")) == []
+
+
+# --- outputs that cannot be written ------------------------------------------------------------------
+def test_the_reports_out_naming_a_file_or_an_unmakeable_folder_is_one_line(tmp_path, monkeypatch, capsys):
+    """Catches ``FileExistsError`` (``--out`` names an existing file) and ``OSError`` (a folder that cannot
+    be made) as tracebacks; the file is untouched and no parent folder is left behind."""
+    from ssl_app.errors import ConfigError
+    from ssl_app.report.cli import main as report
+    from ssl_app.report.cli import make_out_dir
+
+    out = tmp_path / "table"
+    out.write_text("mine")
+    monkeypatch.chdir(tmp_path)
+    assert report([str(tmp_path), "--out", str(out)]) == 2
+    line = error_line(capsys.readouterr().err)
+    assert f"--out {out} is a file, not a folder" in line and out.read_text() == "mine"
+    too_long = tmp_path / "made" / ("n" * 300)
+    with pytest.raises(ConfigError, match=rf"--out {too_long}: cannot create it: File name too long"):
+        make_out_dir(too_long)
+    assert not (tmp_path / "made").exists()
+
+
+@pytest.mark.parametrize(
+    "option, said",
+    [
+        ("--trainer.logger.init_args.save_dir=/proc/ssl_app_runs/runs", "(/proc/ssl_app_runs): No such file or directory"),
+        (f"--trainer.logger.init_args.name={'n' * 300}", ": File name too long"),
+        (f"--trainer.logger.init_args.save_dir={'d/' * 2100}", ": File name too long"),
+    ],
+    ids=["under-proc", "long-name", "long-path"],
+)
+def test_a_run_folder_that_cannot_be_made_is_one_line_naming_it(tmp_path, monkeypatch, capsys, option, said):
+    """Catches ``FileNotFoundError`` (a ``save_dir`` under ``/proc``) and ``OSError: [Errno 36] File name
+    too long`` (a run name, a whole path) as tracebacks. Nothing is left in the working folder."""
+    monkeypatch.chdir(tmp_path)
+    code, err = run_cli(["fit", "--config", QUICKSTART, *TINY, option], capsys)
+    line = error_line(err)
+    assert code == 2 and "trainer.logger: cannot create the run folder " in line and said in line, line
+    assert list(tmp_path.iterdir()) == []
