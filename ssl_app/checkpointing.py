@@ -461,7 +461,7 @@ def check_saved_class_paths(checkpoint: dict[str, Any], path: str, option: str) 
 
     state = (checkpoint.get("callbacks") or {}).get(RECORDER_STATE_KEY)
     check_class_paths(state.get("config") if isinstance(state, dict) else None, f"{option}: {path}: its saved config")
-    check_class_paths(checkpoint.get("hyper_parameters"), f"{option}: {path}: its saved hyper-parameters")
+    check_class_paths(checkpoint.get("hyper_parameters"), f"{option}: {path}: its saved hyper-parameters", bare=True)
 
 
 def _check_lightning_version(checkpoint: dict[str, Any], path: str, option: str) -> None:

@@ -24,6 +24,9 @@ OWN_PACKAGES = ("ssl_app.losses", "ssl_app.methods", "ssl_app.evaluation", "data
 CLASS_PATH_KEYS = ("class_path", "_class_path")
 #: A bare string jsonargparse may also take as a class (``loss: mylosses.Loss``): dotted names, a capitalised last part.
 _LOOKS_LIKE_CLASS = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*\.[A-Z]\w*")
+#: The parts of a run config that are parsed again from a checkpoint (``validate``/``test``: the model;
+#: ``embed``: the data), where a bare string may be taken as a class; elsewhere only ``class_path`` names one.
+PARSED_AGAIN = ("model", "data")
 
 
 def is_known_class(path: str) -> bool:
@@ -35,35 +38,38 @@ def is_known_class(path: str) -> bool:
     return module is not None and isinstance(vars(module).get(name), type)
 
 
-def class_paths(value: Any, key: str = "") -> Iterator[tuple[str, str]]:
-    """Every ``(key, class path)`` in a config or hyper-parameters (nested dicts and lists)."""
+def class_paths(value: Any, key: str = "", bare: Optional[bool] = None) -> Iterator[tuple[str, str]]:
+    """Every ``(key, class path)`` in a run config (``bare`` None) or hyper-parameters (``bare`` True):
+    each ``class_path``, and where ``bare``, each string that looks like one (under ``PARSED_AGAIN``
+    of a run config)."""
     if isinstance(value, dict):
         for name, item in value.items():
             where = f"{key}.{name}" if key else str(name)
             if name in CLASS_PATH_KEYS and isinstance(item, str):
                 yield where, item
             else:
-                yield from class_paths(item, where)
+                yield from class_paths(item, where, name in PARSED_AGAIN if bare is None else bare)
     elif isinstance(value, (list, tuple)):
         for index, item in enumerate(value):
-            yield from class_paths(item, f"{key}[{index}]")
-    elif isinstance(value, str) and _LOOKS_LIKE_CLASS.fullmatch(value):
+            yield from class_paths(item, f"{key}[{index}]", bare)
+    elif bare and isinstance(value, str) and _LOOKS_LIKE_CLASS.fullmatch(value):
         yield key, value
 
 
-def first_unknown_class(value: Any) -> Optional[tuple[str, str]]:
+def first_unknown_class(value: Any, bare: Optional[bool] = None) -> Optional[tuple[str, str]]:
     """The first ``(key, class path)`` of ``value`` that :func:`is_known_class` does not know, or None."""
-    for key, path in class_paths(value):
+    for key, path in class_paths(value, bare=bare):
         if not is_known_class(path):
             return key, path
     return None
 
 
-def check_class_paths(value: Any, what: str) -> None:
-    """Raise a ConfigError naming the first unknown class path of ``value`` (``what``: whose config it is)."""
+def check_class_paths(value: Any, what: str, bare: Optional[bool] = None) -> None:
+    """Raise a ConfigError naming the first unknown class path of ``value`` (``what``: whose config it is;
+    ``bare``: as in :func:`class_paths`)."""
     from ssl_app.errors import ConfigError
 
-    found = first_unknown_class(value)
+    found = first_unknown_class(value, bare)
     if found is not None:
         key, path = found
         raise ConfigError(
