@@ -765,7 +765,7 @@ def check_config_files(argv: list[str]) -> None:
     jsonargparse says ``Problems parsing config`` or ``Unexpected config`` without the file's name, and
     composed configs include others (their ``config:`` key, relative to the including file's folder).
     """
-    given = [argv[i + 1] for i, arg in enumerate(argv[:-1]) if arg == "--config"]
+    given = [argv[i + 1] for i, arg in enumerate(argv[:-1]) if arg in ("--config", "-c")]
     given += [arg.split("=", 1)[1] for arg in argv if arg.startswith("--config=")]
     for name in given:
         _check_config_file(Path(name), None, set())
