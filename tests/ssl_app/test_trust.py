@@ -98,6 +98,8 @@ COMMANDS = {
 
 
 class Context:
+    """What a command of ``COMMANDS`` needs from its test: the folder for outputs and ``capsys``."""
+
     def __init__(self, path: Path, capsys) -> None:
         self.path, self.capsys = path, capsys
 
@@ -164,3 +166,24 @@ def test_a_named_pipe_as_ckpt_path_is_refused_in_one_line_without_waiting(tmp_pa
     for module in (export, embed):
         code, err = run_own(module, ["--ckpt", str(pipe), "--out", str(tmp_path / "out.npz")])
         assert code == 2 and f"{pipe} is not a regular file" in error_line(err)
+
+
+def test_a_saved_class_path_is_known_only_when_registered_or_already_imported():
+    """The rule, on text alone: registered classes and classes of imported modules are known; any other
+    class path is not, and a bare string is taken for one only where the model or the data is parsed
+    again (a run named ``v1.SimCLR`` is a name). Fails if the check imports what it judges."""
+    from ssl_app.trust import first_unknown_class, is_known_class
+
+    assert is_known_class("ssl_app.losses.InfoNCE") and is_known_class("datamodules.SyntheticDataModule")
+    assert is_known_class("callbacks.KNNMonitor") and is_known_class("lightning.pytorch.loggers.TensorBoardLogger")
+    assert not is_known_class("ssl_app.losses.NoSuchLoss") and not is_known_class("antigravity.Anything")
+    assert "antigravity" not in sys.modules
+    config = {
+        "trainer": {"logger": {"init_args": {"name": "v1.SimCLR"}}},
+        "model": {"class_path": "ssl_app.methods.SimCLR", "init_args": {"loss": "nosuch.Loss"}},
+    }
+    assert first_unknown_class(config) == ("model.init_args.loss", "nosuch.Loss")
+    assert first_unknown_class({"trainer": {"callbacks": [{"class_path": "nosuch.Callback"}]}}) == (
+        "trainer.callbacks[0].class_path",
+        "nosuch.Callback",
+    )
