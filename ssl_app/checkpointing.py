@@ -434,6 +434,8 @@ def load_checkpoint(path: str, option: str = "--ckpt_path") -> dict[str, Any]:
         raise ConfigError(f"{option}: no such file: {path}")
     if file.is_dir():
         raise ConfigError(f"{option}: {path} is a folder, not a checkpoint file")
+    if not file.is_file():  # a named pipe or a device: torch.load would wait on it for ever
+        raise ConfigError(f"{option}: {path} is not a regular file (a pipe, socket or device), not a checkpoint file")
     try:
         try:
             checkpoint = torch.load(file, map_location="cpu", weights_only=True, mmap=True)
@@ -446,7 +448,20 @@ def load_checkpoint(path: str, option: str = "--ckpt_path") -> dict[str, Any]:
     if not isinstance(checkpoint, dict) or not isinstance(checkpoint.get("state_dict"), dict):
         raise ConfigError(f"{option}: {path} is not a Lightning checkpoint (it has no state_dict)")
     _check_lightning_version(checkpoint, path, option)
+    check_saved_class_paths(checkpoint, path, option)
     return checkpoint
+
+
+def check_saved_class_paths(checkpoint: dict[str, Any], path: str, option: str) -> None:
+    """Refuse a checkpoint whose saved run config or hyper-parameters name a class that is not known
+    already (``ssl_app.trust``): every command that reads a checkpoint reads it here, before any of
+    those names can reach jsonargparse or ``importlib``."""
+    from ssl_app.resume import RECORDER_STATE_KEY
+    from ssl_app.trust import check_class_paths
+
+    state = (checkpoint.get("callbacks") or {}).get(RECORDER_STATE_KEY)
+    check_class_paths(state.get("config") if isinstance(state, dict) else None, f"{option}: {path}: its saved config")
+    check_class_paths(checkpoint.get("hyper_parameters"), f"{option}: {path}: its saved hyper-parameters", bare=True)
 
 
 def _check_lightning_version(checkpoint: dict[str, Any], path: str, option: str) -> None:

@@ -696,11 +696,19 @@ def _log_dir(trainer: Any) -> str | None:
 def _first_missing_ancestor(path: Path) -> Path | None:
     """The top-most folder of ``path`` that does not exist yet (None if ``path`` exists)."""
     path = path.absolute()
-    if path.exists():
+    if _exists(path):
         return None
-    while not path.parent.exists():
+    while not _exists(path.parent):
         path = path.parent
     return path
+
+
+def _exists(path: Path) -> bool:
+    """``path.exists()``, False for a path the filesystem cannot even look up (a name too long)."""
+    try:
+        return path.exists()
+    except OSError:
+        return False
 
 
 def _remove_failed_start(root: Path) -> None:
@@ -740,6 +748,7 @@ def main(args: list[str] | None = None) -> LightningCLI:
     recorder = RunRecorder()
     try:
         with signals_before_training(recorder), known_noise_silenced():
+            check_config_files(argv)
             return SSLCLI(
                 LightningModule,  # any method of ssl_app.methods, or ssl_app.evaluation.LinearProbe
                 LightningDataModule,
@@ -802,6 +811,41 @@ def main(args: list[str] | None = None) -> LightningCLI:
             raise
         _report(f"error: {bad_input}{saved}", every_rank=True)
         sys.exit(2)
+
+
+def check_config_files(argv: list[str]) -> None:
+    """Raise a ConfigError naming the ``--config`` file (and the line) that is not a YAML mapping of options.
+
+    jsonargparse says ``Problems parsing config`` or ``Unexpected config`` without the file's name, and
+    composed configs include others (their ``config:`` key, relative to the including file's folder).
+    """
+    given = [argv[i + 1] for i, arg in enumerate(argv[:-1]) if arg in ("--config", "-c")]
+    given += [arg.split("=", 1)[1] for arg in argv if arg.startswith("--config=")]
+    for name in given:
+        _check_config_file(Path(name), None, set())
+
+
+def _check_config_file(path: Path, included_by: Optional[Path], seen: set[Path]) -> None:
+    if not path.is_file() or path.resolve() in seen:
+        return  # not a file (jsonargparse reports it), or already read
+    seen.add(path.resolve())
+    where = f"--config {path}" if included_by is None else f"--config {included_by}: the config it includes, {path},"
+    try:
+        loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.MarkedYAMLError as error:
+        mark = error.problem_mark or error.context_mark
+        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        raise ConfigError(f"{where} is not valid YAML{at}: {error.problem or error.context}") from None
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as error:
+        raise ConfigError(f"{where} cannot be read: {error}") from None
+    if loaded is None:
+        raise ConfigError(f"{where} is empty; a config is a mapping of options (key: value)")
+    if not isinstance(loaded, dict):
+        raise ConfigError(f"{where} holds a {type(loaded).__name__}, not a mapping of options (key: value)")
+    included = loaded.get("config")
+    for name in included if isinstance(included, list) else [included]:
+        if isinstance(name, str):
+            _check_config_file(path.parent / name, path, seen)
 
 
 class KeepFirstConfig(SaveConfigCallback):

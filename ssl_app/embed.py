@@ -38,10 +38,9 @@ from ssl_app.errors import ConfigError, OutputError
 from ssl_app.export import OneLineParser, TrainedEncoder, check_output, load_encoder, parse_or_exit
 from ssl_app.normalisation import KEYS, settle_input, shown
 from ssl_app.runs.atomic import atomic_file
+from ssl_app.trust import is_known_class
 
 SPLITS = ("train", "val", "test")
-#: Modules a checkpoint's config may name for its datamodule (importing a module runs its code).
-TRUSTED_PACKAGES = ("ssl_app", "callbacks", "datamodules")
 
 
 @dataclass
@@ -143,7 +142,7 @@ def run_data(encoder: TrainedEncoder, split: str, batch_size: int, num_workers: 
     config = encoder.config["data"]  # type: ignore[index]
     class_path = config["class_path"]
     module = class_path.rpartition(".")[0]
-    if module.split(".")[0] not in TRUSTED_PACKAGES and module not in sys.modules:
+    if not is_known_class(class_path):  # load_checkpoint refused it already; importing a module runs its code
         raise ConfigError(
             f"--ckpt: the run's datamodule {class_path} is not part of ssl_app; embed its data from Python after "
             f"`import {module}`, or pass --data PATH"

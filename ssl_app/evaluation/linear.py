@@ -18,7 +18,6 @@ Two paths, the same model and metrics (pair it with ``datamodules.LinearEvalData
 from __future__ import annotations
 
 import importlib
-import sys
 from typing import Any, Literal, Optional
 
 import lightning as L
@@ -54,14 +53,14 @@ def load_method(checkpoint: str) -> L.LightningModule:
     """
     from ssl_app.checkpointing import checkpoint_method, load_checkpoint
     from ssl_app.methods import ContrastiveMethod  # methods import losses; keep this module light
+    from ssl_app.trust import is_known_class
 
     saved = load_checkpoint(checkpoint, option="LinearProbe: checkpoint")
     class_path = checkpoint_method(saved)
     if not class_path:
         raise ConfigError(f"LinearProbe: {checkpoint} is not a checkpoint written by python -m ssl_app fit (it names no method)")
     module_name, _, class_name = class_path.rpartition(".")
-    if module_name.split(".")[0] not in ("ssl_app", "callbacks", "datamodules") and module_name not in sys.modules:
-        # Importing a module a file names runs that module's code: only ours, or one already imported.
+    if not is_known_class(class_path):  # load_checkpoint refused it already; importing a module runs its code
         raise ConfigError(
             f"LinearProbe: {checkpoint} was written by {class_path}, whose module is not imported; to trust it, run the "
             f"probe from Python after `import {module_name}`"

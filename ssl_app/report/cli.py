@@ -8,6 +8,7 @@ error (no such directory, no run in it) is one line ``error: ...`` on stderr, ex
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,6 +42,9 @@ def make_report(runs_dir: Path, out_dir: Path | None = None, title: str | None =
     paper's Table 1 (``ssl_app.report.reference``)."""
     if reference is not None and reference not in REFERENCES:
         raise ConfigError(f"reference {reference!r} is not known; choose one of {', '.join(REFERENCES)}")
+    out_dir = out_dir if out_dir is not None else runs_dir / "report"
+    if out_dir.exists() and not out_dir.is_dir():
+        raise ConfigError(f"--out {out_dir} is a file, not a folder; name a folder for table.md, table.csv and the figures")
     study = load_study(runs_dir)
     runs = study.runs
     configurations = group_runs(runs)
@@ -50,13 +54,27 @@ def make_report(runs_dir: Path, out_dir: Path | None = None, title: str | None =
         raise ConfigError(
             f"no finished run under {str(runs_dir)!r}: {len(runs)} run(s), none done with an event file ({statuses})"
         )
-    out_dir = out_dir if out_dir is not None else runs_dir / "report"
-    out_dir.mkdir(parents=True, exist_ok=True)
+    make_out_dir(out_dir)
     markdown = markdown_table(rows, configurations, title, study.orphans, reference)
     (out_dir / TABLE_MD).write_text(markdown, encoding="utf-8")
     write_csv(rows, out_dir / TABLE_CSV, reference)
     figures = draw_all(rows, out_dir, title, matches(rows) if reference else None)
     return Report(markdown=markdown, csv_path=out_dir / TABLE_CSV, figures=figures)
+
+
+def make_out_dir(out_dir: Path) -> None:
+    """``out_dir`` and its parents, or a ConfigError naming it (a path that cannot be made); a failed
+    attempt removes the parents it made."""
+    created = out_dir.absolute()
+    while not created.parent.exists():
+        created = created.parent
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        if created.is_dir() and created != out_dir.absolute():
+            shutil.rmtree(created, ignore_errors=True)
+        where = f" ({error.filename})" if error.filename and str(error.filename) != str(out_dir) else ""
+        raise ConfigError(f"--out {out_dir}: cannot create it{where}: {error.strerror or error}") from None
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

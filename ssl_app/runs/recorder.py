@@ -18,6 +18,7 @@ Only global rank 0 writes; the other ranks keep the config for their checkpoints
 
 from __future__ import annotations
 
+import errno
 import math
 import os
 from collections.abc import Callable
@@ -140,9 +141,9 @@ def claim(logger: Any, next_name: Optional[NextName]) -> Path:
     """The logger's folder, created by this call when the version is automatic (``next_name``)."""
     folder = Path(logger.log_dir)
     if next_name is None:
-        folder.mkdir(parents=True, exist_ok=True)
+        _make_folder(folder)
         return folder
-    folder.parent.mkdir(parents=True, exist_ok=True)
+    _make_folder(folder.parent)
     for _ in range(1000):
         try:
             folder.mkdir()
@@ -151,6 +152,25 @@ def claim(logger: Any, next_name: Optional[NextName]) -> Path:
             logger._version = next_name(folder.parent)  # Lightning's loggers keep the chosen version here
             folder = Path(logger.log_dir)
     raise ConfigError(f"could not claim a free run folder under {folder.parent}")
+
+
+#: Why a run folder cannot be made that no folder permission explains: a missing or unwritable root
+#: (``/proc``), a file in the way, a name or path too long for the filesystem.
+_UNMAKEABLE = {errno.ENOENT, errno.ENOTDIR, errno.EEXIST, errno.ENAMETOOLONG, errno.EINVAL}
+
+
+def _make_folder(folder: Path) -> None:
+    """``folder`` and its parents, or a ConfigError naming it (a permission or a full disk: OutputError, ssl_app.cli)."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        if error.errno not in _UNMAKEABLE:
+            raise
+        where = f" ({error.filename})" if error.filename and str(error.filename) != str(folder) else ""
+        raise ConfigError(
+            f"trainer.logger: cannot create the run folder {folder}{where}: {error.strerror} "
+            "(check trainer.logger.init_args.save_dir, name and version)"
+        ) from None
 
 
 def is_own_folder(folder: Path, checkpoint: str, run_id: Optional[str]) -> bool:
