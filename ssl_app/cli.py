@@ -56,6 +56,7 @@ from ssl_app.checkpointing import (
     LAST_CHECKPOINT,
     AtomicCheckpointIO,
     ConfigWinsOnResume,
+    FitOnlyCheckpointState,
     InterruptCheckpoint,
     check_state_dict,
     checkpoint_method,
@@ -666,6 +667,7 @@ def trainer_defaults(interrupt: InterruptCheckpoint | None = None, recorder: Run
             interrupt or InterruptCheckpoint(),
             recorder or RunRecorder(),
             ConfigWinsOnResume(),
+            FitOnlyCheckpointState(),
         ],
     }
 

@@ -59,6 +59,14 @@ KNOWN_WARNINGS: tuple[KnownWarning, ...] = (
         "and per-epoch values at every epoch's end; only short runs (the quickstart, smoke tests) meet it",
     ),
     KnownWarning(
+        r"Checkpoint directory .* exists and is not empty\.",
+        UserWarning,
+        "Lightning's ModelCheckpoint.setup, for a fit whose checkpoint folder already holds a file",
+        "a fresh run gets a new version folder, so the folder holds files only on a resume, which continues in "
+        "the checkpoint's own run by design (the file it resumes from is one of them); ModelCheckpoint removes only "
+        "the files it wrote itself",
+    ),
+    KnownWarning(
         IDENTICAL_VALUE_ADVICE,
         UserWarning,  # Lightning's PossibleUserWarning, a UserWarning (not imported: the report stays light)
         "Lightning, for a value logged per epoch without sync_dist under DDP (the metrics/ and lt/ tags)",
