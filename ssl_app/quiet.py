@@ -7,6 +7,12 @@ message (a regular expression matched at the message's start, with its category 
 warning that is not listed here, or the same category with another message, still shows. Nothing
 is installed at import time; the filters end with the command.
 
+Avoided at their source instead, so not listed: Lightning's "`weights_only` was not set" when an
+interrupted fit saves (``checkpointing.save_last`` says ``weights_only=False``), ModelCheckpoint's
+"The dirpath has changed" in ``validate``/``test`` (``checkpointing.FitOnlyCheckpointState``), and
+Lightning's and torch's advice on DataLoader workers (``num_workers: null``, the default, fits the
+machine: ``datamodules.base.default_num_workers``; an explicit value is the user's, advice included).
+
 Not listed: matplotlib's layout warnings from the report's figures (none was seen in a report of
 21 configurations; a figure whose layout failed is worth hearing about).
 """
