@@ -5,6 +5,7 @@
 - :class:`InterruptCheckpoint`: SIGINT (Ctrl-C) and SIGTERM (pre-emption) during ``fit`` stop
   the run after the current step, on every rank at the same step, and write ``last.ckpt`` of
   that step (model, optimiser, scheduler, queue/bank, callback state, loop counters).
+- :class:`FitOnlyCheckpointState`: ``validate``/``test`` leave the checkpoint's ModelCheckpoint state unread.
 - :func:`find_last_checkpoint`, :func:`load_checkpoint`, :func:`check_state_dict`: what the CLI
   needs to resolve and vet ``--ckpt_path`` before a run folder is created.
 """
