@@ -8,7 +8,7 @@ warning that is not listed here, or the same category with another message, stil
 is installed at import time; the filters end with the command.
 
 Avoided at their source instead, so not listed: Lightning's "`weights_only` was not set" when an
-interrupted fit saves (``checkpointing.save_last`` says ``weights_only=False``), ModelCheckpoint's
+interrupted fit saves (``checkpointing.save_last`` says it saves the full state), ModelCheckpoint's
 "The dirpath has changed" in ``validate``/``test`` (``checkpointing.FitOnlyCheckpointState``), and
 Lightning's and torch's advice on DataLoader workers (``num_workers: null``, the default, fits the
 machine: ``datamodules.base.default_num_workers``; an explicit value is the user's, advice included).
