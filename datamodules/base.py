@@ -9,6 +9,7 @@ from typing import Any, Literal, Optional, get_args
 
 import torch
 from lightning import LightningDataModule
+from lightning.fabric.utilities.data import suggested_max_num_workers
 from lightning.pytorch.utilities import rank_zero_info
 from torch.utils.data import DataLoader, Dataset, Subset
 
@@ -39,6 +40,8 @@ AugmentOn = Literal["workers", "workers_batched", "device"]
 #: Training views per sample when the method does not say (``train_views``): SimCLR and MoCo use 2.
 DEFAULT_TRAIN_VIEWS = 2
 SPLITS: tuple[str, ...] = get_args(Split)
+#: The most DataLoader workers per process that ``num_workers: null`` gives.
+MAX_DEFAULT_WORKERS = 4
 
 # Which splits each Trainer stage needs (``None``: every split).
 _STAGE_SPLITS: dict[Optional[str], tuple[str, ...]] = {
@@ -101,7 +104,8 @@ class ContrastiveDataModule(LightningDataModule):
 
     Args:
         batch_size: samples per batch and per process.
-        num_workers: DataLoader worker processes (0: load in the main process).
+        num_workers: DataLoader worker processes (0: load in the main process); ``None``: what fits the
+            machine (:func:`default_num_workers`, resolved again at ``setup`` for the Trainer's processes).
         augmentation: the view pipeline (and the matching eval pipeline).
         val_seed: seed of the deterministic val/test views.
         pin_memory: pin host memory for faster GPU copies; ``None``: when CUDA is available.
@@ -121,7 +125,7 @@ class ContrastiveDataModule(LightningDataModule):
     def __init__(
         self,
         batch_size: int = 256,
-        num_workers: int = 2,
+        num_workers: Optional[int] = None,
         augmentation: ViewAugmentation = ViewAugmentation(),
         val_seed: int = 0,
         pin_memory: Optional[bool] = None,
@@ -132,7 +136,8 @@ class ContrastiveDataModule(LightningDataModule):
         super().__init__()
         name = type(self).__name__
         batch_size = check_int(batch_size, f"{name}: batch_size")
-        num_workers = check_int(num_workers, f"{name}: num_workers", minimum=0)
+        self.workers_from_machine = num_workers is None
+        num_workers = default_num_workers() if num_workers is None else check_int(num_workers, f"{name}: num_workers", minimum=0)
         val_seed = check_int(val_seed, f"{name}: val_seed", minimum=0)
         self.imbalance_factor = check_imbalance_factor(imbalance_factor, f"{name}: imbalance_factor")
         self.imbalance_seed = check_int(imbalance_seed, f"{name}: imbalance_seed", minimum=0)
@@ -250,6 +255,7 @@ class ContrastiveDataModule(LightningDataModule):
         except NotImplementedError:
             pass
         info["split_sizes"] = {split: len(data) for split, data in self._datasets.items()}  # type: ignore[arg-type]
+        info["num_workers"] = self.num_workers
         if self.imbalance_factor != 1.0:
             info["imbalance"] = {"factor": self.imbalance_factor, "seed": self.imbalance_seed}
         return info
@@ -257,6 +263,8 @@ class ContrastiveDataModule(LightningDataModule):
     def setup(self, stage: Optional[str] = None) -> None:
         # Build the splits the stage needs now, so missing or broken data fails before training.
         splits = _STAGE_SPLITS.get(stage, SPLITS)
+        if self.workers_from_machine and self.trainer is not None:
+            self.num_workers = default_num_workers(self.trainer.num_devices)
         for split in splits:
             self.dataset(split)  # type: ignore[arg-type]
         if "train" in splits:
@@ -435,6 +443,18 @@ class ContrastiveDataModule(LightningDataModule):
             persistent_workers=persistent and workers > 0,
             collate_fn=collate_fn,
         )
+
+
+def default_num_workers(processes: int = 1) -> int:
+    """DataLoader workers per process for ``num_workers: null``: min(4, Lightning's suggestion).
+
+    Lightning suggests ``usable cores // processes on the machine - 1`` (at least 1; the cores this
+    process may run on, ``os.sched_getaffinity``) and warns when a loader has fewer than 2 while it
+    suggests more; torch warns when a loader has more workers than usable cores. This value meets
+    both, so neither advice is printed. The cap keeps a many-core node's default modest; an explicit
+    value is kept as given (``configs/data/imagenet100.yaml`` sets 8).
+    """
+    return min(MAX_DEFAULT_WORKERS, suggested_max_num_workers(processes))
 
 
 def _log_dir(trainer: Any) -> Optional[str]:

@@ -89,6 +89,7 @@ class LinearEvalDataModule(LightningDataModule):
         info["data"] = self.data.describe()
         info["split_sizes"] = {name: len(self._splits[name]) for name in ("train", "val", "test") if name in self._splits}
         info["val_fraction"], info["split_seed"] = self.val_fraction, self.split_seed
+        info["num_workers"] = self.num_workers
         return info
 
     def setup(self, stage: Optional[str] = None) -> None:

@@ -5,6 +5,7 @@
 - :class:`InterruptCheckpoint`: SIGINT (Ctrl-C) and SIGTERM (pre-emption) during ``fit`` stop
   the run after the current step, on every rank at the same step, and write ``last.ckpt`` of
   that step (model, optimiser, scheduler, queue/bank, callback state, loop counters).
+- :class:`FitOnlyCheckpointState`: ``validate``/``test`` leave the checkpoint's ModelCheckpoint state unread.
 - :func:`find_last_checkpoint`, :func:`load_checkpoint`, :func:`check_state_dict`: what the CLI
   needs to resolve and vet ``--ckpt_path`` before a run folder is created.
 """
@@ -387,6 +388,26 @@ class ConfigWinsOnResume(Callback):
         self._fresh_groups, self._fresh_bases = [], []
 
 
+class FitOnlyCheckpointState(Callback):
+    """``validate`` and ``test`` of a checkpoint leave its ModelCheckpoint state unread.
+
+    Every subcommand's trainer has the CLI's ModelCheckpoint (``--checkpoint.*``: one parser for
+    all), and Lightning restores the callbacks' states whatever the stage. In an evaluation that
+    callback's folder is the evaluation's (``evaluations/validate_<n>/checkpoints``, never created:
+    an evaluation saves nothing), so it warned "The dirpath has changed" on every call about the
+    best-k bookkeeping that only a resumed ``fit`` uses. The state is dropped from the loaded copy
+    before the callbacks read it; the file is untouched.
+    """
+
+    def on_load_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]) -> None:
+        states = checkpoint.get("callbacks")
+        if trainer.state.fn == TrainerFn.FITTING or not isinstance(states, dict):
+            return
+        for callback in trainer.callbacks:
+            if isinstance(callback, ModelCheckpoint):
+                states.pop(callback.state_key, None)
+
+
 def save_last(trainer: L.Trainer) -> str:
     """Write ``last.ckpt`` of the current state into the ModelCheckpoint folder; return its path."""
     callback = trainer.checkpoint_callback
@@ -395,7 +416,7 @@ def save_last(trainer: L.Trainer) -> str:
         callback.last_model_path = path  # part of the saved callback state
     else:
         path = os.path.join(trainer.default_root_dir, "checkpoints", "last.ckpt")
-    trainer.save_checkpoint(path)
+    trainer.save_checkpoint(path, weights_only=False)  # the full state, to resume from; said, so Lightning says nothing
     return path
 
 

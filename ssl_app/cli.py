@@ -57,6 +57,7 @@ from ssl_app.checkpointing import (
     LAST_CHECKPOINT,
     AtomicCheckpointIO,
     ConfigWinsOnResume,
+    FitOnlyCheckpointState,
     InterruptCheckpoint,
     check_state_dict,
     checkpoint_method,
@@ -728,6 +729,7 @@ def trainer_defaults(interrupt: InterruptCheckpoint | None = None, recorder: Run
             interrupt or InterruptCheckpoint(),
             recorder or RunRecorder(),
             ConfigWinsOnResume(),
+            FitOnlyCheckpointState(),
         ],
     }
 

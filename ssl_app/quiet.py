@@ -7,6 +7,12 @@ message (a regular expression matched at the message's start, with its category 
 warning that is not listed here, or the same category with another message, still shows. Nothing
 is installed at import time; the filters end with the command.
 
+Avoided at their source instead, so not listed: Lightning's "`weights_only` was not set" when an
+interrupted fit saves (``checkpointing.save_last`` says it saves the full state), ModelCheckpoint's
+"The dirpath has changed" in ``validate``/``test`` (``checkpointing.FitOnlyCheckpointState``), and
+Lightning's and torch's advice on DataLoader workers (``num_workers: null``, the default, fits the
+machine: ``datamodules.base.default_num_workers``; an explicit value is the user's, advice included).
+
 Not listed: matplotlib's layout warnings from the report's figures (none was seen in a report of
 21 configurations; a figure whose layout failed is worth hearing about).
 """
@@ -57,6 +63,14 @@ KNOWN_WARNINGS: tuple[KnownWarning, ...] = (
         "Lightning's fit loop, when an epoch has fewer batches than trainer.log_every_n_steps",
         "the step counter runs across epochs, so per-step values are still logged every log_every_n_steps steps "
         "and per-epoch values at every epoch's end; only short runs (the quickstart, smoke tests) meet it",
+    ),
+    KnownWarning(
+        r"Checkpoint directory .* exists and is not empty\.",
+        UserWarning,
+        "Lightning's ModelCheckpoint.setup, for a fit whose checkpoint folder already holds a file",
+        "a fresh run gets a new version folder, so the folder holds files only on a resume, which continues in "
+        "the checkpoint's own run by design (the file it resumes from is one of them); ModelCheckpoint removes only "
+        "the files it wrote itself",
     ),
     KnownWarning(
         IDENTICAL_VALUE_ADVICE,

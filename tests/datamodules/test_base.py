@@ -90,6 +90,37 @@ def test_bad_loader_values_are_named(kwargs, option):
         SyntheticDataModule(**kwargs)
 
 
+@pytest.mark.parametrize("processes", [1, 2, 8])
+@pytest.mark.parametrize("cores", [1, 2, 3, 4, 16, 64])
+def test_the_default_num_workers_draws_no_advice_from_lightning_or_torch(cores, processes, monkeypatch):
+    """Catches a default that makes Lightning advise more workers (fewer than 2 while it suggests more)
+    or torch warn of more workers than usable cores, on machines of 1 to 64 cores and 1 to 8 processes
+    (main: 2 workers, too many on 1 core; the configs' 4 on 2 cores printed torch's warning per loader)."""
+    import warnings
+
+    from lightning.pytorch.trainer.connectors.data_connector import _worker_check
+
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: set(range(cores)), raising=False)
+    dm = SyntheticDataModule(train_size=40, val_size=21, test_size=10, batch_size=8)
+    dm.trainer = SimpleNamespace(num_devices=processes, reload_dataloaders_every_n_epochs=0, world_size=processes)
+    dm.setup("validate")
+    loader = dm.val_dataloader()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        _worker_check(dm.trainer, loader, "val_dataloader")
+        loader.check_worker_number_rationality()
+    assert not [str(w.message) for w in caught], (loader.num_workers, [str(w.message) for w in caught])
+    assert dm.describe()["num_workers"] == loader.num_workers <= 4
+
+
+def test_an_explicit_num_workers_is_kept(monkeypatch):
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: set(range(16)), raising=False)
+    dm = SyntheticDataModule(train_size=40, val_size=21, test_size=10, batch_size=8, num_workers=3)
+    dm.trainer = SimpleNamespace(num_devices=8)
+    dm.setup("validate")
+    assert dm.num_workers == dm.val_dataloader().num_workers == 3
+
+
 class ViewCounter(LightningModule):
     """A stand-in method that records how many views each train/val batch carries."""
 

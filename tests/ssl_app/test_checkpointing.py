@@ -102,3 +102,40 @@ def test_a_non_finite_state_is_never_written_and_the_previous_checkpoint_stays(t
     AtomicCheckpointIO().save_checkpoint({"state_dict": {"loss.log_prior": torch.tensor([0.0, float("-inf")])}}, target)
     assert torch.load(target, weights_only=True)["state_dict"]["loss.log_prior"][1] == float("-inf")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["last.ckpt"]
+
+
+def _fit_only_trainer(tmp_path, callback, **overrides):
+    from ssl_app.checkpointing import FitOnlyCheckpointState
+    from tests.helpers import tiny_trainer
+
+    return tiny_trainer(tmp_path, callbacks=[callback, FitOnlyCheckpointState()], enable_checkpointing=True, **overrides)
+
+
+def _dirpath_warnings(action, *args, **kwargs) -> list[str]:
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        action(*args, **kwargs)
+    return [str(w.message) for w in caught if "dirpath has changed" in str(w.message)]
+
+
+def test_validate_and_test_leave_the_checkpoint_s_model_checkpoint_state_unread_and_a_fit_reads_it(tmp_path):
+    """Catches ModelCheckpoint's "The dirpath has changed" back in an evaluation (its folder is the
+    evaluation's, so the checkpoint's best-k state never matches it), and a resumed fit no longer
+    restoring that state (it still warns when its folder is another)."""
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    from tests.callbacks.helpers import tiny_model
+    from tests.helpers import tiny_data
+
+    data = tiny_data()
+    _fit_only_trainer(tmp_path, ModelCheckpoint(dirpath=tmp_path / "run", save_last=True), max_steps=2).fit(tiny_model(), data)
+    last = str(tmp_path / "run" / "last.ckpt")
+    for stage in ("validate", "test"):
+        evaluation = ModelCheckpoint(dirpath=tmp_path / "evaluation")
+        trainer = _fit_only_trainer(tmp_path, evaluation, limit_val_batches=1, limit_test_batches=1)
+        assert _dirpath_warnings(getattr(trainer, stage), tiny_model(), data, ckpt_path=last, weights_only=True) == []
+        assert evaluation.best_model_path == "" and not (tmp_path / "evaluation").exists()
+    resumed = _fit_only_trainer(tmp_path, ModelCheckpoint(dirpath=tmp_path / "moved"), max_steps=3)
+    assert _dirpath_warnings(resumed.fit, tiny_model(), data, ckpt_path=last, weights_only=True)

@@ -3,16 +3,22 @@
 from __future__ import annotations
 
 import logging
+import os
+import re
+import signal
 import subprocess
 import sys
 import warnings
+from pathlib import Path
+from typing import Any
 
 import pytest
+from lightning.pytorch.callbacks import Callback
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.plugins.hparams import plugin_data_pb2
 
 from ssl_app.quiet import KNOWN_NOTICES, KNOWN_WARNINGS, PROBE_WARNINGS, known_noise_silenced
-from tests.ssl_app.test_cli import QUICKSTART, TINY, only_version_dir
+from tests.ssl_app.test_cli import QUICKSTART, REPO, only_version_dir, scalar_values
 
 #: What each known message prints, as a user sees it (for the end-to-end check).
 PRINTED = ("LeafSpec", "litlogger", "smaller than the logging interval", "It is recommended to use `self.log(")
@@ -117,28 +123,34 @@ def test_the_cloud_logger_tip_is_dropped_and_other_notices_pass(tmp_path):
     assert collect.messages and not any("litlogger" in message for message in collect.messages), collect.messages
 
 
-@pytest.mark.slow
-def test_a_quickstart_run_prints_its_summary_and_none_of_the_known_warnings(tmp_path):
-    """The quickstart in a process of its own (a fresh one: a warning shown once per process is not
-    hidden by an earlier test), with the config's log_every_n_steps (5) above the 2 batches of an
-    epoch and the progress bar on, as a first user runs it. Catches any known warning printed, a
-    missing summary or run folder, and Lightning's hp_metric placeholder taking the HParams tab."""
-    args = [arg for arg in TINY if not arg.startswith(("--trainer.log_every_n_steps", "--trainer.enable_progress_bar"))]
+@pytest.fixture(scope="module")
+def quickstart(tmp_path_factory) -> tuple[subprocess.CompletedProcess, Path]:
+    """The README's quickstart command, whole (10 epochs, 2,000 images, the progress bar on), in a
+    process of its own (a fresh one: a warning shown once per process is not hidden by an earlier
+    test), as a first user runs it; its result and its run folder."""
+    workdir = tmp_path_factory.mktemp("quickstart")
     result = subprocess.run(
-        [sys.executable, "-m", "ssl_app", "fit", "--config", QUICKSTART, *args],
-        cwd=tmp_path,
+        [sys.executable, "-m", "ssl_app", "fit", "--config", QUICKSTART],
+        cwd=workdir,
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=600,
     )
     assert result.returncode == 0, result.stderr[-3000:]
+    return result, only_version_dir(workdir / "runs")
+
+
+@pytest.mark.slow
+def test_a_quickstart_run_prints_its_summary_and_none_of_the_known_warnings(quickstart):
+    """The whole quickstart with its progress bar, as the README runs it. Catches any known warning
+    printed, a missing summary or run folder, and Lightning's hp_metric placeholder taking the HParams tab."""
+    result, run = quickstart
     printed = result.stdout + result.stderr
     for text in PRINTED:
         assert text not in printed, f"{text!r} printed:\n{printed[-3000:]}"
     # Any other warning: list it in ssl_app/quiet.py with why it is harmless, or remove its cause.
     assert "Warning" not in result.stderr, result.stderr
-    run = only_version_dir(tmp_path / "runs")
-    assert "fit done, finished at epoch 2, step 4: runs/quickstart/version_0\n" in result.stdout, result.stdout[-2000:]
+    assert "fit done, finished at epoch 10, step 150: runs/quickstart/version_0\n" in result.stdout, result.stdout[-2000:]
     for header in ("kNN (%)", "uniformity", "tolerance", "effective rank"):
         assert f"\n  {header} " in result.stdout, result.stdout[-2000:]
     events = EventAccumulator(str(run))
@@ -146,3 +158,93 @@ def test_a_quickstart_run_prints_its_summary_and_none_of_the_known_warnings(tmp_
     content = events.PluginTagToContent("hparams")["_hparams_/experiment"]
     names = {info.name.tag for info in plugin_data_pb2.HParamsPluginData.FromString(content).experiment.metric_infos}
     assert "final/metrics/knn_acc" in names and "hp_metric" not in names, names
+
+
+#: The README's sentence with the quickstart's numbers (section "Quickstart (offline, CPU)"), one place to update
+#: (matched with its line breaks as spaces).
+README_NUMBERS = re.compile(
+    r"the kNN accuracy on held-out shapes climbs from (?P<knn_first>[\d.]+) to (?P<knn_last>[\d.]+) \(chance: 0\.10\) "
+    r"and uniformity \(on clean images\) from (?P<uniformity_first>\d\.\d+) to (?P<uniformity_last>\d\.\d+)"
+)
+
+
+@pytest.mark.slow
+def test_the_readme_s_quickstart_numbers_are_this_run_s(quickstart):
+    """The kNN accuracy's and the uniformity's first and last epoch values the README states, each at
+    the precision it is written with, against the quickstart run above (deterministic on the CPU: the
+    same values twice). Catches a change to the method, the data or the views that leaves the README's
+    numbers stale; the message gives the values to write."""
+    _, run = quickstart
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    found = README_NUMBERS.search(" ".join(text.split()))  # the sentence wraps anywhere
+    assert found, f"README.md no longer has the sentence {README_NUMBERS.pattern!r}"
+    knn, uniformity = scalar_values(run, "metrics/knn_acc"), scalar_values(run, "metrics/uniformity")
+    measured = {"knn_first": knn[0], "knn_last": knn[-1], "uniformity_first": uniformity[0], "uniformity_last": uniformity[-1]}
+    stale = {}
+    for key, value in measured.items():
+        stated = found[key]
+        decimals = len(stated.partition(".")[2])
+        if f"{value:.{decimals}f}" != stated:
+            stale[key] = (stated, f"{value:.{decimals}f}")
+    assert not stale, (
+        f"README.md's quickstart numbers are not this version's ({stale}: stated, measured); write: "
+        f"climbs from {knn[0]:.2f} to {knn[-1]:.3f} (chance: 0.10) and uniformity (on clean images) "
+        f"from {uniformity[0]:.2f} to {uniformity[-1]:.3f}"
+    )
+
+
+#: What the edges of a run printed before they were avoided at their source or listed in ssl_app/quiet.py.
+EDGE_MESSAGES = (
+    "`weights_only` was not set",  # Lightning, saving the interrupted fit's last.ckpt
+    "exists and is not empty",  # ModelCheckpoint, on every resume (the run's own checkpoint folder)
+    "The dirpath has changed",  # ModelCheckpoint's state restored by validate/test
+    "worker processes in total",  # torch: more DataLoader workers than cores
+    "does not have many workers",  # Lightning: fewer workers than it suggests
+)
+
+
+@pytest.mark.slow
+def test_fit_interrupt_resume_validate_and_test_print_none_of_the_known_messages(tmp_path):
+    """The quickstart config's own data loading (no num_workers given) on this machine, in real processes:
+    a fit stopped by SIGTERM after step 2, resumed with ``--ckpt_path last``, then validate and test of
+    its last.ckpt. Catches any of the messages a user met at these edges (and any known one) printed."""
+    from tests.ssl_app.test_interrupt import env
+
+    small = [
+        "--trainer.max_epochs=2",
+        "--trainer.limit_train_batches=3",
+        "--trainer.limit_val_batches=1",
+        "--trainer.enable_progress_bar=false",
+        "--data.init_args.train_size=64",
+        "--data.init_args.val_size=32",
+        "--data.init_args.test_size=32",
+        "--data.init_args.batch_size=16",
+    ]
+    fit = ["fit", "--config", QUICKSTART, *small, f"--trainer.callbacks+={__name__}.StopAfterStep"]
+    printed = []
+
+    def run(args: list[str], code: int = 0) -> None:
+        result = subprocess.run([sys.executable, "-m", "ssl_app", *args], cwd=tmp_path, env=env(), capture_output=True,
+                                text=True, timeout=300)  # fmt: skip
+        assert result.returncode == code, result.stderr[-3000:]
+        printed.append(f"$ {' '.join(args[:1])}\n{result.stdout}{result.stderr}")
+
+    run(fit, code=143)
+    assert "Interrupted by SIGTERM at epoch 0, step 2" in printed[-1], printed[-1][-3000:]
+    run([*fit, "--ckpt_path=last"])
+    last = tmp_path / "runs" / "quickstart" / "version_0" / "checkpoints" / "last.ckpt"
+    for command in ("validate", "test"):
+        run([command, "--config", QUICKSTART, *small, f"--ckpt_path={last}"])
+    everything = "\n".join(printed)
+    for text in (*EDGE_MESSAGES, *PRINTED):
+        assert text not in everything, f"{text!r} printed:\n{everything[-6000:]}"
+    assert "Warning" not in everything, everything[-6000:]
+    assert not (tmp_path / "runs" / "quickstart" / "version_0" / "evaluations" / "validate_0" / "checkpoints").exists()
+
+
+class StopAfterStep(Callback):
+    """SIGTERM to its own process after step 2 of a fresh fit (as a scheduler's pre-emption would, mid-epoch)."""
+
+    def on_train_batch_end(self, trainer: Any, *args: Any) -> None:
+        if trainer.global_step == 2 and trainer.ckpt_path is None:
+            os.kill(os.getpid(), signal.SIGTERM)
