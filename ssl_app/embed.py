@@ -35,10 +35,10 @@ import torch.nn.functional as F
 from torch.utils.data import DataLoader, Dataset
 
 from ssl_app.errors import ConfigError, OutputError
-from ssl_app.export import OneLineParser, TrainedEncoder, check_output, load_encoder, parse_or_exit
+from ssl_app.export import OneLineParser, TrainedEncoder, add_import_option, check_output, load_encoder, parse_or_exit
 from ssl_app.normalisation import KEYS, settle_input, shown
 from ssl_app.runs.atomic import atomic_file
-from ssl_app.trust import is_known_class
+from ssl_app.trust import import_trusted, is_known_class
 
 SPLITS = ("train", "val", "test")
 
@@ -267,6 +267,7 @@ def parser() -> OneLineParser:
     parser.add_argument("--num-workers", type=int, default=None, help="DataLoader workers (default: the run's; 0 for --data)")
     parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto", help="auto: cuda when available")
     parser.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
+    add_import_option(parser)
     return parser
 
 
@@ -288,6 +289,7 @@ def main(args: Sequence[str], out: Any = None, err: Any = None) -> int:
             missing = not Path(options.data).exists()
             raise ConfigError(f"--data: no such folder: {options.data}" if missing else f"--data: {options.data} is not a folder")
         device = choose_device(options.device)
+        import_trusted(options.imports)
         encoder = load_encoder(options.ckpt)
         if options.projections and encoder.head is None:
             raise ConfigError(f"--projections: {options.ckpt} has no projection head")

@@ -42,6 +42,7 @@ from ssl_app.checkpointing import checkpoint_method, load_checkpoint, output_err
 from ssl_app.errors import ConfigError, OutputError
 from ssl_app.resume import checkpoint_config, checkpoint_data
 from ssl_app.runs.atomic import atomic_file
+from ssl_app.trust import import_trusted
 
 #: The value of ``format`` in an exported file (``format_version`` counts incompatible changes).
 FILE_FORMAT = "ssl_app.encoder"
@@ -267,7 +268,17 @@ def parser() -> argparse.ArgumentParser:
                         "(no ssl_app or torchvision needed; images of the run's crop size)")  # fmt: skip
     parser.add_argument("--with-head", action="store_true", help="also export the projection head")
     parser.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
+    add_import_option(parser)
     return parser
+
+
+def add_import_option(parser: argparse.ArgumentParser) -> None:
+    """``--import MODULE`` (repeatable): the user's own modules that the checkpoint's classes live in."""
+    parser.add_argument(
+        "--import", dest="imports", action="append", metavar="MODULE",
+        help="import MODULE first (repeatable): the module of your own loss, method or datamodule that the checkpoint "
+        "names; a class path read from a checkpoint is never imported on its own",
+    )  # fmt: skip
 
 
 def main(args: Sequence[str], out: Any = None, err: Any = None) -> int:
@@ -280,6 +291,7 @@ def main(args: Sequence[str], out: Any = None, err: Any = None) -> int:
     target = Path(options.out)
     try:
         check_output(target, options.overwrite)
+        import_trusted(options.imports)
         encoder = load_encoder(options.ckpt)
         write_export(encoder, target, options.format, options.with_head)
     except ConfigError as error:

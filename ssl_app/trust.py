@@ -77,3 +77,16 @@ def check_class_paths(value: Any, what: str, bare: Optional[bool] = None) -> Non
             f"path read from a file is never imported (to trust it, import its module first, e.g. by naming it in "
             "your own config)"
         )
+
+
+def import_trusted(modules: Optional[list[str]], option: str = "--import") -> None:
+    """Import the modules the user names on the command line (``export``/``embed --import mylosses``),
+    so that a checkpoint of their own loss, method or datamodule is known: the user's word is the trust
+    a class path read from a file lacks. A module that cannot be imported is a ConfigError naming it."""
+    from ssl_app.errors import ConfigError
+
+    for name in modules or ():
+        try:
+            importlib.import_module(name)
+        except ImportError as error:
+            raise ConfigError(f"{option} {name}: cannot import it ({error})") from error

@@ -187,3 +187,25 @@ def test_a_saved_class_path_is_known_only_when_registered_or_already_imported():
         "trainer.callbacks[0].class_path",
         "nosuch.Callback",
     )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("command", ["export", "embed"])
+def test_import_names_the_users_own_module_so_its_checkpoint_is_read(trained, tmp_path, monkeypatch, command):
+    """Catches export/embed having no way to read a checkpoint of the user's own loss: its class path is
+    refused as read from the file, and accepted once the user names its module with ``--import``."""
+    name = f"own_losses_{uuid.uuid4().hex[:12]}"
+    (tmp_path / "own").mkdir()
+    (tmp_path / "own" / f"{name}.py").write_text("from ssl_app.losses import InfoNCE\n\nclass MyLoss(InfoNCE):\n    pass\n")
+    monkeypatch.syspath_prepend(str(tmp_path / "own"))
+    checkpoint = name_in_saved_config(trained, tmp_path / "own.ckpt", "loss", f"{name}.MyLoss")
+    monkeypatch.chdir(tmp_path)
+    module = {"export": export, "embed": embed}[command]
+    out = ["--out", str(tmp_path / f"{command}.out")]
+    code, err = run_own(module, ["--ckpt", str(checkpoint), *out])
+    assert code == 2 and f"{name}.MyLoss" in err and name not in sys.modules
+    code, err = run_own(module, ["--ckpt", str(checkpoint), *out, "--import", name])
+    assert code == 0, err
+    assert (tmp_path / f"{command}.out").is_file()
+    code, err = run_own(module, ["--ckpt", str(checkpoint), *out, "--overwrite", "--import", "no_such_module_here"])
+    assert code == 2 and error_line(err).startswith("error:") and "--import no_such_module_here" in err
