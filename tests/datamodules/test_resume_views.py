@@ -9,7 +9,10 @@ with a stub Trainer, as in ``test_resume_order.py``'s sampler test.
 
 from __future__ import annotations
 
+import os
 import signal
+import subprocess
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -142,3 +145,68 @@ def test_ddp_ranks_together_see_the_one_process_batch_and_its_views(augment_on):
     for shard in ranks:
         for index, views in shard.items():
             torch.testing.assert_close(views, single[index], rtol=0, atol=1e-6)
+
+
+# --- real processes: 2 gloo ranks through the CLI against one process ---------------------------
+REPO = Path(__file__).resolve().parents[2]
+DDP_ARGS = [
+    "fit",
+    "--config",
+    str(REPO / "configs" / "quickstart.yaml"),
+    "--seed_everything=11",
+    "--trainer.accelerator=cpu",
+    "--trainer.max_epochs=2",
+    "--trainer.limit_val_batches=0",
+    "--trainer.num_sanity_val_steps=0",
+    "--trainer.enable_progress_bar=false",
+    "--trainer.callbacks=[]",
+    "--data.init_args.train_size=64",
+    "--data.init_args.val_size=16",
+    "--data.init_args.test_size=16",
+    "--data.init_args.image_size=16",
+]
+
+
+class ViewDump(L.Callback):
+    """Saves ``{index: views [V, 3, H, W]}`` of each training step to ``<folder>/step<s>_rank<r>.pt``."""
+
+    def __init__(self, folder: str) -> None:
+        self.folder = Path(folder)
+
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+        views, _, indices = batch
+        stacked = torch.stack(views, dim=1).detach().cpu()
+        torch.save(dict(zip(indices.tolist(), stacked)), self.folder / f"step{trainer.global_step}_rank{trainer.global_rank}.pt")
+
+
+def cli_fit(folder: Path, *extra: str) -> None:
+    folder.mkdir()
+    dump = [f"--trainer.callbacks+={__name__}.ViewDump", f"--trainer.callbacks.folder={folder}"]
+    done = subprocess.run(
+        [sys.executable, "-m", "ssl_app", *DDP_ARGS, *dump, *extra],
+        cwd=folder,
+        env={**os.environ, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
+@pytest.mark.slow
+def test_two_gloo_ranks_see_the_one_process_views_at_every_step(tmp_path):
+    """End to end (CLI, gloo, the quickstart's ``augment_on: device``): at every step of 2 epochs the
+    2 ranks' batches of 8 together hold the samples and views of one process's batch of 16. Catches
+    anything the in-process test above stubs out (Lightning's sampler injection, the seed reaching
+    the ranks, the epoch reaching the views)."""
+    cli_fit(tmp_path / "one", "--trainer.devices=1", "--data.init_args.batch_size=16")
+    cli_fit(tmp_path / "two", "--trainer.devices=2", "--trainer.strategy=ddp", "--data.init_args.batch_size=8")
+    for step in range(1, 9):  # 4 steps per epoch
+        single = torch.load(tmp_path / "one" / f"step{step}_rank0.pt", weights_only=True)
+        ranks = [torch.load(tmp_path / "two" / f"step{step}_rank{rank}.pt", weights_only=True) for rank in range(WORLD)]
+        assert not ranks[0].keys() & ranks[1].keys(), step
+        assert ranks[0].keys() | ranks[1].keys() == single.keys(), step
+        for shard in ranks:
+            for index, views in shard.items():
+                torch.testing.assert_close(views, single[index], rtol=0, atol=1e-6)
