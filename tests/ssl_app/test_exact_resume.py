@@ -1,7 +1,9 @@
 """The README's promise, end to end: the quickstart interrupted mid-epoch by SIGTERM and resumed with
 ``--ckpt_path last`` trains on the same views, logs the same losses and ends with the same final
-metrics, to the last digit, as the uninterrupted run (the quickstart's own ``augment_on: device``);
-only the epoch mean of the training loss differs (Lightning checkpoints no epoch aggregate).
+metrics, to the last digit, as the uninterrupted run (the quickstart's own ``augment_on: device``).
+The stop is in the first of 2 epochs: Lightning checkpoints no epoch aggregate of training-step logs,
+so the *resumed* epoch's mean training loss averages only the steps after the resume (a documented
+limit, docs/failing-safely.md); every later epoch's values are whole.
 
 Real processes (``python -m ssl_app``) of ``configs/quickstart.yaml`` shortened to 2 epochs of 8 steps.
 """
@@ -24,7 +26,7 @@ import torch
 from ssl_app.runs.record import read_record
 
 REPO = Path(__file__).resolve().parents[2]
-STOP = 11  # of 16 steps: mid-epoch 1
+STOP = 5  # of 16 steps: mid-epoch 0, so the final epoch (its means too) is wholly after the resume
 ARGS = [
     "fit",
     "--config",
@@ -80,7 +82,7 @@ def test_an_interrupted_and_resumed_quickstart_ends_with_the_same_metrics(tmp_pa
     assert straight.returncode == 0, straight.stderr[-3000:]
     stopped = quickstart(resumed_dir, f"--trainer.callbacks.stop_at={STOP}")
     assert stopped.returncode == 128 + signal.SIGTERM, stopped.stderr[-3000:]
-    assert f"Interrupted by SIGTERM at epoch 1, step {STOP}" in stopped.stderr, stopped.stderr[-3000:]
+    assert f"Interrupted by SIGTERM at epoch 0, step {STOP}" in stopped.stderr, stopped.stderr[-3000:]
     resumed = quickstart(resumed_dir, "--ckpt_path=last")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
 
@@ -90,10 +92,4 @@ def test_an_interrupted_and_resumed_quickstart_ends_with_the_same_metrics(tmp_pa
     records = [read_record(folder) for folder in folders]
     assert records[0] is not None and records[1] is not None and records[1].status == "done"
     assert {"metrics/knn_acc", "metrics/uniformity"} <= records[0].results.keys(), records[0].results
-    # Lightning saves no epoch aggregate of training-step logs in a checkpoint, so the resumed epoch's
-    # mean training loss averages only the steps after the resume (each step's loss is equal: above).
-    partial = {"train/loss", "train/loss_epoch"}
-    assert {key: value for key, value in records[1].results.items() if key not in partial} == {
-        key: value for key, value in records[0].results.items() if key not in partial
-    }
-    assert records[1].results.keys() == records[0].results.keys()
+    assert records[1].results == records[0].results  # every final value, to the last digit
