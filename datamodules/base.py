@@ -29,7 +29,7 @@ from datamodules.long_tail import (
     profile_summary,
     write_class_counts,
 )
-from datamodules.multiview import Labelled, MultiViewDataset, sample_seed
+from datamodules.multiview import Labelled, MultiViewDataset
 from datamodules.resumable import ResumableDataLoader, ResumableDistributedSampler
 from ssl_app.checks import check_int
 from ssl_app.errors import ConfigError
@@ -66,10 +66,12 @@ class ContrastiveDataModule(LightningDataModule):
 
     - ``train_dataloader``: as many random views as the method consumes per step (its
       ``train_views`` attribute, 2 when it has none or no method is attached; the memory bank
-      uses 1), shuffled, ``drop_last=True``. It is a torchdata ``StatefulDataLoader``: Lightning
-      saves its place in the epoch's shuffle in every checkpoint, so a run resumed mid-epoch (with
-      the same ``num_workers``) finishes that epoch's order and then shuffles the next epochs as an
-      uninterrupted run would (``datamodules.resumable``).
+      uses 1), shuffled, ``drop_last=True``. The order and every view are a function of
+      ``(seed, epoch, index, view)`` (the run's seed; ``datamodules.keyed_draws``), on every
+      ``augment_on`` path, so they do not depend on workers, processes or what ran before. It is a
+      torchdata ``StatefulDataLoader``: Lightning saves its place in the epoch (seed, epoch,
+      samples yielded) in every checkpoint, so a run resumed mid-epoch, with any ``num_workers``,
+      sees the same batches and views as an uninterrupted run (``datamodules.resumable``).
     - ``val_dataloader`` / ``test_dataloader``: 2 augmented views that are a fixed function of
       ``(val_seed, index)``, in order, nothing dropped, so metrics are reproducible and equal
       under any number of DDP ranks or workers.
@@ -86,8 +88,9 @@ class ContrastiveDataModule(LightningDataModule):
 
     Under DDP the validation and test dataloaders get Lightning's DistributedSampler; the training
     dataloader brings its own, a :class:`~datamodules.resumable.ResumableDistributedSampler` with
-    the shards and seed Lightning's would have, whose epoch and position are part of the
-    dataloader's saved state. ``batch_size`` is per process.
+    the shards and seed Lightning's would have (in one process the same permutation, unsharded),
+    whose seed, epoch and position are part of the dataloader's saved state. ``batch_size`` is per
+    process: W processes of batch B see at each step the samples and views of one process of W · B.
 
     With ``augment_on: workers_batched`` the workers load each image once as uint8 and make the
     views of a whole batch at once (``device_augment.AugmentingCollate``), with the batched ops
@@ -162,7 +165,7 @@ class ContrastiveDataModule(LightningDataModule):
         self._datasets: dict[str, Dataset] = {}
         self._train_counts: Optional[list[int]] = None
         self._device_augmentation: Optional[BatchViewAugmentation] = None
-        self._view_generator: Optional[torch.Generator] = None
+        self._train_sampler: Optional[ResumableDistributedSampler] = None
 
     # --- what subclasses provide -------------------------------------------------------------
     @property
@@ -269,7 +272,6 @@ class ContrastiveDataModule(LightningDataModule):
             self.dataset(split)  # type: ignore[arg-type]
         if "train" in splits:
             self.save_class_counts(self.trainer)
-        self._view_generator = None  # each fit draws its device views' seed afresh (see view_generator)
 
     # --- dataloaders -------------------------------------------------------------------------
     def train_views(self) -> int:
@@ -305,21 +307,27 @@ class ContrastiveDataModule(LightningDataModule):
             "workers_batched": AugmentingCollate(self.augmentation, self.train_views()),
         }.get(self.augment_on)
         options = self._loader_options(drop_last=True, collate_fn=collate)
-        sampler = self._distributed_train_sampler(data)
+        self._train_sampler = sampler = self._train_sampler_for(data)
         with warnings.catch_warnings():
             # torchdata 0.11 calls torch.set_vital, which newer torch deprecates: noise on every run.
             warnings.filterwarnings("ignore", message="'set_vital' is deprecated", category=UserWarning)
-            return ResumableDataLoader(data, shuffle=sampler is None, sampler=sampler, **options)
+            return ResumableDataLoader(data, sampler=sampler, **options)
 
-    def _distributed_train_sampler(self, data: Dataset) -> Optional[ResumableDistributedSampler]:
-        """Under DDP, the sampler Lightning would inject (its shards and seed), made resumable; else None."""
+    def _train_sampler_for(self, data: Dataset) -> ResumableDistributedSampler:
+        """The sampler of the training order and views, keyed ``(seed, epoch, index)``: under DDP the
+        shards and seed Lightning would inject, in one process the same permutation unsharded.
+
+        The seed is the run's (``seed_everything``, which sets ``PL_GLOBAL_SEED``; 0 without one, as
+        Lightning's samplers), so seed k means the same order and views in every configuration.
+        """
         trainer = self.trainer
         connector = getattr(trainer, "_accelerator_connector", None)
+        shards: dict[str, Any] = {"num_replicas": 1, "rank": 0}
         # Lightning's own test for injecting a DistributedSampler (DataConnector._requires_distributed_sampler).
-        if connector is None or not (connector.use_distributed_sampler and connector.is_distributed):
-            return None
+        if connector is not None and connector.use_distributed_sampler and connector.is_distributed:
+            shards = trainer.distributed_sampler_kwargs
         seed = int(os.getenv("PL_GLOBAL_SEED", 0))  # the seed Lightning gives its samplers
-        return ResumableDistributedSampler(data, shuffle=True, seed=seed, **trainer.distributed_sampler_kwargs)
+        return ResumableDistributedSampler(data, shuffle=True, seed=seed, keyed=True, **shards)
 
     # --- views on the device (augment_on: device) --------------------------------------------
     def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
@@ -331,7 +339,7 @@ class ContrastiveDataModule(LightningDataModule):
         if self.augment_on != "device" or self.trainer is None or not self.trainer.training:
             return batch
         images, labels, indices = batch
-        views = self.device_augmentation(images, self.train_views(), generator=self.view_generator(images.device))
+        views = self.device_augmentation(images, self.train_views(), keys=self.view_keys(indices))
         return views, labels, indices
 
     @property
@@ -341,15 +349,13 @@ class ContrastiveDataModule(LightningDataModule):
             self._device_augmentation = BatchViewAugmentation(self.augmentation)
         return self._device_augmentation
 
-    def view_generator(self, device: torch.device) -> torch.Generator:
-        """The RNG of the device views: seeded from torch's global RNG at the first training batch of
-        a fit (so ``seed_everything`` makes runs repeat) and the process's rank, so DDP ranks, whose
-        global RNGs start equal, draw different views."""
-        if self._view_generator is None or self._view_generator.device != device:
-            seed = int(torch.randint(0, 2**62, ()))
-            rank = self.trainer.global_rank if self.trainer is not None else 0
-            self._view_generator = torch.Generator(device=device).manual_seed(sample_seed(seed, rank))
-        return self._view_generator
+    def view_keys(self, indices: torch.Tensor) -> torch.Tensor:
+        """The keys ``(seed, epoch, index)`` int64 ``[B, 3]`` of a training batch's device views, on
+        the indices' device: the seed and epoch of the sampler that drew the batch (restored from a
+        checkpoint on resume), so the views are those the worker paths would key, in any process."""
+        sampler = self._train_sampler
+        seed, epoch = (sampler.seed, sampler.epoch) if sampler is not None else (int(os.getenv("PL_GLOBAL_SEED", 0)), 0)
+        return torch.stack((torch.full_like(indices, seed), torch.full_like(indices, epoch), indices), dim=1)
 
     def val_dataloader(self) -> DataLoader:
         return self._loader(self._deterministic_views("val"), shuffle=False, drop_last=False)

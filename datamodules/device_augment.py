@@ -3,8 +3,9 @@
 :class:`BatchViewAugmentation` draws the same random views as :meth:`ViewAugmentation.train_transform`
 (random resized crop, flip, colour jitter in a random order with probability ``jitter_prob``,
 grayscale, optional blur, normalisation), with every random parameter drawn per view, on the
-images' device, in one call of the torch RNG, and applied by the batched ops of
-:mod:`datamodules.batch_ops`. No Python loop runs over the images and nothing syncs with the host,
+images' device, in one call (of the torch RNG, or of :func:`keyed_draws.keyed_uniforms` for the
+training views, which are a function of ``(seed, epoch, index, view)``), and applied by the
+batched ops of :mod:`datamodules.batch_ops`. No Python loop runs over the images and nothing syncs with the host,
 so on a GPU the views of a batch cost a few kernels instead of a CPU worker's per-image work.
 
 The worker side of this path, :class:`UnaugmentedImages` and :func:`collate_images`, only turns
@@ -23,7 +24,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 import numpy as np
 import torch
@@ -33,6 +34,7 @@ from torch.utils.data import Dataset
 
 from datamodules import batch_ops
 from datamodules.augment import ViewAugmentation
+from datamodules.keyed_draws import keyed_uniforms
 from ssl_app.errors import ConfigError
 
 # The colour jitter's ops, numbered as torchvision's ColorJitter numbers them.
@@ -41,6 +43,8 @@ BRIGHTNESS, CONTRAST, SATURATION, HUE = range(4)
 CROP_RATIO = (3.0 / 4.0, 4.0 / 3.0)
 CROP_TRIES = 10
 BLUR_SIGMA = (0.1, 2.0)
+#: U(0, 1) numbers per view: the crop's tries and place, then 13 for the rest (see ``sample``).
+PARAM_COLUMNS = 2 * CROP_TRIES + 2 + 13
 
 
 @dataclass
@@ -110,7 +114,9 @@ class BatchViewAugmentation:
 
     ``augmentation(images, num_views)`` with uint8 ``images [B, 3, H, W]`` returns ``num_views``
     float32 views ``[B, 3, crop, crop]``, normalised, every view with its own random parameters
-    (drawn from ``generator``, or the default generator of the images' device). ``sample`` and
+    (drawn from ``generator``, or the default generator of the images' device; with ``keys``,
+    int64 ``[B, 3]`` rows ``(seed, epoch, index)`` on the images' device, a function of each
+    sample's key and view number alone: ``keyed_draws.keyed_uniforms``). ``sample`` and
     ``apply`` are the two halves, for tests and for callers that pick their own parameters.
 
     Args:
@@ -123,20 +129,30 @@ class BatchViewAugmentation:
         self.jitter_on = a.jitter_prob > 0 and max(a.brightness, a.contrast, a.saturation, a.hue) > 0
         self._normalisers: dict[tuple[torch.device, torch.dtype], tuple[Tensor, Tensor]] = {}
 
-    def __call__(self, images: Tensor, num_views: int = 2, generator: Optional[torch.Generator] = None) -> list[Tensor]:
+    def __call__(
+        self, images: Tensor, num_views: int = 2, generator: Optional[torch.Generator] = None, keys: Optional[Tensor] = None
+    ) -> list[Tensor]:
         if images.dtype != torch.uint8 or images.dim() != 4 or images.shape[1] != 3:
             raise ValueError(f"BatchViewAugmentation expects uint8 images [B, 3, H, W], got {images.dtype} {tuple(images.shape)}")
         batch, _, height, width = images.shape
-        params = self.sample(num_views * batch, height, width, images.device, generator)
+        uniform = None if keys is None else keyed_uniforms(keys[:, 0], keys[:, 1], keys[:, 2], num_views, PARAM_COLUMNS)
+        params = self.sample(num_views * batch, height, width, images.device, generator, uniform)
         views = self.apply(images.float().div_(255), params, num_views)
         return list(views.unbind(0))
 
     def sample(
-        self, n: int, height: int, width: int, device: torch.device, generator: Optional[torch.Generator] = None
+        self,
+        n: int,
+        height: int,
+        width: int,
+        device: torch.device,
+        generator: Optional[torch.Generator] = None,
+        uniform: Optional[Tensor] = None,
     ) -> ViewParams:
-        """The random parameters of ``n`` views of ``height × width`` images, in one RNG call."""
+        """The random parameters of ``n`` views of ``height × width`` images, from ``uniform``
+        (U(0, 1) ``[n, PARAM_COLUMNS]``) or else one call of the RNG."""
         a = self.augmentation
-        u = torch.rand(n, 2 * CROP_TRIES + 2 + 13, device=device, generator=generator)
+        u = torch.rand(n, PARAM_COLUMNS, device=device, generator=generator) if uniform is None else uniform
         # rest: 0-3 jitter factors, 4 jitter or not, 5 flip, 6-9 keys of the jitter order, 10 gray, 11 blur, 12 sigma.
         crop, rest = u[:, : 2 * CROP_TRIES + 2], u[:, 2 * CROP_TRIES + 2 :]
         jitter = rest[:, 4] < a.jitter_prob
@@ -235,7 +251,9 @@ class UnaugmentedImages(Dataset):
     """``(image, label, index)`` of an ``(image, label)`` dataset, the image as uint8 ``[3, H, W]``.
 
     The training set of ``augment_on: device``: the views are made from these on the device.
-    PIL images are converted to RGB; a missing label becomes -1.
+    PIL images are converted to RGB; a missing label becomes -1. Given a training sampler's key
+    ``(seed, epoch, index)`` instead of an index, the item is ``(image, label, index, seed, epoch)``,
+    so that :class:`AugmentingCollate` can key the views (:func:`collate_images` drops the two).
     """
 
     def __init__(self, base: Dataset) -> None:
@@ -244,9 +262,13 @@ class UnaugmentedImages(Dataset):
     def __len__(self) -> int:
         return len(self.base)  # type: ignore[arg-type]
 
-    def __getitem__(self, index: int) -> tuple[Tensor, int, int]:
+    def __getitem__(self, index: Union[int, tuple[int, int, int]]) -> tuple[Any, ...]:
+        key = index if isinstance(index, tuple) else None
+        if key is not None:
+            index = key[2]
         image, label = self.base[index]
-        return as_uint8_chw(image), -1 if label is None else int(label), int(index)
+        item = (as_uint8_chw(image), -1 if label is None else int(label), int(index))
+        return item if key is None else (*item, int(key[0]), int(key[1]))
 
 
 def as_uint8_chw(image: Any) -> Tensor:
@@ -278,9 +300,9 @@ def check_one_size(data: Dataset, owner: str, probes: int = 16) -> None:
         )
 
 
-def collate_images(samples: list[tuple[Tensor, int, int]]) -> tuple[Tensor, Tensor, Tensor]:
-    """Stack ``(image, label, index)`` samples into ``(uint8 [B, 3, H, W], labels, indices)``."""
-    images, labels, indices = zip(*samples)
+def collate_images(samples: list[tuple[Any, ...]]) -> tuple[Tensor, Tensor, Tensor]:
+    """Stack ``(image, label, index, ...)`` samples into ``(uint8 [B, 3, H, W], labels, indices)``."""
+    images, labels, indices = tuple(zip(*samples))[:3]
     sizes = sorted({tuple(image.shape[1:]) for image in images})
     if len(sizes) > 1:
         raise ConfigError(
@@ -295,14 +317,18 @@ class AugmentingCollate:
     at once in the worker (``augment_on: workers_batched``): the batched ops of
     :class:`BatchViewAugmentation` on the CPU, beside the training step rather than between steps.
 
-    Draws from the worker's torch RNG, which the DataLoader seeds per worker and epoch (as the
-    PIL path's transforms do).
+    Samples keyed ``(image, label, index, seed, epoch)`` (the training sampler's keys) get views
+    that are a function of ``(seed, epoch, index, view)``, as on the device; plain samples draw from
+    the worker's torch RNG.
     """
 
     def __init__(self, augmentation: ViewAugmentation, num_views: int) -> None:
         self.views = BatchViewAugmentation(augmentation)
         self.num_views = num_views
 
-    def __call__(self, samples: list[tuple[Tensor, int, int]]) -> tuple[list[Tensor], Tensor, Tensor]:
+    def __call__(self, samples: list[tuple[Any, ...]]) -> tuple[list[Tensor], Tensor, Tensor]:
         images, labels, indices = collate_images(samples)
-        return self.views(images, self.num_views), labels, indices
+        keys = None
+        if len(samples[0]) == 5:
+            keys = torch.tensor([(sample[3], sample[4], sample[2]) for sample in samples], dtype=torch.int64)
+        return self.views(images, self.num_views, keys=keys), labels, indices

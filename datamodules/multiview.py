@@ -8,6 +8,8 @@ from typing import Any, Optional, Union
 import torch
 from torch.utils.data import Dataset
 
+from datamodules.keyed_draws import generator_seed
+
 # Large prime spreading (seed, index) pairs so that nearby seeds do not share per-sample streams.
 _SEED_STRIDE = 1_000_003
 _SEED_MODULUS = 2**63
@@ -35,6 +37,11 @@ class MultiViewDataset(Dataset):
             ``(seed, i)`` only, so they are identical on every call, in every process and in
             every DataLoader worker (validation under 1 or N DDP ranks sees the same views).
             The global RNG state is left untouched. ``None``: fresh random views every call.
+
+    A training sampler (``datamodules.resumable``) passes keys ``(seed, epoch, index)`` instead of
+    indices: the views of that sample are then drawn from a generator seeded with the key alone
+    (``keyed_draws.generator_seed``), whatever worker or process makes them, so a resumed run, or
+    one with another ``num_workers`` or number of processes, sees the same views.
     """
 
     def __init__(
@@ -56,16 +63,22 @@ class MultiViewDataset(Dataset):
     def __len__(self) -> int:
         return len(self.base)  # type: ignore[arg-type]
 
-    def __getitem__(self, index: int) -> tuple[tuple[torch.Tensor, ...], int, int]:
+    def __getitem__(self, index: Union[int, tuple[int, int, int]]) -> tuple[tuple[torch.Tensor, ...], int, int]:
+        seed: Optional[int] = None
+        if isinstance(index, tuple):
+            key_seed, epoch, index = index
+            seed = generator_seed(key_seed, epoch, index)
+        elif self.seed is not None:
+            seed = sample_seed(self.seed, index)
         image, label = self.base[index]
         label = -1 if label is None else int(label)
-        if self.seed is None:
+        if seed is None:
             views = self._views(image)
         else:
             with torch.random.fork_rng(devices=[]):
                 # Only the CPU generator: torch.manual_seed would also reseed CUDA, which
                 # fork_rng(devices=[]) does not restore.
-                torch.default_generator.manual_seed(sample_seed(self.seed, index))
+                torch.default_generator.manual_seed(seed)
                 views = self._views(image)
         return views, label, int(index)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any, Optional
 
 import torch
@@ -17,6 +18,9 @@ from ssl_app.methods.base import ContrastiveMethod, similarity
 from ssl_app.methods.masks import Members, contrast_masks, gathered_views, unmatched, views_of
 from ssl_app.methods.stores import LabelledBank
 from ssl_app.registry import METHODS
+
+# Seeds of the negatives' generator: seed · stride + step, distinct for any run shorter than 2^32 steps.
+_STEP_STRIDE = 2**32
 
 
 @METHODS.register
@@ -110,7 +114,7 @@ class MemoryBank(ContrastiveMethod):
         else:
             # The batch's own entries, then K entries drawn for the whole batch; an anchor uses
             # its own entry and the drawn ones (its own entry drawn again: neither).
-            drawn = torch.randperm(size, device=device)[: self.num_negatives]
+            drawn = torch.randperm(size, generator=self._negatives_generator(device), device=device)[: self.num_negatives]
             entries = torch.cat([indices, drawn])
             local = indices.shape[0]
             usable = torch.cat([torch.eye(local, dtype=torch.bool, device=device), drawn[None, :] != indices[:, None]], dim=1)
@@ -119,6 +123,14 @@ class MemoryBank(ContrastiveMethod):
         sim = similarity(z, self.bank.features[entries])
         self._pending = (indices, z.detach(), labels)
         return MaskedSimilarities(sim, pos_mask, neg_mask, anchor_features=features, anchor_labels=labels)
+
+    def _negatives_generator(self, device: torch.device) -> torch.Generator:
+        """The RNG of a step's sampled negatives: seeded with the run's seed and the optimiser step,
+        not drawn from the global RNG, whose state a checkpoint does not carry, so a resumed run
+        samples the negatives the uninterrupted run would have (and every rank the same ones)."""
+        step = self._trainer.global_step if self._trainer is not None else 0
+        seed = int(os.getenv("PL_GLOBAL_SEED", 0))
+        return torch.Generator(device=device).manual_seed(seed * _STEP_STRIDE + step)
 
     def _eval_contrast(self, batch: Any) -> MaskedSimilarities:
         views, labels, _ = batch

@@ -196,6 +196,32 @@ def test_loading_a_checkpoint_into_an_empty_bank_takes_its_size():
 
 
 # --- through the Trainer -----------------------------------------------------------------------
+def test_a_resume_with_sampled_negatives_equals_the_uninterrupted_run(tmp_path):
+    """Catches negatives drawn from the global RNG, whose state a checkpoint does not carry: the
+    resumed run (its global RNG seeded otherwise) would contrast other entries and its weights and
+    bank would differ from the uninterrupted run's. Mid-epoch, so the data's order and views are
+    resumed exactly too (tests/datamodules/test_resume_views.py)."""
+    import lightning as L
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    def run(seed, ckpt_path=None):
+        L.seed_everything(0)
+        model = small_bank(bank_size=None, num_negatives=5)
+        every_3 = ModelCheckpoint(
+            dirpath=tmp_path, filename="step{step}", auto_insert_metric_name=False, every_n_train_steps=3, save_top_k=-1
+        )
+        trainer = tiny_trainer(tmp_path, max_steps=5, enable_checkpointing=True, callbacks=[every_3])
+        torch.manual_seed(seed)  # the global RNG at the first step: only the checkpoint may matter
+        trainer.fit(model, tiny_data(batch_size=8, train_size=48), ckpt_path=ckpt_path, weights_only=False)
+        return model
+
+    straight = run(seed=1)
+    resumed = run(seed=2, ckpt_path=tmp_path / "step3.ckpt")
+    expected = straight.state_dict()
+    for key, value in resumed.state_dict().items():
+        assert torch.equal(value, expected[key]), key
+
+
 def test_checkpoint_resume_restores_the_bank_and_continues(tmp_path):
     data = tiny_data(batch_size=8, train_size=48)
     model = small_bank(bank_size=None)

@@ -57,8 +57,7 @@ OPTIM = Optimization(lr=0.2, momentum=0.9, weight_decay=5e-4, schedule="cosine",
 def make(method_case, **overrides):
     """The method of ``method_case`` with BatchNorm on (running statistics are state too), a
     momentum optimiser and a cosine schedule with warm-up."""
-    # MemoryBank's ``num_negatives`` would draw from the global RNG, whose state a checkpoint does
-    # not carry: the examples keep every bank entry as a candidate.
+    # MemoryBank's ``num_negatives`` resume: test_memory_bank.py (the examples keep every bank entry).
     return method_case.build(optim=OPTIM, **overrides)
 
 
