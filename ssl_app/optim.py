@@ -114,15 +114,17 @@ def run_length(trainer: Any, needed_by: Sequence[str] = ()) -> Optional[int]:
     limit (``trainer.max_epochs=-1`` without ``max_steps``: Lightning's "train until stopped").
 
     What spreads over the whole run (a cosine schedule) needs a finite length: when ``needed_by``
-    names such an option, a run without a limit is refused in one line naming both. Also loads the
-    training dataloader, which Lightning's estimate skips for ``max_epochs=-1``, so that
+    names such an option, a run without a limit is refused in one line naming both. Without a limit
+    it also loads the training dataloader, which Lightning's estimate then skips, so that
     ``trainer.num_training_batches`` (steps per epoch: warm-up, milestones) is known.
     """
     total = trainer.estimated_stepping_batches
-    if trainer.train_dataloader is None:
-        trainer.fit_loop.setup_data()
     if math.isfinite(total):
         return int(total)
+    # Only here: loading the data this early (before a checkpoint's loop state is restored) would lose
+    # the resumed loader's place in the epoch, so a run with a length keeps Lightning's own order.
+    if trainer.train_dataloader is None:
+        trainer.fit_loop.setup_data()
     if needed_by:
         raise ConfigError(
             f"trainer.max_epochs=-1 (no limit) without trainer.max_steps: {needed_by[0]} spreads over the whole run, "
