@@ -19,6 +19,7 @@ import torch.nn.functional as F
 from jsonargparse import lazy_instance
 from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor, nn
+from torchmetrics import MeanMetric
 from torchmetrics.classification import MulticlassAccuracy
 
 from ssl_app.errors import ConfigError
@@ -27,6 +28,9 @@ from ssl_app.losses.base import LossResult, MaskedSimilarities
 from ssl_app.models import BackboneName, build_backbone, build_projection_head
 from ssl_app.models.backbones import NormName
 from ssl_app.optim import Optimization, run_length
+
+#: Where a checkpoint keeps the mean training loss of the epoch it was saved in.
+TRAIN_LOSS_KEY = "ssl_app_train_loss_mean"
 
 
 class ContrastiveMethod(L.LightningModule, ABC):
@@ -113,6 +117,11 @@ class ContrastiveMethod(L.LightningModule, ABC):
         self.compile_backbone = bool(compile)
         self._compiled = False
         self.classifier_top1: Optional[nn.ModuleDict] = None
+        # The epoch's mean training loss, kept by us rather than by Lightning's logger connector so that
+        # a checkpoint saved mid-epoch carries it (see ``on_save_checkpoint``); "disable": no NaN check,
+        # which would sync with the host every step (the health check watches the loss instead).
+        self.train_loss_mean = MeanMetric(nan_strategy="disable")
+        self._resumed_train_loss: Optional[dict[str, Any]] = None
 
     # --- encoders -------------------------------------------------------------------------
     def forward(self, images: Tensor) -> Tensor:
@@ -213,8 +222,25 @@ class ContrastiveMethod(L.LightningModule, ABC):
             upgrade(state_dict, "loss.")
         return state_dict
 
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """The running mean of this epoch's training loss (sum and weight), with the epoch it belongs to."""
+        state = {name: value.detach().clone() for name, value in self.train_loss_mean.metric_state.items()}
+        checkpoint[TRAIN_LOSS_KEY] = {"epoch": self.current_epoch, "state": state}
+
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         self.upgrade_state_dict(checkpoint["state_dict"])
+        self._resumed_train_loss = checkpoint.get(TRAIN_LOSS_KEY)
+
+    def _restore_train_loss_mean(self) -> None:
+        """Resumed mid-epoch: the epoch's mean training loss goes on from the steps before the stop, so
+        ``train/loss_epoch`` equals the uninterrupted run's. A checkpoint of an epoch's end (the
+        resumed run starts the next epoch) or of an older version leaves the mean empty. (Lightning
+        calls no ``on_train_epoch_start`` for an epoch resumed in its middle; ``on_train_start`` runs
+        once the loops are restored, with ``current_epoch`` the resumed one.)"""
+        saved, self._resumed_train_loss = self._resumed_train_loss, None
+        if saved is not None and saved.get("epoch") == self.current_epoch:
+            for name, value in saved["state"].items():
+                setattr(self.train_loss_mean, name, value.to(self.device))
 
     def compute_loss(self, contrast: MaskedSimilarities, with_stats: bool = False) -> LossResult:
         """The loss strategy on the hand-over (one call, one answer)."""
@@ -256,16 +282,19 @@ class ContrastiveMethod(L.LightningModule, ABC):
         result = self.compute_loss(contrast, with_stats=on_step and self._step_is_logged())
         loss = result.value
         batch_size = contrast.sim.shape[0]
-        self.log(
-            f"{stage}/loss", loss, prog_bar=True, on_step=on_step, on_epoch=True, sync_dist=not on_step, batch_size=batch_size
-        )
         if stage == "train":
+            self.log("train/loss_step", loss, prog_bar=True, on_step=True, on_epoch=False, batch_size=batch_size)
+            # Weighted by the batch size as Lightning's epoch mean is (the metric ignores ``weight`` when
+            # its NaN check is disabled, so the value is repeated instead: a view, no copy).
+            self.train_loss_mean.update(loss.detach().expand(batch_size))
+            self.log("train/loss_epoch", self.train_loss_mean, prog_bar=True, on_step=False, on_epoch=True)
             stats = {f"loss/{key}": value for key, value in result.stats.items()}
             if stats:
                 self.log_dict(stats, on_step=True, on_epoch=False, batch_size=batch_size)
             chance = result.stats.get("chance")
             self.loss_and_chance = None if chance is None else (loss.detach(), chance)
             return loss
+        self.log(f"{stage}/loss", loss, prog_bar=True, on_epoch=True, sync_dist=True, batch_size=batch_size)
         self._log_classifier_top1(contrast, stage)
         # Validation/test: hand the view embeddings to callbacks (see ``MaskedSimilarities.views``).
         return {"loss": loss, "embeddings": contrast.views}
@@ -309,7 +338,9 @@ class ContrastiveMethod(L.LightningModule, ABC):
         return ignored
 
     def on_train_start(self) -> None:
-        """Name the settings that silently do nothing, once, before the first step."""
+        """Name the settings that silently do nothing, once, before the first step (and, resumed, restore
+        the epoch's mean training loss)."""
+        self._restore_train_loss_mean()
         trainer = self.trainer
         batch_size = getattr(trainer.datamodule, "batch_size", None) if trainer.datamodule is not None else None
         kept = getattr(self.loss, "num_negatives", None)

@@ -12,15 +12,20 @@ order is restored exactly: tests/datamodules/test_resume_order.py).
 
 from __future__ import annotations
 
+import signal
+
 import lightning as L
+import pytest
 import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 from torch.utils.data import DataLoader, Dataset
 
+from ssl_app.checkpointing import InterruptCheckpoint
 from ssl_app.methods import MoCo
 from ssl_app.optim import Optimization
 from tests.generic import method_cases
-from tests.helpers import tiny_trainer
+from tests.helpers import tiny_data, tiny_trainer
 
 SAMPLES = 12
 BATCH = 4
@@ -135,3 +140,57 @@ def test_a_step_checkpoint_holds_the_state_after_that_step(tmp_path, method_case
     assert state.keys() == model.state_dict().keys()
     for key, value in model.state_dict().items():
         assert torch.equal(state[key], value), key
+
+
+class EpochLosses(L.Callback):
+    """``train/loss_epoch`` of every epoch this run finished, as the logger received it; asks for a
+    stop (as the signal handler does) after step ``stop_at``."""
+
+    def __init__(self, interrupt: InterruptCheckpoint, stop_at: int | None = None) -> None:
+        self.interrupt, self.stop_at = interrupt, stop_at
+        self.values: dict[int, float] = {}
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if trainer.global_step == self.stop_at:
+            self.interrupt.requested = signal.SIGTERM
+
+    def on_train_epoch_start(self, trainer, pl_module) -> None:
+        self._take(trainer, trainer.current_epoch - 1)
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        self._take(trainer, trainer.current_epoch - 1)
+
+    def _take(self, trainer, epoch: int) -> None:
+        value = trainer.callback_metrics.get("train/loss_epoch")
+        if value is not None and epoch >= 0 and epoch not in self.values:
+            self.values[epoch] = value.item()
+
+
+def test_a_resume_in_the_middle_of_the_last_epoch_logs_that_epochs_mean_loss_as_the_uninterrupted_run(tmp_path):
+    """Catches the resumed epoch's ``train/loss_epoch`` averaging only the steps after the resume
+    (Lightning's own epoch aggregate is not in a checkpoint), and the mean of a checkpoint saved at an
+    epoch's end carried into the next epoch. The real datamodule (its place in the epoch and its
+    views resume exactly) and the interrupt checkpoint, stopped mid-epoch 1 of 2 and at the end of 0."""
+    batches = 6  # tiny_data: 48 training samples in batches of 8
+
+    def run(root, stop_at=None, ckpt_path=None):
+        L.seed_everything(0)
+        interrupt = InterruptCheckpoint()
+        losses = EpochLosses(interrupt, stop_at)
+        trainer = tiny_trainer(root, max_epochs=EPOCHS, callbacks=[losses, interrupt])
+        model = method_cases()[0].build(optim=OPTIM)
+        if stop_at is None:
+            trainer.fit(model, datamodule=tiny_data(), ckpt_path=ckpt_path, weights_only=False)
+        else:
+            with pytest.raises(SIGTERMException):
+                trainer.fit(model, datamodule=tiny_data())
+        return losses.values
+
+    straight = run(tmp_path / "straight")
+    assert sorted(straight) == [0, 1] and straight[0] != straight[1]
+    for name, stop in (("mid", batches + 2), ("end", batches)):
+        run(tmp_path / name, stop_at=stop)
+        saved = tmp_path / name / "checkpoints" / "last.ckpt"
+        assert torch.load(saved, weights_only=False)["global_step"] == stop
+        resumed = run(tmp_path / f"{name}_resumed", ckpt_path=str(saved))
+        assert resumed == {1: straight[1]}, name
