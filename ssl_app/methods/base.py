@@ -119,8 +119,10 @@ class ContrastiveMethod(L.LightningModule, ABC):
         self.classifier_top1: Optional[nn.ModuleDict] = None
         # The epoch's mean training loss, kept by us rather than by Lightning's logger connector so that
         # a checkpoint saved mid-epoch carries it (see ``on_save_checkpoint``); "disable": no NaN check,
-        # which would sync with the host every step (the health check watches the loss instead).
-        self.train_loss_mean = MeanMetric(nan_strategy="disable")
+        # which would sync with the host every step (the health check watches the loss instead). Each
+        # process's own mean, as Lightning's unsynced epoch value was: a synced compute would gather
+        # whenever any rank first reads ``callback_metrics``, which the ranks do not do in step.
+        self.train_loss_mean = MeanMetric(nan_strategy="disable", sync_on_compute=False)
         self._resumed_train_loss: Optional[dict[str, Any]] = None
 
     # --- encoders -------------------------------------------------------------------------
