@@ -18,5 +18,12 @@ except KeyboardInterrupt:
     sys.stderr.write("Interrupted by SIGINT while starting; nothing written\n")
     sys.exit(130)
 
+
+def run() -> None:
+    """The ``ssl-app`` console script: importing this module first gives it the same start as
+    ``python -m ssl_app`` (OMP_WAIT_POLICY, the quiet Ctrl-C during the imports)."""
+    main()
+
+
 if __name__ == "__main__":
     main()

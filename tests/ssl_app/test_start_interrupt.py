@@ -1,4 +1,4 @@
-"""Ctrl-C while ``python -m ssl_app`` is still importing (before the CLI handles signals) is one line,
+"""Ctrl-C while ``python -m ssl_app`` (or the ``ssl-app`` script) is still importing (before the CLI handles signals) is one line,
 exit status 130 and nothing written, not a KeyboardInterrupt traceback through the imports.
 
 To hit the import deterministically, the child's ``sitecustomize`` (test-only, first on its
@@ -40,15 +40,23 @@ def default_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
+#: How a user starts the application: the module, and the console script pip installs beside Python.
+ENTRY_POINTS = {
+    "python -m ssl_app": [sys.executable, "-m", "ssl_app"],
+    "ssl-app": [os.path.join(os.path.dirname(sys.executable), "ssl-app")],
+}
+
+
 @pytest.mark.slow
-def test_ctrl_c_while_importing_is_one_line_status_130_and_writes_nothing(tmp_path):
+@pytest.mark.parametrize("entry", list(ENTRY_POINTS))
+def test_ctrl_c_while_importing_is_one_line_status_130_and_writes_nothing(tmp_path, entry):
     hook, work = tmp_path / "hook", tmp_path / "work"
     hook.mkdir()
     work.mkdir()
     marker = tmp_path / "importing"
     (hook / "sitecustomize.py").write_text(HOLD_TORCH.format(marker=str(marker)))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(hook), str(REPO)])}
-    command = [sys.executable, "-m", "ssl_app", "fit", "--config", QUICKSTART, "--trainer.max_epochs=1"]
+    command = [*ENTRY_POINTS[entry], "fit", "--config", QUICKSTART, "--trainer.max_epochs=1"]
     child = subprocess.Popen(
         command, cwd=work, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=default_sigint
     )
