@@ -73,7 +73,7 @@ def test_each_method_trains_on_the_device_in_its_precision_and_layout(tmp_path, 
     assert all(p.device.type == device.type for p in model.parameters())
     convs = [m.weight for m in model.modules() if isinstance(m, torch.nn.Conv2d) and m.weight.shape[-1] > 1]
     assert convs and all(w.is_contiguous(memory_format=torch.channels_last) and not w.is_contiguous() for w in convs)
-    assert torch.isfinite(trainer.callback_metrics["train/loss"]).item()
+    assert torch.isfinite(trainer.callback_metrics["train/loss_step"]).item()
     assert any(not torch.equal(a.cpu(), b.cpu()) for a, b in zip(before, model.backbone.parameters()))
     for row in listing.sites():
         print(f"{name}: sync {row['count']}× in {row['steps']} steps at {row['ours']} ({row['synchronised_at']})")
