@@ -474,14 +474,16 @@ def load_checkpoint(path: str, option: str = "--ckpt_path") -> dict[str, Any]:
 
 
 def check_saved_class_paths(checkpoint: dict[str, Any], path: str, option: str) -> None:
-    """Refuse a checkpoint whose saved run config or hyper-parameters name a class that is not known
-    already (``ssl_app.trust``): every command that reads a checkpoint reads it here, before any of
-    those names can reach jsonargparse or ``importlib``."""
+    """Refuse a checkpoint whose saved run config (the parts a command builds again: the model, the
+    data) or hyper-parameters name a class that is not known already (``ssl_app.trust``): every
+    command that reads a checkpoint reads it here, before any of those names can reach jsonargparse
+    or ``importlib``. A class named elsewhere in it (a callback) is only ever compared as text."""
     from ssl_app.resume import RECORDER_STATE_KEY
-    from ssl_app.trust import check_class_paths
+    from ssl_app.trust import check_class_paths, parsed_again
 
     state = (checkpoint.get("callbacks") or {}).get(RECORDER_STATE_KEY)
-    check_class_paths(state.get("config") if isinstance(state, dict) else None, f"{option}: {path}: its saved config")
+    saved = parsed_again(state.get("config") if isinstance(state, dict) else None)
+    check_class_paths(saved, f"{option}: {path}: its saved config")
     check_class_paths(checkpoint.get("hyper_parameters"), f"{option}: {path}: its saved hyper-parameters", bare=True)
 
 

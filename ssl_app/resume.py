@@ -31,7 +31,7 @@ from ssl_app.errors import ConfigError
 from ssl_app.runs.identity import WHERE_KEYS, describe_differences, differences, flatten, identity
 from ssl_app.runs.layout import CONFIG_FILE, run_folder_of_checkpoint
 from ssl_app.runs.record import DONE, RecordError, RunRecord, read_record
-from ssl_app.trust import check_class_paths
+from ssl_app.trust import check_class_paths, parsed_again
 
 #: ``Callback.state_key`` of ``ssl_app.runs.recorder.RunRecorder`` in a checkpoint's ``callbacks``.
 RECORDER_STATE_KEY = "RunRecorder"
@@ -43,7 +43,7 @@ def checkpoint_config(checkpoint: dict[str, Any], path: str | Path) -> Optional[
     if isinstance(state, dict) and isinstance(state.get("config"), dict) and state["config"]:
         return state["config"]  # its class paths were checked when it was loaded (load_checkpoint)
     saved = folder_config(run_folder_of_checkpoint(path))
-    check_class_paths(saved, f"{path}: the config of its run folder")
+    check_class_paths(parsed_again(saved), f"{path}: the config of its run folder")
     return saved
 
 

@@ -79,6 +79,15 @@ def check_class_paths(value: Any, what: str, bare: Optional[bool] = None) -> Non
         )
 
 
+def parsed_again(config: Any) -> Any:
+    """The parts of a saved run config that a command may build objects from (``PARSED_AGAIN``: the
+    model, the data); the rest (trainer, callbacks, logger) is only compared as text, so a class named
+    there is neither imported nor refused (a run trained with a callback of its own resumes without it)."""
+    if not isinstance(config, dict):
+        return config
+    return {key: config[key] for key in PARSED_AGAIN if key in config}
+
+
 def import_trusted(modules: Optional[list[str]], option: str = "--import") -> None:
     """Import the modules the user names on the command line (``export``/``embed --import mylosses``),
     so that a checkpoint of their own loss, method or datamodule is known: the user's word is the trust

@@ -110,13 +110,19 @@ class Context:
 def test_a_class_path_in_a_checkpoint_is_never_imported(trained, tmp_path, monkeypatch, capsys, command, field):
     """Catches ``validate``/``test`` importing the module a checkpoint names as its loss (jsonargparse
     resolved it: the module's code ran, then it was refused), and every other reader of a checkpoint
-    taking a class path from it without checking it. Each command refuses it in one line naming it."""
+    taking a class path from it without checking it. Each command refuses a model or data class in one
+    line naming it, and runs with a callback's (only ever compared as text)."""
     marker = tmp_path / "imported"
     module = plant_module(tmp_path / "plant", marker, monkeypatch)
     checkpoint = name_in_saved_config(trained, tmp_path / "planted.ckpt", field, f"{module}.Planted")
     monkeypatch.chdir(tmp_path)
     code, err = COMMANDS[command](checkpoint, Context(tmp_path, capsys))
     assert not marker.exists() and module not in sys.modules
+    if field == "callback":
+        # Nothing builds a saved run's callbacks again: the name stays text and the command runs (a
+        # resume names the changed callbacks; a run trained with a callback of its own resumes without it).
+        assert code == 0, err
+        return
     line = error_line(err)
     assert code == 2 and f"{module}.Planted" in line and "planted.ckpt" in line, line
     assert not (tmp_path / "runs").exists() and not (tmp_path / "encoder.pt").exists()
