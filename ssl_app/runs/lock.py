@@ -72,12 +72,18 @@ class RunLock:
             os.close(self._descriptor)
             self._descriptor = None
 
-    def holder(self) -> str:
-        """Who holds (or last held) the lock, as written in the lock file."""
-        try:
-            return self.path.read_text(encoding="utf-8").strip() or "another process"
-        except OSError:
-            return "another process"
+    def holder(self, patience: float = 1.0) -> str:
+        """Who holds (or last held) the lock, as written in the lock file. A holder writes its name
+        just after taking the lock, so an empty file is read again for up to ``patience`` seconds."""
+        deadline = time.monotonic() + patience
+        while True:
+            try:
+                text = self.path.read_text(encoding="utf-8").strip()
+            except OSError:
+                return "another process"
+            if text or time.monotonic() >= deadline:
+                return text or "another process"
+            time.sleep(0.02)
 
     def __enter__(self) -> RunLock:
         return self

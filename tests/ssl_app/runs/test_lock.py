@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -45,3 +46,19 @@ def test_the_lock_dies_with_its_process_however_it_dies(tmp_path):
     while is_locked(tmp_path) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not is_locked(tmp_path)
+
+
+def test_a_holder_caught_between_taking_the_lock_and_writing_its_name_is_still_named(tmp_path):
+    """Catches the waiting message saying "another process" (seen in CI) when it reads the lock file in
+    the moment after the holder took the lock and before it wrote its pid there."""
+    first = RunLock(tmp_path)
+    assert first.acquire()
+    written = first.path.read_text(encoding="utf-8")
+    first.path.write_text("", encoding="utf-8")  # the holder has the lock but has not yet written its name
+    writer = threading.Timer(0.2, lambda: first.path.write_text(written, encoding="utf-8"))
+    writer.start()
+    try:
+        assert RunLock(tmp_path).holder() == written.strip()
+    finally:
+        writer.join()
+        first.release()
