@@ -14,15 +14,26 @@ from ssl_app.losses.hard_contrastive import HardContrastive
 from ssl_app.losses.simple import HardSimple, Simple
 from ssl_app.losses.supcon import SupCon
 from ssl_app.losses.paco import PaCo
+from ssl_app.losses.dcl import DCL, DCLW
+from ssl_app.losses.debiased import Debiased
+from ssl_app.losses.hcl import HCL
+from ssl_app.losses.hypersphere import Hypersphere
+from ssl_app.losses.macl import MACL
 
 # isort: on
 from ssl_app.registry import LOSSES
 
 __all__ = [
     "LOSSES",
+    "DCL",
+    "DCLW",
+    "HCL",
+    "MACL",
     "ContrastiveLoss",
+    "Debiased",
     "HardContrastive",
     "HardSimple",
+    "Hypersphere",
     "InfoNCE",
     "LossResult",
     "LossTerms",
