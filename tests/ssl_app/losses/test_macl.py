@@ -6,7 +6,6 @@ from __future__ import annotations
 import math
 
 import pytest
-import torch
 from lightly.loss import MACLLoss
 
 from ssl_app.errors import ConfigError
