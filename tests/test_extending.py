@@ -26,7 +26,7 @@ from tests.generic import GENERIC_ARGUMENTS, LossCase, generic_test_files
 
 REPO = Path(__file__).resolve().parents[1]
 DOC = REPO / "docs" / "extending.md"
-SECTIONS = {"A loss": "DCL", "A method": "OneWaySimCLR", "A metric": "mean_norm", "A datamodule": "StripesDataModule"}
+SECTIONS = {"A loss": "MarginNCE", "A method": "OneWaySimCLR", "A metric": "mean_norm", "A datamodule": "StripesDataModule"}
 
 
 def python_blocks() -> dict[str, str]:
@@ -122,13 +122,13 @@ def test_the_doc_has_a_block_for_each_kind_and_each_block_is_run_here():
 def test_the_doc_s_loss_is_one_file_and_runs_through_every_generic_test(doc_module, tmp_path):
     """Catches a generic test that a new loss escapes (its cases fixed when its module was imported,
     not read from the registry at collection) and a generic test that cannot run a loss it has never
-    seen (DCL: InfoNCE without the positive in its denominator, arXiv 2110.06848)."""
-    module = doc_module("A loss", "dcl_loss")
-    assert LOSSES["DCL"].target is module.DCL
-    recorder = run_generic_tests("DCL", tmp_path)
-    assert not missing_cases(recorder, ("loss_case", "loss_first_case"), "DCL")
-    assert_every_case_passed(recorder, "DCL")
-    names = {function(item).rsplit("::", 1)[1] for item in recorder.items if "DCL" in item.nodeid}
+    seen (MarginNCE: InfoNCE with an additive margin on the positives; the package has no such loss)."""
+    module = doc_module("A loss", "margin_nce_loss")
+    assert LOSSES["MarginNCE"].target is module.MarginNCE
+    recorder = run_generic_tests("MarginNCE", tmp_path)
+    assert not missing_cases(recorder, ("loss_case", "loss_first_case"), "MarginNCE")
+    assert_every_case_passed(recorder, "MarginNCE")
+    names = {function(item).rsplit("::", 1)[1] for item in recorder.items if "MarginNCE" in item.nodeid}
     assert {
         "test_fp16_autocast_with_a_gradient_scaler_stays_finite_at_small_temperature",
         "test_each_loss_trains_through_the_cli",
