@@ -90,7 +90,7 @@ class DCL(ContrastiveLoss):
     positive has no negative).
 
     Args:
-        temperature: τ > 0 (default 0.1, lightly's; the paper's CIFAR runs use 0.1 as well).
+        temperature: τ > 0 (default 0.1, lightly's ``DCLLoss``).
     """
 
     def __init__(self, temperature: float = 0.1) -> None:
