@@ -62,9 +62,9 @@ def von_mises_fisher_weights(sim: Tensor, pos_mask: Tensor, sigma: float) -> Ten
     is lightly's ``2 − B · softmax`` over the batch's B pairs. Sync-free.
     """
     scaled = sim / sigma
-    if scaled.numel() == 0:
-        return torch.ones_like(scaled)
-    top = distributed.all_reduce_max(torch.where(pos_mask, scaled, float("-inf")).amax())
+    masked = torch.where(pos_mask, scaled, float("-inf"))
+    # Every rank joins each collective, also one with an empty matrix (no amax of nothing).
+    top = distributed.all_reduce_max(masked.amax() if masked.numel() else masked.new_tensor(float("-inf")))
     top = torch.where(torch.isfinite(top), top, 0.0)
     exp = torch.where(pos_mask, (scaled - top).exp(), 0.0)
     totals = distributed.all_reduce_sum(torch.stack([exp.sum(), pos_mask.sum().to(exp.dtype)]))

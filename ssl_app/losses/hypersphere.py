@@ -22,9 +22,9 @@ def global_log_mean_exp(values: Tensor, mask: Tensor) -> Tensor:
     ranks' gradients is the gradient of the global value: rank r contributes ``W · ∇S_r / S`` (S the
     sum of every rank's ``S_r``, W the number of ranks). Sync-free.
     """
-    if values.numel() == 0:
-        return values.sum() * 0.0
-    top = distributed.all_reduce_max(torch.where(mask, values, float("-inf")).amax().detach())
+    masked = torch.where(mask, values, float("-inf")).detach()
+    # Every rank joins each collective, also one with an empty matrix (no amax of nothing).
+    top = distributed.all_reduce_max(masked.amax() if masked.numel() else masked.new_tensor(float("-inf")))
     top = torch.where(torch.isfinite(top), top, 0.0)
     local = torch.where(mask, values - top, float("-inf")).exp().sum()
     count = mask.sum().to(local.dtype)
