@@ -1,4 +1,4 @@
-"""The registered embedding metrics (``ssl_app.metrics.registry``) of the evaluation split, every epoch."""
+"""The registered embedding metrics (``ssl_app.metrics.families``) of the evaluation split, every epoch."""
 
 from __future__ import annotations
 
@@ -124,7 +124,7 @@ def log_negative_histogram(experiment, histogram: SimilarityHistogram, step: int
 class EmbeddingMetrics(Callback):
     """Embedding-space metrics of the evaluation split, logged every ``every_n_epochs``.
 
-    Every metric registered in ``ssl_app.metrics.registry`` is computed and each of its fields
+    Every metric registered in ``ssl_app.metrics.families`` is computed and each of its fields
     logged as ``metrics/<field>``. Which inputs (docs/science.md, "Which inputs each metric reads"):
 
     - **two augmented views** of each sample: ``metrics/alignment`` (mean ‖z_a − z_b‖²),
