@@ -1,7 +1,7 @@
 """The built-in embedding metrics, one family per module, each registered with ``@register``.
 
-A new family is one module here plus one import line below (docs/extending.md, "A metric"); a
-metric in a module of your own needs no line: importing it registers it.
+A new family is one module here plus one import line below (docs/extending.md, "A metric"):
+importing ``ssl_app.metrics`` imports this package, so every command and callback sees it.
 """
 
 # isort: off
