@@ -1,6 +1,6 @@
 """Lightning callbacks that orchestrate: collect embeddings, call ``ssl_app.metrics``, log.
 
-- ``EmbeddingMetrics``: every metric registered in ``ssl_app.metrics.registry`` (alignment,
+- ``EmbeddingMetrics``: every metric registered in ``ssl_app.metrics.families`` (alignment,
   positive vs top-k negative similarity on two augmented views; uniformity, tolerance and
   effective rank on clean embeddings), histograms, a figure, and a collapse alarm with history.
 - ``KNNMonitor``: weighted kNN accuracy against the train split.

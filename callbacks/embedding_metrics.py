@@ -1,4 +1,4 @@
-"""The registered embedding metrics (``ssl_app.metrics.registry``) of the evaluation split, every epoch."""
+"""The registered embedding metrics (``ssl_app.metrics.families``) of the evaluation split, every epoch."""
 
 from __future__ import annotations
 
@@ -26,6 +26,7 @@ from callbacks.embedding_pass import embed_split, require_embedding_dataloader
 from callbacks.gather import SampleBuffer, Samples
 from callbacks.labels import missing_labels, say_skipped
 from callbacks.plots import find_tensorboard, similarity_figure
+from callbacks.schedule import check_every_n_epochs, evaluation_due
 from ssl_app.checkpointing import first_nonfinite
 from ssl_app.errors import ConfigError, NonFiniteError
 from ssl_app.metrics import DEFAULT_TOP_K, EmbeddingInputs, EmbeddingReport, evaluate_metrics, registered_fields
@@ -123,7 +124,7 @@ def log_negative_histogram(experiment, histogram: SimilarityHistogram, step: int
 class EmbeddingMetrics(Callback):
     """Embedding-space metrics of the evaluation split, logged every ``every_n_epochs``.
 
-    Every metric registered in ``ssl_app.metrics.registry`` is computed and each of its fields
+    Every metric registered in ``ssl_app.metrics.families`` is computed and each of its fields
     logged as ``metrics/<field>``. Which inputs (docs/science.md, "Which inputs each metric reads"):
 
     - **two augmented views** of each sample: ``metrics/alignment`` (mean ‖z_a − z_b‖²),
@@ -235,8 +236,7 @@ class EmbeddingMetrics(Callback):
         negatives_from: NegativesFrom = "views",
     ) -> None:
         super().__init__()
-        if not isinstance(every_n_epochs, int) or every_n_epochs < 1:
-            raise ConfigError(f"EmbeddingMetrics: every_n_epochs must be an int >= 1, got {every_n_epochs!r}")
+        every_n_epochs = check_every_n_epochs(every_n_epochs, "EmbeddingMetrics")
         if not isinstance(top_k, int) or top_k < 1:
             raise ConfigError(f"EmbeddingMetrics: top_k must be an int >= 1, got {top_k!r}")
         if max_samples is not None and (not isinstance(max_samples, int) or max_samples < 2):
@@ -354,9 +354,7 @@ class EmbeddingMetrics(Callback):
         )
 
     def _due(self, trainer: L.Trainer) -> bool:
-        if trainer.sanity_checking:
-            return False
-        return trainer.state.fn != TrainerFn.FITTING or (trainer.current_epoch + 1) % self.every_n_epochs == 0
+        return evaluation_due(trainer, self.every_n_epochs)
 
     def _collect(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, dataloader_idx: int) -> None:
         if self._buffer is None or dataloader_idx != 0:

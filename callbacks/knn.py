@@ -7,12 +7,12 @@ from typing import Optional
 
 import lightning as L
 from lightning.pytorch.callbacks import Callback
-from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities import rank_zero_warn
 
 from callbacks.embedding_pass import Features, embed_split, encoder, require_embedding_dataloader
 from callbacks.labels import missing_labels, say_skipped
-from ssl_app.checks import check_int, check_optional_int
+from callbacks.schedule import check_every_n_epochs, evaluation_due
+from ssl_app.checks import check_optional_int
 from ssl_app.metrics import WeightedKNNAccuracy
 from ssl_app.metrics.knn import DEFAULT_K, DEFAULT_TEMPERATURE
 
@@ -52,7 +52,7 @@ class KNNMonitor(Callback):
         chunk_size: Optional[int] = None,
     ) -> None:
         super().__init__()
-        every_n_epochs = check_int(every_n_epochs, "KNNMonitor: every_n_epochs")
+        every_n_epochs = check_every_n_epochs(every_n_epochs, "KNNMonitor")
         max_train_samples = check_optional_int(max_train_samples, "KNNMonitor: max_train_samples")
         WeightedKNNAccuracy(1, k, temperature, chunk_size)  # validates k, temperature, chunk_size now
         self.k = k
@@ -73,11 +73,8 @@ class KNNMonitor(Callback):
             say_skipped("KNNMonitor", "metrics/knn_acc", reason)
 
     def on_validation_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        if trainer.sanity_checking:
-            return
-        if trainer.state.fn == TrainerFn.FITTING and (trainer.current_epoch + 1) % self.every_n_epochs:
-            return
-        self.evaluate(trainer, pl_module, "val")
+        if evaluation_due(trainer, self.every_n_epochs):
+            self.evaluate(trainer, pl_module, "val")
 
     def on_test_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self.evaluate(trainer, pl_module, "test")

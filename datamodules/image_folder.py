@@ -20,6 +20,7 @@ from datamodules.image_files import CorruptImageError, FolderLinkError, find_bad
 from datamodules.image_stats import SAMPLE_SIZE, measure_images
 from ssl_app.checks import check_int
 from ssl_app.errors import ConfigError
+from ssl_app.registry import DATAMODULES
 
 __all__ = ["CorruptImageError", "ImageFiles", "ImageFolderDataModule", "ListedImageFolder", "load_rgb"]
 
@@ -88,6 +89,7 @@ def _has_loose_images(folder: Path) -> bool:
         return any(e.is_file() and has_file_allowed_extension(e.name, IMG_EXTENSIONS) for e in entries)
 
 
+@DATAMODULES.register
 class ImageFolderDataModule(ContrastiveDataModule):
     """Images in a folder: labelled one folder per class, or unlabelled (any layout).
 

@@ -20,6 +20,7 @@ from datamodules.augment import ViewAugmentation
 from datamodules.base import SPLITS, ContrastiveDataModule, Split
 from ssl_app.checks import check_int
 from ssl_app.errors import ConfigError
+from ssl_app.registry import DATAMODULES
 
 ShapeFn = Callable[[Tensor, Tensor], Tensor]
 
@@ -126,6 +127,7 @@ class ShapesDataset(Dataset):
         return Image.fromarray(self.images[index]), int(self.labels[index])
 
 
+@DATAMODULES.register
 class SyntheticDataModule(ContrastiveDataModule):
     """Offline shape images (no download, deterministic from ``seed``): the quickstart default.
 

@@ -40,6 +40,7 @@ from datamodules.cifar import SafeCIFAR10, SafeCIFAR100
 from datamodules.per_class import first_per_class
 from ssl_app.checks import check_optional_int
 from ssl_app.errors import ConfigError
+from ssl_app.registry import DATAMODULES
 from ssl_app.runs.lock import DOWNLOAD_LOCK, one_at_a_time
 
 
@@ -137,6 +138,7 @@ class TorchvisionDataModule(ContrastiveDataModule):
             raise ConfigError(f"{name}: {error}") from None
 
 
+@DATAMODULES.register
 class CIFAR10DataModule(TorchvisionDataModule):
     """CIFAR-10 (50k train / 10k test, 32×32, 10 classes); val and test are both the test set.
 
@@ -157,6 +159,7 @@ class CIFAR10DataModule(TorchvisionDataModule):
         return SafeCIFAR10(self.root, train=split == "train", download=download)
 
 
+@DATAMODULES.register
 class CIFAR100DataModule(TorchvisionDataModule):
     """CIFAR-100 (100 fine classes); otherwise as ``CIFAR10DataModule``.
 
@@ -186,6 +189,7 @@ class CIFAR100DataModule(TorchvisionDataModule):
         return SafeCIFAR100(self.root, train=split == "train", download=download)
 
 
+@DATAMODULES.register
 class SVHNDataModule(TorchvisionDataModule):
     """SVHN digits (73k train / 26k test, 32×32, 10 classes); val and test are both the test set.
 
@@ -221,6 +225,7 @@ class SVHNDataModule(TorchvisionDataModule):
         return datasets.SVHN(self.root, split="train" if split == "train" else "test", download=download)
 
 
+@DATAMODULES.register
 class STL10DataModule(TorchvisionDataModule):
     """STL-10 (96×96, 10 classes): training on ``train_split``, val and test on the 8k test images.
 

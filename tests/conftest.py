@@ -15,8 +15,9 @@ def one_intra_op_thread():
 
 
 def pytest_generate_tests(metafunc):
-    """A test that takes ``loss_case``, ``loss_first_case``, ``loss_group`` or ``method_case`` runs for
-    every registered loss / method (and its ``examples``), read from the registries now: tests/generic.py."""
+    """A test that takes one of ``GENERIC_ARGUMENTS`` (``loss_case``, ``method_case``, ``metric_case``, ...)
+    runs for every registered loss / method (and its ``examples``) / datamodule / embedding metric, read
+    from the registries now: tests/generic.py."""
     from tests.generic import GENERIC_ARGUMENTS, parametrize
 
     if set(GENERIC_ARGUMENTS) & set(metafunc.fixturenames):

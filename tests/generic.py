@@ -1,4 +1,4 @@
-"""The cases of the generic tests, read from the registries: no test names a loss, a method or a datamodule.
+"""The cases of the generic tests, read from the registries: no test names a loss, a method, a datamodule or a metric.
 
 A test that takes one of these arguments runs once per case (``GENERIC_ARGUMENTS``):
 
@@ -10,7 +10,9 @@ A test that takes one of these arguments runs once per case (``GENERIC_ARGUMENTS
   ``same_as_with_every_negative``), for method tests whose path depends only on those;
 - ``method_case``: every method in ``METHODS``, in each of its ``examples``
   (``ContrastiveMethod.examples``), id ``SimCLR``, ``MoCo-queue_size=16-split_bn_groups=2``;
-- ``datamodule_entry``: every entry of ``DATAMODULES``, id the registered name.
+- ``datamodule_entry``: every entry of ``DATAMODULES``, id the registered name;
+- ``metric_case``: every embedding metric registered with ``ssl_app.metrics.register``
+  (an ``EmbeddingMetric``), id its registered name.
 
 A test taking two of them runs every pair. ``tests/conftest.py`` parametrises them when the tests
 are collected, from the registries as they are then, so a class registered by any imported module
@@ -38,6 +40,7 @@ from typing import Any, Optional
 import pytest
 import torch
 
+from ssl_app.metrics import registered_metrics
 from ssl_app.registry import DATAMODULES, LOSSES, METHODS, Entry, Registry
 
 #: The tiny backbone and head every method case is built with (``ContrastiveMethod`` options).
@@ -203,13 +206,15 @@ def by_name(found: list[Case]) -> list:
 
 #: The arguments a generic test may take, and their cases as ``pytest.param``s (tests/conftest.py):
 #: every loss in each of its examples, each loss once (its first example), one loss per set of
-#: declarations, every method in each of its examples, and every datamodule's registry entry.
+#: declarations, every method in each of its examples, every datamodule's registry entry, and every
+#: registered embedding metric.
 GENERIC_ARGUMENTS = {
     "loss_case": lambda: by_id(loss_cases()),
     "loss_first_case": lambda: by_name(first_examples(loss_cases())),
     "loss_group": lambda: by_id(capability_groups(loss_cases())),
     "method_case": lambda: by_id(method_cases()),
     "datamodule_entry": lambda: [pytest.param(entry, id=entry.name) for entry in DATAMODULES.values()],
+    "metric_case": lambda: [pytest.param(metric, id=metric.name) for metric in registered_metrics()],
 }
 
 

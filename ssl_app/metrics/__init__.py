@@ -8,13 +8,15 @@
     effective_rank(z, normalize=True)               exp(entropy of σ/Σσ), σ = singular values of the
                                                     unit rows (normalize=False: the rows as given, RankMe)
 
-``registry``: each embedding metric as one function plus one ``@register`` line, with the
-inputs it reads (clean embeddings, two augmented views, labels, the clean rows' backbone
-features); ``evaluate_metrics`` runs them.
+``registry``: the ``@register`` decorator and the inputs a metric may read (clean embeddings,
+two augmented views, labels, the clean rows' backbone features, the train split); ``families``:
+the registered metrics, one family per module, each one function plus one ``@register`` line;
+``evaluate``: ``evaluate_metrics`` runs them.
 
 Pure tensor functions; callbacks gather embeddings and call them on every rank.
 """
 
+from ssl_app.metrics import families  # noqa: F401  (importing it registers the built-in metrics)
 from ssl_app.metrics.embedding import (
     PositiveAndNegatives,
     alignment,
@@ -23,6 +25,7 @@ from ssl_app.metrics.embedding import (
     topk_similarities,
     uniformity,
 )
+from ssl_app.metrics.evaluate import EmbeddingReport, drop_nonfinite, evaluate_metrics
 from ssl_app.metrics.rank import effective_rank
 from ssl_app.metrics.registry import (
     CALLBACK_TAGS,
@@ -30,11 +33,9 @@ from ssl_app.metrics.registry import (
     EMBEDDING_METRICS,
     EmbeddingInputs,
     EmbeddingMetric,
-    EmbeddingReport,
-    drop_nonfinite,
-    evaluate_metrics,
     register,
     registered_fields,
+    registered_metrics,
 )
 from ssl_app.metrics.sharding import resolve_world, row_range
 
@@ -54,6 +55,7 @@ __all__ = [
     "topk_similarities",
     "register",
     "registered_fields",
+    "registered_metrics",
     "resolve_world",
     "row_range",
     "tolerance",

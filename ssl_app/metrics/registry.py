@@ -1,21 +1,20 @@
-"""Embedding metrics as data: one pure function plus one registration line each.
+"""The embedding-metric registry: the ``@register`` decorator, the inputs a metric may read, and the lookup.
 
-A metric reads some of the ``EmbeddingInputs`` of one evaluation and returns named fields
-(0-d tensors, or per-sample tensors such as the positive similarities whose mean is the scalar):
+A metric family is one module of ``ssl_app/metrics/families/`` (one import line in its
+``__init__``, whose order is the order metrics run, are listed and become report columns): a
+pure function that reads some of the ``EmbeddingInputs`` of one evaluation and returns named
+fields (0-d tensors, or per-sample tensors such as the positive similarities whose mean is the
+scalar), registered with one decorator::
 
     @register("uniformity", reads=("clean",), formula="−log mean_{i<j} exp(−2||z_i − z_j||²)")
     def _uniformity(x: EmbeddingInputs) -> dict[str, Tensor]:
         return {"uniformity": uniformity(x.clean)}
 
 Each field is logged as the scalar ``metrics/<tag>`` (its mean) and becomes a column of the
-Table-1 report (``ssl_app.report.summary``) with its formula as the column's meaning: one
-decorator is all a new metric needs. A tag belongs to one field only: ``register`` refuses a
-field or tag that another metric, or a callback beside the registry (``CALLBACK_TAGS``),
-already logs.
-
-``evaluate_metrics`` runs every registered metric and returns an ``EmbeddingReport`` in which
-every declared field is present (NaN when the inputs were too few), so a consumer never meets
-a missing key. What the inputs are:
+Table-1 report (``ssl_app.report.summary``) with its formula as the column's meaning. A tag
+belongs to one field only: ``register`` refuses a field or tag that another metric, or a
+callback beside the registry (``CALLBACK_TAGS``), already logs. ``ssl_app.metrics.evaluate``
+runs the registered metrics. What the inputs are:
 
 - ``clean``: one embedding per sample, [N, d], with ``labels`` [N]. By default (the callback's
   ``uniformity_inputs: clean``) the evaluation-transform embedding of each image, the quantity
@@ -29,25 +28,21 @@ a missing key. What the inputs are:
   for their hardest negatives (the paper's memory-bank comparison; absent unless the callback's
   ``negatives_from: train``).
 
-All the functions are pure (no Lightning); under DDP pass the same gathered tensors on every
+The metric functions are pure (no Lightning); under DDP pass the same gathered tensors on every
 rank and the metric functions shard their own work.
 """
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 from typing import Literal
 
-import torch
 from torch import Tensor
 
 from ssl_app.errors import ConfigError
-from ssl_app.metrics.embedding import alignment, positive_and_topk_negatives, tolerance, topk_similarities, uniformity
 from ssl_app.metrics.histogram import SimilarityHistogram
-from ssl_app.metrics.rank import effective_rank
 
 Input = Literal["clean", "views", "labels", "backbone", "train"]
 INPUTS: tuple[Input, ...] = ("clean", "views", "labels", "backbone", "train")
@@ -207,161 +202,14 @@ def registered_fields() -> list[tuple[EmbeddingMetric, str]]:
     return [(metric, field_name) for metric in EMBEDDING_METRICS.values() for field_name in metric.tags]
 
 
-@dataclass
-class EmbeddingReport:
-    """Every field of every registered metric (``fields[name]``: a tensor, NaN if not computed).
+def registered_metrics(names: tuple[str, ...] | None = None) -> tuple[EmbeddingMetric, ...]:
+    """The registered metrics named ``names`` (default: all), in registration order for all.
 
-    ``nonfinite`` of ``total`` embeddings had a non-finite entry and were left out of the
-    metrics (see ``drop_nonfinite``). ``negative_histogram``: the inputs' histogram of every
-    negative view similarity, filled (``None``: not asked for, or too few views to fill it).
+    Raises ``ConfigError`` naming the unknown names and the registered ones.
     """
-
-    fields: dict[str, Tensor]
-    top_k: int
-    nonfinite: int = 0
-    total: int = 0
-    metrics: tuple[EmbeddingMetric, ...] = field(default_factory=tuple)
-    negative_histogram: SimilarityHistogram | None = None
-
-    def __getitem__(self, name: str) -> Tensor:
-        return self.fields[name]
-
-    def value(self, name: str) -> float:
-        """The scalar of field ``name``: the value, or the mean of a per-sample field (NaN if empty)."""
-        tensor = self.fields[name]
-        return float(tensor.float().mean()) if tensor.numel() else math.nan
-
-    def scalars(self) -> dict[str, float]:
-        """``{tag: value}`` of every field whose value is defined (NaN fields are left out)."""
-        found = {}
-        for metric in self.metrics:
-            for name in metric.tags:
-                value = self.value(name)
-                if not math.isnan(value):
-                    found[metric.tag(name, self.top_k)] = value
-        return found
-
-
-def drop_nonfinite(inputs: EmbeddingInputs) -> tuple[EmbeddingInputs, int, int]:
-    """``(inputs without non-finite rows, how many embeddings were non-finite, how many in all)``.
-
-    A ``clean`` row goes with its label and its ``backbone`` row (when either of the two is
-    non-finite); a sample of ``views`` goes when either view is non-finite. Counts are of
-    embedding vectors: N clean rows plus 2M view rows, except that a ``clean`` that *is*
-    ``view_a`` (the same tensor: clean inputs taken from the first view) is counted once, as the
-    views. Non-finite ``train`` rows are dropped and counted too.
-    """
-    clean_ok = torch.isfinite(inputs.clean).all(dim=1)
-    train_ok = None if inputs.train is None else torch.isfinite(inputs.train).all(dim=1)
-    if inputs.backbone is not None:
-        clean_ok = clean_ok & torch.isfinite(inputs.backbone).all(dim=1)
-    view_a_ok, view_b_ok = torch.isfinite(inputs.view_a).all(dim=1), torch.isfinite(inputs.view_b).all(dim=1)
-    total = 2 * inputs.view_a.shape[0]
-    bad = total - int(view_a_ok.sum()) - int(view_b_ok.sum())
-    if inputs.clean is not inputs.view_a:
-        total += inputs.clean.shape[0]
-        bad += inputs.clean.shape[0] - int(clean_ok.sum())
-    if train_ok is not None:
-        total += inputs.train.shape[0]
-        bad += inputs.train.shape[0] - int(train_ok.sum())
-    if bad == 0:
-        return inputs, 0, total
-    pair_ok = view_a_ok & view_b_ok
-    kept = replace(
-        inputs,
-        clean=inputs.clean[clean_ok],
-        labels=inputs.labels[clean_ok],
-        backbone=None if inputs.backbone is None else inputs.backbone[clean_ok],
-        train=None if inputs.train is None else inputs.train[train_ok],
-        view_a=inputs.view_a[pair_ok],
-        view_b=inputs.view_b[pair_ok],
-    )
-    return kept, bad, total
-
-
-def evaluate_metrics(inputs: EmbeddingInputs, names: tuple[str, ...] | None = None) -> EmbeddingReport:
-    """Run the registered metrics (``names``: a subset, default all) on ``inputs``.
-
-    A metric whose ``clean`` or ``views`` input has fewer than 2 rows, or that reads ``labels``
-    when none is labelled, is not run: its fields are NaN. Non-finite rows are dropped first
-    (``drop_nonfinite``); the report counts them.
-    """
-    inputs, nonfinite, total = drop_nonfinite(inputs)
     if names is None:
-        metrics = tuple(EMBEDDING_METRICS.values())
-    else:
-        missing = [n for n in names if n not in EMBEDDING_METRICS]
-        if missing:
-            raise ConfigError(f"unknown embedding metric(s) {missing}; registered: {sorted(EMBEDDING_METRICS)}")
-        metrics = tuple(EMBEDDING_METRICS[n] for n in names)
-    fields: dict[str, Tensor] = {}
-    if inputs.negative_histogram is not None:
-        inputs.negative_histogram.counts = None  # filled below only if the top-k search runs
-    for metric in metrics:
-        runnable = all(inputs.rows(name) >= (1 if name == "labels" else 2) for name in metric.reads)
-        values = dict(metric.compute(inputs)) if runnable else {}
-        if runnable and set(values) != set(metric.tags):
-            raise ValueError(f"embedding metric {metric.name!r} returned {sorted(values)}, declared {sorted(metric.tags)}")
-        for name in metric.tags:
-            fields[name] = values.get(name, torch.tensor(math.nan))
-    histogram = inputs.negative_histogram
-    filled = histogram if histogram is not None and histogram.counts is not None else None
-    return EmbeddingReport(fields, inputs.top_k, nonfinite, total, metrics, filled)
-
-
-# ------------------------------------------------------------------------ the registered metrics
-@register("alignment", reads=("views",), formula="mean_i ||za_i − zb_i||² over the two augmented views")
-def _alignment(x: EmbeddingInputs) -> dict[str, Tensor]:
-    return {"alignment": alignment(x.view_a, x.view_b)}
-
-
-@register("uniformity", reads=("clean",), formula="−log mean_{i<j} exp(−2 ||z_i − z_j||²) over the clean input")
-def _uniformity(x: EmbeddingInputs) -> dict[str, Tensor]:
-    return {"uniformity": uniformity(x.clean)}
-
-
-@register("tolerance", reads=("clean", "labels"), formula="mean z_i·z_j over same-label pairs i ≠ j of the clean input")
-def _tolerance(x: EmbeddingInputs) -> dict[str, Tensor]:
-    labelled = x.labels >= 0
-    return {"tolerance": tolerance(x.clean[labelled], x.labels[labelled])}
-
-
-@register(
-    "positive_vs_topk_negatives",
-    reads=("views",),
-    formula={
-        "pos_sim": "mean_i s_ii, s_ij = za_i·zb_j over the two augmented views",
-        "neg_sim": "mean over anchors i of its {k} largest s_ij (j ≠ i), s_ij = za_i·zb_j over the two augmented views",
-    },
-    tags={"pos_sim": "pos_sim", "neg_sim": "top{k}_neg_sim"},
-)
-def _positive_vs_negatives(x: EmbeddingInputs) -> dict[str, Tensor]:
-    k = min(x.top_k, x.view_a.shape[0] - 1)
-    sims = positive_and_topk_negatives(x.view_a, x.view_b, k=k, histogram=x.negative_histogram)
-    return {"pos_sim": sims.positive, "neg_sim": sims.negatives}
-
-
-@register("effective_rank", reads=("clean",), formula="exp(entropy of σ/Σσ), σ the singular values of the clean input")
-def _effective_rank(x: EmbeddingInputs) -> dict[str, Tensor]:
-    return {"effective_rank": effective_rank(x.clean)}
-
-
-@register(
-    "effective_rank_backbone",
-    reads=("backbone",),
-    formula="exp(entropy of σ/Σσ), σ the singular values of the clean input's backbone features, unnormalised "
-    "(RankMe as Garrido et al. define it)",
-)
-def _effective_rank_backbone(x: EmbeddingInputs) -> dict[str, Tensor]:
-    return {"effective_rank_backbone": effective_rank(x.backbone, normalize=False)}
-
-
-@register(
-    "positive_vs_topk_train_negatives",
-    reads=("views", "train"),
-    formula="mean over anchors i of its {k} largest za_i·t_j, t_j the clean embeddings of the training split "
-    "(negatives_from: train, the paper's comparison with its memory bank)",
-    tags={"train_neg_sim": "top{k}_train_neg_sim"},
-)
-def _positive_vs_train_negatives(x: EmbeddingInputs) -> dict[str, Tensor]:
-    return {"train_neg_sim": topk_similarities(x.view_a, x.train, k=min(x.top_k, x.train.shape[0]))}
+        return tuple(EMBEDDING_METRICS.values())
+    missing = [name for name in names if name not in EMBEDDING_METRICS]
+    if missing:
+        raise ConfigError(f"unknown embedding metric(s) {missing}; registered: {sorted(EMBEDDING_METRICS)}")
+    return tuple(EMBEDDING_METRICS[name] for name in names)

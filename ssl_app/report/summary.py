@@ -8,7 +8,7 @@ Where the columns come from (``table_columns``), in this order:
 
 1. Table 1 of Wang & Liu (``TABLE_ORDER``): linear top-1, kNN, uniformity, tolerance,
    alignment, positive similarity, top-k negative similarity, effective negatives;
-2. then every other field of the metric registry (``ssl_app.metrics.registry``), in
+2. then every other field of the metric registry (``ssl_app.metrics.families``), in
    registration order (effective rank, and any metric registered later).
 
 A registered field is a column with no edit here: its tag is ``metrics/<tag>``, its meaning the

@@ -1,6 +1,6 @@
 """The shipped configs: every experiment parses, fragments compose, paper setups match the papers.
 
-Layout (configs/README.md): experiments (``configs/*.yaml``, ``configs/cifar10/*.yaml``) include a
+Layout (configs/README.md): experiments (``configs/*.yaml``, ``configs/<data set>/*.yaml``) include a
 base with ``config:`` and name their fragments (``model: model/x.yaml``); the loss overlays of
 ``configs/losses/table1/`` (data-set neutral: the loss only) compose on top with a second ``--config``.
 """
@@ -116,6 +116,29 @@ def test_the_documented_experiments_are_all_there():
     assert {f"{data}/memory_bank.yaml" for data in ("cifar10", "cifar100", "svhn", "imagenet100")} <= names
     assert {f"{data}/linear.yaml" for data in ("cifar10", "cifar100", "svhn", "imagenet100")} <= {rel(p) for p in EVALUATIONS}
     assert len(FRAGMENTS) >= 5 and LOSS_OVERLAYS
+
+
+def test_every_config_lives_where_the_readme_says():
+    """Catches an experiment folder of its own (``configs/study/`` was a seventh place to look), a
+    fragment or overlay outside its group's folder, and a folder or experiment configs/README.md
+    does not name. Each file is then parsed by the tests of its kind: experiments, evaluations,
+    fragments and overlays below."""
+    readme = (CONFIGS / "README.md").read_text(encoding="utf-8")
+    for path in sorted(CONFIGS.rglob("*.yaml")):
+        parts = path.relative_to(CONFIGS).parts
+        if parts[0] in FRAGMENT_DIRS:
+            assert len(parts) == 2 and path in FRAGMENTS, f"{rel(path)}: a fragment sits directly in its group's folder"
+        elif parts[0] == "losses":
+            assert parts[:2] == ("losses", "table1") and len(parts) == 3, f"{rel(path)}: overlays sit in losses/table1/"
+        else:
+            assert path in EXPERIMENTS or path in EVALUATIONS, rel(path)
+            assert len(parts) == 1 or (len(parts) == 2 and (CONFIGS / "data" / f"{parts[0]}.yaml").is_file()), (
+                f"{rel(path)}: an experiment sits at the top of configs/ or in the folder of its data set "
+                "(named as a fragment of configs/data/), as configs/README.md says"
+            )
+            assert path.name in readme, f"configs/README.md does not name {rel(path)}"
+        if len(parts) > 1:
+            assert f"{parts[0]}/" in readme, f"configs/README.md does not name the folder {parts[0]}/"
 
 
 @pytest.mark.parametrize("config", EVALUATIONS, ids=rel)

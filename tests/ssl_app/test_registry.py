@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import ast
 import importlib
+import inspect
 import sys
 import types
+from pathlib import Path
 from typing import get_args
 
 import pytest
@@ -197,3 +200,24 @@ def test_test_ids_from_a_registry_are_the_registered_names(registry):
 
 
 LAZY: Registry | None = None
+
+
+@pytest.mark.parametrize("registry", ALL_REGISTRIES)
+def test_every_built_in_entry_registers_one_way_with_the_decorator_above_it(registry):
+    """Catches an entry registered a second way again (``DATAMODULES.register(Class)`` lines in a
+    package's ``__init__``, as the datamodules once were): each built-in class or builder carries
+    ``@<REGISTRY>.register`` in the module that defines it, and no package ``__init__`` registers."""
+    name = registry.kind.upper()
+    for entry in registry.values():
+        source = Path(inspect.getsourcefile(entry.target))
+        assert source.name != "__init__.py", entry.name
+        [definition] = [
+            node
+            for node in ast.walk(ast.parse(source.read_text(encoding="utf-8")))
+            if isinstance(node, (ast.ClassDef, ast.FunctionDef)) and node.name == entry.target.__name__
+        ]
+        decorators = [ast.unparse(decorator) for decorator in definition.decorator_list]
+        assert any(d == f"{name}.register" or d.startswith(f"{name}.register(") for d in decorators), (entry.name, decorators)
+    package = Path(importlib.import_module(registry.package).__file__)
+    calls = [node for node in ast.walk(ast.parse(package.read_text(encoding="utf-8"))) if isinstance(node, ast.Call)]
+    assert not [ast.unparse(call) for call in calls if ast.unparse(call.func).endswith(".register")], package
