@@ -70,10 +70,12 @@ def negative_shares(loss: ContrastiveLoss, handover: MaskedSimilarities) -> Opti
 
 
 def profile_of(shares: Tensor, handover: MaskedSimilarities) -> Tensor:
-    """``[sum of shares, count of negatives]`` per bin, [2, BINS] float32, sync-free: the negatives
-    of the anchors ``shares`` counts (a row of zeros is an anchor left out)."""
-    counted = handover.neg_mask & shares.sum(dim=1, keepdim=True).ne(0)
+    """``[sum of shares, count of negatives]`` per bin, [2, BINS] float32, sync-free: the finite
+    negatives of the anchors ``shares`` counts (a row of zeros is an anchor left out)."""
     sim = handover.sim.detach().float()
+    counted = handover.neg_mask & shares.sum(dim=1, keepdim=True).ne(0) & sim.isfinite()
+    # Entries not counted may hold anything (a NaN where the loss ignores it): binned as 0, added as 0.
+    sim = torch.where(counted, sim, 0.0)
     index = ((sim - LOW) * (BINS / (HIGH - LOW))).floor().clamp(0, BINS - 1).long().flatten()
     profile = torch.zeros(2, BINS, dtype=torch.float32, device=sim.device)
     profile[0].scatter_add_(0, index, torch.where(counted, shares, 0.0).flatten())

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 
 from ssl_app.losses import ContrastiveLoss, HardContrastive, InfoNCE, LossTerms, MaskedSimilarities
 from ssl_app.losses.base import mean_over_anchors
-from ssl_app.losses.hardness import BINS, HardnessProfile, bin_edges, negative_shares
+from ssl_app.losses.hardness import BINS, HardnessProfile, bin_edges, negative_shares, profile_of
 from tests.generic import handover, pair_masks
 
 B, TAU = 12, 0.2
@@ -110,3 +110,18 @@ def test_the_epoch_profile_is_the_mean_share_over_its_steps():
     metric.update(second)
     mean, negatives = metric.compute()
     assert mean[3].item() == pytest.approx(0.15) and negatives[3] == 4 and mean.sum().item() == pytest.approx(0.15)
+
+
+def test_a_non_finite_similarity_leaves_out_only_what_it_touches():
+    """Catches a NaN where the loss ignores an entry crashing the binning (a NaN index), or a NaN in
+    one anchor's negatives spreading into the other anchors' profile."""
+    contrast = views(3)
+    sim = contrast.sim.detach().clone()
+    sim[1, 2] = float("nan")  # a negative of anchor 1: its shares are undefined
+    sums, counts = InfoNCE(TAU)(MaskedSimilarities(sim, contrast.pos_mask, contrast.neg_mask), with_stats=True).hardness
+    assert sums.isfinite().all() and sums.sum().item() == pytest.approx(2 * B - 1, abs=1e-4)
+    assert counts.sum() == contrast.neg_mask.sum() - contrast.neg_mask[1].sum()
+    sim[1, 2] = sim[1, 1] = float("nan")  # ... and the anchor itself, in neither mask, whose share is 0
+    shares = torch.zeros_like(sim).masked_fill(contrast.neg_mask, 0.5)
+    sums, counts = profile_of(shares, MaskedSimilarities(sim, contrast.pos_mask, contrast.neg_mask))
+    assert counts.sum() == contrast.neg_mask.sum() - 1 and sums.isfinite().all()  # all but the NaN negative
