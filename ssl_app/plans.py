@@ -11,6 +11,8 @@ config): the tests run it end to end, and it checks a machine before a long plan
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +24,7 @@ TABLE1_COLUMNS = (
     "infonce_t0.07", "infonce_t0.3", "infonce_t0.7", "infonce_t1.0", "simple",
     "hard_t0.07", "hard_t0.3", "hard_t0.7", "hard_t1.0", "hard_simple",
 )  # fmt: skip
-PLANS = {"table1": ("losses/table1", TABLE1_COLUMNS)}
+PLANS = {"table1": ("losses/table1", TABLE1_COLUMNS)}  # the hardness plan adds itself below (no overlay folder)
 
 
 @dataclass(frozen=True)
@@ -65,6 +67,11 @@ class PlanPoint:
     def args(self) -> list[str]:
         return ["--config", self.overlay]
 
+    @property
+    def values(self) -> dict[str, str]:
+        """What the point sets, for its ``sweep.json``."""
+        return {"config": self.overlay}
+
 
 def shown(path: Path) -> str:
     """``path`` relative to the current folder when it lies under it (shorter commands), else absolute."""
@@ -74,6 +81,8 @@ def shown(path: Path) -> str:
 
 def plan_points(plan: str, data: str) -> tuple[DataSet, list[PlanPoint]]:
     """The data set and the plan's columns as sweep points (overlay paths checked to exist)."""
+    if plan == "hardness":
+        return hardness_plan(data)
     folder, columns = PLANS[plan]
     points = [PlanPoint(column, shown(CONFIGS / folder / f"{column}.yaml")) for column in columns]
     missing = [p.overlay for p in points if not Path(p.overlay).is_file()]
@@ -101,3 +110,57 @@ def root_options(name: str, root: str, runs: bool = True) -> tuple[str, str]:
 def recipe_paths(data: DataSet) -> tuple[str, str]:
     """The recipe and linear-evaluation config of ``data``, as shown in commands."""
     return shown(CONFIGS / data.recipe), shown(CONFIGS / data.linear)
+
+
+# --- the hardness plan: the hardness-aware family on one SimCLR recipe (issue 32) ----------------------
+#: Each column's loss, by class path and options, on one SimCLR ResNet-18 recipe with one schedule, so that
+#: only the loss differs. No overlay files: the point passes the loss on the command line. A loss that
+#: has a temperature and is given none here keeps the recipe's τ = 0.5 (jsonargparse carries it over);
+#: every other option is the loss's default. A class that does not exist fails the sweep's pre-flight
+#: (``--dry-run``, ``--estimate``), naming the point.
+HARDNESS_LOSSES: dict[str, tuple[str, dict[str, float]]] = {
+    "infonce_t0.2": ("InfoNCE", {"temperature": 0.2}),
+    "infonce_t0.5": ("InfoNCE", {"temperature": 0.5}),
+    "hard_q0.1": ("HardContrastive", {"temperature": 0.5, "quantile": 0.1}),  # the top 10% of each anchor's negatives
+    "dcl": ("DCL", {}),
+    "dclw": ("DCLW", {}),
+    "debiased_tp0.1": ("Debiased", {"tau_plus": 0.1}),
+    "hcl_b0.5": ("HCL", {"beta": 0.5}),
+    "hcl_b1.0": ("HCL", {"beta": 1.0}),
+    "hypersphere": ("Hypersphere", {}),
+    "macl": ("MACL", {}),
+}
+#: The SimCLR recipe per data set: CIFAR-10, and the generated shapes as the CPU stand-in (the quickstart).
+HARDNESS_RECIPES = {"cifar10": "cifar10/simclr.yaml", "shapes": "quickstart.yaml"}
+PLANS["hardness"] = (None, tuple(HARDNESS_LOSSES))
+
+
+@dataclass(frozen=True)
+class LossPoint(PlanPoint):
+    """A column given by its loss (``ssl_app.losses.<loss_class>`` and init args) instead of an overlay file."""
+
+    overlay: str = ""  # none
+    loss_class: str = "InfoNCE"
+    options: tuple[tuple[str, float], ...] = ()
+
+    @property
+    def loss(self) -> dict:
+        return {"class_path": f"ssl_app.losses.{self.loss_class}", "init_args": dict(self.options)}
+
+    @property
+    def args(self) -> list[str]:
+        return [f"--model.init_args.loss={json.dumps(self.loss)}"]
+
+    @property
+    def values(self) -> dict[str, str]:
+        return {"model.init_args.loss": json.dumps(self.loss)}
+
+
+def hardness_plan(data: str) -> tuple[DataSet, list[PlanPoint]]:
+    """The data set with its SimCLR recipe in place of its memory-bank one, and a point per loss.
+    ``ValueError`` naming the data sets it has a recipe for."""
+    if data not in HARDNESS_RECIPES:
+        raise ValueError(f"--plan hardness has a SimCLR recipe for {', '.join(sorted(HARDNESS_RECIPES))} only, not {data}")
+    data_set = dataclasses.replace(DATA_SETS[data], recipe=HARDNESS_RECIPES[data])
+    points = [LossPoint(name, loss_class=loss, options=tuple(opts.items())) for name, (loss, opts) in HARDNESS_LOSSES.items()]
+    return data_set, points

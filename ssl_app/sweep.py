@@ -43,6 +43,8 @@ the run it evaluates, ``<run>/evaluations/linear_<n>/`` (``ssl_app.runs.layout``
   ``--data-root DIR`` gives the data's folder to every fit and every linear evaluation (each
   stage's config keeps it under its own key); ``--estimate`` times a few training steps of the
   plan's model on this machine and prints the plan's expected device-hours, running nothing else.
+- ``--plan hardness --data cifar10``: one point per loss of the hardness-aware family on one SimCLR
+  recipe (``ssl_app.plans.HARDNESS_LOSSES``), in ``OUT/hardness_cifar10/``.
 """
 
 from __future__ import annotations
@@ -549,6 +551,11 @@ def parse_args(argv: Optional[list[str]]) -> argparse.Namespace:
         fail("--plan replaces --config, --grid and --linear (the plan names them); give one or the other")
     if (args.plan is None) != (args.data is None):
         fail("--plan and --data go together")
+    if args.plan is not None:
+        try:
+            plan_points(args.plan, args.data)
+        except (ValueError, FileNotFoundError) as error:
+            fail(str(error))
     if args.estimate and args.plan is None:
         fail("--estimate needs --plan (the plan gives the data set's size)")
     if args.data_root is not None and args.plan is None:
@@ -602,7 +609,7 @@ def planned_runs(args: argparse.Namespace) -> tuple[Path, list[PlannedRun]]:
         data, points = plan_points(args.plan, args.data)
         recipe, linear = recipe_paths(data)
         sweep_dir = Path(args.out) / (args.name or f"{args.plan}_{args.data}")
-        named = [(p.name, {"config": p.overlay}, p.args) for p in points]
+        named = [(p.name, p.values, p.args) for p in points]
         return sweep_dir, expand_points([recipe], named, args.seed_list, sweep_dir, args.extra, linear, args.linear_extra)
     grid = parse_grid(args.grid)
     name = args.name or ("+".join(k.rsplit(".", 1)[-1] for k, _ in grid) or "base")

@@ -51,6 +51,7 @@ import torch
 from torch import Tensor, nn
 
 from ssl_app.errors import ConfigError
+from ssl_app.losses.hardness import hardness_profile
 
 
 @dataclass
@@ -73,10 +74,13 @@ class MaskedSimilarities:
 @dataclass(frozen=True)
 class LossResult:
     """A loss's answer for one step: its ``value`` (a differentiable scalar, the mean over anchors
-    with a positive) and ``stats`` (detached 0-d diagnostics; empty unless asked for)."""
+    with a positive), ``stats`` (detached 0-d diagnostics; empty unless asked for) and ``hardness``
+    (with the stats: the step's measured hardness profile, [2, BINS] sums of shares and counts of
+    negatives per similarity bin, ``ssl_app.losses.hardness``; ``None`` otherwise)."""
 
     value: Tensor
     stats: dict[str, Tensor] = field(default_factory=dict)
+    hardness: Optional[Tensor] = None
 
 
 @dataclass
@@ -119,10 +123,15 @@ class ContrastiveLoss(nn.Module):
         with torch.autocast(device_type=handover.sim.device.type, enabled=False):
             terms = self.terms(handover, with_stats)
             stats = self.statistics(handover, terms) if with_stats else {}
-        return LossResult(terms.value, stats)
+        profile = hardness_profile(self, handover) if with_stats else None
+        return LossResult(terms.value, stats, profile)
 
     def terms(self, handover: MaskedSimilarities, with_stats: bool) -> LossTerms:
-        """The step's value (and what the diagnostics read); runs in float32 (autocast is off)."""
+        """The step's value (and what the diagnostics read); runs in float32 (autocast is off).
+
+        On the steps with diagnostics it runs a second time, on the similarities detached from the
+        encoder, to measure the hardness profile (``ssl_app.losses.hardness``), so it must not
+        change the loss's state."""
         raise NotImplementedError
 
     def statistics(self, handover: MaskedSimilarities, terms: LossTerms) -> dict[str, Tensor]:

@@ -17,6 +17,7 @@ import lightning as L
 import torch
 import torch.nn.functional as F
 from jsonargparse import lazy_instance
+from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor, nn
 from torchmetrics import MeanMetric
@@ -25,6 +26,7 @@ from torchmetrics.classification import MulticlassAccuracy
 from ssl_app.errors import ConfigError
 from ssl_app.losses import ContrastiveLoss, InfoNCE
 from ssl_app.losses.base import LossResult, MaskedSimilarities
+from ssl_app.losses.hardness import HardnessProfile, write_profile
 from ssl_app.models import BackboneName, build_backbone, build_projection_head
 from ssl_app.models.backbones import NormName
 from ssl_app.optim import Optimization, run_length
@@ -65,10 +67,11 @@ class ContrastiveMethod(L.LightningModule, ABC):
 
     The loss is called one way, ``loss(contrast, with_stats)`` (``ssl_app.losses.base``); the
     method asks for its diagnostics on the steps whose values reach the logger and logs them as
-    ``loss/<key>``. A loss that owns parameters sized by the data (``ContrastiveLoss.prepare``)
-    receives the backbone's feature width and the datamodule's class counts at every ``setup``; a
-    loss that can classify (``classify``, PaCo's centres) makes :attr:`class_logits` available and
-    ``{val,test}/classifier_top1`` logged.
+    ``loss/<key>``, and sums the steps' hardness profiles (``ssl_app.losses.hardness``) into one per
+    epoch, logged at the epoch's end as the TensorBoard histograms ``hardness/*``. A loss that owns
+    parameters sized by the data (``ContrastiveLoss.prepare``) receives the backbone's feature width
+    and the datamodule's class counts at every ``setup``; a loss that can classify (``classify``,
+    PaCo's centres) makes :attr:`class_logits` available and ``{val,test}/classifier_top1`` logged.
     """
 
     train_views: int = 2
@@ -124,6 +127,8 @@ class ContrastiveMethod(L.LightningModule, ABC):
         # whenever any rank first reads ``callback_metrics``, which the ranks do not do in step.
         self.train_loss_mean = MeanMetric(nan_strategy="disable", sync_on_compute=False)
         self._resumed_train_loss: Optional[dict[str, Any]] = None
+        # The epoch's measured hardness profile (ssl_app.losses.hardness), from the steps with diagnostics.
+        self.hardness_profile = HardnessProfile()
 
     # --- encoders -------------------------------------------------------------------------
     def forward(self, images: Tensor) -> Tensor:
@@ -293,6 +298,8 @@ class ContrastiveMethod(L.LightningModule, ABC):
             stats = {f"loss/{key}": value for key, value in result.stats.items()}
             if stats:
                 self.log_dict(stats, on_step=True, on_epoch=False, batch_size=batch_size)
+            if result.hardness is not None:
+                self.hardness_profile.update(result.hardness)
             chance = result.stats.get("chance")
             self.loss_and_chance = None if chance is None else (loss.detach(), chance)
             return loss
@@ -356,6 +363,18 @@ class ContrastiveMethod(L.LightningModule, ABC):
             )
         for option in self.ignored_options():
             rank_zero_warn(f"{type(self).__name__}: model.{option} is ignored")
+
+    def on_train_epoch_end(self) -> None:
+        """Log the epoch's hardness profile, summed over processes (every rank computes it, since
+        the sum is a collective; rank 0 writes it to the first TensorBoard logger), and reset it."""
+        profile = self.hardness_profile
+        if not profile.update_called:
+            return
+        mean_share, negatives = profile.compute()
+        profile.reset()
+        tensorboard = next((logger for logger in self.loggers if isinstance(logger, TensorBoardLogger)), None)
+        if tensorboard is not None and self.trainer.is_global_zero:
+            write_profile(tensorboard.experiment, mean_share, negatives, self.global_step)
 
     def training_step(self, batch: Any, batch_idx: int) -> Tensor:
         return self._step(batch, "train")

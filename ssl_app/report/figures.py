@@ -17,6 +17,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 from ssl_app.report.events import Histogram
+from ssl_app.report.hardness import SHARE_TAG, hardness_curves
 from ssl_app.report.penalty import ALL_NEGATIVE_TAG, NEGATIVE_TAG, penalty_curves, rebin
 from ssl_app.report.reference import TABLE1, Match, column_name
 from ssl_app.report.runs import Run
@@ -56,6 +57,7 @@ def draw_all(
         draw_similarity_distributions(rows, out_dir / "similarity_distributions.png", title),
         draw_metric_curves(rows, out_dir / "metric_curves.png", title),
         draw_penalty_curves(rows, out_dir / "relative_penalty.png", title),
+        draw_hardness_profiles(rows, out_dir / "hardness_profile.png", title),
     ]
 
 
@@ -111,6 +113,28 @@ def draw_penalty_curves(rows: list[Row], path: Path, title: str | None) -> Figur
         axis.legend(fontsize="small")
     kinds = sorted({"all negatives" if curve.negatives == "all" else "top-k negatives" for curve in curves})
     return _save(figure, path, title, f"relative penalty r(s) over {' / '.join(kinds)}, final epoch")
+
+
+def draw_hardness_profiles(rows: list[Row], path: Path, title: str | None) -> FigureResult:
+    """The measured hardness profile, one curve per configuration on one log-scale panel: the mean
+    share of its anchor's penalty a negative at similarity s received (``ssl_app.report.hardness``),
+    with the equal share 1/K dotted when every configuration had the same K."""
+    curves = hardness_curves(rows)
+    if not curves:
+        return FigureResult(path.name, None, f"skipped: no run logged the histogram {SHARE_TAG}")
+    figure, [axis] = _figure(1, 1, (7.5, 4.8))
+    for index, curve in enumerate(curves):
+        axis.plot(curve.similarity, curve.share, marker=".", color=f"C{index % 10}", label=f"{curve.label} (n={curve.runs})")
+    per_anchor = {round(curve.per_anchor, 1) for curve in curves}
+    if len(per_anchor) == 1 and math.isfinite(curves[0].per_anchor):
+        k = curves[0].per_anchor
+        axis.axhline(1 / k, color="grey", linestyle=":", label=f"equal share 1/K (K = {k:.0f} negatives)")
+    axis.set_yscale("log")
+    axis.set_xlabel("similarity s of a negative")
+    axis.set_ylabel("mean share of its anchor's penalty")
+    axis.grid(alpha=0.3)
+    axis.legend(fontsize="small")
+    return _save(figure, path, title, "measured hardness profile, final epoch")
 
 
 def _negatives_words(curve) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -161,6 +162,7 @@ def test_the_estimates_arithmetic_by_hand(capsys, monkeypatch):
     from ssl_app.sweep import parse_args, planned_runs
 
     monkeypatch.chdir(REPO)
+    # the estimate resolves the first column's config: SimCLR's CIFAR ResNet-18 at batch 512, 200 epochs
     monkeypatch.setattr(estimate, "calibrate", lambda backbone, crop, batch: estimate.Calibration("fake", batch, 0.5, 0.25))
     linear = "--trainer.max_epochs=4 --trainer.check_val_every_n_epoch=1"
     fit = ["--trainer.max_epochs=3", "--trainer.check_val_every_n_epoch=2", "--data.init_args.batch_size=32"]
@@ -212,3 +214,53 @@ def test_each_table1_overlay_sets_the_loss_and_tau_its_column_names(column):
     assert column_of(loss_class, tau) == paper_column
     header = path.read_text().splitlines()[0]  # '# Table 1, "Hard τ=0.3": ...'
     assert re.findall(r"τ=([\d.]+)", header) == ([] if named_tau is None else [named_tau]), header
+
+
+def test_the_hardness_plan_expands_for_cifar10_on_one_simclr_recipe(tmp_path, capsys, monkeypatch):
+    """Catches a hardness plan that drops or repeats a loss, gives a column another loss's class path or
+    options, composes the memory-bank recipe instead of SimCLR's, or times another model in --estimate;
+    and, while a loss of the family is not in ssl_app.losses yet, a --dry-run that lists it instead of
+    one error naming its point (the pre-flight)."""
+    import ssl_app.estimate as estimate
+    import ssl_app.losses
+    from ssl_app.plans import HARDNESS_LOSSES
+    from ssl_app.sweep import parse_args, planned_runs
+
+    monkeypatch.chdir(REPO)
+    argv = ["--plan", "hardness", "--data", "cifar10", "--seeds", "0,1", "--out", str(tmp_path)]
+    _, runs = planned_runs(parse_args(argv))
+    assert len(runs) == 10 * 2 and [run.point for run in runs[::2]] == list(HARDNESS_LOSSES)
+    assert len(HARDNESS_LOSSES) == 10
+    assert {"dcl", "dclw", "debiased_tp0.1", "hcl_b0.5", "hcl_b1.0", "hypersphere", "macl"} <= set(HARDNESS_LOSSES)
+    for run in runs:
+        fit = run.fit_args
+        assert fit[fit.index("--config") + 1] == "configs/cifar10/simclr.yaml" and fit.count("--config") == 1
+        [loss] = [json.loads(a.split("=", 1)[1]) for a in fit if a.startswith("--model.init_args.loss=")]
+        name, options = HARDNESS_LOSSES[run.point]
+        assert loss == {"class_path": f"ssl_app.losses.{name}", "init_args": options}
+        assert run.linear_args[1:3] == ["--config", "configs/cifar10/linear.yaml"]
+    assert HARDNESS_LOSSES["hcl_b0.5"] == ("HCL", {"beta": 0.5}) and HARDNESS_LOSSES["debiased_tp0.1"][1] == {"tau_plus": 0.1}
+
+    missing = [point for point, (name, _) in HARDNESS_LOSSES.items() if not hasattr(ssl_app.losses, name)]
+    if missing:
+        with pytest.raises(SystemExit) as exit_:
+            main([*argv, "--dry-run"])
+        err = capsys.readouterr().err
+        assert exit_.value.code == 2 and err.startswith(f"error: point {missing[0]}: ") and err.count("\n") == 1
+    else:
+        assert main([*argv, "--dry-run"]) == 0
+        assert len(capsys.readouterr().out.strip().splitlines()) == 20
+
+    # the estimate resolves the first column's config: SimCLR's CIFAR ResNet-18 at batch 512, 200 epochs
+    monkeypatch.setattr(estimate, "calibrate", lambda backbone, crop, batch: estimate.Calibration(backbone, batch, 0.5, 0.25))
+    estimate.print_estimate("hardness", "cifar10", runs[::2])
+    out = capsys.readouterr().out
+    assert "plan hardness on cifar10: 10 runs, each 200 epochs of 50,000 images at batch 512 (resnet18_cifar, 32x32 px)" in out
+
+
+def test_the_hardness_plan_names_the_data_sets_it_has_a_recipe_for(tmp_path, capsys):
+    """Catches --plan hardness on a data set without a SimCLR recipe ending in a traceback, or running its memory bank."""
+    with pytest.raises(SystemExit) as exit_:
+        main(["--plan", "hardness", "--data", "svhn", "--out", str(tmp_path), "--dry-run"])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and err == "error: --plan hardness has a SimCLR recipe for cifar10, shapes only, not svhn\n"

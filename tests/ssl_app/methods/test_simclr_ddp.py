@@ -1,4 +1,5 @@
-"""DDP equivalence with real processes: 2 ranks × B equals 1 rank × 2B (loss and gradients).
+"""DDP equivalence with real processes: 2 ranks × B equals 1 rank × 2B (loss and gradients, and
+the measured hardness profile summed over ranks).
 
 The encoder is BatchNorm-free (``small_cnn`` with GroupNorm, no BN in the head): per-rank
 BatchNorm statistics differ from whole-batch ones by design, which is what SyncBN is for.
@@ -13,6 +14,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from ssl_app.losses import InfoNCE
+from ssl_app.losses.hardness import HardnessProfile
 from ssl_app.methods import SimCLR
 from tests.generic import loss_cases
 from tests.ranks import gloo_rank
@@ -51,6 +53,13 @@ def loss_and_grads(model: SimCLR, batch: tuple) -> tuple[torch.Tensor, dict[str,
     return loss.detach(), {name: p.grad.detach().clone() for name, p in model.named_parameters()}
 
 
+def hardness(model: SimCLR, batch: tuple) -> tuple[torch.Tensor, torch.Tensor]:
+    """The loss's hardness profile of ``batch``, summed over the processes there are (a collective)."""
+    metric = HardnessProfile()
+    metric.update(model.loss(model.contrast(batch), with_stats=True).hardness)
+    return metric.compute()
+
+
 def rank_slice(batch: tuple, rank: int) -> tuple:
     (view_1, view_2), labels, index = batch
     part = slice(rank * BATCH_PER_RANK, (rank + 1) * BATCH_PER_RANK)
@@ -70,13 +79,14 @@ def _worker(rank: int, init_file: str, out_file: str) -> None:
         for case in loss_cases():  # every registered loss in each of its examples (tests/generic.py)
             model = make_model()
             model.loss = make_loss(case, model)
-            loss, grads = loss_and_grads(model, rank_slice(make_batch(WORLD * BATCH_PER_RANK), rank))
+            batch = rank_slice(make_batch(WORLD * BATCH_PER_RANK), rank)
+            loss, grads = loss_and_grads(model, batch)
             dist.all_reduce(loss)
             loss /= WORLD
             for grad in grads.values():  # what DDP does: average the gradients over ranks
                 dist.all_reduce(grad)
                 grad /= WORLD
-            results[case.id] = {"loss": loss, "grads": grads}
+            results[case.id] = {"loss": loss, "grads": grads, "hardness": hardness(model, batch)}
         if rank == 0:
             torch.save(results, out_file)
 
@@ -102,3 +112,15 @@ def test_two_ranks_equal_one_rank_with_double_batch(two_rank_results, loss_case)
     for name, grad in single_grads.items():
         assert grad.abs().sum() > 0, f"{name} received no gradient"
         torch.testing.assert_close(distributed["grads"][name], grad, atol=1e-5, rtol=1e-4, msg=name)
+
+
+def test_two_ranks_sum_to_the_single_process_hardness_profile(two_rank_results, loss_case):
+    """Catches a hardness profile not summed over ranks (each rank's own half), averaged over them
+    (the counts would halve), or shares normalised over one rank's candidates only."""
+    model = make_model()
+    model.loss = make_loss(loss_case, model)
+    mean_share, negatives = hardness(model, make_batch(WORLD * BATCH_PER_RANK))
+    distributed_share, distributed_negatives = two_rank_results[loss_case.id]["hardness"]
+    assert negatives.sum() > 0
+    torch.testing.assert_close(distributed_negatives, negatives, atol=0, rtol=0)
+    torch.testing.assert_close(distributed_share, mean_share, atol=1e-5, rtol=1e-4)

@@ -7,7 +7,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
+import torch.nn.functional as F
 
+from ssl_app.losses import InfoNCE, MaskedSimilarities
+from tests.generic import pair_masks
 from tests.ssl_app.report.fakes import run_config, sweep_sidecar, write_run
 
 TAU = "model.init_args.loss.init_args.temperature"
@@ -25,6 +29,12 @@ class Study:
 
 def _similarities(seed: int, centre: float, size: int) -> np.ndarray:
     return np.clip(np.random.default_rng(seed).normal(centre, 0.05, size), -1.0, 1.0)
+
+
+def hardness(loss, seed: int, batch: int = 16):
+    """``loss``'s hardness profile of one step of random unit views (SimCLR's masks, 2 × ``batch`` views)."""
+    z = F.normalize(torch.randn(2 * batch, 8, generator=torch.Generator().manual_seed(seed)), dim=1)
+    return loss(MaskedSimilarities(z @ z.T, *pair_masks(batch)), with_stats=True).hardness
 
 
 def write_study(root: Path) -> Study:
@@ -96,6 +106,7 @@ def write_study(root: Path) -> Study:
                 positive=_similarities(seed, finals[label][seed]["pos_sim"], 500),
                 negatives=_similarities(seed + 10, finals[label][seed]["top10_neg_sim"], 5000),
                 sweep=sweep_sidecar(point, {TAU: tau}, seed),
+                hardness=hardness(InfoNCE(tau), seed),
             )
     write_run(  # crashed in epoch 1 with nonsense numbers: listed, never averaged
         root / "tau" / "infonce_t0.3" / "seed2",

@@ -8,9 +8,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import torch
 import yaml
 from torch.utils.tensorboard import SummaryWriter
 
+from ssl_app.losses.hardness import HardnessProfile, write_profile
 from ssl_app.runs.layout import EVALUATIONS_DIR, SweepPoint, write_sweep_point
 from ssl_app.runs.record import DONE, RUNNING, finish_record, start_record
 
@@ -83,11 +85,15 @@ def write_run(
     status: str | None = DONE,
     collapse: dict | None = None,
     top_k: int = 10,
+    hardness: torch.Tensor | None = None,
 ) -> Path:
     """A run folder whose per-epoch ``metrics/<name>`` end at ``final[name]`` (earlier epochs:
     ``final − 0.1 × epochs to go``); ``effective_negatives[e]`` are the per-step values of epoch e;
     histograms are logged at every epoch, the last one being ``positive`` / ``negatives`` (as
     ``similarity/top{top_k}_negative``, the tag of a run whose EmbeddingMetrics.top_k is ``top_k``).
+
+    ``hardness``: a step's hardness profile ([2, BINS], ``ContrastiveLoss(..., with_stats=True).hardness``),
+    logged at every epoch's end as a method logs its epoch's (``HardnessProfile``, ``write_profile``).
 
     ``status``: the run record's final status (``running``: started, never finished; ``None``: no
     record at all, as an older version wrote). ``linear_top1``: a finished linear probe filed in the
@@ -108,6 +114,10 @@ def write_run(
         for name, value in final.items():
             writer.add_scalar(f"metrics/{name}", value - 0.1 * (epochs - 1 - epoch), end)
         writer.add_scalar("metrics/collapsed", 0.0 if collapse is None else 1.0, end)
+        if hardness is not None:
+            profile = HardnessProfile()
+            profile.update(hardness)
+            write_profile(writer, *profile.compute(), end)
         if positive is not None:
             shift = 0.05 * (epochs - 1 - epoch)
             writer.add_histogram("similarity/positive", positive - shift, end)

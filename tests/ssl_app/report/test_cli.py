@@ -20,6 +20,7 @@ def test_prints_the_table_and_writes_csv_markdown_and_figures(study, tmp_path, c
     assert "| InfoNCE τ=0.3 [1] | 2 |" in out and "| InfoNCE τ=0.7 | 2 |" in out
     written = sorted(path.name for path in (tmp_path / "out").iterdir())
     assert written == [
+        "hardness_profile.png",
         "metric_curves.png",
         "relative_penalty.png",
         "similarity_distributions.png",

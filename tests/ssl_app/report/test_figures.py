@@ -18,6 +18,7 @@ FIGURES = [
     "similarity_distributions.png",
     "metric_curves.png",
     "relative_penalty.png",
+    "hardness_profile.png",
 ]
 
 
@@ -51,6 +52,7 @@ def test_figures_without_their_data_are_skipped_with_a_note(tmp_path):
     assert results["similarity_distributions.png"].path is None
     assert results["relative_penalty.png"].path is None and "top<k>_negative" in results["relative_penalty.png"].note
     assert "similarity/positive" in results["similarity_distributions.png"].note
+    assert results["hardness_profile.png"].path is None and "hardness/mean_share" in results["hardness_profile.png"].note
     for name in ("uniformity_tolerance_plane.png", "metric_curves.png"):
         assert_valid_png(results[name].path)
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["metric_curves.png", "uniformity_tolerance_plane.png"]

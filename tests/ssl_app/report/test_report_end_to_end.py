@@ -15,6 +15,7 @@ import pytest
 from ssl_app.cli import main
 from ssl_app.report.cli import make_report
 from ssl_app.report.groups import group_runs
+from ssl_app.report.hardness import hardness_curves
 from ssl_app.report.penalty import penalty_curves
 from ssl_app.report.runs import load_runs
 from ssl_app.report.summary import build_rows
@@ -85,5 +86,12 @@ def test_a_tau_sweep_of_real_runs_gets_the_relative_penalty_figure_and_dashes_fo
     for curve in curves:
         assert curve.negatives == "all"  # the runs logged similarity/negative: N(i) is every negative
         assert curve.k * np.sum(curve.weight * curve.penalty) == pytest.approx(1.0)
+    # the hardness profile the methods logged in training: one curve per τ, the smaller τ steeper
+    [hardness] = [figure for figure in report.figures if figure.name == "hardness_profile.png"]
+    assert hardness.path is not None and hardness.path.is_file(), hardness.note
+    profiles = {curve.label: curve for curve in hardness_curves(rows)}
+    assert len(profiles) == 2
+    steep, flat = (next(c for label, c in profiles.items() if f"={tau:g}" in label) for tau in (0.1, 1.0))
+    assert np.ptp(np.log(steep.share)) > np.ptp(np.log(flat.share))
     lines = [line for line in report.markdown.splitlines() if line.startswith("| InfoNCE")]
     assert len(lines) == 2 and all(line.split("|")[3].strip().startswith("— [") for line in lines), lines
