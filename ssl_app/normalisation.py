@@ -4,7 +4,7 @@ An image folder config may leave ``augmentation.crop_size``/``mean``/``std`` nul
 from the data. Measured again on another folder, ``validate``/``test``/the linear probe would
 normalise the same encoder's inputs differently from its training run (and from ``embed``, which
 always used the checkpoint's). So a null value is taken from the checkpoint (its run's config,
-else what the run measured: ``ssl_app.export.input_of``), a value set in the config wins, and only
+else what the run measured: ``ssl_app.cli.export.input_of``), a value set in the config wins, and only
 a value neither gives is measured. One line says which each came from.
 """
 
@@ -18,7 +18,7 @@ KEYS = ("crop_size", "mean", "std")
 
 def trained_input(checkpoint: dict[str, Any], path: str | Path) -> Optional[dict[str, Any]]:
     """The crop size, mean and std the checkpoint's run fed its encoder (None: the checkpoint does not say)."""
-    from ssl_app.export import input_of
+    from ssl_app.cli.export import input_of
     from ssl_app.resume import checkpoint_config, checkpoint_data
 
     return input_of(checkpoint_config(checkpoint, path), checkpoint_data(checkpoint, path))

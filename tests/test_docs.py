@@ -142,7 +142,7 @@ def assert_parses(argv: list[str], where: str, capsys, monkeypatch) -> None:
         except Exception as error:  # noqa: BLE001 - any refusal is the doc's failure
             pytest.fail(f"{where}\ndoes not parse: {error}")
         return
-    if argv[:1] == ["list"]:  # not a Trainer subcommand: it prints the registries and exits (ssl_app.listing)
+    if argv[:1] == ["list"]:  # not a Trainer subcommand: it prints the registries and exits (ssl_app.cli.listing)
         with pytest.raises(SystemExit) as exit_info:
             main(argv)
         out, err = capsys.readouterr()

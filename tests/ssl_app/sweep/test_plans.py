@@ -12,10 +12,10 @@ import pytest
 import yaml
 
 from ssl_app.cli import main as cli_main
-from ssl_app.plans import DATA_SETS, TABLE1_COLUMNS
 from ssl_app.runs.record import read_record
-from ssl_app.sweep import main
-from tests.ssl_app.test_cli import REPO
+from ssl_app.sweep.command import main
+from ssl_app.sweep.plans import DATA_SETS, TABLE1_COLUMNS
+from tests.ssl_app.cli.test_cli import REPO
 
 FIT_TINY = ["--", "--trainer.max_epochs=1", "--trainer.limit_train_batches=2", "--trainer.limit_val_batches=1",
             "--trainer.enable_progress_bar=false", "--data.init_args.train_size=64", "--data.init_args.val_size=32",
@@ -157,8 +157,8 @@ def test_the_estimates_arithmetic_by_hand(capsys, monkeypatch):
     """Catches a slip in ``--estimate``'s per-image arithmetic (a step's images not rounded up to whole
     batches, a validation pass or the linear stage's held-out images left out, minutes for hours): the
     tiny plan's device-seconds computed here by hand from fixed calibration numbers, compared exactly."""
-    import ssl_app.estimate as estimate
-    from ssl_app.sweep import parse_args, planned_runs
+    import ssl_app.sweep.estimate as estimate
+    from ssl_app.sweep.command import parse_args, planned_runs
 
     monkeypatch.chdir(REPO)
     monkeypatch.setattr(estimate, "calibrate", lambda backbone, crop, batch: estimate.Calibration("fake", batch, 0.5, 0.25))

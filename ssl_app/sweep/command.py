@@ -33,12 +33,12 @@ the run it evaluates, ``<run>/evaluations/linear_<n>/`` (``ssl_app.runs.layout``
   resumes them.
 - ``--jobs N`` runs N at once; with GPUs each job is pinned to one (``CUDA_VISIBLE_DEVICES``), the least
   busy, so N above the number of GPUs shares them evenly.
-- ``--launcher slurm`` submits the runs as one SLURM job array instead (``ssl_app.slurm``), each
+- ``--launcher slurm`` submits the runs as one SLURM job array instead (``ssl_app.sweep.slurm``), each
   task running the same stages; ``--status`` prints each run's state and job. A launch writes its
   runs into ``OUT/NAME/sweep_plan.json`` (merged with earlier launches'), so ``--status OUT/NAME``
   alone prints the same lines without the original command.
 - ``--linear-args`` are options for the linear evaluations only; after ``--``, options for the fits.
-- ``--plan table1 --data D`` (``ssl_app.plans``) stands for ``--config`` (D's recipe), one point per
+- ``--plan table1 --data D`` (``ssl_app.sweep.plans``) stands for ``--config`` (D's recipe), one point per
   Table-1 column (its loss overlay) and ``--linear`` (D's linear evaluation), in ``OUT/table1_D/``;
   ``--data-root DIR`` gives the data's folder to every fit and every linear evaluation (each
   stage's config keeps it under its own key); ``--estimate`` times a few training steps of the
@@ -68,7 +68,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from ssl_app.plans import DATA_SETS, PLANS, plan_points, recipe_paths, root_options
 from ssl_app.quiet import known_noise_silenced
 from ssl_app.runs.atomic import write_json
 from ssl_app.runs.layout import (
@@ -84,6 +83,7 @@ from ssl_app.runs.layout import (
 from ssl_app.runs.lock import RUN_LOCK, SWEEP_LOCK, RunLock, is_locked
 from ssl_app.runs.record import DONE, RECORD_FILE, RecordError, effective_status, read_record
 from ssl_app.signals import handling
+from ssl_app.sweep.plans import DATA_SETS, PLANS, plan_points, recipe_paths, root_options
 
 #: The sweep's runs, written into its folder at launch: what ``--status DIR`` reads.
 PLAN_FILE = "sweep_plan.json"
@@ -510,7 +510,9 @@ def _joined_linear_args(argv: list[str]) -> list[str]:
 def parse_args(argv: Optional[list[str]]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m ssl_app.sweep", description=__doc__.split("\n")[0], allow_abbrev=False)
     parser.add_argument("--config", action="append", default=[], help="a fit config; repeat to compose")
-    parser.add_argument("--plan", choices=sorted(PLANS), default=None, help="a named plan (ssl_app.plans), instead of --config")
+    parser.add_argument(
+        "--plan", choices=sorted(PLANS), default=None, help="a named plan (ssl_app.sweep.plans), instead of --config"
+    )
     parser.add_argument("--data", choices=sorted(DATA_SETS), default=None, help="the plan's data set")
     parser.add_argument("--data-root", default=None, metavar="PATH",
                         help="with --plan: the data's folder, for every fit and linear evaluation")  # fmt: skip
@@ -613,16 +615,16 @@ def planned_runs(args: argparse.Namespace) -> tuple[Path, list[PlannedRun]]:
 def _main(argv: Optional[list[str]]) -> int:
     args = parse_args(argv)
     if isinstance(args.status, str):
-        from ssl_app.slurm import status_lines
+        from ssl_app.sweep.slurm import status_lines
 
         return print_to_reader(status_lines(recorded_runs(Path(args.status))))
     sweep_dir, runs = planned_runs(args)
     if args.status:
-        from ssl_app.slurm import status_lines
+        from ssl_app.sweep.slurm import status_lines
 
         return print_to_reader(status_lines(runs))
     if args.estimate:
-        from ssl_app.estimate import print_estimate
+        from ssl_app.sweep.estimate import print_estimate
 
         validate(runs)
         print_estimate(args.plan, args.data, runs)
@@ -711,7 +713,7 @@ def recorded_runs(sweep_dir: Path) -> list[PlannedRun]:
 def submit_to_slurm(todo: list[PlannedRun], args: argparse.Namespace, sweep_dir: Path) -> int:
     """Submit the runs that need work as one job array; print the job ids and how to follow them."""
     from ssl_app.errors import ConfigError
-    from ssl_app.slurm import SlurmOptions, submit
+    from ssl_app.sweep.slurm import SlurmOptions, submit
 
     options = SlurmOptions(
         partition=args.slurm_partition, time_min=args.slurm_time, gpus_per_run=args.slurm_gpus, cpus_per_run=args.slurm_cpus,

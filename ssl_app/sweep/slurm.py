@@ -105,7 +105,7 @@ class PointJob:
         self._process: Any = None
 
     def __call__(self) -> str:
-        from ssl_app import sweep  # the local launcher's stage helpers: one way to run a stage
+        from ssl_app.sweep import command as sweep  # the local launcher's stage helpers: one way to run a stage
 
         run = self.run
         lock = RunLock(run.directory, SWEEP_LOCK)

@@ -1,6 +1,6 @@
 """``python -m ssl_app embed --ckpt RUN/checkpoints/last.ckpt [--data PATH] --out features.npz``: features of a data set.
 
-The checkpoint's backbone (``ssl_app.export.load_encoder``), in eval mode, encodes every image
+The checkpoint's backbone (``ssl_app.cli.export.load_encoder``), in eval mode, encodes every image
 of a data set once through the run's clean (evaluation) transform — resize, centre crop,
 normalise, as its ``augmentation`` says — in batches on the chosen device, with a progress bar.
 
@@ -34,8 +34,8 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, Dataset
 
+from ssl_app.cli.export import OneLineParser, TrainedEncoder, add_import_option, check_output, load_encoder, parse_or_exit
 from ssl_app.errors import ConfigError, OutputError
-from ssl_app.export import OneLineParser, TrainedEncoder, add_import_option, check_output, load_encoder, parse_or_exit
 from ssl_app.normalisation import KEYS, settle_input, shown
 from ssl_app.runs.atomic import atomic_file
 from ssl_app.trust import import_trusted, is_known_class

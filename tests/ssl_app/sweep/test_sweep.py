@@ -17,8 +17,8 @@ import pytest
 from ssl_app.report.cli import main as report_main
 from ssl_app.runs.layout import read_sweep_point
 from ssl_app.runs.record import finish_record, read_record, start_record, write_record
-from ssl_app.sweep import main, parse_grid, point_name
-from tests.ssl_app.test_cli import QUICKSTART, REPO
+from ssl_app.sweep.command import main, parse_grid, point_name
+from tests.ssl_app.cli.test_cli import QUICKSTART, REPO
 
 FAST = ["--", "--trainer.max_epochs=1", "--trainer.limit_train_batches=2", "--trainer.limit_val_batches=1",
         "--trainer.enable_progress_bar=false", "--data.init_args.train_size=128", "--data.init_args.val_size=64",
@@ -170,7 +170,7 @@ def fake_fit(status: str | None, exit_code: int):
 
 
 def planned(tmp_path, values=("0.1",)):
-    import ssl_app.sweep as sweep
+    import ssl_app.sweep.command as sweep
 
     return sweep.plan([QUICKSTART], [(TAU, list(values))], [0], tmp_path, [], None)
 
@@ -186,7 +186,7 @@ class FakeGpus:
 
 def on_fake_gpus(monkeypatch, gpus: int) -> FakeGpus:
     """The sweep sees ``gpus`` GPUs; every launch is a fake fit that runs for a few polls."""
-    import ssl_app.sweep as sweep
+    import ssl_app.sweep.command as sweep
 
     seen = FakeGpus()
     running: list = []
@@ -216,7 +216,7 @@ def on_fake_gpus(monkeypatch, gpus: int) -> FakeGpus:
 
 def test_parallel_jobs_are_pinned_to_free_gpus(tmp_path, monkeypatch):
     """With GPUs, each running job gets its own device, released when it ends (no GPU needed here)."""
-    import ssl_app.sweep as sweep
+    import ssl_app.sweep.command as sweep
 
     gpus = on_fake_gpus(monkeypatch, 2)
     runs = planned(tmp_path, ("0.1", "0.2", "0.3"))
@@ -229,7 +229,7 @@ def test_parallel_jobs_are_pinned_to_free_gpus(tmp_path, monkeypatch):
 def test_more_jobs_than_gpus_are_each_pinned_and_share_the_gpus_evenly(tmp_path, monkeypatch):
     """Catches the jobs beyond the number of GPUs starting unpinned: they see every GPU and all train on
     the first, beside the job already pinned there."""
-    import ssl_app.sweep as sweep
+    import ssl_app.sweep.command as sweep
 
     gpus = on_fake_gpus(monkeypatch, 2)
     runs = planned(tmp_path, ("0.1", "0.2", "0.3", "0.4"))
@@ -246,7 +246,7 @@ def test_a_fit_that_fails_or_lies_is_a_failure_of_the_sweep(tmp_path, monkeypatc
     """Catches a sweep that reads success from anything but the run's own record: a fit that exits
     non-zero before writing one, a failed record, and a process that exits 0 while its record says
     it did not finish. The sweep exits 1 and names the run, the reason and its log."""
-    import ssl_app.sweep as sweep
+    import ssl_app.sweep.command as sweep
 
     monkeypatch.setattr(sweep, "launch", fake_fit(status, exit_code))
     monkeypatch.setattr(sweep.time, "sleep", lambda _: None)
@@ -262,7 +262,7 @@ def test_a_real_failing_process_gives_the_sweep_its_exit_code(tmp_path, monkeypa
     and returns 1, without waiting on anything else."""
     import subprocess
 
-    import ssl_app.sweep as sweep
+    import ssl_app.sweep.command as sweep
 
     def launch(args, log, device):
         log.parent.mkdir(parents=True, exist_ok=True)
@@ -277,7 +277,7 @@ def test_a_real_failing_process_gives_the_sweep_its_exit_code(tmp_path, monkeypa
 
 def test_points_whose_short_names_coincide_get_distinct_folders():
     """Catches ``mylosses.InfoNCE`` resuming ``ssl_app.losses.InfoNCE``'s run: both were ``loss=InfoNCE``."""
-    from ssl_app.sweep import point_names
+    from ssl_app.sweep.command import point_names
 
     values = [{"model.init_args.loss": "ssl_app.losses.InfoNCE"}, {"model.init_args.loss": "mylosses.InfoNCE"},
               {"model.init_args.loss": "ssl_app.losses.Simple"}]  # fmt: skip
@@ -291,7 +291,7 @@ def test_points_whose_short_names_coincide_get_distinct_folders():
 def test_a_run_goes_on_to_its_linear_stage_under_the_lock_it_holds(tmp_path, monkeypatch):
     """Catches the sweep refusing its own lock between a run's fit and its probe (it skipped every probe
     as "held by another process" and still exited 0)."""
-    import ssl_app.sweep as sweep
+    import ssl_app.sweep.command as sweep
 
     stages = []
 
@@ -313,7 +313,7 @@ def test_a_run_goes_on_to_its_linear_stage_under_the_lock_it_holds(tmp_path, mon
 
 def test_a_run_another_sweep_holds_is_skipped_and_named(tmp_path, monkeypatch, capsys):
     """Two sweeps started into one folder: the second must not train the run the first is running."""
-    import ssl_app.sweep as sweep
+    import ssl_app.sweep.command as sweep
     from ssl_app.runs.lock import SWEEP_LOCK, RunLock
 
     launched = []
@@ -329,7 +329,7 @@ def test_a_run_another_sweep_holds_is_skipped_and_named(tmp_path, monkeypatch, c
 
 
 def test_an_unwritable_or_wrong_out_is_one_error_before_anything(tmp_path, monkeypatch, capsys):
-    import ssl_app.sweep as sweep
+    import ssl_app.sweep.command as sweep
 
     monkeypatch.setattr(sweep, "validate", lambda runs: pytest.fail("--out is checked before the points are parsed"))
     blocker = tmp_path / "file"
@@ -349,7 +349,7 @@ def test_ctrl_c_stops_the_running_fits_and_says_how_to_resume(tmp_path, monkeypa
     import subprocess
     import threading
 
-    import ssl_app.sweep as sweep
+    import ssl_app.sweep.command as sweep
 
     children = []
 
@@ -376,7 +376,7 @@ def test_ctrl_c_stops_the_running_fits_and_says_how_to_resume(tmp_path, monkeypa
 def test_a_fresh_restart_clears_what_the_failed_attempt_left(tmp_path, monkeypatch):
     """A run that failed before its first checkpoint is started afresh; its old events must not mix
     into the new attempt (and the CLI would refuse a new run into a folder with events)."""
-    import ssl_app.sweep as sweep
+    import ssl_app.sweep.command as sweep
 
     [run] = planned(tmp_path)
     run.directory.mkdir(parents=True)
@@ -418,7 +418,7 @@ def held_by_another_process(folder: Path, name: str):
 def test_a_run_whose_run_lock_another_process_holds_is_not_launched(tmp_path, monkeypatch, capsys):
     """Catches a sweep that checks only other sweeps' locks: a run folder another process is writing
     (its run lock, ``.lock``, held by a real process) must be skipped and named, the other run launched."""
-    import ssl_app.sweep as sweep
+    import ssl_app.sweep.command as sweep
     from ssl_app.runs.lock import RUN_LOCK
 
     launched = []
@@ -433,10 +433,10 @@ def test_a_run_whose_run_lock_another_process_holds_is_not_launched(tmp_path, mo
 
 
 def test_a_slurm_task_does_not_launch_into_a_run_another_process_writes(tmp_path, monkeypatch):
-    """The same for a job-array task (``ssl_app.slurm.PointJob``): it fails naming the holder, and launches nothing."""
-    import ssl_app.sweep as sweep
+    """The same for a job-array task (``ssl_app.sweep.slurm.PointJob``): it fails naming the holder, and launches nothing."""
+    import ssl_app.sweep.command as sweep
     from ssl_app.runs.lock import RUN_LOCK
-    from ssl_app.slurm import PointJob
+    from ssl_app.sweep.slurm import PointJob
 
     launched = []
     monkeypatch.setattr(sweep, "launch", lambda *args, **kwargs: launched.append(args))
@@ -450,7 +450,7 @@ def test_a_stage_that_exits_non_zero_after_its_record_says_done_is_failed_and_ru
     """Catches the record winning over the exit status: a fit whose process exits 1 after writing
     ``done`` (it crashed after training) is a failure of the sweep, and a re-run of the same command
     runs it again instead of counting it finished; ``--status`` says so too."""
-    import ssl_app.sweep as sweep
+    import ssl_app.sweep.command as sweep
 
     monkeypatch.setattr(sweep.time, "sleep", lambda _: None)
     monkeypatch.setattr(sweep, "validate", lambda runs: None)

@@ -1,7 +1,7 @@
 """``python -m ssl_app {fit,validate,test} --config X.yaml``: LightningCLI in subclass mode.
 
 ``python -m ssl_app list [KIND ...]``, ``export`` and ``embed`` are not Trainer subcommands: ``main``
-hands them to ``ssl_app.listing``, ``ssl_app.export`` and ``ssl_app.embed`` before LightningCLI
+hands them to ``ssl_app.cli.listing``, ``ssl_app.cli.export`` and ``ssl_app.cli.embed`` before LightningCLI
 parses anything. Lightning's ``predict`` is not offered (``embed`` writes the features).
 
 Any method (``--model ssl_app.methods.SimCLR``) and any datamodule
@@ -66,9 +66,9 @@ from ssl_app.checkpointing import (
     output_error,
     resume_hint,
 )
+from ssl_app.cli.listing import KINDS as LIST_KINDS
 from ssl_app.errors import ConfigError, NonFiniteError, OutputError
 from ssl_app.health import NumericalHealth
-from ssl_app.listing import KINDS as LIST_KINDS
 from ssl_app.normalisation import settle_input, trained_input
 from ssl_app.quiet import PROBE_WARNINGS, known_noise_silenced
 from ssl_app.resume import (
@@ -95,12 +95,12 @@ LIST_HELP = (
     "backbone; python -m ssl_app embed --ckpt CKPT [--data PATH] --out features.npz writes features of a data set."
 )
 #: Subcommands ``main`` runs itself, not through LightningCLI: name → module with ``main(args) -> status``.
-OWN_SUBCOMMANDS = {"list": "ssl_app.listing", "export": "ssl_app.export", "embed": "ssl_app.embed"}
+OWN_SUBCOMMANDS = {"list": "ssl_app.cli.listing", "export": "ssl_app.cli.export", "embed": "ssl_app.cli.embed"}
 
 # Packages whose constructors validate their options: a ValueError/TypeError raised from one of
 # them while the config is instantiated is a bad input, reported like a ConfigError.
 _APP_PACKAGES = ("ssl_app", "callbacks", "datamodules")
-_ROOT = Path(__file__).resolve().parents[1]
+_ROOT = Path(__file__).resolve().parents[2]
 
 
 class _Parser(LightningArgumentParser):
@@ -1005,7 +1005,7 @@ def _app_constructor(error: BaseException) -> str | None:
             relative = Path(code.co_filename).resolve().relative_to(_ROOT)
         except ValueError:
             relative = None
-        constructor = code.co_name == "__init__" and relative is not None and relative != Path("ssl_app", "cli.py")
+        constructor = code.co_name == "__init__" and relative is not None and relative != Path("ssl_app", "cli", "app.py")
         if constructor and relative.parts[0] in _APP_PACKAGES:
             owner = tb.tb_frame.f_locals.get("self")
             return type(owner).__name__ if owner is not None else relative.stem
