@@ -48,430 +48,22 @@ the run it evaluates, ``<run>/evaluations/linear_<n>/`` (``ssl_app.runs.layout``
 from __future__ import annotations
 
 import argparse
-import contextlib
-import hashlib
-import io
-import itertools
-import json
 import os
-import re
 import shlex
-import shutil
 import signal
-import subprocess
 import sys
-import tempfile
-import time
-from collections import Counter
-from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Optional
 
+from ssl_app.cli.endings import fail, signal_status
+from ssl_app.errors import ConfigError
 from ssl_app.quiet import known_noise_silenced
-from ssl_app.runs.atomic import write_json
-from ssl_app.runs.layout import (
-    CHECKPOINTS_DIR,
-    CONFIG_FILE,
-    EVENTS_GLOB,
-    SWEEP_FILE,
-    SweepPoint,
-    evaluation_folders,
-    read_sweep_point,
-    write_sweep_point,
-)
-from ssl_app.runs.lock import RUN_LOCK, SWEEP_LOCK, RunLock, is_locked
-from ssl_app.runs.record import DONE, RECORD_FILE, RecordError, effective_status, read_record
-from ssl_app.signals import handling
-from ssl_app.sweep.plans import DATA_SETS, PLANS, plan_points, recipe_paths, root_options
-
-#: The sweep's runs, written into its folder at launch: what ``--status DIR`` reads.
-PLAN_FILE = "sweep_plan.json"
-#: Exit status of a sweep stopped by a signal: 128 + the signal, as the fits it stopped.
-_STOPPED = {signal.SIGINT: 130, signal.SIGTERM: 143}
-
-
-@dataclass
-class PlannedRun:
-    """One grid point with one seed: where it lives and the command line of each stage."""
-
-    sweep: str
-    point: str
-    grid: dict[str, str]
-    seed: int
-    directory: Path
-    fit_args: list[str]
-    linear_args: Optional[list[str]] = None
-
-    @property
-    def checkpoint(self) -> Path:
-        return self.directory / CHECKPOINTS_DIR / "last.ckpt"
-
-    @property
-    def label(self) -> str:
-        return f"{self.point} seed {self.seed}"
-
-    def fit_status(self) -> str:
-        """The fit's status as its record says (``vanished`` when its process died without a word), unless
-        its process exited non-zero after recording ``done``: then both must agree, and it is failed."""
-        try:
-            status = effective_status(self.directory, read_record(self.directory))
-        except RecordError:
-            return "unreadable record"
-        code = self.exit_status("fit")
-        return f"failed (exit status {code})" if status == DONE and code else status
-
-    def exit_status(self, stage: str) -> Optional[int]:
-        """The stage's last exit status, as the sweep noted it in ``sweep.json`` (None: not known)."""
-        point = read_sweep_point(self.directory)
-        return point.exits.get(stage) if point is not None else None
-
-    def probe_done(self) -> bool:
-        """Whether a linear probe of this run finished (any of them: the report reads the newest done one)
-        and the last one's process did not exit non-zero."""
-        if self.exit_status("linear"):
-            return False
-        for folder in evaluation_folders(self.directory, "linear"):
-            try:
-                record = read_record(folder)
-            except RecordError:
-                continue
-            if record is not None and record.status == DONE:
-                return True
-        return False
-
-    def stages(self) -> list[tuple[str, list[str]]]:
-        """What the run still needs: ``fit`` (resumed if it has a checkpoint) and/or ``linear``."""
-        todo = []
-        if self.fit_status() != DONE:
-            args = self.fit_args
-            if self.checkpoint.is_file():
-                args = [*args, f"--ckpt_path={self.checkpoint}"]
-            todo.append(("fit", args))
-        if self.linear_args is not None and not self.probe_done():
-            todo.append(("linear", self.linear_args))
-        return todo
-
-    def sidecar(self) -> SweepPoint:
-        return SweepPoint(sweep=self.sweep, point=self.point, grid=self.grid, seed=self.seed)
-
-
-def parse_grid(specs: Sequence[str]) -> list[tuple[str, list[str]]]:
-    """``["a.b=1,2", "c=x"]`` → ``[("a.b", ["1", "2"]), ("c", ["x"])]``; bad specs are ``SystemExit(2)``."""
-    grid = []
-    for spec in specs:
-        key, sep, values = spec.partition("=")
-        items = [v.strip() for v in values.split(",") if v.strip()]
-        if not sep or not key.strip() or not items:
-            fail(f"--grid must be KEY=V1,V2,..., got {spec!r}")
-        grid.append((key.strip().lstrip("-"), items))
-    keys = [k for k, _ in grid]
-    if len(set(keys)) != len(keys):
-        fail(f"--grid names a key twice: {keys}")
-    return grid
-
-
-def point_name(values: dict[str, str]) -> str:
-    """A folder name from the point's values: the last part of each key, ``=`` its value's short form
-    (the last part of a class path). Not unique on its own: see :func:`point_names`."""
-    if not values:
-        return "base"
-    parts = []
-    for key, value in values.items():
-        short_value = value.rsplit(".", 1)[-1] if re.fullmatch(r"[A-Za-z_][\w.]*\.[A-Za-z_]\w*", value) else value
-        parts.append(f"{key.rsplit('.', 1)[-1]}={short_value}")
-    return re.sub(r"[^\w.,=+-]", "_", ",".join(parts))
-
-
-def point_names(points: list[dict[str, str]]) -> list[str]:
-    """One folder name per point, unique: :func:`point_name`, plus ``-<hash of the full values>``
-    for the points whose short names coincide (names compared as a case-insensitive filesystem would)."""
-    short = [point_name(values) for values in points]
-    counts = Counter(name.lower() for name in short)
-    names = []
-    for name, values in zip(short, points):
-        if counts[name.lower()] > 1:
-            digest = hashlib.sha256(json.dumps(values, sort_keys=True).encode()).hexdigest()[:8]
-            name = f"{name}-{digest}"
-        names.append(name)
-    return names
-
-
-def plan(
-    configs: list[str],
-    grid: list[tuple[str, list[str]]],
-    seeds: list[int],
-    sweep_dir: Path,
-    extra: list[str],
-    linear_config: Optional[str],
-    linear_extra: Sequence[str] = (),
-) -> list[PlannedRun]:
-    """Every (point, seed) run with its fit (and linear) command line arguments; ``extra`` goes to
-    every fit, ``linear_extra`` to every linear evaluation."""
-    keys = [k for k, _ in grid]
-    points = [dict(zip(keys, combination)) for combination in itertools.product(*[values for _, values in grid])]
-    named = [(name, values, [f"--{k}={v}" for k, v in values.items()]) for values, name in zip(points, point_names(points))]
-    return expand_points(configs, named, seeds, sweep_dir, extra, linear_config, linear_extra)
-
-
-def expand_points(
-    configs: list[str],
-    points: list[tuple[str, dict[str, str], list[str]]],
-    seeds: list[int],
-    sweep_dir: Path,
-    extra: list[str],
-    linear_config: Optional[str],
-    linear_extra: Sequence[str] = (),
-) -> list[PlannedRun]:
-    """Runs of named points ``(folder name, values for sweep.json, the fit arguments that make the point)``,
-    one per seed: what :func:`plan` does for a grid and ``--plan`` for a plan's columns."""
-    runs = []
-    for point, values, grid_args in points:
-        for seed in seeds:
-            directory = sweep_dir / point / f"seed{seed}"
-            config_args = [a for c in configs for a in ("--config", c)]
-            seed_arg = f"--seed_everything={seed}"
-            fit_args = ["fit", *config_args, *grid_args, seed_arg, *logger_args(sweep_dir, point, f"seed{seed}"), *extra]
-            linear_args = None
-            if linear_config is not None:
-                # Filed by the CLI in <run>/evaluations/linear_<n>/ (the probe belongs to the run it evaluates).
-                checkpoint = f"--model.init_args.checkpoint={directory / CHECKPOINTS_DIR / 'last.ckpt'}"
-                linear_args = ["fit", "--config", linear_config, checkpoint, seed_arg, *linear_extra]
-            runs.append(PlannedRun(sweep_dir.name, point, values, seed, directory, fit_args, linear_args))
-    return runs
-
-
-def logger_args(save_dir: Path, name: str, version: str) -> list[str]:
-    return [
-        f"--trainer.logger.init_args.save_dir={save_dir}",
-        f"--trainer.logger.init_args.name={name}",
-        f"--trainer.logger.init_args.version={version}",
-    ]
-
-
-def check_out(out: Path) -> None:
-    """``--out`` must be (or be creatable as) a folder this process can write in; nothing is created."""
-    existing = out
-    while not existing.exists():
-        if existing.parent == existing:
-            break
-        existing = existing.parent
-    if not existing.is_dir():
-        fail(f"--out {out}: {existing} is a file, not a folder")
-    try:
-        handle, probe = tempfile.mkstemp(dir=existing, prefix=".ssl_app_sweep_probe_")
-        os.close(handle)
-        os.remove(probe)
-    except OSError as error:
-        fail(f"--out {out}: cannot write in {existing} ({error.strerror or error})")
-
-
-def validate(runs: list[PlannedRun]) -> None:
-    """Parse every distinct command with ``--print_config``; the first error ends the sweep."""
-    from ssl_app.cli import main  # heavy: imports torch and Lightning
-
-    seen: set[tuple[str, ...]] = set()
-    for run in runs:
-        for args in (run.fit_args, run.linear_args):
-            if args is None:
-                continue
-            key = tuple(
-                a for a in args if not a.startswith(("--seed_everything", "--trainer.logger", "--model.init_args.checkpoint"))
-            )
-            if key in seen:
-                continue
-            seen.add(key)
-            errors = io.StringIO()
-            code = 0
-            with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(errors):
-                try:
-                    main([*args, "--print_config"])
-                except SystemExit as exit_:
-                    code = exit_.code if isinstance(exit_.code, int) else 1
-            if code != 0:
-                message = errors.getvalue().strip().splitlines()
-                first = next((line for line in message if line.startswith("error:")), message[0] if message else "")
-                fail(f"point {run.point}: {first.removeprefix('error: ')}")
-
-
-def launch(args: list[str], log: Path, device: Optional[int], env: Optional[dict[str, str]] = None) -> subprocess.Popen:
-    """Start ``python -m ssl_app ARGS`` writing into ``log`` (``device``: the one GPU it may see)."""
-    env = dict(os.environ if env is None else env)
-    if device is not None:
-        env["CUDA_VISIBLE_DEVICES"] = str(device)
-    log.parent.mkdir(parents=True, exist_ok=True)
-    handle = log.open("a")
-    handle.write(f"$ {shlex.join([sys.executable, '-m', 'ssl_app', *args])}\n")
-    handle.flush()
-    process = subprocess.Popen([sys.executable, "-m", "ssl_app", *args], stdout=handle, stderr=subprocess.STDOUT, env=env)
-    handle.close()
-    return process
-
-
-def clear_attempt(directory: Path) -> None:
-    """Remove what a previous attempt of a fit left without a checkpoint (its record, config, events,
-    empty checkpoint folder), so a fresh start does not mix into it; logs and ``sweep.json`` stay."""
-    for name in (RECORD_FILE, CONFIG_FILE, "hparams.yaml"):
-        (directory / name).unlink(missing_ok=True)
-    for events in directory.glob(EVENTS_GLOB):
-        events.unlink()
-    checkpoints = directory / CHECKPOINTS_DIR
-    if checkpoints.is_dir() and not any(checkpoints.glob("*.ckpt")):
-        shutil.rmtree(checkpoints, ignore_errors=True)
-
-
-@dataclass
-class Outcome:
-    """What ``execute`` did: runs that failed (with the stage), runs held by another process, and
-    the signal that stopped the sweep (None: it ran to the end)."""
-
-    failed: list[tuple[PlannedRun, str]]
-    held: list[PlannedRun]
-    stopped_by: Optional[int] = None
-
-
-class _Stop(Exception):
-    def __init__(self, signum: int) -> None:
-        super().__init__(signum)
-        self.signum = signum
-
-
-@contextlib.contextmanager
-def _stop_on_signals() -> Iterator[None]:
-    """SIGINT/SIGTERM raise ``_Stop`` in the sweep's loop (main thread only), previous handlers restored after."""
-
-    def handler(signum: int, frame: object) -> None:
-        raise _Stop(signum)
-
-    with handling(handler):
-        yield
-
-
-def execute(runs: list[PlannedRun], jobs: int) -> Outcome:
-    """Run every pending stage, ``jobs`` at a time; hold each run's folder while its stages run."""
-    devices = _gpu_count()
-    pending = [run for run in runs if run.stages()]
-    active: dict[int, tuple[PlannedRun, str, subprocess.Popen, Optional[int]]] = {}
-    locks: dict[Path, RunLock] = {}
-    outcome = Outcome(failed=[], held=[])
-    # jobs per GPU: a job takes the least busy one, so more jobs than GPUs share them evenly and every
-    # job is pinned (an unpinned one would see every GPU and use the first)
-    load = Counter({device: 0 for device in range(devices)})
-    try:
-        with _stop_on_signals():
-            while pending or active:
-                while pending and len(active) < jobs:
-                    run = pending.pop(0)
-                    if not _hold(run, locks, outcome):
-                        continue
-                    stages = run.stages()
-                    if not stages:  # another sweep finished it meanwhile
-                        locks.pop(run.directory).release()
-                        continue
-                    stage, args = stages[0]
-                    log = prepare_stage(run, stage, args)
-                    device = min(load, key=load.__getitem__) if load else None
-                    if device is not None:
-                        load[device] += 1
-                    print(f"[sweep] start {run.label}: {stage}", flush=True)
-                    process = launch(args, log, device)
-                    active[process.pid] = (run, stage, process, device)
-                time.sleep(0.2)
-                for pid, (run, stage, process, device) in list(active.items()):
-                    if process.poll() is None:
-                        continue
-                    del active[pid]
-                    if device is not None:
-                        load[device] -= 1
-                    note_exit(run, stage, process.returncode)
-                    ok = _stage_done(run, stage)
-                    print(f"[sweep] {'done' if ok else 'FAILED'} {run.label}: {stage}", flush=True)
-                    if not ok:
-                        outcome.failed.append((run, stage))
-                        locks.pop(run.directory).release()
-                    elif run.stages():
-                        pending.insert(0, run)  # its linear evaluation next, still held
-                    else:
-                        locks.pop(run.directory).release()
-    except _Stop as stop:
-        outcome.stopped_by = stop.signum
-        _stop_children(active)
-    finally:
-        for lock in locks.values():
-            lock.release()
-    return outcome
-
-
-def prepare_stage(run: PlannedRun, stage: str, args: list[str]) -> Path:
-    """Before a stage starts: a fresh fit clears what a failed attempt left; ``sweep.json`` gets the
-    stage's command and log. Returns the log's path (``<run>/<stage>.log``)."""
-    if stage == "fit" and not run.checkpoint.is_file():
-        clear_attempt(run.directory)
-    log = run.directory / f"{stage}.log"
-    point = run.sidecar()
-    existing = read_sweep_point(run.directory)
-    point.commands = {**(existing.commands if existing else {}), stage: shlex.join(["python", "-m", "ssl_app", *args])}
-    point.logs = {**(existing.logs if existing else {}), stage: str(log)}
-    point.exits = {k: v for k, v in (existing.exits if existing else {}).items() if k != stage}  # running: not known
-    write_sweep_point(run.directory, point)
-    return log
-
-
-def note_exit(run: PlannedRun, stage: str, code: Optional[int]) -> None:
-    """Keep the stage's exit status in ``sweep.json``: with the run's record, it says whether the stage is done."""
-    point = read_sweep_point(run.directory) or run.sidecar()
-    point.exits = {**point.exits, stage: int(code if code is not None else 1)}
-    write_sweep_point(run.directory, point)
-
-
-def _hold(run: PlannedRun, locks: dict[Path, RunLock], outcome: Outcome) -> bool:
-    """Take the run's sweep lock (kept from its previous stage); a run held by another sweep or written by
-    another process is skipped."""
-    if run.directory in locks:
-        return True
-    lock = RunLock(run.directory, SWEEP_LOCK)
-    if is_locked(run.directory, RUN_LOCK) or not lock.acquire():
-        holder = lock.holder() if not is_locked(run.directory, RUN_LOCK) else RunLock(run.directory).holder()
-        print(f"[sweep] skip {run.label}: {run.directory} is held by {holder}", flush=True)
-        outcome.held.append(run)
-        return False
-    locks[run.directory] = lock
-    return True
-
-
-def _stage_done(run: PlannedRun, stage: str) -> bool:
-    """Whether the stage that just ended is done: its record says so and its process exited 0 (``note_exit``)."""
-    return run.fit_status() == DONE if stage == "fit" else run.probe_done()
-
-
-def _stop_children(active: dict[int, tuple[PlannedRun, str, subprocess.Popen, Optional[int]]]) -> None:
-    """SIGTERM to every running fit (each saves ``last.ckpt`` after its current step), then wait for
-    them; a second signal kills them at once. SIGTERM, not SIGINT: a fit that already got the
-    terminal's Ctrl-C would read a second SIGINT as "quit without a checkpoint"."""
-    processes = [process for _, _, process, _ in active.values()]
-    print(f"[sweep] stopping {len(processes)} running job(s); each saves its last.ckpt (again to kill them now)", flush=True)
-    for process in processes:
-        with contextlib.suppress(OSError):
-            process.send_signal(signal.SIGTERM)
-    try:
-        with _stop_on_signals():
-            for process in processes:
-                process.wait()
-    except _Stop:
-        for process in processes:
-            with contextlib.suppress(OSError):
-                process.kill()
-        for process in processes:
-            process.wait()
-
-
-def _gpu_count() -> int:
-    try:
-        import torch
-
-        return torch.cuda.device_count() if torch.cuda.is_available() else 0
-    except Exception:  # noqa: BLE001 - no usable CUDA means CPU jobs
-        return 0
+from ssl_app.sweep.grid import planned_runs, recorded_runs, write_plan
+from ssl_app.sweep.local import execute
+from ssl_app.sweep.plans import DATA_SETS, PLANS, root_options
+from ssl_app.sweep.preflight import check_out, validate
+from ssl_app.sweep.stages import PlannedRun, why_failed
 
 
 def print_to_reader(lines: Iterable[str]) -> int:
@@ -485,11 +77,6 @@ def print_to_reader(lines: Iterable[str]) -> int:
         # Python flushes stdout again at exit: point it at /dev/null so that flush has nowhere to fail.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return 0
-
-
-def fail(message: str) -> None:
-    print(f"error: {message}", file=sys.stderr)
-    raise SystemExit(2)
 
 
 def _joined_linear_args(argv: list[str]) -> list[str]:
@@ -507,7 +94,9 @@ def _joined_linear_args(argv: list[str]) -> list[str]:
     return joined
 
 
-def parse_args(argv: Optional[list[str]]) -> argparse.Namespace:
+def build_parser() -> argparse.ArgumentParser:
+    """The sweep's options: what to run (``--config``/``--grid``/``--linear`` or ``--plan``/``--data``), how
+    (``--jobs``, ``--launcher``, ``--slurm.*``), and the previews (``--status``, ``--dry-run``, ``--estimate``)."""
     parser = argparse.ArgumentParser(prog="python -m ssl_app.sweep", description=__doc__.split("\n")[0], allow_abbrev=False)
     parser.add_argument("--config", action="append", default=[], help="a fit config; repeat to compose")
     parser.add_argument(
@@ -540,39 +129,20 @@ def parse_args(argv: Optional[list[str]]) -> argparse.Namespace:
     slurm.add_argument("--slurm.cluster", dest="slurm_cluster", choices=("slurm", "local"), default="slurm",
                        help="local: the same job array as processes on this machine (submitit's local executor)")  # fmt: skip
     parser.add_argument("extra", nargs=argparse.REMAINDER, help="after --: options passed to every fit")
-    args = parser.parse_args(_joined_linear_args(sys.argv[1:] if argv is None else argv))
+    return parser
+
+
+def parse_args(argv: Optional[list[str]]) -> argparse.Namespace:
+    """The sweep's options, checked (a bad one is one ``error:`` line and ``SystemExit(2)``), with the
+    derived ``seed_list``, ``linear_extra`` and ``sbatch``; ``--data-root`` becomes the first extra option."""
+    args = build_parser().parse_args(_joined_linear_args(sys.argv[1:] if argv is None else argv))
     if isinstance(args.status, str):
         if args.plan is not None or args.config:
             fail("--status DIR reads the runs from the sweep's folder: give it alone, or --status with the sweep's command")
         return args
-    if args.plan is None and not args.config:
-        fail("give --config (a fit config) or --plan with --data")
-    if args.plan is not None and (args.config or args.grid or args.linear):
-        fail("--plan replaces --config, --grid and --linear (the plan names them); give one or the other")
-    if (args.plan is None) != (args.data is None):
-        fail("--plan and --data go together")
-    if args.estimate and args.plan is None:
-        fail("--estimate needs --plan (the plan gives the data set's size)")
-    if args.data_root is not None and args.plan is None:
-        fail("--data-root needs --plan (without one, give the data's root option after -- yourself)")
-    if args.jobs is not None and args.jobs < 1:
-        fail(f"--jobs must be >= 1, got {args.jobs}")
-    try:
-        args.linear_extra = shlex.split(args.linear_args)
-    except ValueError as error:
-        fail(f"--linear-args {args.linear_args!r}: {error}")
-    if args.linear_extra and args.linear is None and args.plan is None:
-        fail("--linear-args needs --linear (the linear evaluation's config)")
-    if args.slurm_time < 1:
-        fail(f"--slurm.time must be >= 1 (minutes), got {args.slurm_time}")
-    if args.slurm_gpus < 0:
-        fail(f"--slurm.gpus_per_run must be >= 0, got {args.slurm_gpus}")
-    args.sbatch = {}
-    for item in args.slurm_sbatch:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip().lstrip("-"):
-            fail(f"--slurm.sbatch must be KEY=VALUE (an sbatch option without its dashes), got {item!r}")
-        args.sbatch[key.strip().lstrip("-")] = value
+    check_combinations(args)
+    args.linear_extra = _split_linear_args(args)
+    args.sbatch = _sbatch_options(args.slurm_sbatch)
     try:
         args.seed_list = [int(s) for s in args.seeds.split(",") if s.strip()]
     except ValueError:
@@ -593,34 +163,62 @@ def parse_args(argv: Optional[list[str]]) -> argparse.Namespace:
     return args
 
 
+def check_combinations(args: argparse.Namespace) -> None:
+    """Options that go together, or not at all, and numbers in range."""
+    if args.plan is None and not args.config:
+        fail("give --config (a fit config) or --plan with --data")
+    if args.plan is not None and (args.config or args.grid or args.linear):
+        fail("--plan replaces --config, --grid and --linear (the plan names them); give one or the other")
+    if (args.plan is None) != (args.data is None):
+        fail("--plan and --data go together")
+    if args.estimate and args.plan is None:
+        fail("--estimate needs --plan (the plan gives the data set's size)")
+    if args.data_root is not None and args.plan is None:
+        fail("--data-root needs --plan (without one, give the data's root option after -- yourself)")
+    if args.jobs is not None and args.jobs < 1:
+        fail(f"--jobs must be >= 1, got {args.jobs}")
+    if args.slurm_time < 1:
+        fail(f"--slurm.time must be >= 1 (minutes), got {args.slurm_time}")
+    if args.slurm_gpus < 0:
+        fail(f"--slurm.gpus_per_run must be >= 0, got {args.slurm_gpus}")
+
+
+def _split_linear_args(args: argparse.Namespace) -> list[str]:
+    """``--linear-args`` as a list of options (it needs ``--linear`` or ``--plan``)."""
+    try:
+        linear_extra = shlex.split(args.linear_args)
+    except ValueError as error:
+        fail(f"--linear-args {args.linear_args!r}: {error}")
+    if linear_extra and args.linear is None and args.plan is None:
+        fail("--linear-args needs --linear (the linear evaluation's config)")
+    return linear_extra
+
+
+def _sbatch_options(items: list[str]) -> dict[str, str]:
+    """``--slurm.sbatch KEY=VALUE`` (repeated) as ``{KEY: VALUE}``, dashes dropped."""
+    sbatch = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip().lstrip("-"):
+            fail(f"--slurm.sbatch must be KEY=VALUE (an sbatch option without its dashes), got {item!r}")
+        sbatch[key.strip().lstrip("-")] = value
+    return sbatch
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     with known_noise_silenced():  # the runs are `python -m ssl_app` processes, which silence the same themselves
         return _main(argv)
 
 
-def planned_runs(args: argparse.Namespace) -> tuple[Path, list[PlannedRun]]:
-    """The sweep's folder and runs: from ``--config``/``--grid``/``--linear``, or from ``--plan``/``--data``."""
-    if args.plan is not None:
-        data, points = plan_points(args.plan, args.data)
-        recipe, linear = recipe_paths(data)
-        sweep_dir = Path(args.out) / (args.name or f"{args.plan}_{args.data}")
-        named = [(p.name, {"config": p.overlay}, p.args) for p in points]
-        return sweep_dir, expand_points([recipe], named, args.seed_list, sweep_dir, args.extra, linear, args.linear_extra)
-    grid = parse_grid(args.grid)
-    name = args.name or ("+".join(k.rsplit(".", 1)[-1] for k, _ in grid) or "base")
-    sweep_dir = Path(args.out) / name
-    return sweep_dir, plan(args.config, grid, args.seed_list, sweep_dir, args.extra, args.linear, args.linear_extra)
-
-
 def _main(argv: Optional[list[str]]) -> int:
     args = parse_args(argv)
     if isinstance(args.status, str):
-        from ssl_app.sweep.slurm import status_lines
+        from ssl_app.sweep.slurm import status_lines  # submitit, only for --status
 
         return print_to_reader(status_lines(recorded_runs(Path(args.status))))
     sweep_dir, runs = planned_runs(args)
     if args.status:
-        from ssl_app.sweep.slurm import status_lines
+        from ssl_app.sweep.slurm import status_lines  # submitit, only for --status
 
         return print_to_reader(status_lines(runs))
     if args.estimate:
@@ -651,68 +249,21 @@ def _main(argv: Optional[list[str]]) -> int:
             f"[sweep] stopped by {signal.Signals(outcome.stopped_by).name}; the same command resumes the unfinished runs",
             file=sys.stderr,
         )
-        return _STOPPED.get(outcome.stopped_by, 1)
+        return signal_status(outcome.stopped_by)
     if outcome.held:
         print(f"[sweep] {len(outcome.held)} run(s) skipped: another process holds them; re-run this command after it ends")
     if outcome.failed:
         print(f"[sweep] {len(outcome.failed)} run(s) failed:", file=sys.stderr)
         for run, stage in outcome.failed:
-            print(f"  {run.label} ({stage}): {_why(run, stage)}; log: {run.directory / f'{stage}.log'}", file=sys.stderr)
+            print(f"  {run.label} ({stage}): {why_failed(run, stage)}; log: {run.directory / f'{stage}.log'}", file=sys.stderr)
         return 1
     done = len(runs) - len(outcome.held)
     print(f"[sweep] {done} of {len(runs)} runs done; report: python -m ssl_app.report {sweep_dir}", flush=True)
     return 0
 
 
-def write_plan(sweep_dir: Path, runs: list[PlannedRun]) -> None:
-    """Write the runs into ``sweep_dir/sweep_plan.json`` (with those of earlier launches into the same folder),
-    so that ``--status sweep_dir`` needs nothing else."""
-    known = {(run.point, run.seed): run for run in _planned_from(sweep_dir)}
-    known.update({(run.point, run.seed): run for run in runs})  # in the plan's order, new runs after the earlier ones
-    entries = [
-        {"point": run.point, "grid": run.grid, "seed": run.seed, "fit_args": run.fit_args, "linear_args": run.linear_args}
-        for run in known.values()
-    ]
-    sweep_dir.mkdir(parents=True, exist_ok=True)
-    write_json(sweep_dir / PLAN_FILE, {"sweep": sweep_dir.name, "runs": entries})
-
-
-def _planned_from(sweep_dir: Path) -> list[PlannedRun]:
-    """The runs ``sweep_plan.json`` names (none when it is missing or unreadable), each in its folder under ``sweep_dir``."""
-    try:
-        entries = json.loads((sweep_dir / PLAN_FILE).read_text(encoding="utf-8"))["runs"]
-        runs = []
-        for e in entries:
-            point, seed, linear = str(e["point"]), int(e["seed"]), e.get("linear_args")
-            directory = sweep_dir / point / f"seed{seed}"
-            linear_args = None if linear is None else list(linear)
-            runs.append(PlannedRun(sweep_dir.name, point, dict(e["grid"]), seed, directory, list(e["fit_args"]), linear_args))
-        return runs
-    except (OSError, ValueError, KeyError, TypeError):
-        return []
-
-
-def recorded_runs(sweep_dir: Path) -> list[PlannedRun]:
-    """The sweep's runs from its folder alone (``--status DIR``): its ``sweep_plan.json``, or, for a sweep
-    written without one, the run folders that hold a ``sweep.json``."""
-    if not sweep_dir.is_dir():
-        fail(f"--status {sweep_dir}: no such folder")
-    runs = _planned_from(sweep_dir)
-    if not runs:
-        for sidecar in sorted(sweep_dir.glob(f"*/seed*/{SWEEP_FILE}")):
-            point = read_sweep_point(sidecar.parent)
-            if point is not None:
-                commands = {stage: shlex.split(command)[3:] for stage, command in point.commands.items()}
-                runs.append(PlannedRun(point.sweep, point.point, point.grid, point.seed, sidecar.parent,
-                                       commands.get("fit", []), commands.get("linear")))  # fmt: skip
-    if not runs:
-        fail(f"--status {sweep_dir}: not a sweep's folder (no {PLAN_FILE}, no run folder with a {SWEEP_FILE})")
-    return runs
-
-
 def submit_to_slurm(todo: list[PlannedRun], args: argparse.Namespace, sweep_dir: Path) -> int:
     """Submit the runs that need work as one job array; print the job ids and how to follow them."""
-    from ssl_app.errors import ConfigError
     from ssl_app.sweep.slurm import SlurmOptions, submit
 
     options = SlurmOptions(
@@ -727,23 +278,6 @@ def submit_to_slurm(todo: list[PlannedRun], args: argparse.Namespace, sweep_dir:
         print(f"[sweep] submitted {run.label}: job {job_id}", flush=True)
     print(f"[sweep] {len(submitted)} job(s) submitted; follow them with the same command and --status", flush=True)
     return 0
-
-
-def _why(run: PlannedRun, stage: str) -> str:
-    """The failed stage's exit reason from its record, or its status when the record says none."""
-    folders = [run.directory] if stage == "fit" else evaluation_folders(run.directory, "linear")[-1:]
-    for folder in folders:
-        try:
-            record = read_record(folder)
-        except RecordError as error:
-            return str(error)
-        if record is not None:
-            status = effective_status(folder, record)
-            code = run.exit_status(stage)
-            if status == DONE and code:
-                return f"exit status {code} (its record says done: {record.exit_reason})"
-            return f"{status}: {record.exit_reason}" if record.exit_reason else status
-    return "no run record (it failed before it started)"
 
 
 if __name__ == "__main__":

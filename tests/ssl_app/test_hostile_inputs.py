@@ -10,7 +10,7 @@ import os
 
 import pytest
 
-from ssl_app import embed, export
+from ssl_app.cli import embed, export
 from tests.ssl_app.cli.test_cli import QUICKSTART, TINY
 from tests.ssl_app.cli.test_export import trained_checkpoint
 from tests.ssl_app.test_run_folders import error_line, run_cli

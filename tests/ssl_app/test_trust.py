@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from ssl_app import embed, export
+from ssl_app.cli import embed, export
 from ssl_app.errors import ConfigError
 from ssl_app.resume import RECORDER_STATE_KEY
 from tests.helpers import cli_in

@@ -158,7 +158,8 @@ def test_the_estimates_arithmetic_by_hand(capsys, monkeypatch):
     batches, a validation pass or the linear stage's held-out images left out, minutes for hours): the
     tiny plan's device-seconds computed here by hand from fixed calibration numbers, compared exactly."""
     import ssl_app.sweep.estimate as estimate
-    from ssl_app.sweep.command import parse_args, planned_runs
+    from ssl_app.sweep.command import parse_args
+    from ssl_app.sweep.grid import planned_runs
 
     monkeypatch.chdir(REPO)
     monkeypatch.setattr(estimate, "calibrate", lambda backbone, crop, batch: estimate.Calibration("fake", batch, 0.5, 0.25))
