@@ -138,7 +138,8 @@ class SSLCLI(LightningCLI):
         if not subcommand:
             return
         self.plan = plan_run(subcommand, self.config[subcommand], self._current_config)
-        self._checkpoint = self.plan.loaded
+        # The CLI holds the loaded checkpoint until the run has checked it (then drops it: training does not keep it).
+        self._checkpoint, self.plan.loaded = self.plan.loaded, None
 
     def _parse_ckpt_path(self) -> None:
         """``validate``/``test``: the model as the checkpoint's run configured it (its loss too), except
