@@ -14,9 +14,9 @@ Registering is one line next to the class, in the module that defines it::
     class MyLoss(ContrastiveLoss):
         \"\"\"What it computes, in one line (shown by ``python -m ssl_app list``).\"\"\"
 
-``LOSSES.register(MyLoss)`` is the same outside a class statement (a class defined elsewhere).
-Options: ``@LOSSES.register(name="other")`` lists it under another name, ``summary=`` replaces the
-docstring's first line.
+``LOSSES.register(MyLoss)`` is the same outside a class statement (the packages' ``__init__``
+register the built-in classes that way for now). Options: ``@LOSSES.register(name="other")``
+lists it under another name, ``summary=`` replaces the docstring's first line.
 
 What an entry can do is read from its class attributes (a registry's ``capabilities``, e.g. a
 loss's ``uses_labels``), never guessed from its name. Reading a registry imports the package
