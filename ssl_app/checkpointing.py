@@ -1,13 +1,15 @@
-"""Checkpoints that survive interruption.
+"""Checkpoints that survive interruption, and what a checkpoint carries across a resume.
 
 - :class:`AtomicCheckpointIO`: every checkpoint is written to a temporary file in its own folder
-  and renamed over the old one, so a crash mid-save leaves the previous file intact.
+  and renamed over the old one, so a crash mid-save leaves the previous file intact; a state with
+  NaN/inf is refused (:func:`first_nonfinite_entry`); a full disk is one line (:func:`output_error`).
 - :class:`InterruptCheckpoint`: SIGINT (Ctrl-C) and SIGTERM (pre-emption) during ``fit`` stop
   the run after the current step, on every rank at the same step, and write ``last.ckpt`` of
   that step (model, optimiser, scheduler, queue/bank, callback state, loop counters).
+- :class:`ConfigWinsOnResume`: a resume takes this command's optimiser hyper-parameters.
 - :class:`FitOnlyCheckpointState`: ``validate``/``test`` leave the checkpoint's ModelCheckpoint state unread.
-- :func:`find_last_checkpoint`, :func:`load_checkpoint`, :func:`check_state_dict`: what the CLI
-  needs to resolve and vet ``--ckpt_path`` before a run folder is created.
+
+Loading and checking a ``--ckpt_path`` before a run folder is created is ``ssl_app.resume``'s.
 """
 
 from __future__ import annotations
@@ -18,9 +20,7 @@ import errno
 import os
 import re
 import signal
-import sys
 import threading
-from pathlib import Path
 from typing import Any
 
 import lightning as L
@@ -33,7 +33,7 @@ from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from torch.optim.lr_scheduler import LambdaLR
 
-from ssl_app.errors import ConfigError, NonFiniteError, OutputError
+from ssl_app.errors import NonFiniteError, OutputError, causes
 from ssl_app.runs.atomic import atomic_file
 
 LAST_CHECKPOINT = re.compile(r"last(-v\d+)?\.ckpt")
@@ -116,14 +116,8 @@ _OUTPUT_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EA
 def output_error(error: BaseException) -> str | None:
     """Why writing failed, in words, when ``error`` (or what caused it) is a full disk, a quota, a file
     size limit or a folder that cannot be written; None for any other error."""
-    seen: set[int] = set()
-    current: BaseException | None = error
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        if isinstance(current, OSError) and current.errno in _OUTPUT_ERRNOS:
-            return os.strerror(current.errno)
-        current = current.__cause__ or current.__context__
-    return None
+    found = next((cause for cause in causes(error) if isinstance(cause, OSError) and cause.errno in _OUTPUT_ERRNOS), None)
+    return os.strerror(found.errno) if found is not None else None
 
 
 def _write(text: str) -> None:
@@ -426,159 +420,3 @@ def first_nonfinite(module: torch.nn.Module) -> str | None:
         if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
             return name
     return None
-
-
-# --- resolving and vetting --ckpt_path -------------------------------------------------------------
-def find_last_checkpoint(run_root: Path, version: str | None = None) -> Path | None:
-    """The newest ``last.ckpt`` under ``run_root/<version or version_*>/checkpoints/``."""
-    pattern = f"{version or 'version_*'}/checkpoints/*.ckpt"
-    candidates = [path for path in run_root.glob(pattern) if LAST_CHECKPOINT.fullmatch(path.name)]
-    return max(candidates, key=lambda path: path.stat().st_mtime, default=None)
-
-
-def version_folder(checkpoint: Path, run_root: Path) -> str | None:
-    """``version_<n>`` if ``checkpoint`` is ``run_root/version_<n>/checkpoints/<file>``, else None."""
-    try:
-        relative = checkpoint.resolve().relative_to(run_root.resolve())
-    except ValueError:
-        return None
-    parts = relative.parts
-    if len(parts) == 3 and re.fullmatch(r"version_\d+", parts[0]) and parts[1] == "checkpoints":
-        return parts[0]
-    return None
-
-
-def load_checkpoint(path: str, option: str = "--ckpt_path") -> dict[str, Any]:
-    """Load ``path`` on the CPU (memory-mapped), raising a ConfigError that says what is wrong."""
-    file = Path(path)
-    if not file.exists():
-        raise ConfigError(f"{option}: no such file: {path}")
-    if file.is_dir():
-        raise ConfigError(f"{option}: {path} is a folder, not a checkpoint file")
-    if not file.is_file():  # a named pipe or a device: torch.load would wait on it for ever
-        raise ConfigError(f"{option}: {path} is not a regular file (a pipe, socket or device), not a checkpoint file")
-    try:
-        try:
-            checkpoint = torch.load(file, map_location="cpu", weights_only=True, mmap=True)
-        except RuntimeError as error:
-            if "mmap" not in str(error) and "zip" not in str(error):
-                raise
-            checkpoint = torch.load(file, map_location="cpu", weights_only=True)
-    except Exception as error:  # noqa: BLE001 - whatever torch.load raises, the file is not a checkpoint
-        raise ConfigError(f"{option}: {path} is not a readable checkpoint ({_load_failure(error)})") from None
-    if not isinstance(checkpoint, dict) or not isinstance(checkpoint.get("state_dict"), dict):
-        raise ConfigError(f"{option}: {path} is not a Lightning checkpoint (it has no state_dict)")
-    _check_lightning_version(checkpoint, path, option)
-    check_saved_class_paths(checkpoint, path, option)
-    return checkpoint
-
-
-def check_saved_class_paths(checkpoint: dict[str, Any], path: str, option: str) -> None:
-    """Refuse a checkpoint whose saved run config (the parts a command builds again: the model, the
-    data) or hyper-parameters name a class that is not known already (``ssl_app.trust``): every
-    command that reads a checkpoint reads it here, before any of those names can reach jsonargparse
-    or ``importlib``. A class named elsewhere in it (a callback) is only ever compared as text."""
-    from ssl_app.resume import RECORDER_STATE_KEY
-    from ssl_app.trust import check_class_paths, parsed_again
-
-    state = (checkpoint.get("callbacks") or {}).get(RECORDER_STATE_KEY)
-    saved = parsed_again(state.get("config") if isinstance(state, dict) else None)
-    check_class_paths(saved, f"{option}: {path}: its saved config")
-    check_class_paths(checkpoint.get("hyper_parameters"), f"{option}: {path}: its saved hyper-parameters", bare=True)
-
-
-def _check_lightning_version(checkpoint: dict[str, Any], path: str, option: str) -> None:
-    """A checkpoint from an older Lightning must upgrade the way Lightning will upgrade it when the run
-    loads it; one that cannot is refused here, in one line, instead of a traceback mid-start."""
-    from lightning.pytorch.utilities.migration.utils import migrate_checkpoint
-
-    written_by = checkpoint.get("pytorch-lightning_version")
-    if written_by is None:
-        raise ConfigError(f"{option}: {path} is not a Lightning checkpoint (it names no Lightning version)")
-    try:
-        migrate_checkpoint(checkpoint)  # in place: what is read from it afterwards is the upgraded form
-    except Exception as error:  # noqa: BLE001 - whatever the migration raises, the file cannot be resumed
-        raise ConfigError(
-            f"{option}: {path} was written by Lightning {written_by} and cannot be upgraded to this Lightning "
-            f"({type(error).__name__}: {error})"
-        ) from None
-
-
-def is_weights_only(checkpoint: dict[str, Any]) -> bool:
-    """Whether ``checkpoint`` holds only weights (``save_weights_only``): no optimiser or loop state to resume."""
-    return "optimizer_states" not in checkpoint or "loops" not in checkpoint
-
-
-def _load_failure(error: BaseException) -> str:
-    text = str(error)
-    marker = "WeightsUnpickler error:"
-    if marker in text:
-        text = text.split(marker, 1)[1]
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    return (lines[0] if lines else type(error).__name__)[:160]
-
-
-def checkpoint_method(checkpoint: dict[str, Any]) -> str | None:
-    """The class path of the method that wrote ``checkpoint`` (``None``: not recorded)."""
-    hparams = checkpoint.get("hyper_parameters") or {}
-    return hparams.get("_class_path") if isinstance(hparams, dict) else None
-
-
-def check_state_dict(checkpoint: dict[str, Any], model: torch.nn.Module, path: str, option: str = "--ckpt_path") -> None:
-    """Raise a ConfigError naming the first tensor that ``model`` and the checkpoint disagree on.
-
-    Buffers that the model sizes from the data later (an empty memory bank) are not compared, nor
-    the submodules it builds in ``setup`` (their key prefixes in ``model.state_built_in_setup``,
-    e.g. a linear probe's classifier, whose width comes from the datamodule).
-    """
-    saved = checkpoint["state_dict"]
-    upgrade = getattr(model, "upgrade_state_dict", None)
-    if callable(upgrade):
-        saved = upgrade(dict(saved))  # keys an older version kept elsewhere, where this model has them
-    expected = model.state_dict()
-    method = checkpoint_method(checkpoint) or "another model"
-    built_later = tuple(getattr(model, "state_built_in_setup", ()))
-    unexpected = [key for key in saved if key not in expected and not (built_later and key.startswith(built_later))]
-    missing = [key for key in expected if key not in saved]
-    if missing or unexpected:
-        detail = []
-        if missing:
-            detail.append(f"missing {', '.join(missing[:3])}" + (f" and {len(missing) - 3} more" if len(missing) > 3 else ""))
-        if unexpected:
-            detail.append(
-                f"unexpected {', '.join(unexpected[:3])}" + (f" and {len(unexpected) - 3} more" if len(unexpected) > 3 else "")
-            )
-        raise ConfigError(
-            f"{option}: {path} does not fit {type(model).__name__} (it was written by {method}): {'; '.join(detail)}"
-        )
-    for key, tensor in expected.items():
-        other = saved[key]
-        if tuple(other.shape) != tuple(tensor.shape):
-            if tensor.dim() >= 1 and tensor.shape[0] == 0:
-                continue  # sized from the data in setup (memory bank)
-            raise ConfigError(
-                f"{option}: {path} does not fit this {type(model).__name__}: {key} has shape "
-                f"{list(other.shape)} in the checkpoint but {list(tensor.shape)} in the model "
-                "(check model.init_args such as proj_dim, proj_hidden_dim, backbone, queue_size)"
-            )
-
-
-def resume_hint(argv: list[str], checkpoint: str, replace: list[str] | None = None) -> str:
-    """The command line that resumes from ``checkpoint``: ``argv`` with ``--ckpt_path`` replaced, and
-    each ``--option=value`` of ``replace`` instead of that option's earlier values."""
-    import shlex
-
-    dropped = {"--ckpt_path", *(option.split("=", 1)[0] for option in replace or [])}
-    kept: list[str] = []
-    skip = False
-    for arg in argv:
-        if skip:
-            skip = False
-            continue
-        if arg in dropped:
-            skip = True
-            continue
-        if arg.split("=", 1)[0] in dropped:
-            continue
-        kept.append(arg)
-    return shlex.join([Path(sys.executable).name, "-m", "ssl_app", *kept, *(replace or []), f"--ckpt_path={checkpoint}"])

@@ -1,4 +1,11 @@
-"""The exception types the CLI turns into a single readable line."""
+"""The exception types the CLI turns into a single readable line, and the walk over an exception's causes."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Optional, TypeVar
+
+E = TypeVar("E", bound=BaseException)
 
 
 class ConfigError(ValueError):
@@ -33,3 +40,20 @@ class OutputError(OSError):
     device``); ``python -m ssl_app`` prints it as ``error: <message>`` without a traceback and
     exits with status 1 (2 when nothing had started yet).
     """
+
+
+def causes(error: BaseException) -> Iterator[BaseException]:
+    """``error`` and what caused it, outermost first: each ``__cause__`` (``raise … from``), else its
+    ``__context__`` (raised while handling); a chain that loops is walked once. The one walk over an
+    exception's causes: what a command says when it ends (``ssl_app.cli.endings``) is read from it."""
+    seen: set[int] = set()
+    current: Optional[BaseException] = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        yield current
+        current = current.__cause__ or current.__context__
+
+
+def find_cause(error: BaseException, kind: type[E]) -> Optional[E]:
+    """The outermost exception of type ``kind`` among ``error``'s :func:`causes` (None: none is)."""
+    return next((cause for cause in causes(error) if isinstance(cause, kind)), None)

@@ -4,7 +4,7 @@ An image folder config may leave ``augmentation.crop_size``/``mean``/``std`` nul
 from the data. Measured again on another folder, ``validate``/``test``/the linear probe would
 normalise the same encoder's inputs differently from its training run (and from ``embed``, which
 always used the checkpoint's). So a null value is taken from the checkpoint (its run's config,
-else what the run measured: ``ssl_app.export.input_of``), a value set in the config wins, and only
+else what the run measured: ``input_of``), a value set in the config wins, and only
 a value neither gives is measured. One line says which each came from.
 """
 
@@ -18,10 +18,38 @@ KEYS = ("crop_size", "mean", "std")
 
 def trained_input(checkpoint: dict[str, Any], path: str | Path) -> Optional[dict[str, Any]]:
     """The crop size, mean and std the checkpoint's run fed its encoder (None: the checkpoint does not say)."""
-    from ssl_app.export import input_of
     from ssl_app.resume import checkpoint_config, checkpoint_data
 
     return input_of(checkpoint_config(checkpoint, path), checkpoint_data(checkpoint, path))
+
+
+def input_of(config: Optional[dict[str, Any]], data: Optional[dict[str, Any]] = None) -> Optional[dict[str, Any]]:
+    """What the run fed the backbone at evaluation: ``crop_size``, ``eval_crop_fraction``, ``mean``, ``std``
+    (from the run's ``data.init_args.augmentation``; a value the config left null for the data to
+    decide comes from what the run read from its data, ``data["read_from_data"]``; None when
+    neither says)."""
+    config_data = (config or {}).get("data")
+    init_args = config_data.get("init_args") if isinstance(config_data, dict) else None
+    if isinstance(init_args, dict) and "augmentation" not in init_args and isinstance(init_args.get("data"), dict):
+        config_data = init_args["data"]  # a linear probe's run: the data it wraps (LinearEvalDataModule.data)
+        init_args = config_data.get("init_args")
+    augmentation = init_args.get("augmentation") if isinstance(init_args, dict) else None
+    if not isinstance(augmentation, dict):
+        return None
+    measured = (data or {}).get("read_from_data") or {}
+    resolved = {
+        key: augmentation.get(key) if augmentation.get(key) is not None else measured.get(key)
+        for key in ("crop_size", "mean", "std")
+    }
+    if resolved["mean"] is None or resolved["std"] is None:
+        return None
+    return {
+        "data": config_data.get("class_path"),
+        "crop_size": resolved["crop_size"],
+        "eval_crop_fraction": augmentation.get("eval_crop_fraction", 1.0),
+        "mean": [float(value) for value in resolved["mean"]],
+        "std": [float(value) for value in resolved["std"]],
+    }
 
 
 def settle_input(datamodule: Any, trained: Optional[dict[str, Any]], command: str) -> Optional[str]:

@@ -1,4 +1,8 @@
-"""Which checkpoint ``--ckpt_path`` means, and whether it may be resumed with this config.
+"""Which checkpoint ``--ckpt_path`` means, loading it, and whether it may be resumed with this config.
+
+- :func:`load_checkpoint` reads a checkpoint on the CPU with ``weights_only`` and checks it before
+  anything is built: a file, a Lightning checkpoint of a version this one can read, class paths
+  ``ssl_app.trust`` allows; :func:`check_state_dict` names the first tensor it and the model disagree on.
 
 - ``--ckpt_path last`` looks inside one run family: ``<save_dir>/<name>/version_*`` of the
   configured logger (or only its ``version`` when one is set), or, for a linear probe, the
@@ -24,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
+import torch
 import yaml
 
 from ssl_app.checkpointing import LAST_CHECKPOINT
@@ -237,3 +242,116 @@ def _epochs_processed(checkpoint: dict[str, Any]) -> Optional[int]:
         return int(checkpoint["loops"]["fit_loop"]["epoch_progress"]["current"]["processed"])
     except (KeyError, TypeError, ValueError):
         return None
+
+
+def load_checkpoint(path: str, option: str = "--ckpt_path") -> dict[str, Any]:
+    """Load ``path`` on the CPU (memory-mapped), raising a ConfigError that says what is wrong."""
+    file = Path(path)
+    if not file.exists():
+        raise ConfigError(f"{option}: no such file: {path}")
+    if file.is_dir():
+        raise ConfigError(f"{option}: {path} is a folder, not a checkpoint file")
+    if not file.is_file():  # a named pipe or a device: torch.load would wait on it for ever
+        raise ConfigError(f"{option}: {path} is not a regular file (a pipe, socket or device), not a checkpoint file")
+    try:
+        try:
+            checkpoint = torch.load(file, map_location="cpu", weights_only=True, mmap=True)
+        except RuntimeError as error:
+            if "mmap" not in str(error) and "zip" not in str(error):
+                raise
+            checkpoint = torch.load(file, map_location="cpu", weights_only=True)
+    except Exception as error:  # noqa: BLE001 - whatever torch.load raises, the file is not a checkpoint
+        raise ConfigError(f"{option}: {path} is not a readable checkpoint ({_load_failure(error)})") from None
+    if not isinstance(checkpoint, dict) or not isinstance(checkpoint.get("state_dict"), dict):
+        raise ConfigError(f"{option}: {path} is not a Lightning checkpoint (it has no state_dict)")
+    _check_lightning_version(checkpoint, path, option)
+    check_saved_class_paths(checkpoint, path, option)
+    return checkpoint
+
+
+def check_saved_class_paths(checkpoint: dict[str, Any], path: str, option: str) -> None:
+    """Refuse a checkpoint whose saved run config (the parts a command builds again: the model, the
+    data) or hyper-parameters name a class that is not known already (``ssl_app.trust``): every
+    command that reads a checkpoint reads it here, before any of those names can reach jsonargparse
+    or ``importlib``. A class named elsewhere in it (a callback) is only ever compared as text."""
+
+    state = (checkpoint.get("callbacks") or {}).get(RECORDER_STATE_KEY)
+    saved = parsed_again(state.get("config") if isinstance(state, dict) else None)
+    check_class_paths(saved, f"{option}: {path}: its saved config")
+    check_class_paths(checkpoint.get("hyper_parameters"), f"{option}: {path}: its saved hyper-parameters", bare=True)
+
+
+def _check_lightning_version(checkpoint: dict[str, Any], path: str, option: str) -> None:
+    """A checkpoint from an older Lightning must upgrade the way Lightning will upgrade it when the run
+    loads it; one that cannot is refused here, in one line, instead of a traceback mid-start."""
+    from lightning.pytorch.utilities.migration.utils import migrate_checkpoint
+
+    written_by = checkpoint.get("pytorch-lightning_version")
+    if written_by is None:
+        raise ConfigError(f"{option}: {path} is not a Lightning checkpoint (it names no Lightning version)")
+    try:
+        migrate_checkpoint(checkpoint)  # in place: what is read from it afterwards is the upgraded form
+    except Exception as error:  # noqa: BLE001 - whatever the migration raises, the file cannot be resumed
+        raise ConfigError(
+            f"{option}: {path} was written by Lightning {written_by} and cannot be upgraded to this Lightning "
+            f"({type(error).__name__}: {error})"
+        ) from None
+
+
+def is_weights_only(checkpoint: dict[str, Any]) -> bool:
+    """Whether ``checkpoint`` holds only weights (``save_weights_only``): no optimiser or loop state to resume."""
+    return "optimizer_states" not in checkpoint or "loops" not in checkpoint
+
+
+def _load_failure(error: BaseException) -> str:
+    text = str(error)
+    marker = "WeightsUnpickler error:"
+    if marker in text:
+        text = text.split(marker, 1)[1]
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return (lines[0] if lines else type(error).__name__)[:160]
+
+
+def checkpoint_method(checkpoint: dict[str, Any]) -> str | None:
+    """The class path of the method that wrote ``checkpoint`` (``None``: not recorded)."""
+    hparams = checkpoint.get("hyper_parameters") or {}
+    return hparams.get("_class_path") if isinstance(hparams, dict) else None
+
+
+def check_state_dict(checkpoint: dict[str, Any], model: torch.nn.Module, path: str, option: str = "--ckpt_path") -> None:
+    """Raise a ConfigError naming the first tensor that ``model`` and the checkpoint disagree on.
+
+    Buffers that the model sizes from the data later (an empty memory bank) are not compared, nor
+    the submodules it builds in ``setup`` (their key prefixes in ``model.state_built_in_setup``,
+    e.g. a linear probe's classifier, whose width comes from the datamodule).
+    """
+    saved = checkpoint["state_dict"]
+    upgrade = getattr(model, "upgrade_state_dict", None)
+    if callable(upgrade):
+        saved = upgrade(dict(saved))  # keys an older version kept elsewhere, where this model has them
+    expected = model.state_dict()
+    method = checkpoint_method(checkpoint) or "another model"
+    built_later = tuple(getattr(model, "state_built_in_setup", ()))
+    unexpected = [key for key in saved if key not in expected and not (built_later and key.startswith(built_later))]
+    missing = [key for key in expected if key not in saved]
+    if missing or unexpected:
+        detail = []
+        if missing:
+            detail.append(f"missing {', '.join(missing[:3])}" + (f" and {len(missing) - 3} more" if len(missing) > 3 else ""))
+        if unexpected:
+            detail.append(
+                f"unexpected {', '.join(unexpected[:3])}" + (f" and {len(unexpected) - 3} more" if len(unexpected) > 3 else "")
+            )
+        raise ConfigError(
+            f"{option}: {path} does not fit {type(model).__name__} (it was written by {method}): {'; '.join(detail)}"
+        )
+    for key, tensor in expected.items():
+        other = saved[key]
+        if tuple(other.shape) != tuple(tensor.shape):
+            if tensor.dim() >= 1 and tensor.shape[0] == 0:
+                continue  # sized from the data in setup (memory bank)
+            raise ConfigError(
+                f"{option}: {path} does not fit this {type(model).__name__}: {key} has shape "
+                f"{list(other.shape)} in the checkpoint but {list(tensor.shape)} in the model "
+                "(check model.init_args such as proj_dim, proj_hidden_dim, backbone, queue_size)"
+            )

@@ -136,13 +136,13 @@ def test_command_parses(where, argv, capsys, monkeypatch, tmp_path):
 def assert_parses(argv: list[str], where: str, capsys, monkeypatch) -> None:
     monkeypatch.chdir(REPO)  # the docs' paths are relative to the repository (the image's /app)
     if argv[:1] in (["export"], ["embed"]):  # not Trainer subcommands: their own parsers check the options
-        parser = importlib.import_module(f"ssl_app.{argv[0]}").parser()
+        parser = importlib.import_module(f"ssl_app.cli.{argv[0]}").parser()
         try:
             parser.parse_args(argv[1:])
         except Exception as error:  # noqa: BLE001 - any refusal is the doc's failure
             pytest.fail(f"{where}\ndoes not parse: {error}")
         return
-    if argv[:1] == ["list"]:  # not a Trainer subcommand: it prints the registries and exits (ssl_app.listing)
+    if argv[:1] == ["list"]:  # not a Trainer subcommand: it prints the registries and exits (ssl_app.cli.listing)
         with pytest.raises(SystemExit) as exit_info:
             main(argv)
         out, err = capsys.readouterr()

@@ -51,8 +51,8 @@ def load_method(checkpoint: str) -> L.LightningModule:
     method's class comes from the checkpoint's hyper-parameters (``_class_path``, which
     LightningCLI stores); it must be a ``ContrastiveMethod``.
     """
-    from ssl_app.checkpointing import checkpoint_method, load_checkpoint
     from ssl_app.methods import ContrastiveMethod  # methods import losses; keep this module light
+    from ssl_app.resume import checkpoint_method, load_checkpoint
     from ssl_app.trust import is_known_class
 
     saved = load_checkpoint(checkpoint, option="LinearProbe: checkpoint")

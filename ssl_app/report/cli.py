@@ -13,15 +13,17 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from ssl_app.cli.endings import say_error
 from ssl_app.errors import ConfigError
 from ssl_app.quiet import known_noise_silenced
 from ssl_app.report.compare import matches
 from ssl_app.report.figures import FigureResult, draw_all
 from ssl_app.report.groups import group_runs
 from ssl_app.report.reference import REFERENCES
-from ssl_app.report.runs import RunOptions, load_study
-from ssl_app.report.summary import build_rows, fill_column, table_columns
+from ssl_app.report.runs import load_study
+from ssl_app.report.summary import build_rows, fill_column
 from ssl_app.report.table import markdown_table, write_csv
+from ssl_app.runs.headline import RunOptions, table_columns
 
 TABLE_MD = "table.md"
 TABLE_CSV = "table.csv"
@@ -113,8 +115,7 @@ def main(argv: list[str] | None = None) -> int:
         with known_noise_silenced():
             report = make_report(args.runs_dir, args.out, args.title, args.reference)
     except ConfigError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+        return say_error(error)
     sys.stdout.write(report.markdown)
     print(f"wrote {report.csv_path} and {report.csv_path.with_name(TABLE_MD)}", file=sys.stderr)
     for figure in report.figures:

@@ -18,8 +18,6 @@ run's tags with its own options. Nothing here needs the trainer.
 
 from __future__ import annotations
 
-import math
-import numbers
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,44 +26,18 @@ from typing import Any
 import yaml
 
 from ssl_app.errors import ConfigError
-from ssl_app.metrics.knn import DEFAULT_K, DEFAULT_TEMPERATURE
-from ssl_app.metrics.registry import DEFAULT_TOP_K
 from ssl_app.report.events import EventData, read_events
+from ssl_app.runs.headline import RunOptions, read_options
 from ssl_app.runs.layout import (
     CONFIG_FILE,
     SWEEP_FILE,
     SweepPoint,
-    evaluation_folders,
     has_event_file,
+    newest_done_evaluation,
     parent_folder,
     read_sweep_point,
 )
 from ssl_app.runs.record import DONE, RECORD_FILE, RecordError, RunRecord, effective_status, read_record
-
-
-@dataclass(frozen=True)
-class RunOptions:
-    """The callback options a run's tags and column meanings depend on, from its saved config.
-
-    ``top_k``: ``EmbeddingMetrics.top_k`` (the tags ``metrics/top{k}_neg_sim`` and
-    ``similarity/top{k}_negative``); ``knn_k``, ``knn_temperature``: ``KNNMonitor.k`` and
-    ``temperature`` (σ). A run whose config does not say has the callbacks' defaults.
-    """
-
-    top_k: int = DEFAULT_TOP_K
-    knn_k: int = DEFAULT_K
-    knn_temperature: float = DEFAULT_TEMPERATURE
-
-    def fill(self, text: str) -> str:
-        """``text`` with the placeholders ``{k}`` (top-k), ``{knn_k}`` and ``{knn_temperature}`` filled in."""
-        return fill(text, {"k": str(self.top_k), "knn_k": str(self.knn_k), "knn_temperature": f"{self.knn_temperature:g}"})
-
-
-def fill(text: str, values: dict[str, str]) -> str:
-    """Replace each ``{name}`` of ``values`` in ``text``; any other brace (a formula's ``mean_{i<j}``) stays."""
-    for name, value in values.items():
-        text = text.replace("{" + name + "}", value)
-    return text
 
 
 @dataclass
@@ -210,61 +182,12 @@ def read_run(directory: Path, name: str) -> Run:
     return run
 
 
-def callback_args(config: dict[str, Any] | None, name: str) -> dict[str, Any] | None:
-    """The ``init_args`` of the callback class ``name`` in a saved config's ``trainer.callbacks``
-    (``{}`` when it has none), or None when the config lists no such callback."""
-    callbacks = ((config or {}).get("trainer") or {}).get("callbacks") or []
-    for callback in [callbacks] if isinstance(callbacks, dict) else callbacks if isinstance(callbacks, list) else []:
-        if isinstance(callback, dict) and str(callback.get("class_path", "")).rsplit(".", 1)[-1] == name:
-            init_args = callback.get("init_args")
-            return init_args if isinstance(init_args, dict) else {}
-    return None
-
-
-def read_options(config: dict[str, Any] | None, problems: list[str]) -> RunOptions:
-    """The run's ``RunOptions`` from its config; a value the callback would have refused (a
-    hand-edited config) is a problem of the run, and the default stands in for it."""
-    defaults = RunOptions()
-    embedding = callback_args(config, "EmbeddingMetrics") or {}
-    knn = callback_args(config, "KNNMonitor") or {}
-    wanted = (
-        ("top_k", embedding, "EmbeddingMetrics", "top_k", _positive_int),
-        ("knn_k", knn, "KNNMonitor", "k", _positive_int),
-        ("knn_temperature", knn, "KNNMonitor", "temperature", _positive_number),
-    )
-    values: dict[str, Any] = {}
-    for option, args, owner, key, valid in wanted:
-        value = args.get(key)
-        if value is None:
-            continue
-        if valid(value):
-            values[option] = value
-        else:
-            default = getattr(defaults, option)
-            problems.append(f"config: {owner} {key}={value!r} is not valid (the callback would refuse it); read as {default}")
-    return RunOptions(**values)
-
-
-def _positive_int(value: Any) -> bool:
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool) and value >= 1
-
-
-def _positive_number(value: Any) -> bool:
-    return isinstance(value, numbers.Real) and not isinstance(value, bool) and 0 < value < math.inf
-
-
 def _read_probe(run: Run) -> None:
     """The newest finished linear probe filed in the run (``<run>/evaluations/linear_<n>``)."""
-    for folder in reversed(evaluation_folders(run.path, "linear")):
-        try:
-            record = read_record(folder)
-        except RecordError as error:
-            run.problems.append(str(error))
-            continue
-        if record is not None and record.status == DONE:
-            run.linear = _read_events_safely(folder, run.problems)
-            run.linear_name = folder.name
-            return
+    folder = newest_done_evaluation(run.path, "linear", run.problems)
+    if folder is not None:
+        run.linear = _read_events_safely(folder, run.problems)
+        run.linear_name = folder.name
 
 
 def _read_config(directory: Path, problems: list[str]) -> dict[str, Any] | None:

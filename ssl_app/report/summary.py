@@ -16,7 +16,8 @@ registered formula, its header the tag with spaces (``HEADERS`` keeps the paper'
 The columns that are not registered metrics are declared once, in ``OWN_COLUMNS``. A column's
 texts may hold ``{k}`` (``EmbeddingMetrics.top_k``), ``{knn_k}`` and ``{knn_temperature}``
 (``KNNMonitor``'s k and σ): each run's tag is read with its own saved options
-(``ssl_app.report.runs.RunOptions``), and ``resolve_columns`` fills the texts for a table.
+(``ssl_app.runs.headline.RunOptions``), and ``resolve_columns`` fills the texts for a table. The columns
+are declared in ``ssl_app.runs.headline``, below the report, since a run's console summary shows some of them.
 """
 
 from __future__ import annotations
@@ -25,127 +26,16 @@ import math
 import statistics
 from dataclasses import dataclass, replace
 
-from ssl_app.errors import ConfigError
-from ssl_app.metrics.registry import registered_fields
 from ssl_app.report.events import EventData
 from ssl_app.report.groups import Configuration
-from ssl_app.report.runs import Run, RunOptions, fill
+from ssl_app.report.runs import Run
+from ssl_app.runs.headline import Column, RunOptions, fill, table_columns
 
 EPOCH_TAG = "epoch"  # Lightning logs the epoch index at every step it logs anything
 #: How a placeholder reads in a column whose runs differ in it.
 SYMBOLS = {"k": "k", "knn_k": "k", "knn_temperature": "σ"}
 #: Which callback option each placeholder is, for the note on runs that differ.
 OPTION_NAMES = {"k": "EmbeddingMetrics.top_k", "knn_k": "KNNMonitor.k", "knn_temperature": "KNNMonitor.temperature"}
-
-
-@dataclass(frozen=True)
-class Column:
-    """One column of the table.
-
-    ``key`` names the column's values (``Row.values``) and, filled, its CSV fields
-    (``<key>_mean``, …). ``tag`` is read from the run's events (``source="run"``) or from its
-    ``linear/`` events (``source="linear"``); the value shown is ``scale ×`` the final value
-    (see ``final_value``), with ``digits`` decimals. ``key``, ``header``, ``tag`` and ``meaning``
-    may hold the placeholders of ``RunOptions.fill``.
-    """
-
-    key: str
-    header: str
-    tag: str
-    meaning: str
-    source: str = "run"
-    scale: float = 1.0
-    digits: int = 3
-    per_step: bool = False
-
-    def tag_of(self, run: Run) -> str:
-        """The tag this column reads in ``run``: ``tag`` with the run's own options filled in."""
-        return run.options.fill(self.tag)
-
-    def value(self, run: Run) -> float | None:
-        """This column's number for one run, or None when the run did not log it (or logged NaN)."""
-        events = run.linear if self.source == "linear" else run.events
-        if events is None:
-            return None
-        tag = self.tag_of(run)
-        value = final_epoch_mean(events, tag) if self.per_step else events.last(tag)
-        if value is None or not math.isfinite(value):
-            return None
-        return value * self.scale
-
-    @property
-    def per_epoch_metric(self) -> bool:
-        """A per-epoch value of the training run: drawn as a curve over epochs."""
-        return self.source == "run" and not self.per_step
-
-
-# The columns that are not registered metrics: the linear probe, the kNN monitor, the loss's diagnostic.
-OWN_COLUMNS = (
-    Column(
-        "linear_top1",
-        "linear top-1 (%)",
-        "linear/top1",
-        "linear-probe top-1 accuracy on the test split, %",
-        source="linear",
-        scale=100.0,
-        digits=2,
-    ),
-    Column(
-        "knn_acc",
-        "kNN (%)",
-        "metrics/knn_acc",
-        "weighted kNN accuracy (k={knn_k}, σ={knn_temperature}) against the train split, %",
-        scale=100.0,
-        digits=2,
-    ),
-    Column(
-        "effective_negatives",
-        "eff. negatives",
-        "loss/effective_negatives",
-        "exp(entropy of the relative penalties r_i), mean over the final epoch's steps",
-        digits=1,
-        per_step=True,
-    ),
-)
-# Table 1's columns, in its order, by key (a registered field's key is its tag template).
-TABLE_ORDER = (
-    "linear_top1",
-    "knn_acc",
-    "uniformity",
-    "tolerance",
-    "alignment",
-    "pos_sim",
-    "top{k}_neg_sim",
-    "effective_negatives",
-)
-# Short headers of registered fields (by tag template); any other field's header is its tag with spaces.
-HEADERS = {"pos_sim": "pos. sim.", "top{k}_neg_sim": "top-{k} neg. sim."}
-
-
-def registry_columns() -> list[Column]:
-    """One column per field of the metric registry, in registration order."""
-    columns = []
-    for metric, field_name in registered_fields():
-        tag = metric.tags[field_name]
-        header = HEADERS.get(tag, tag.replace("_", " "))
-        columns.append(Column(tag, header, f"metrics/{tag}", metric.formula(field_name)))
-    return columns
-
-
-def table_columns() -> list[Column]:
-    """Every column of the table, in the order of the module docstring (read from the registry
-    now, so a metric registered at any time is a column)."""
-    own = {column.key: column for column in OWN_COLUMNS}
-    registered = registry_columns()
-    for column in registered:
-        if column.key in own:
-            raise ConfigError(
-                f"the registered metric tag {column.key!r} is also the key of the report's own column "
-                f"{own[column.key].header!r}; register it under another tag"
-            )
-    by_key = own | {column.key: column for column in registered}
-    first = [by_key[key] for key in TABLE_ORDER if key in by_key]
-    return first + [column for column in registered if column.key not in TABLE_ORDER]
 
 
 def placeholders(column: Column) -> list[str]:
@@ -255,8 +145,20 @@ def build_rows(configurations: list[Configuration], columns: list[Column] | None
     for configuration in configurations:
         runs = configuration.usable_runs
         if runs:
-            rows.append(Row(configuration, runs, {column.key: [column.value(run) for run in runs] for column in columns}))
+            rows.append(Row(configuration, runs, {column.key: [column_value(column, run) for run in runs] for column in columns}))
     return rows
+
+
+def column_value(column: Column, run: Run) -> float | None:
+    """``column``'s number for one run, or None when the run did not log it (or logged NaN)."""
+    events = run.linear if column.source == "linear" else run.events
+    if events is None:
+        return None
+    tag = column.tag_of(run)
+    value = final_epoch_mean(events, tag) if column.per_step else events.last(tag)
+    if value is None or not math.isfinite(value):
+        return None
+    return value * column.scale
 
 
 def final_epoch_mean(events: EventData, tag: str) -> float | None:

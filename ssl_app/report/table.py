@@ -9,8 +9,9 @@ from pathlib import Path
 from ssl_app.report.compare import SIGNIFICANCE_NOTE, difference, matches, significance
 from ssl_app.report.groups import Configuration
 from ssl_app.report.reference import METRICS
-from ssl_app.report.runs import Evaluation, Run, callback_args
+from ssl_app.report.runs import Evaluation, Run
 from ssl_app.report.summary import EPOCH_TAG, Row, Stat, TableColumn, resolve_columns
+from ssl_app.runs.headline import callback_args
 from ssl_app.runs.record import DONE, UNKNOWN
 
 COLLAPSED_TAG = "metrics/collapsed"

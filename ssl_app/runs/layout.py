@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from ssl_app.runs.atomic import write_json
-from ssl_app.runs.record import RECORD_FILE
+from ssl_app.runs.record import DONE, RECORD_FILE, RecordError, read_record
 
 EVALUATIONS_DIR = "evaluations"
 CHECKPOINTS_DIR = "checkpoints"
@@ -71,6 +71,22 @@ def evaluation_folders(run: Path, kind: Optional[str] = None) -> list[Path]:
     return [folder for _, _, folder in sorted(found)]
 
 
+def newest_done_evaluation(run: Path, kind: str, problems: Optional[list[str]] = None) -> Optional[Path]:
+    """The newest of ``run``'s ``kind`` evaluations whose record says done (None: none did). An unreadable
+    record is passed over, its error added to ``problems``. The report reads this probe; the sweep asks it
+    whether a run's probe is done."""
+    for folder in reversed(evaluation_folders(run, kind)):
+        try:
+            record = read_record(folder)
+        except RecordError as error:
+            if problems is not None:
+                problems.append(str(error))
+            continue
+        if record is not None and record.status == DONE:
+            return folder
+    return None
+
+
 def next_evaluation_name(run: Path, kind: str) -> str:
     """``<kind>_<n>`` with ``n`` one past the highest index of ``run``'s ``kind`` evaluations."""
     taken = [int(_EVALUATION_NAME.fullmatch(folder.name).group(2)) for folder in evaluation_folders(run, kind)]
@@ -100,7 +116,7 @@ class SweepPoint:
 
     Status is not kept here: it is the run record's (``run.json``) and its probe's. ``exits`` is each
     stage's last exit status (absent while it runs): a stage whose process failed after its record
-    said ``done`` is not done (``ssl_app.sweep.PlannedRun.fit_status``).
+    said ``done`` is not done (``ssl_app.sweep.stages.PlannedRun.fit_status``).
     """
 
     sweep: str

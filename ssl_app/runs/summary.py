@@ -6,12 +6,12 @@ result too)::
 
     fit done, finished at epoch 10, step 40: runs/quickstart/version_0
       kNN (%)          41.20
-      uniformity       -2.871
+      uniformity       2.871
       ...
 
 The lines are the run's final values (the last logged value of each tag, the numbers
 ``run.json`` records as ``results``) of the *headline* columns, ``HEADLINE`` below: a few of the
-report's Table-1 columns (``ssl_app.report.summary``: their header, tag, scale and decimals), in
+report's Table-1 columns (``ssl_app.runs.headline``: their header, tag, scale and decimals), in
 that order, each shown when the run logged it. The same final values, every one of them, are
 written beside the run's flattened config with the TensorBoard logger's ``log_hyperparams``, as
 the scalars ``final/<tag>``, so the HParams tab lists runs side by side with their options.
@@ -26,8 +26,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ssl_app.report.runs import RunOptions, read_options
-from ssl_app.report.summary import Column, table_columns
+from ssl_app.runs.headline import Column, RunOptions, read_options, table_columns
 from ssl_app.runs.identity import WHERE_KEYS, flatten
 from ssl_app.runs.record import RunRecord
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from lightning.fabric.utilities.warnings import PossibleUserWarning
 
-from ssl_app import cli
+from ssl_app.cli import app as cli
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -15,7 +15,7 @@ from datamodules import ImageFolderDataModule, LinearEvalDataModule, SyntheticDa
 from datamodules.image_stats import measure_images, sample_indices
 from ssl_app.errors import ConfigError
 from tests.helpers import cli_in
-from tests.ssl_app.test_cli import scalar_tags
+from tests.ssl_app.cli.test_cli import scalar_tags
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIG = str(REPO / "configs" / "image_folder.yaml")
@@ -193,8 +193,8 @@ def test_a_flat_folder_trains_through_the_config_with_only_its_root(tmp_path, ca
     assert torch.load(runs[0] / "checkpoints" / "last.ckpt", weights_only=False)["global_step"] == 2
     # The trained encoder out: the crop size and normalisation the run read from its data travel
     # with the checkpoint (the config holds null), so export says them and embed uses them.
-    from ssl_app.embed import main as embed_main
-    from ssl_app.export import main as export_main
+    from ssl_app.cli.embed import main as embed_main
+    from ssl_app.cli.export import main as export_main
 
     checkpoint = runs[0] / "checkpoints" / "last.ckpt"
     measured = json.loads((runs[0] / "run.json").read_text())["data"]["read_from_data"]

@@ -10,11 +10,10 @@ import io
 
 import pytest
 
-from ssl_app import embed, export
-from ssl_app.cli import main
+from ssl_app.cli import embed, export, main
 from ssl_app.report import cli as report_cli
-from ssl_app.sweep import parse_args as sweep_args
-from tests.ssl_app.test_cli import QUICKSTART
+from ssl_app.sweep.command import parse_args as sweep_args
+from tests.ssl_app.cli.test_cli import QUICKSTART
 
 
 @pytest.mark.parametrize(

@@ -10,9 +10,9 @@ import os
 
 import pytest
 
-from ssl_app import embed, export
-from tests.ssl_app.test_cli import QUICKSTART, TINY
-from tests.ssl_app.test_export import trained_checkpoint
+from ssl_app.cli import embed, export
+from tests.ssl_app.cli.test_cli import QUICKSTART, TINY
+from tests.ssl_app.cli.test_export import trained_checkpoint
 from tests.ssl_app.test_run_folders import error_line, run_cli
 
 BAD_YAML = {
@@ -43,7 +43,7 @@ def test_a_config_file_that_is_not_a_mapping_is_named_in_one_line(tmp_path, monk
 
 def test_the_sweep_names_a_config_file_that_is_not_a_mapping(tmp_path, monkeypatch, capsys):
     """The sweep checks each point with the CLI's parser: the same line, naming the file."""
-    from ssl_app.sweep import main as sweep
+    from ssl_app.sweep.command import main as sweep
 
     bad = tmp_path / "list.yaml"
     bad.write_text(BAD_YAML["list"][0])

@@ -226,22 +226,3 @@ def test_ddp_sigterm_to_the_launcher_stops_every_rank_and_resumes(tmp_path, sign
     assert result.returncode == 0, result.stderr[-3000:]
     assert [p.name for p in (tmp_path / "runs" / "moco").iterdir()] == ["version_0"]
     assert load(last)["global_step"] == 2 * BATCHES
-
-
-def test_last_is_the_newest_last_checkpoint_and_its_version_folder(tmp_path):
-    from ssl_app.checkpointing import find_last_checkpoint, version_folder
-
-    root = tmp_path / "runs" / "quickstart"
-    for version, age in (("version_0", 30), ("version_1", 10), ("version_2", 20)):
-        folder = root / version / "checkpoints"
-        folder.mkdir(parents=True)
-        for name in ("last.ckpt", "epoch001-step4.ckpt", ".last.ckpt.abc.tmp"):
-            (folder / name).write_bytes(b"x")
-            os.utime(folder / name, (time.time() - age, time.time() - age))
-    (root / "version_1" / "checkpoints" / "epoch001-step4.ckpt").touch()  # newer, but not a last checkpoint
-    newest = find_last_checkpoint(root)
-    assert newest == root / "version_1" / "checkpoints" / "last.ckpt"
-    assert find_last_checkpoint(root, "version_2") == root / "version_2" / "checkpoints" / "last.ckpt"
-    assert find_last_checkpoint(tmp_path / "nothing") is None
-    assert version_folder(newest, root) == "version_1"
-    assert version_folder(tmp_path / "elsewhere" / "last.ckpt", root) is None

@@ -13,7 +13,7 @@ import pytest
 from PIL import Image
 
 from datamodules import ImageFolderDataModule, LinearEvalDataModule, ViewAugmentation
-from ssl_app.embed import main as embed_main
+from ssl_app.cli.embed import main as embed_main
 from ssl_app.normalisation import settle_input
 from tests.helpers import cli_in
 

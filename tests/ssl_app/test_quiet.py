@@ -18,7 +18,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from tensorboard.plugins.hparams import plugin_data_pb2
 
 from ssl_app.quiet import KNOWN_NOTICES, KNOWN_WARNINGS, PROBE_WARNINGS, known_noise_silenced
-from tests.ssl_app.test_cli import QUICKSTART, REPO, only_version_dir, scalar_values
+from tests.ssl_app.cli.test_cli import QUICKSTART, REPO, only_version_dir, scalar_values
 
 #: What each known message prints, as a user sees it (for the end-to-end check).
 PRINTED = ("LeafSpec", "litlogger", "smaller than the logging interval", "It is recommended to use `self.log(")

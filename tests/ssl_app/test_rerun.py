@@ -18,7 +18,7 @@ from ssl_app.cli import main
 from ssl_app.resume import finished_run
 from ssl_app.runs.record import DONE, INTERRUPTED, RunRecord, read_record, write_record
 from tests.helpers import cli_in
-from tests.ssl_app.test_cli import QUICKSTART, TINY
+from tests.ssl_app.cli.test_cli import QUICKSTART, TINY
 
 FIT = ["fit", "--config", QUICKSTART, *TINY, "--ckpt_path=last"]
 

@@ -106,7 +106,7 @@ def test_claim_takes_the_next_free_number_when_another_start_took_this_one(tmp_p
     """Catches two starts racing for one ``version_<n>`` and writing one folder together."""
     from lightning.pytorch.loggers import TensorBoardLogger
 
-    from ssl_app.cli import _next_version_name
+    from ssl_app.cli.plan import next_version_name as _next_version_name
 
     first = TensorBoardLogger(str(tmp_path), name="q")
     second = TensorBoardLogger(str(tmp_path), name="q")

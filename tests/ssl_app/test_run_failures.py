@@ -18,7 +18,7 @@ import torch
 
 from ssl_app.cli import main
 from ssl_app.runs.record import read_record
-from tests.ssl_app.test_cli import QUICKSTART, REPO, TINY
+from tests.ssl_app.cli.test_cli import QUICKSTART, REPO, TINY
 
 pytestmark = pytest.mark.slow
 

@@ -21,7 +21,7 @@ from ssl_app.runs.layout import evaluation_folders
 from ssl_app.runs.lock import RunLock
 from ssl_app.runs.record import read_record, start_record
 from tests.helpers import cli_in
-from tests.ssl_app.test_cli import QUICKSTART, REPO, TINY
+from tests.ssl_app.cli.test_cli import QUICKSTART, REPO, TINY
 
 LINEAR = str(REPO / "configs" / "linear.yaml")
 

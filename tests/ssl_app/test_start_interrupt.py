@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from tests.ssl_app.test_cli import QUICKSTART, REPO
+from tests.ssl_app.cli.test_cli import QUICKSTART, REPO
 
 HOLD_TORCH = """
 import sys, time

@@ -20,11 +20,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from ssl_app import embed, export
+from ssl_app.cli import embed, export
 from ssl_app.errors import ConfigError
 from ssl_app.resume import RECORDER_STATE_KEY
 from tests.helpers import cli_in
-from tests.ssl_app.test_cli import QUICKSTART, REPO, TINY
+from tests.ssl_app.cli.test_cli import QUICKSTART, REPO, TINY
 from tests.ssl_app.test_run_folders import error_line, run_cli
 
 LINEAR = str(REPO / "configs" / "linear.yaml")

@@ -13,7 +13,7 @@ from ssl_app.losses import InfoNCE
 from ssl_app.methods import MoCo, SimCLR
 from ssl_app.optim import Optimization
 from tests.helpers import tiny_data, tiny_trainer
-from tests.ssl_app.test_cli import QUICKSTART, TINY
+from tests.ssl_app.cli.test_cli import QUICKSTART, TINY
 from tests.ssl_app.test_run_folders import error_line, run_cli
 
 SMALL = dict(backbone="small_cnn", proj_dim=16, proj_hidden_dim=32, loss=InfoNCE(0.2))

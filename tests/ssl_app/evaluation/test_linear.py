@@ -20,7 +20,7 @@ from ssl_app.errors import ConfigError
 from ssl_app.evaluation import LinearProbe
 from ssl_app.optim import Optimization
 from tests.helpers import newest_probe_folder
-from tests.ssl_app.test_cli import QUICKSTART, REPO, TINY
+from tests.ssl_app.cli.test_cli import QUICKSTART, REPO, TINY
 
 CLASSES = 4  # few classes: a barely trained encoder still separates them above chance
 

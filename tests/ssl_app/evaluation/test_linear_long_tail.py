@@ -14,7 +14,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from datamodules.long_tail import exponential_profile
 from ssl_app.cli import main
 from tests.helpers import cli_in, newest_probe_folder
-from tests.ssl_app.test_cli import REPO
+from tests.ssl_app.cli.test_cli import REPO
 
 CONFIGS = REPO / "configs"
 LT_TAGS = ("lt/top1", "lt/many", "lt/medium", "lt/few")

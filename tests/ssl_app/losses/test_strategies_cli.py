@@ -25,7 +25,7 @@ import yaml
 from lightning.pytorch.cli import LightningCLI
 
 from ssl_app.cli import main
-from tests.ssl_app.test_cli import (
+from tests.ssl_app.cli.test_cli import (
     QUICKSTART,
     REPO,
     TINY,

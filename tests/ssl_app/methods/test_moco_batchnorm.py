@@ -11,7 +11,7 @@ from ssl_app.methods import MoCo
 from ssl_app.methods.moco import resolve_key_bn
 from ssl_app.models.split_batchnorm import SplitBatchNorm
 from tests.helpers import tiny_data, tiny_trainer
-from tests.ssl_app.test_cli import QUICKSTART
+from tests.ssl_app.cli.test_cli import QUICKSTART
 
 B = 16
 

@@ -276,7 +276,7 @@ def test_bad_num_classes_is_a_config_error():
 def test_a_checkpoint_from_before_the_centres_moved_into_the_loss_still_loads():
     """Catches PaCo checkpoints of the previous layout (the centres as the method's ``classifier.*``)
     refused by ``--ckpt_path``'s check or by the state-dict load."""
-    from ssl_app.checkpointing import check_state_dict
+    from ssl_app.resume import check_state_dict
 
     model = build(num_classes=3, loss=losses.PaCo(0.2, class_counts=TINY_COUNTS))
     old_layout = {

@@ -6,7 +6,7 @@ import math
 import re
 
 from ssl_app.cli import main
-from tests.ssl_app.test_cli import QUICKSTART, REPO, TINY
+from tests.ssl_app.cli.test_cli import QUICKSTART, REPO, TINY
 
 
 def readme_example() -> str:

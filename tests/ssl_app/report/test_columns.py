@@ -13,7 +13,8 @@ from ssl_app.report.cli import make_report
 from ssl_app.report.figures import curve_columns
 from ssl_app.report.groups import group_runs
 from ssl_app.report.runs import load_runs
-from ssl_app.report.summary import TABLE_ORDER, build_rows, table_columns
+from ssl_app.report.summary import build_rows
+from ssl_app.runs.headline import TABLE_ORDER, table_columns
 from tests.ssl_app.report.fakes import run_config, write_run
 from tests.ssl_app.report.test_table import table_lines
 

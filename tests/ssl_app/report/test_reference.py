@@ -8,8 +8,8 @@ import pytest
 
 from ssl_app.report.reference import DATA_SETS, TABLE1, column_of, data_set_of, reference_cell
 from ssl_app.runs.identity import flatten
+from tests.ssl_app.cli.test_cli import REPO
 from tests.ssl_app.report.fakes import run_config
-from tests.ssl_app.test_cli import REPO
 
 DOC_DATA_SETS = {"C10": "cifar10", "C100": "cifar100", "SVHN": "svhn", "IN-100": "imagenet100"}
 DOC_METRICS = {"acc": "linear_top1", "unif": "uniformity", "tol": "tolerance"}

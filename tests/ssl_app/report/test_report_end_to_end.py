@@ -20,7 +20,7 @@ from ssl_app.report.penalty import penalty_curves
 from ssl_app.report.runs import load_runs
 from ssl_app.report.summary import build_rows
 from ssl_app.runs.record import read_record
-from tests.ssl_app.test_cli import QUICKSTART, REPO, TINY
+from tests.ssl_app.cli.test_cli import QUICKSTART, REPO, TINY
 
 pytestmark = pytest.mark.slow
 

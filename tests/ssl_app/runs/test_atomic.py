@@ -54,10 +54,10 @@ def test_a_replaced_file_keeps_its_mode_as_a_plain_write_does(tmp_path, existing
 @pytest.mark.slow
 def test_a_fits_checkpoints_and_record_and_the_export_and_embed_outputs_follow_the_umask(tmp_path):
     """Umask 002 (a group-shared cluster folder): every file the run, ``export`` and ``embed`` write is 0664."""
-    from ssl_app.embed import main as embed_main
-    from ssl_app.export import main as export_main
+    from ssl_app.cli.embed import main as embed_main
+    from ssl_app.cli.export import main as export_main
     from tests.helpers import cli_in
-    from tests.ssl_app.test_cli import QUICKSTART, TINY
+    from tests.ssl_app.cli.test_cli import QUICKSTART, TINY
 
     with umask(0o002):
         cli_in(tmp_path, ["fit", "--config", QUICKSTART, *TINY, "--trainer.max_epochs=1"])

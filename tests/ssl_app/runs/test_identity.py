@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from ssl_app.runs.identity import config_hash
-from tests.ssl_app.test_cli import REPO
+from tests.ssl_app.cli.test_cli import REPO
 
 #: Keys of what a run *is*: each changes the hash (a new value for each).
 EXPERIMENT_KEYS = {
@@ -41,7 +41,7 @@ LOCATION_KEYS = {
 @pytest.fixture(scope="module")
 def resolved_config() -> dict[str, Any]:
     """The CIFAR-10 recipe as the CLI resolves it (every key a real run records)."""
-    from ssl_app.estimate import resolved
+    from ssl_app.sweep.estimate import resolved
 
     return resolved(["fit", "--config", str(REPO / "configs" / "cifar10" / "memory_bank.yaml")])
 

@@ -9,7 +9,7 @@ from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.plugins.hparams import plugin_data_pb2
 
-from ssl_app.report.summary import table_columns
+from ssl_app.runs.headline import table_columns
 from ssl_app.runs.summary import (
     FINAL_PREFIX,
     HEADLINE,

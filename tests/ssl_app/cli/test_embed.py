@@ -12,11 +12,11 @@ import torch
 from PIL import Image
 
 from datamodules.augment import ViewAugmentation
-from ssl_app.embed import main
+from ssl_app.cli.embed import main
 from ssl_app.models import build_backbone
 from tests.helpers import cli_in, tiny_data
-from tests.ssl_app.test_cli import QUICKSTART, TINY
-from tests.ssl_app.test_export import TINY_DATA_CONFIG, checkpoint_backbone, export, trained_checkpoint
+from tests.ssl_app.cli.test_cli import QUICKSTART, TINY
+from tests.ssl_app.cli.test_export import TINY_DATA_CONFIG, checkpoint_backbone, export, trained_checkpoint
 
 
 @pytest.fixture(scope="module")

@@ -1,6 +1,6 @@
 """``python -m ssl_app embed --ckpt RUN/checkpoints/last.ckpt [--data PATH] --out features.npz``: features of a data set.
 
-The checkpoint's backbone (``ssl_app.export.load_encoder``), in eval mode, encodes every image
+The checkpoint's backbone (``ssl_app.cli.export.load_encoder``), in eval mode, encodes every image
 of a data set once through the run's clean (evaluation) transform — resize, centre crop,
 normalise, as its ``augmentation`` says — in batches on the chosen device, with a progress bar.
 
@@ -23,7 +23,6 @@ from __future__ import annotations
 import importlib
 import io
 import os
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,8 +33,8 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, Dataset
 
-from ssl_app.errors import ConfigError, OutputError
-from ssl_app.export import OneLineParser, TrainedEncoder, add_import_option, check_output, load_encoder, parse_or_exit
+from ssl_app.cli.export import OneLineParser, TrainedEncoder, add_import_option, check_output, load_encoder, run_command
+from ssl_app.errors import ConfigError, OutputError, causes, find_cause
 from ssl_app.normalisation import KEYS, settle_input, shown
 from ssl_app.runs.atomic import atomic_file
 from ssl_app.trust import import_trusted, is_known_class
@@ -190,11 +189,7 @@ def instantiate_datamodule(config: dict[str, Any]) -> Any:
     except ConfigError:
         raise
     except Exception as error:  # noqa: BLE001 - a config this version cannot build: say so in one line
-        cause = error
-        while cause.__cause__ is not None or cause.__context__ is not None:
-            if isinstance(cause, ConfigError):
-                break
-            cause = cause.__cause__ or cause.__context__  # type: ignore[assignment]
+        cause = find_cause(error, ConfigError) or list(causes(error))[-1]  # the reason, not jsonargparse's wrapping
         reason = " ".join(str(cause).split())[:300]
         raise ConfigError(
             f"--ckpt: the run's data ({config['class_path']}) cannot be built here: {reason}; pass --data PATH"
@@ -273,39 +268,30 @@ def parser() -> OneLineParser:
 
 def main(args: Sequence[str], out: Any = None, err: Any = None) -> int:
     """Run ``embed``; return the exit status (0; 2 with one ``error:`` line for bad input; 1 when unwritable)."""
-    out = sys.stdout if out is None else out
-    err = sys.stderr if err is None else err
-    options = parse_or_exit(parser(), args, err)
-    if isinstance(options, int):
-        return options
+    return run_command(parser(), args, write_features, out, err)
+
+
+def write_features(options: Any) -> list[str]:
+    """Embed the data ``options`` name and write the ``.npz``; the lines that say what was written."""
     target = Path(options.out)
-    try:
-        if options.batch_size < 1:
-            raise ConfigError(f"--batch-size must be >= 1, got {options.batch_size}")
-        if options.num_workers is not None and options.num_workers < 0:
-            raise ConfigError(f"--num-workers must be >= 0, got {options.num_workers}")
-        check_output(target, options.overwrite)
-        if options.data is not None and not Path(options.data).is_dir():
-            missing = not Path(options.data).exists()
-            raise ConfigError(f"--data: no such folder: {options.data}" if missing else f"--data: {options.data} is not a folder")
-        device = choose_device(options.device)
-        import_trusted(options.imports)
-        encoder = load_encoder(options.ckpt)
-        if options.projections and encoder.head is None:
-            raise ConfigError(f"--projections: {options.ckpt} has no projection head")
-        if options.data is not None:
-            data = folder_data(Path(options.data), encoder, options.batch_size, options.num_workers or 0)
-        else:
-            data = run_data(encoder, options.split, options.batch_size, options.num_workers)
-        arrays = embed(encoder, data, device, options.projections)
-        write_npz(target, arrays)
-    except ConfigError as error:
-        print(f"error: embed: {error}", file=err)
-        return 2
-    except OutputError as error:
-        print(f"error: embed: {error}", file=err)
-        return 1
+    if options.batch_size < 1:
+        raise ConfigError(f"--batch-size must be >= 1, got {options.batch_size}")
+    if options.num_workers is not None and options.num_workers < 0:
+        raise ConfigError(f"--num-workers must be >= 0, got {options.num_workers}")
+    check_output(target, options.overwrite)
+    if options.data is not None and not Path(options.data).is_dir():
+        missing = not Path(options.data).exists()
+        raise ConfigError(f"--data: no such folder: {options.data}" if missing else f"--data: {options.data} is not a folder")
+    device = choose_device(options.device)
+    import_trusted(options.imports)
+    encoder = load_encoder(options.ckpt)
+    if options.projections and encoder.head is None:
+        raise ConfigError(f"--projections: {options.ckpt} has no projection head")
+    if options.data is not None:
+        data = folder_data(Path(options.data), encoder, options.batch_size, options.num_workers or 0)
+    else:
+        data = run_data(encoder, options.split, options.batch_size, options.num_workers)
+    arrays = embed(encoder, data, device, options.projections)
+    write_npz(target, arrays)
     shape = "×".join(str(n) for n in arrays["features"].shape)
-    print(input_line(encoder), file=out)
-    print(f"Wrote {target}: features {shape} of {data.description}, on {device}", file=out)
-    return 0
+    return [input_line(encoder), f"Wrote {target}: features {shape} of {data.description}, on {device}"]

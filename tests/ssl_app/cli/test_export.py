@@ -14,12 +14,12 @@ from torch import nn
 from torchvision.models import resnet18
 
 from datamodules.synthetic import SYNTHETIC_MEAN, SYNTHETIC_STD
-from ssl_app.export import load_encoder, main
+from ssl_app.cli.export import load_encoder, main
 from ssl_app.methods import SimCLR
 from ssl_app.resume import RECORDER_STATE_KEY
 from tests.helpers import tiny_data, tiny_trainer
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 #: The data config ``tiny_data()`` is built from, as a run's saved config records it.
 TINY_DATA_CONFIG = {

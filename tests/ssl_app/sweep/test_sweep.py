@@ -17,8 +17,9 @@ import pytest
 from ssl_app.report.cli import main as report_main
 from ssl_app.runs.layout import read_sweep_point
 from ssl_app.runs.record import finish_record, read_record, start_record, write_record
-from ssl_app.sweep import main, parse_grid, point_name
-from tests.ssl_app.test_cli import QUICKSTART, REPO
+from ssl_app.sweep.command import main
+from ssl_app.sweep.grid import parse_grid, point_name
+from tests.ssl_app.cli.test_cli import QUICKSTART, REPO
 
 FAST = ["--", "--trainer.max_epochs=1", "--trainer.limit_train_batches=2", "--trainer.limit_val_batches=1",
         "--trainer.enable_progress_bar=false", "--data.init_args.train_size=128", "--data.init_args.val_size=64",
@@ -170,9 +171,9 @@ def fake_fit(status: str | None, exit_code: int):
 
 
 def planned(tmp_path, values=("0.1",)):
-    import ssl_app.sweep as sweep
+    from ssl_app.sweep import grid
 
-    return sweep.plan([QUICKSTART], [(TAU, list(values))], [0], tmp_path, [], None)
+    return grid.plan([QUICKSTART], [(TAU, list(values))], [0], tmp_path, [], None)
 
 
 @dataclass
@@ -186,7 +187,7 @@ class FakeGpus:
 
 def on_fake_gpus(monkeypatch, gpus: int) -> FakeGpus:
     """The sweep sees ``gpus`` GPUs; every launch is a fake fit that runs for a few polls."""
-    import ssl_app.sweep as sweep
+    from ssl_app.sweep import local
 
     seen = FakeGpus()
     running: list = []
@@ -208,19 +209,19 @@ def on_fake_gpus(monkeypatch, gpus: int) -> FakeGpus:
         process.poll = poll
         return process
 
-    monkeypatch.setattr(sweep, "_gpu_count", lambda: gpus)
-    monkeypatch.setattr(sweep, "launch", fake_launch)
-    monkeypatch.setattr(sweep.time, "sleep", lambda _: None)
+    monkeypatch.setattr(local, "_gpu_count", lambda: gpus)
+    monkeypatch.setattr(local, "launch", fake_launch)
+    monkeypatch.setattr(local.time, "sleep", lambda _: None)
     return seen
 
 
 def test_parallel_jobs_are_pinned_to_free_gpus(tmp_path, monkeypatch):
     """With GPUs, each running job gets its own device, released when it ends (no GPU needed here)."""
-    import ssl_app.sweep as sweep
+    from ssl_app.sweep import local
 
     gpus = on_fake_gpus(monkeypatch, 2)
     runs = planned(tmp_path, ("0.1", "0.2", "0.3"))
-    assert sweep.execute(runs, jobs=2).failed == []
+    assert local.execute(runs, jobs=2).failed == []
     assert len(gpus.launched) == 3 and set(gpus.launched) == {0, 1}
     assert gpus.most == {0: 1, 1: 1}  # never two jobs on one GPU
     assert all(read_record(run.directory).status == "done" for run in runs)
@@ -229,11 +230,11 @@ def test_parallel_jobs_are_pinned_to_free_gpus(tmp_path, monkeypatch):
 def test_more_jobs_than_gpus_are_each_pinned_and_share_the_gpus_evenly(tmp_path, monkeypatch):
     """Catches the jobs beyond the number of GPUs starting unpinned: they see every GPU and all train on
     the first, beside the job already pinned there."""
-    import ssl_app.sweep as sweep
+    from ssl_app.sweep import local
 
     gpus = on_fake_gpus(monkeypatch, 2)
     runs = planned(tmp_path, ("0.1", "0.2", "0.3", "0.4"))
-    assert sweep.execute(runs, jobs=4).failed == []
+    assert local.execute(runs, jobs=4).failed == []
     assert None not in gpus.launched  # every job sees one GPU
     assert gpus.most == {0: 2, 1: 2}  # four at once on two GPUs: two each, not three on one
 
@@ -246,10 +247,11 @@ def test_a_fit_that_fails_or_lies_is_a_failure_of_the_sweep(tmp_path, monkeypatc
     """Catches a sweep that reads success from anything but the run's own record: a fit that exits
     non-zero before writing one, a failed record, and a process that exits 0 while its record says
     it did not finish. The sweep exits 1 and names the run, the reason and its log."""
-    import ssl_app.sweep as sweep
+    from ssl_app.sweep import command as sweep
+    from ssl_app.sweep import local
 
-    monkeypatch.setattr(sweep, "launch", fake_fit(status, exit_code))
-    monkeypatch.setattr(sweep.time, "sleep", lambda _: None)
+    monkeypatch.setattr(local, "launch", fake_fit(status, exit_code))
+    monkeypatch.setattr(local.time, "sleep", lambda _: None)
     monkeypatch.setattr(sweep, "validate", lambda runs: None)
     code = main(["--config", QUICKSTART, "--grid", f"{TAU}=0.1", "--out", str(tmp_path), "--name", "s"])
     err = capsys.readouterr().err
@@ -262,13 +264,14 @@ def test_a_real_failing_process_gives_the_sweep_its_exit_code(tmp_path, monkeypa
     and returns 1, without waiting on anything else."""
     import subprocess
 
-    import ssl_app.sweep as sweep
+    from ssl_app.sweep import command as sweep
+    from ssl_app.sweep import local
 
     def launch(args, log, device):
         log.parent.mkdir(parents=True, exist_ok=True)
         return subprocess.Popen([sys.executable, "-c", "import sys; print('error: bad'); sys.exit(2)"], stdout=log.open("a"))
 
-    monkeypatch.setattr(sweep, "launch", launch)
+    monkeypatch.setattr(local, "launch", launch)
     monkeypatch.setattr(sweep, "validate", lambda runs: None)
     assert main(["--config", QUICKSTART, "--grid", f"{TAU}=0.1", "--out", str(tmp_path), "--name", "s"]) == 1
     assert "temperature=0.1 seed 0 (fit): no run record" in capsys.readouterr().err
@@ -277,7 +280,7 @@ def test_a_real_failing_process_gives_the_sweep_its_exit_code(tmp_path, monkeypa
 
 def test_points_whose_short_names_coincide_get_distinct_folders():
     """Catches ``mylosses.InfoNCE`` resuming ``ssl_app.losses.InfoNCE``'s run: both were ``loss=InfoNCE``."""
-    from ssl_app.sweep import point_names
+    from ssl_app.sweep.grid import point_names
 
     values = [{"model.init_args.loss": "ssl_app.losses.InfoNCE"}, {"model.init_args.loss": "mylosses.InfoNCE"},
               {"model.init_args.loss": "ssl_app.losses.Simple"}]  # fmt: skip
@@ -291,7 +294,7 @@ def test_points_whose_short_names_coincide_get_distinct_folders():
 def test_a_run_goes_on_to_its_linear_stage_under_the_lock_it_holds(tmp_path, monkeypatch):
     """Catches the sweep refusing its own lock between a run's fit and its probe (it skipped every probe
     as "held by another process" and still exited 0)."""
-    import ssl_app.sweep as sweep
+    from ssl_app.sweep import grid, local
 
     stages = []
 
@@ -303,33 +306,33 @@ def test_a_run_goes_on_to_its_linear_stage_under_the_lock_it_holds(tmp_path, mon
         probe = log.parent / "evaluations" / "linear_0"
         return fake_fit("done", 0)(args, probe / "linear.log", device)
 
-    monkeypatch.setattr(sweep, "launch", launch)
-    monkeypatch.setattr(sweep.time, "sleep", lambda _: None)
-    [run] = sweep.plan([QUICKSTART], [], [0], tmp_path, [], str(REPO / "configs" / "linear.yaml"))
-    outcome = sweep.execute([run], jobs=1)
+    monkeypatch.setattr(local, "launch", launch)
+    monkeypatch.setattr(local.time, "sleep", lambda _: None)
+    [run] = grid.plan([QUICKSTART], [], [0], tmp_path, [], str(REPO / "configs" / "linear.yaml"))
+    outcome = local.execute([run], jobs=1)
     assert stages == ["fit", "linear"] and outcome.held == [] and outcome.failed == []
     assert run.stages() == []
 
 
 def test_a_run_another_sweep_holds_is_skipped_and_named(tmp_path, monkeypatch, capsys):
     """Two sweeps started into one folder: the second must not train the run the first is running."""
-    import ssl_app.sweep as sweep
     from ssl_app.runs.lock import SWEEP_LOCK, RunLock
+    from ssl_app.sweep import local
 
     launched = []
-    monkeypatch.setattr(sweep, "launch", lambda args, log, device: launched.append(log) or fake_fit("done", 0)(args, log, device))
-    monkeypatch.setattr(sweep.time, "sleep", lambda _: None)
+    monkeypatch.setattr(local, "launch", lambda args, log, device: launched.append(log) or fake_fit("done", 0)(args, log, device))
+    monkeypatch.setattr(local.time, "sleep", lambda _: None)
     held, free = planned(tmp_path, ("0.1", "0.2"))
     with RunLock(held.directory, SWEEP_LOCK) as other_sweep:
         assert other_sweep.acquire()
-        outcome = sweep.execute([held, free], jobs=1)
+        outcome = local.execute([held, free], jobs=1)
     assert outcome.held == [held] and outcome.failed == [] and launched == [free.directory / "fit.log"]
     assert f"skip {held.label}: {held.directory} is held by pid {os.getpid()}" in capsys.readouterr().out
     assert read_record(held.directory) is None
 
 
 def test_an_unwritable_or_wrong_out_is_one_error_before_anything(tmp_path, monkeypatch, capsys):
-    import ssl_app.sweep as sweep
+    from ssl_app.sweep import command as sweep
 
     monkeypatch.setattr(sweep, "validate", lambda runs: pytest.fail("--out is checked before the points are parsed"))
     blocker = tmp_path / "file"
@@ -349,7 +352,8 @@ def test_ctrl_c_stops_the_running_fits_and_says_how_to_resume(tmp_path, monkeypa
     import subprocess
     import threading
 
-    import ssl_app.sweep as sweep
+    from ssl_app.sweep import command as sweep
+    from ssl_app.sweep import local
 
     children = []
 
@@ -359,7 +363,7 @@ def test_ctrl_c_stops_the_running_fits_and_says_how_to_resume(tmp_path, monkeypa
         children.append(child)
         return child
 
-    monkeypatch.setattr(sweep, "launch", launch)
+    monkeypatch.setattr(local, "launch", launch)
     monkeypatch.setattr(sweep, "validate", lambda runs: None)
     timer = threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGINT))
     timer.start()
@@ -376,7 +380,7 @@ def test_ctrl_c_stops_the_running_fits_and_says_how_to_resume(tmp_path, monkeypa
 def test_a_fresh_restart_clears_what_the_failed_attempt_left(tmp_path, monkeypatch):
     """A run that failed before its first checkpoint is started afresh; its old events must not mix
     into the new attempt (and the CLI would refuse a new run into a folder with events)."""
-    import ssl_app.sweep as sweep
+    from ssl_app.sweep import local
 
     [run] = planned(tmp_path)
     run.directory.mkdir(parents=True)
@@ -389,9 +393,9 @@ def test_a_fresh_restart_clears_what_the_failed_attempt_left(tmp_path, monkeypat
         seen.append(sorted(p.name for p in run.directory.iterdir() if not p.name.startswith(".")))
         return fake_fit("done", 0)(args, log, device)
 
-    monkeypatch.setattr(sweep, "launch", launch)
-    monkeypatch.setattr(sweep.time, "sleep", lambda _: None)
-    assert sweep.execute([run], jobs=1).failed == []
+    monkeypatch.setattr(local, "launch", launch)
+    monkeypatch.setattr(local.time, "sleep", lambda _: None)
+    assert local.execute([run], jobs=1).failed == []
     assert seen == [["sweep.json"]]
 
 
@@ -418,28 +422,28 @@ def held_by_another_process(folder: Path, name: str):
 def test_a_run_whose_run_lock_another_process_holds_is_not_launched(tmp_path, monkeypatch, capsys):
     """Catches a sweep that checks only other sweeps' locks: a run folder another process is writing
     (its run lock, ``.lock``, held by a real process) must be skipped and named, the other run launched."""
-    import ssl_app.sweep as sweep
     from ssl_app.runs.lock import RUN_LOCK
+    from ssl_app.sweep import local
 
     launched = []
-    monkeypatch.setattr(sweep, "launch", lambda args, log, device: launched.append(log) or fake_fit("done", 0)(args, log, device))
-    monkeypatch.setattr(sweep.time, "sleep", lambda _: None)
+    monkeypatch.setattr(local, "launch", lambda args, log, device: launched.append(log) or fake_fit("done", 0)(args, log, device))
+    monkeypatch.setattr(local.time, "sleep", lambda _: None)
     held, free = planned(tmp_path, ("0.1", "0.2"))
     with held_by_another_process(held.directory, RUN_LOCK) as pid:
-        outcome = sweep.execute([held, free], jobs=1)
+        outcome = local.execute([held, free], jobs=1)
     assert outcome.held == [held] and outcome.failed == [] and launched == [free.directory / "fit.log"]
     assert f"skip {held.label}: {held.directory} is held by pid {pid} " in capsys.readouterr().out
     assert read_record(held.directory) is None and not (held.directory / "sweep.json").exists()
 
 
 def test_a_slurm_task_does_not_launch_into_a_run_another_process_writes(tmp_path, monkeypatch):
-    """The same for a job-array task (``ssl_app.slurm.PointJob``): it fails naming the holder, and launches nothing."""
-    import ssl_app.sweep as sweep
+    """The same for a job-array task (``ssl_app.sweep.slurm.PointJob``): it fails naming the holder, and launches nothing."""
     from ssl_app.runs.lock import RUN_LOCK
-    from ssl_app.slurm import PointJob
+    from ssl_app.sweep import local
+    from ssl_app.sweep.slurm import PointJob
 
     launched = []
-    monkeypatch.setattr(sweep, "launch", lambda *args, **kwargs: launched.append(args))
+    monkeypatch.setattr(local, "launch", lambda *args, **kwargs: launched.append(args))
     [run] = planned(tmp_path)
     with held_by_another_process(run.directory, RUN_LOCK) as pid, pytest.raises(RuntimeError, match=f"held by pid {pid} "):
         PointJob(run)()
@@ -450,12 +454,13 @@ def test_a_stage_that_exits_non_zero_after_its_record_says_done_is_failed_and_ru
     """Catches the record winning over the exit status: a fit whose process exits 1 after writing
     ``done`` (it crashed after training) is a failure of the sweep, and a re-run of the same command
     runs it again instead of counting it finished; ``--status`` says so too."""
-    import ssl_app.sweep as sweep
+    from ssl_app.sweep import command as sweep
+    from ssl_app.sweep import local
 
-    monkeypatch.setattr(sweep.time, "sleep", lambda _: None)
+    monkeypatch.setattr(local.time, "sleep", lambda _: None)
     monkeypatch.setattr(sweep, "validate", lambda runs: None)
     args = ["--config", QUICKSTART, "--grid", f"{TAU}=0.1", "--out", str(tmp_path), "--name", "s"]
-    monkeypatch.setattr(sweep, "launch", fake_fit("done", 1))
+    monkeypatch.setattr(local, "launch", fake_fit("done", 1))
     assert main(args) == 1
     err = capsys.readouterr().err
     assert "1 run(s) failed" in err and "temperature=0.1 seed 0 (fit): exit status 1 (its record says done" in err, err
@@ -464,7 +469,7 @@ def test_a_stage_that_exits_non_zero_after_its_record_says_done_is_failed_and_ru
 
     assert main([*args, "--status"]) == 0
     assert "exit status 1" in capsys.readouterr().out
-    monkeypatch.setattr(sweep, "launch", fake_fit("done", 0))
+    monkeypatch.setattr(local, "launch", fake_fit("done", 0))
     assert main(args) == 0
     assert "1 runs, 0 already done, 1 to run" in capsys.readouterr().out
     assert main(args) == 0 and "1 runs, 1 already done, 0 to run" in capsys.readouterr().out

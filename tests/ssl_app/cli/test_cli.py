@@ -13,7 +13,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from ssl_app.cli import main
 from tests.helpers import cli_in
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 QUICKSTART = str(REPO / "configs" / "quickstart.yaml")
 
 # A few optimiser steps of the quickstart on a small slice of the generated data.

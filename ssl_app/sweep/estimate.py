@@ -23,7 +23,7 @@ import torch
 import yaml
 from torch import nn
 
-from ssl_app.plans import DATA_SETS
+from ssl_app.sweep.plans import DATA_SETS
 
 #: Calibration steps: warm-up (not timed), then timed.
 WARMUP_STEPS, TIMED_STEPS = 2, 3

@@ -10,13 +10,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ssl_app import cli, listing
-from ssl_app.cli import main
+from ssl_app.cli import app as cli
+from ssl_app.cli import listing, main
 from ssl_app.losses import LOSSES, ContrastiveLoss
 from ssl_app.metrics import EMBEDDING_METRICS
 from ssl_app.registry import BACKBONES, DATAMODULES, METHODS, Registry
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 REGISTRIES = {"losses": LOSSES, "methods": METHODS, "datamodules": DATAMODULES, "backbones": BACKBONES}
 
 

@@ -1,9 +1,10 @@
 """``python -m ssl_app.sweep --launcher slurm``: the sweep's runs as one SLURM job array, through submitit.
 
-Each array task is one run folder (one grid point and seed). The task runs :class:`PointJob`, the
-same per-run entry the local launcher uses: it holds the folder's sweep lock and runs what the run
-still needs (``fit``, resumed from its ``last.ckpt`` if it has one, then ``linear``), each stage a
-``python -m ssl_app`` child process writing ``<stage>.log`` in the run folder. A folder another
+Each array task is one run folder (one grid point and seed). The task runs :class:`PointJob`: it
+holds the folder's sweep lock and runs what the run still needs (``fit``, resumed from its
+``last.ckpt`` if it has one, then ``linear``), each stage a ``python -m ssl_app`` child process
+writing ``<stage>.log`` in the run folder, started and judged as the local launcher's are
+(``ssl_app.sweep.stages``: one way to run a stage). A folder another
 process writes (its run lock held: a fit started by hand) is not launched into: the task fails, naming it.
 
 One signal path. Before the time limit (and on pre-emption) SLURM signals the task; submitit catches
@@ -38,6 +39,7 @@ from ssl_app.errors import ConfigError
 from ssl_app.runs.layout import JobRecord, read_job_record, write_job_record
 from ssl_app.runs.lock import RUN_LOCK, SWEEP_LOCK, RunLock, is_locked
 from ssl_app.runs.record import now
+from ssl_app.sweep.stages import PlannedRun, launch, note_exit, prepare_stage, stage_done, why_failed
 
 #: Seconds a fit gets, after the SIGTERM, to finish its step and write ``last.ckpt`` before the task is requeued.
 STOP_GRACE_S = 80
@@ -100,13 +102,11 @@ class PointJob:
     requeued task calls the same ``PointJob`` again, which continues from the run's own record.
     """
 
-    def __init__(self, run: Any) -> None:  # a ssl_app.sweep.PlannedRun
+    def __init__(self, run: PlannedRun) -> None:
         self.run = run
         self._process: Any = None
 
     def __call__(self) -> str:
-        from ssl_app import sweep  # the local launcher's stage helpers: one way to run a stage
-
         run = self.run
         lock = RunLock(run.directory, SWEEP_LOCK)
         run.directory.mkdir(parents=True, exist_ok=True)
@@ -124,14 +124,14 @@ class PointJob:
                 if not stages:
                     return "done"
                 stage, args = stages[0]
-                log = sweep.prepare_stage(run, stage, args)
+                log = prepare_stage(run, stage, args)
                 print(f"[sweep] start {run.label}: {stage}", flush=True)
-                self._process = sweep.launch(args, log, None, env=child_environment())
+                self._process = launch(args, log, None, env=child_environment())
                 while self._process.poll() is None:
                     time.sleep(0.5)
-                sweep.note_exit(run, stage, self._process.returncode)
-                if not sweep._stage_done(run, stage):
-                    raise RuntimeError(f"{run.label} ({stage}): {sweep._why(run, stage)}; log: {log}")
+                note_exit(run, stage, self._process.returncode)
+                if not stage_done(run, stage):
+                    raise RuntimeError(f"{run.label} ({stage}): {why_failed(run, stage)}; log: {log}")
                 print(f"[sweep] done {run.label}: {stage}", flush=True)
         finally:
             signal.signal(signal.SIGTERM, previous)
@@ -177,7 +177,7 @@ def executor(folder: Path, options: SlurmOptions, name: str) -> Any:
     return ex
 
 
-def submit(runs: list, options: SlurmOptions, sweep_dir: Path) -> list[tuple[Any, str]]:
+def submit(runs: list[PlannedRun], options: SlurmOptions, sweep_dir: Path) -> list[tuple[Any, str]]:
     """Submit one array task per run that still needs work and has no live job; write each ``slurm.json``.
 
     Returns ``(run, job id)`` for the submitted runs.
@@ -240,14 +240,15 @@ def job_state(directory: Path) -> Optional[str]:
     return None if state in ("UNKNOWN", "", None) else str(state).split()[0]
 
 
-def status_lines(runs: list) -> list[str]:
+def status_lines(runs: list[PlannedRun]) -> list[str]:
     """One line per run: name, the run record's status (and the scheduler's state), the job id."""
     lines = []
     width = max((len(run.label) for run in runs), default=0)
     for run in runs:
-        status = run.fit_status()
+        exits = run.exits()
+        status = run.fit_status(exits)
         if run.linear_args is not None and status == "done":
-            status = "done, probed" if run.probe_done() else "done, not probed"
+            status = "done, probed" if run.probe_done(exits) else "done, not probed"
         record = read_job_record(run.directory)
         state = job_state(run.directory)
         job = f"job {record.job_id}" if record is not None else "no job"

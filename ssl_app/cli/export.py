@@ -28,7 +28,7 @@ import inspect
 import io
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
@@ -38,9 +38,11 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ssl_app import __version__
-from ssl_app.checkpointing import checkpoint_method, load_checkpoint, output_error
+from ssl_app.checkpointing import output_error
+from ssl_app.cli.endings import say_error
 from ssl_app.errors import ConfigError, OutputError
-from ssl_app.resume import checkpoint_config, checkpoint_data
+from ssl_app.normalisation import input_of
+from ssl_app.resume import checkpoint_config, checkpoint_data, checkpoint_method, load_checkpoint
 from ssl_app.runs.atomic import atomic_file
 from ssl_app.trust import import_trusted
 
@@ -149,35 +151,6 @@ def _load_part(module: nn.Module, state: dict[str, Any], prefix: str, where: str
         raise ConfigError(f"{where}: its {prefix}* weights do not fit the {what} ({reason[:300]})") from None
 
 
-def input_of(config: Optional[dict[str, Any]], data: Optional[dict[str, Any]] = None) -> Optional[dict[str, Any]]:
-    """What the run fed the backbone at evaluation: ``crop_size``, ``eval_crop_fraction``, ``mean``, ``std``
-    (from the run's ``data.init_args.augmentation``; a value the config left null for the data to
-    decide comes from what the run read from its data, ``data["read_from_data"]``; None when
-    neither says)."""
-    config_data = (config or {}).get("data")
-    init_args = config_data.get("init_args") if isinstance(config_data, dict) else None
-    if isinstance(init_args, dict) and "augmentation" not in init_args and isinstance(init_args.get("data"), dict):
-        config_data = init_args["data"]  # a linear probe's run: the data it wraps (LinearEvalDataModule.data)
-        init_args = config_data.get("init_args")
-    augmentation = init_args.get("augmentation") if isinstance(init_args, dict) else None
-    if not isinstance(augmentation, dict):
-        return None
-    measured = (data or {}).get("read_from_data") or {}
-    resolved = {
-        key: augmentation.get(key) if augmentation.get(key) is not None else measured.get(key)
-        for key in ("crop_size", "mean", "std")
-    }
-    if resolved["mean"] is None or resolved["std"] is None:
-        return None
-    return {
-        "data": config_data.get("class_path"),
-        "crop_size": resolved["crop_size"],
-        "eval_crop_fraction": augmentation.get("eval_crop_fraction", 1.0),
-        "mean": [float(value) for value in resolved["mean"]],
-        "std": [float(value) for value in resolved["std"]],
-    }
-
-
 def exported(encoder: TrainedEncoder, with_head: bool = False) -> dict[str, Any]:
     """The ``state_dict`` format's content: plain tensors (contiguous, on the CPU) and plain values."""
     if with_head and encoder.head is None:
@@ -283,29 +256,36 @@ def add_import_option(parser: argparse.ArgumentParser) -> None:
 
 def main(args: Sequence[str], out: Any = None, err: Any = None) -> int:
     """Run ``export``; return the exit status (0; 2 with one ``error:`` line for bad input; 1 when unwritable)."""
-    out = sys.stdout if out is None else out
-    err = sys.stderr if err is None else err
-    options = parse_or_exit(parser(), args, err)
+    return run_command(parser(), args, write_encoder, out, err)
+
+
+def write_encoder(options: argparse.Namespace) -> list[str]:
+    """Write the encoder ``options`` name; the line that says what was written."""
+    target = Path(options.out)
+    check_output(target, options.overwrite)
+    import_trusted(options.imports)
+    encoder = load_encoder(options.ckpt)
+    write_export(encoder, target, options.format, options.with_head)
+    meta = encoder.meta
+    return [
+        f"Wrote {target}: the {meta['backbone']} backbone ({meta['feature_dim']}-d features) of {options.ckpt} "
+        f"(step {meta['global_step']}){' with its projection head' if options.with_head else ''}, as {options.format}"
+    ]
+
+
+def run_command(
+    parser: argparse.ArgumentParser, args: Sequence[str], work: Callable[[argparse.Namespace], list[str]], out: Any, err: Any
+) -> int:
+    """Parse ``args`` and do ``work``; print its lines and return 0, or end as ``say_error`` says (one ``error:``
+    line: 2 for bad input, 1 for a file that cannot be written). ``export`` and ``embed`` end this way."""
+    options = parse_or_exit(parser, args, err)
     if isinstance(options, int):
         return options
-    target = Path(options.out)
     try:
-        check_output(target, options.overwrite)
-        import_trusted(options.imports)
-        encoder = load_encoder(options.ckpt)
-        write_export(encoder, target, options.format, options.with_head)
-    except ConfigError as error:
-        print(f"error: export: {error}", file=err)
-        return 2
-    except OutputError as error:
-        print(f"error: export: {error}", file=err)
-        return 1
-    meta = encoder.meta
-    print(
-        f"Wrote {target}: the {meta['backbone']} backbone ({meta['feature_dim']}-d features) of {options.ckpt} "
-        f"(step {meta['global_step']}){' with its projection head' if options.with_head else ''}, as {options.format}",
-        file=out,
-    )
+        lines = work(options)
+    except (ConfigError, OutputError) as error:
+        return say_error(error, parser.prog.split()[-1], err)
+    print("\n".join(lines), file=out)
     return 0
 
 
@@ -330,7 +310,9 @@ def parse_or_exit(parser: argparse.ArgumentParser, args: Sequence[str], err: Any
     try:
         return parser.parse_args(list(args))
     except _BadArguments as error:
-        print(f"error: {parser.prog.split()[-1]}: {error} (options: {parser.prog} --help)", file=err)
+        print(
+            f"error: {parser.prog.split()[-1]}: {error} (options: {parser.prog} --help)", file=sys.stderr if err is None else err
+        )
         return 2
     except SystemExit as stop:  # --help
         return int(stop.code or 0)

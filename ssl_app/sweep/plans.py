@@ -17,7 +17,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 
 #: Table 1 of Wang & Liu 2021, its columns in the paper's order: one loss overlay each.
 TABLE1_COLUMNS = (

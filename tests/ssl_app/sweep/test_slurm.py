@@ -1,4 +1,4 @@
-"""The sweep on SLURM (``--launcher slurm``, ``ssl_app.slurm``) and the linear stage's own options.
+"""The sweep on SLURM (``--launcher slurm``, ``ssl_app.sweep.slurm``) and the linear stage's own options.
 
 Nothing here needs a real SLURM: the job array runs through submitit's local executor (the same
 code path, processes on this machine), and the sbatch header is read from submitit's SLURM
@@ -16,10 +16,11 @@ import pytest
 
 from ssl_app.runs.layout import JobRecord, read_job_record, write_job_record
 from ssl_app.runs.record import finish_record, read_record, start_record
-from ssl_app.slurm import SlurmOptions, executor, status_lines
-from ssl_app.sweep import main, plan
-from tests.ssl_app.test_cli import QUICKSTART, REPO
-from tests.ssl_app.test_sweep import FAST, TAU
+from ssl_app.sweep.command import main
+from ssl_app.sweep.grid import plan
+from ssl_app.sweep.slurm import SlurmOptions, executor, status_lines
+from tests.ssl_app.cli.test_cli import QUICKSTART, REPO
+from tests.ssl_app.sweep.test_sweep import FAST, TAU
 
 LINEAR = str(REPO / "configs" / "linear.yaml")
 
@@ -64,7 +65,7 @@ def test_slurm_options_become_the_sbatch_header(tmp_path, monkeypatch):
 
 def test_without_slurm_the_launcher_is_one_error(tmp_path, monkeypatch, capsys):
     """Catches a traceback from submitit where SLURM is missing: one line, naming the way to run it here."""
-    import ssl_app.sweep as sweep
+    from ssl_app.sweep import command as sweep
 
     monkeypatch.setenv("PATH", str(tmp_path))  # no srun
     monkeypatch.setattr(sweep, "validate", lambda runs: None)
@@ -178,23 +179,24 @@ def test_a_grid_on_the_slurm_launcher_runs_and_a_requeued_job_resumes_in_place(t
 def test_status_from_the_sweeps_folder_alone(tmp_path, monkeypatch, capsys):
     """Catches ``--status`` needing the whole original command: ``--status DIR`` reads what the sweep
     wrote into its folder at launch, lists every run (the one never started too), from another folder."""
-    import ssl_app.sweep as sweep
-    from tests.ssl_app.test_sweep import fake_fit
+    from ssl_app.sweep import command as sweep
+    from ssl_app.sweep import grid, local
+    from tests.ssl_app.sweep.test_sweep import fake_fit
 
-    monkeypatch.setattr(sweep.time, "sleep", lambda _: None)
+    monkeypatch.setattr(local.time, "sleep", lambda _: None)
     monkeypatch.setattr(sweep, "validate", lambda runs: None)
 
     def launch(args, log, device):  # the fit's record in the run, the probe's in evaluations/linear_0
         where = log if log.stem == "fit" else log.parent / "evaluations" / "linear_0" / log.name
         return fake_fit("done", 0)(args, where, device)
 
-    monkeypatch.setattr(sweep, "launch", launch)
+    monkeypatch.setattr(local, "launch", launch)
     args = ["--config", QUICKSTART, "--grid", f"{TAU}=0.2,0.1", "--seeds", "0,1", "--linear", LINEAR, "--out", str(tmp_path)]
     execute = sweep.execute
     monkeypatch.setattr(sweep, "execute", lambda runs, jobs: execute([run for run in runs if run.seed == 0], jobs))
     assert main([*args, "--name", "s"]) == 0  # seed 1 of each point never starts
     capsys.readouterr()
-    expected = sweep.planned_runs(sweep.parse_args([*args, "--name", "s"]))[1]
+    expected = grid.planned_runs(sweep.parse_args([*args, "--name", "s"]))[1]
     monkeypatch.chdir(tmp_path / "s" / "temperature=0.1")  # anywhere
     assert main(["--status", str(tmp_path / "s")]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
@@ -228,7 +230,7 @@ def test_a_dry_run_or_a_refused_submission_leaves_nothing(tmp_path, monkeypatch,
     """Catches folders left behind by the SLURM launcher when nothing was submitted: a dry run writes
     nothing, and an ``sbatch`` that refuses the array is one ``error:`` line naming its message (not
     submitit's traceback), with no ``.slurm`` folder, pickles or submission script left."""
-    import ssl_app.sweep as sweep
+    from ssl_app.sweep import command as sweep
 
     monkeypatch.setattr(sweep, "validate", lambda runs: None)
     out = tmp_path / "out"
@@ -248,7 +250,7 @@ def test_a_dry_run_or_a_refused_submission_leaves_nothing(tmp_path, monkeypatch,
 def test_a_submission_leaves_no_empty_folder(tmp_path):
     """Catches submitit's log folder template left behind as a literal, empty ``.slurm/%j`` folder: after a
     local array task ran, every folder of the sweep holds something and none is named by a template."""
-    from ssl_app.slurm import submit
+    from ssl_app.sweep.slurm import submit
 
     [run] = plan([QUICKSTART], [], [0], tmp_path / "s", [], None)
     run.directory.mkdir(parents=True)

@@ -1,0 +1,190 @@
+"""Which runs a sweep stands for: a grid of options × seeds (``--config``/``--grid``/``--linear``) or a
+named plan (``--plan``/``--data``, ``ssl_app.sweep.plans``), each run a folder ``OUT/NAME/<point>/seed<k>/``
+with its stages' command lines; and ``sweep_plan.json``, the runs a launch wrote, which ``--status DIR`` reads.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import itertools
+import json
+import re
+import shlex
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+from ssl_app.cli.endings import fail
+from ssl_app.runs.atomic import write_json
+from ssl_app.runs.layout import CHECKPOINTS_DIR, SWEEP_FILE, read_sweep_point
+from ssl_app.sweep.plans import plan_points, recipe_paths
+from ssl_app.sweep.stages import PlannedRun
+
+#: The sweep's runs, written into its folder at launch: what ``--status DIR`` reads.
+PLAN_FILE = "sweep_plan.json"
+
+
+def parse_grid(specs: Sequence[str]) -> list[tuple[str, list[str]]]:
+    """``["a.b=1,2", "c=x"]`` → ``[("a.b", ["1", "2"]), ("c", ["x"])]``; bad specs are ``SystemExit(2)``."""
+    grid = []
+    for spec in specs:
+        key, sep, values = spec.partition("=")
+        items = [v.strip() for v in values.split(",") if v.strip()]
+        if not sep or not key.strip() or not items:
+            fail(f"--grid must be KEY=V1,V2,..., got {spec!r}")
+        grid.append((key.strip().lstrip("-"), items))
+    keys = [k for k, _ in grid]
+    if len(set(keys)) != len(keys):
+        fail(f"--grid names a key twice: {keys}")
+    return grid
+
+
+def point_name(values: dict[str, str]) -> str:
+    """A folder name from the point's values: the last part of each key, ``=`` its value's short form
+    (the last part of a class path). Not unique on its own: see :func:`point_names`."""
+    if not values:
+        return "base"
+    parts = []
+    for key, value in values.items():
+        short_value = value.rsplit(".", 1)[-1] if re.fullmatch(r"[A-Za-z_][\w.]*\.[A-Za-z_]\w*", value) else value
+        parts.append(f"{key.rsplit('.', 1)[-1]}={short_value}")
+    return re.sub(r"[^\w.,=+-]", "_", ",".join(parts))
+
+
+def point_names(points: list[dict[str, str]]) -> list[str]:
+    """One folder name per point, unique: :func:`point_name`, plus ``-<hash of the full values>``
+    for the points whose short names coincide (names compared as a case-insensitive filesystem would)."""
+    short = [point_name(values) for values in points]
+    counts = Counter(name.lower() for name in short)
+    names = []
+    for name, values in zip(short, points):
+        if counts[name.lower()] > 1:
+            digest = hashlib.sha256(json.dumps(values, sort_keys=True).encode()).hexdigest()[:8]
+            name = f"{name}-{digest}"
+        names.append(name)
+    return names
+
+
+def plan(
+    configs: list[str],
+    grid: list[tuple[str, list[str]]],
+    seeds: list[int],
+    sweep_dir: Path,
+    extra: list[str],
+    linear_config: Optional[str],
+    linear_extra: Sequence[str] = (),
+) -> list[PlannedRun]:
+    """Every (point, seed) run with its fit (and linear) command line arguments; ``extra`` goes to
+    every fit, ``linear_extra`` to every linear evaluation."""
+    keys = [k for k, _ in grid]
+    points = [dict(zip(keys, combination)) for combination in itertools.product(*[values for _, values in grid])]
+    named = [(name, values, [f"--{k}={v}" for k, v in values.items()]) for values, name in zip(points, point_names(points))]
+    return expand_points(named, seeds, sweep_dir, configs, StageOptions(extra, linear_config, linear_extra))
+
+
+@dataclass(frozen=True)
+class StageOptions:
+    """What each run's stages add to its point: ``extra`` options for every fit, and the linear
+    evaluation's config and options (``linear_config`` None: no linear evaluation)."""
+
+    extra: Sequence[str] = ()
+    linear_config: Optional[str] = None
+    linear_extra: Sequence[str] = ()
+
+
+def expand_points(
+    points: list[tuple[str, dict[str, str], list[str]]],
+    seeds: list[int],
+    sweep_dir: Path,
+    configs: list[str],
+    stages: StageOptions,
+) -> list[PlannedRun]:
+    """Runs of named points ``(folder name, values for sweep.json, the fit arguments that make the point)``,
+    one per seed: what :func:`plan` does for a grid and ``--plan`` for a plan's columns."""
+    extra, linear_config, linear_extra = stages.extra, stages.linear_config, stages.linear_extra
+    runs = []
+    for point, values, grid_args in points:
+        for seed in seeds:
+            directory = sweep_dir / point / f"seed{seed}"
+            config_args = [a for c in configs for a in ("--config", c)]
+            seed_arg = f"--seed_everything={seed}"
+            fit_args = ["fit", *config_args, *grid_args, seed_arg, *logger_args(sweep_dir, point, f"seed{seed}"), *extra]
+            linear_args = None
+            if linear_config is not None:
+                # Filed by the CLI in <run>/evaluations/linear_<n>/ (the probe belongs to the run it evaluates).
+                checkpoint = f"--model.init_args.checkpoint={directory / CHECKPOINTS_DIR / 'last.ckpt'}"
+                linear_args = ["fit", "--config", linear_config, checkpoint, seed_arg, *linear_extra]
+            runs.append(PlannedRun(sweep_dir.name, point, values, seed, directory, fit_args, linear_args))
+    return runs
+
+
+def logger_args(save_dir: Path, name: str, version: str) -> list[str]:
+    return [
+        f"--trainer.logger.init_args.save_dir={save_dir}",
+        f"--trainer.logger.init_args.name={name}",
+        f"--trainer.logger.init_args.version={version}",
+    ]
+
+
+def planned_runs(args: argparse.Namespace) -> tuple[Path, list[PlannedRun]]:
+    """The sweep's folder and runs: from ``--config``/``--grid``/``--linear``, or from ``--plan``/``--data``."""
+    if args.plan is not None:
+        data, points = plan_points(args.plan, args.data)
+        recipe, linear = recipe_paths(data)
+        sweep_dir = Path(args.out) / (args.name or f"{args.plan}_{args.data}")
+        named = [(p.name, p.values, p.args) for p in points]
+        stages = StageOptions(args.extra, linear, args.linear_extra)
+        return sweep_dir, expand_points(named, args.seed_list, sweep_dir, [recipe], stages)
+    grid = parse_grid(args.grid)
+    name = args.name or ("+".join(k.rsplit(".", 1)[-1] for k, _ in grid) or "base")
+    sweep_dir = Path(args.out) / name
+    return sweep_dir, plan(args.config, grid, args.seed_list, sweep_dir, args.extra, args.linear, args.linear_extra)
+
+
+def write_plan(sweep_dir: Path, runs: list[PlannedRun]) -> None:
+    """Write the runs into ``sweep_dir/sweep_plan.json`` (with those of earlier launches into the same folder),
+    so that ``--status sweep_dir`` needs nothing else."""
+    known = {(run.point, run.seed): run for run in _planned_from(sweep_dir)}
+    known.update({(run.point, run.seed): run for run in runs})  # in the plan's order, new runs after the earlier ones
+    entries = [
+        {"point": run.point, "grid": run.grid, "seed": run.seed, "fit_args": run.fit_args, "linear_args": run.linear_args}
+        for run in known.values()
+    ]
+    sweep_dir.mkdir(parents=True, exist_ok=True)
+    write_json(sweep_dir / PLAN_FILE, {"sweep": sweep_dir.name, "runs": entries})
+
+
+def _planned_from(sweep_dir: Path) -> list[PlannedRun]:
+    """The runs ``sweep_plan.json`` names (none when it is missing or unreadable), each in its folder under ``sweep_dir``."""
+    try:
+        entries = json.loads((sweep_dir / PLAN_FILE).read_text(encoding="utf-8"))["runs"]
+        runs = []
+        for e in entries:
+            point, seed, linear = str(e["point"]), int(e["seed"]), e.get("linear_args")
+            directory = sweep_dir / point / f"seed{seed}"
+            linear_args = None if linear is None else list(linear)
+            runs.append(PlannedRun(sweep_dir.name, point, dict(e["grid"]), seed, directory, list(e["fit_args"]), linear_args))
+        return runs
+    except (OSError, ValueError, KeyError, TypeError):
+        return []
+
+
+def recorded_runs(sweep_dir: Path) -> list[PlannedRun]:
+    """The sweep's runs from its folder alone (``--status DIR``): its ``sweep_plan.json``, or, for a sweep
+    written without one, the run folders that hold a ``sweep.json``."""
+    if not sweep_dir.is_dir():
+        fail(f"--status {sweep_dir}: no such folder")
+    runs = _planned_from(sweep_dir)
+    if not runs:
+        for sidecar in sorted(sweep_dir.glob(f"*/seed*/{SWEEP_FILE}")):
+            point = read_sweep_point(sidecar.parent)
+            if point is not None:
+                commands = {stage: shlex.split(command)[3:] for stage, command in point.commands.items()}
+                runs.append(PlannedRun(point.sweep, point.point, point.grid, point.seed, sidecar.parent,
+                                       commands.get("fit", []), commands.get("linear")))  # fmt: skip
+    if not runs:
+        fail(f"--status {sweep_dir}: not a sweep's folder (no {PLAN_FILE}, no run folder with a {SWEEP_FILE})")
+    return runs

@@ -1,0 +1,59 @@
+"""Checks before a sweep starts anything: ``--out`` can be written, and every distinct command parses
+(``python -m ssl_app … --print_config``), so a grid key that does not exist or a value of the wrong
+type is one ``error:`` line naming the point, and nothing runs."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import tempfile
+from pathlib import Path
+
+from ssl_app.cli.endings import fail
+from ssl_app.sweep.stages import PlannedRun
+
+
+def check_out(out: Path) -> None:
+    """``--out`` must be (or be creatable as) a folder this process can write in; nothing is created."""
+    existing = out
+    while not existing.exists():
+        if existing.parent == existing:
+            break
+        existing = existing.parent
+    if not existing.is_dir():
+        fail(f"--out {out}: {existing} is a file, not a folder")
+    try:
+        handle, probe = tempfile.mkstemp(dir=existing, prefix=".ssl_app_sweep_probe_")
+        os.close(handle)
+        os.remove(probe)
+    except OSError as error:
+        fail(f"--out {out}: cannot write in {existing} ({error.strerror or error})")
+
+
+def validate(runs: list[PlannedRun]) -> None:
+    """Parse every distinct command with ``--print_config``; the first error ends the sweep."""
+    from ssl_app.cli import main  # heavy: imports torch and Lightning
+
+    seen: set[tuple[str, ...]] = set()
+    for run in runs:
+        for args in (run.fit_args, run.linear_args):
+            if args is None:
+                continue
+            key = tuple(
+                a for a in args if not a.startswith(("--seed_everything", "--trainer.logger", "--model.init_args.checkpoint"))
+            )
+            if key in seen:
+                continue
+            seen.add(key)
+            errors = io.StringIO()
+            code = 0
+            with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(errors):
+                try:
+                    main([*args, "--print_config"])
+                except SystemExit as exit_:
+                    code = exit_.code if isinstance(exit_.code, int) else 1
+            if code != 0:
+                message = errors.getvalue().strip().splitlines()
+                first = next((line for line in message if line.startswith("error:")), message[0] if message else "")
+                fail(f"point {run.point}: {first.removeprefix('error: ')}")
