@@ -15,7 +15,7 @@ import yaml
 from ssl_app.cli import main as cli_main
 from ssl_app.runs.record import read_record
 from ssl_app.sweep.command import main
-from ssl_app.sweep.plans import DATA_SETS, TABLE1_COLUMNS
+from ssl_app.sweep.plans import DATA_SETS, PLANS, TABLE1_COLUMNS
 from tests.ssl_app.cli.test_cli import REPO
 
 FIT_TINY = ["--", "--trainer.max_epochs=1", "--trainer.limit_train_batches=2", "--trainer.limit_val_batches=1",
@@ -184,17 +184,21 @@ def test_the_estimates_arithmetic_by_hand(capsys, monkeypatch):
 
 @pytest.mark.slow
 def test_the_cpu_plan_runs_end_to_end_each_fit_then_its_linear_evaluation(tmp_path, capsys, monkeypatch):
-    """Catches a plan whose runs parse but do not train, or whose linear stage is not filed in its run."""
+    """Catches a plan whose runs parse but do not train, or whose linear stage is not filed in its run.
+    Two columns, the first and the last (an in-batch InfoNCE and a HardSimple): the plan runs each
+    column the same way, and every column's overlay is checked on its own below."""
     monkeypatch.chdir(REPO)
+    folder, columns = PLANS["table1"]
+    monkeypatch.setitem(PLANS, "table1", (folder, (columns[0], columns[-1])))
     args = ["--plan", "table1", "--data", "shapes", "--out", str(tmp_path), "--jobs", "2", "--linear-args", LINEAR_TINY]
     assert main([*args, *FIT_TINY]) == 0
-    for column in TABLE1_COLUMNS:
+    for column in (columns[0], columns[-1]):
         run = tmp_path / "table1_shapes" / column / "seed0"
         assert read_record(run).status == "done", column
         assert read_record(run / "evaluations" / "linear_0").status == "done", column
     capsys.readouterr()
     assert main(["--plan", "table1", "--data", "shapes", "--out", str(tmp_path), "--status"]) == 0
-    assert capsys.readouterr().out.count("done") >= 10
+    assert capsys.readouterr().out.count("done") >= 2
 
 
 @pytest.mark.parametrize("column", TABLE1_COLUMNS)
