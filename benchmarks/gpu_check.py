@@ -217,7 +217,20 @@ def part_tests(args: argparse.Namespace) -> None:
     junit = Path(tempfile.mkdtemp(prefix="gpu_check_")) / "junit.xml"
     os.environ["SSL_APP_TEST_DEVICE"] = args.device
     os.chdir(ROOT)  # in this process: a second interpreter's start-up and teardown cost ~20 s on 2 busy cores
-    rc = int(pytest.main(["tests/benchmarks/test_on_device.py", "-q", "-s", "-p", "no:cacheprovider", f"--junitxml={junit}"]))
+    rc = int(
+        pytest.main(
+            [
+                "tests/benchmarks/test_on_device.py",
+                "-q",
+                "-s",
+                "-o",
+                "addopts=-ra",
+                "-p",
+                "no:cacheprovider",
+                f"--junitxml={junit}",
+            ]
+        )
+    )
     cases = []
     for case in ET.parse(junit).getroot().iter("testcase") if junit.is_file() else []:
         outcome = next((child.tag for child in case if child.tag in ("failure", "error", "skipped")), "passed")

@@ -86,7 +86,20 @@ def run_generic_tests(name: str, tmp_path: Path, files: list[Path] | None = None
     """The generic test files (tests/generic.py) in this process, ``-k name``, without the slow tests."""
     recorder = Recorder()
     paths = [str(path) for path in (files or generic_test_files())]
-    args = [*paths, "-k", name, "-m", "not slow", "-q", "-p", "no:cacheprovider", f"--basetemp={tmp_path / 'inner'}"]
+    # `-o addopts=-ra`: in this process, not in the test processes pyproject.toml's addopts would start
+    args = [
+        *paths,
+        "-k",
+        name,
+        "-m",
+        "not slow",
+        "-q",
+        "-o",
+        "addopts=-ra",
+        "-p",
+        "no:cacheprovider",
+        f"--basetemp={tmp_path / 'inner'}",
+    ]
     pytest.main(args, plugins=[recorder])
     return recorder
 
