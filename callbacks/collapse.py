@@ -163,16 +163,6 @@ class CollapseCriteria:
             ]
         return found
 
-    def reasons(
-        self,
-        evidence: CollapseEvidence,
-        best_uniformity: float = math.nan,
-        earlier: Sequence[float] = (),
-        loss: LossEvidence | None = None,
-    ) -> list[str]:
-        """Every criterion that holds, in words, over all modes (``judge``; empty: not collapsed)."""
-        return [reason for reasons in self.judge(evidence, best_uniformity, earlier, loss).values() for reason in reasons]
-
     def _at_chance(self, loss: LossEvidence | None) -> bool:
         if self.chance_tolerance is None or loss is None or loss.steps < 1:
             return False
@@ -346,3 +336,8 @@ def random_points_uniformity(dim: int, t: float = 2.0) -> float:
         total += term
         n += 1
     return 2 * t - math.log(total)
+
+
+def reasons(found: dict[str, list[str]]) -> list[str]:
+    """Every criterion that holds, in words, over all modes of ``CollapseCriteria.judge``'s answer."""
+    return [reason for mode in found.values() for reason in mode]

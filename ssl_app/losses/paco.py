@@ -198,16 +198,8 @@ class PaCo(ContrastiveLoss):
             if old in state_dict and new not in state_dict:
                 state_dict[new] = state_dict.pop(old)
 
-    def _load_from_state_dict(
-        self,
-        state_dict: dict[str, Any],
-        prefix: str,
-        local_metadata: dict,
-        strict: bool,
-        missing_keys: list[str],
-        unexpected_keys: list[str],
-        error_msgs: list[str],
-    ) -> None:
+    def _load_from_state_dict(self, state_dict: dict[str, Any], prefix: str, *rest: Any) -> None:
+        # rest: torch's local_metadata, strict, missing_keys, unexpected_keys, error_msgs, passed on as they are
         # The prior's and the centres' sizes come from the data: take the checkpoint's.
         saved = state_dict.get(prefix + "log_prior")
         if saved is not None and saved.shape != self.log_prior.shape:
@@ -215,7 +207,7 @@ class PaCo(ContrastiveLoss):
         weight = state_dict.get(prefix + "classifier.weight")
         if weight is not None and (self.classifier is None or self.classifier.weight.shape != weight.shape):
             self.classifier = nn.Linear(weight.shape[1], weight.shape[0]).to(self.log_prior.device)
-        super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs)
+        super()._load_from_state_dict(state_dict, prefix, *rest)
 
     # --- the loss --------------------------------------------------------------------------
     def terms(self, handover: MaskedSimilarities, with_stats: bool) -> LossTerms:

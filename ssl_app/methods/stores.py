@@ -145,16 +145,8 @@ class LabelledBank(nn.Module):
         self.features.index_copy_(0, indices, new)
         self.labels.index_copy_(0, indices, labels)
 
-    def _load_from_state_dict(
-        self,
-        state_dict: dict[str, Any],
-        prefix: str,
-        local_metadata: dict,
-        strict: bool,
-        missing_keys: list[str],
-        unexpected_keys: list[str],
-        error_msgs: list[str],
-    ) -> None:
+    def _load_from_state_dict(self, state_dict: dict[str, Any], prefix: str, *rest: Any) -> None:
+        # rest: torch's local_metadata, strict, missing_keys, unexpected_keys, error_msgs, passed on as they are
         saved = state_dict.get(prefix + "features")
         if saved is not None and tuple(saved.shape) != tuple(self.features.shape):
             if saved.dim() != 2 or saved.shape[1] != self.dim:
@@ -168,7 +160,7 @@ class LabelledBank(nn.Module):
                     f"{self.size} (model.bank_size, or the size of the datamodule's train split)"
                 )
             self.resize(saved.shape[0])
-        super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs)
+        super()._load_from_state_dict(state_dict, prefix, *rest)
 
     def extra_repr(self) -> str:
         return f"size={self.size}, dim={self.dim}"

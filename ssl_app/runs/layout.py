@@ -23,12 +23,15 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, TypeVar
 
 from ssl_app.runs.atomic import write_json
 from ssl_app.runs.record import DONE, RECORD_FILE, RecordError, read_record
+
+T = TypeVar("T")
 
 EVALUATIONS_DIR = "evaluations"
 CHECKPOINTS_DIR = "checkpoints"
@@ -132,14 +135,22 @@ def write_sweep_point(folder: Path, point: SweepPoint) -> None:
     write_json(folder / SWEEP_FILE, asdict(point))
 
 
-def read_sweep_point(folder: Path) -> Optional[SweepPoint]:
-    """The folder's ``sweep.json``, or None (missing, unreadable, or not a sweep point)."""
-    path = folder / SWEEP_FILE
+def read_json_as(path: Path, build: Callable[[Any], T]) -> Optional[T]:
+    """``build`` of the JSON in ``path``, or None where the file is missing, unreadable or not what
+    ``build`` expects (it raises ``ValueError``, ``KeyError`` or ``TypeError``)."""
     if not path.is_file():
         return None
     try:
-        data: Any = json.loads(path.read_text(encoding="utf-8"))
-        return SweepPoint(
+        return build(json.loads(path.read_text(encoding="utf-8")))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def read_sweep_point(folder: Path) -> Optional[SweepPoint]:
+    """The folder's ``sweep.json``, or None (missing, unreadable, or not a sweep point)."""
+    return read_json_as(
+        folder / SWEEP_FILE,
+        lambda data: SweepPoint(
             sweep=str(data["sweep"]),
             point=str(data["point"]),
             grid={str(k): str(v) for k, v in dict(data["grid"]).items()},
@@ -147,9 +158,8 @@ def read_sweep_point(folder: Path) -> Optional[SweepPoint]:
             commands=dict(data.get("commands") or {}),
             logs=dict(data.get("logs") or {}),
             exits={str(k): int(v) for k, v in dict(data.get("exits") or {}).items()},
-        )
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
+        ),
+    )
 
 
 @dataclass
@@ -174,12 +184,9 @@ def write_job_record(folder: Path, job: JobRecord) -> None:
 
 def read_job_record(folder: Path) -> Optional[JobRecord]:
     """The folder's ``slurm.json``, or None (missing or unreadable)."""
-    path = folder / JOB_FILE
-    if not path.is_file():
-        return None
-    try:
-        data: Any = json.loads(path.read_text(encoding="utf-8"))
-        return JobRecord(**{key: str(data[key]) for key in ("cluster", "job_id", "folder", "submitted")},
-                         stdout=str(data.get("stdout") or ""))  # fmt: skip
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
+    return read_json_as(
+        folder / JOB_FILE,
+        lambda data: JobRecord(
+            **{key: str(data[key]) for key in ("cluster", "job_id", "folder", "submitted")}, stdout=str(data.get("stdout") or "")
+        ),
+    )

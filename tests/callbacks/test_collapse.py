@@ -14,7 +14,7 @@ import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 
 from callbacks import EmbeddingMetrics
-from callbacks.collapse import ChanceGap, CollapseAlarm, CollapseCriteria, CollapseEvidence, LossEvidence
+from callbacks.collapse import ChanceGap, CollapseAlarm, CollapseCriteria, CollapseEvidence, LossEvidence, reasons
 from ssl_app.losses import InfoNCE
 from ssl_app.losses.base import ContrastiveLoss, LossTerms
 from ssl_app.methods import SimCLR
@@ -33,7 +33,7 @@ def evidence(uniformity=3.0, alignment=0.5, pos_sim=0.8, neg_sim=0.7, **extra) -
 
 
 def collapsed(criteria: CollapseCriteria, e: CollapseEvidence, best: float = NAN) -> bool:
-    return bool(criteria.reasons(e, best))
+    return bool(reasons(criteria.judge(e, best)))
 
 
 # --------------------------------------------------------------------------- each rule at its threshold
@@ -78,8 +78,8 @@ def test_drop_rule_thresholds():
 
 
 def test_nonfinite_embeddings_always_count_as_collapsed():
-    assert OFF.reasons(evidence(nonfinite=1, total=90)) == ["1 of 90 embeddings are non-finite (diverged)"]
-    assert OFF.reasons(evidence(nonfinite=0, total=90)) == []
+    assert reasons(OFF.judge(evidence(nonfinite=1, total=90))) == ["1 of 90 embeddings are non-finite (diverged)"]
+    assert reasons(OFF.judge(evidence(nonfinite=0, total=90))) == []
 
 
 @pytest.mark.parametrize(
@@ -96,7 +96,7 @@ def test_default_criteria_on_measured_points(values, expected):
     alignment, uniformity, pos_sim, neg_sim = values
     e = evidence(uniformity=uniformity, alignment=alignment, pos_sim=pos_sim, neg_sim=neg_sim)
     assert collapsed(CollapseCriteria(), e) is expected
-    assert OFF.reasons(e) == []
+    assert reasons(OFF.judge(e)) == []
 
 
 # --------------------------------------------------------------------------- histories
@@ -327,7 +327,7 @@ def test_concentrating_rule_at_its_thresholds():
 
     def fires(earlier, now, neg_sim=0.99, criteria=ONLY_CONCENTRATING):
         e = evidence(uniformity=now, neg_sim=neg_sim)
-        return bool(criteria.reasons(e, earlier=earlier))
+        return bool(reasons(criteria.judge(e, earlier=earlier)))
 
     assert fires([2.0, 1.6, 1.2], 1.0)  # three falls, exactly 50% below the 2.0 they started from
     assert not fires([2.0, 1.6, 1.2], 1.0001)  # 49.99%
