@@ -14,6 +14,18 @@ def one_intra_op_thread():
     torch.set_num_threads(previous)
 
 
+def pytest_collection_modifyitems(config, items):
+    """The test modules with slow tests first, in their collected order, then the rest: pytest-xdist
+    hands whole modules to its processes in this order (``--dist loadscope``), so the long ones start
+    early and the short ones fill the gaps, instead of one process finishing a long module alone."""
+
+    def module(item) -> str:
+        return getattr(getattr(item, "module", None), "__name__", "")
+
+    slow_modules = {module(item) for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: module(item) not in slow_modules)
+
+
 def pytest_generate_tests(metafunc):
     """A test that takes one of ``GENERIC_ARGUMENTS`` (``loss_case``, ``method_case``, ``metric_case``, ...)
     runs for every registered loss / method (and its ``examples``) / datamodule / embedding metric, read
