@@ -124,6 +124,7 @@ def _label(configurations: list[Configuration]) -> None:
                 parts.append((LOSS_PREFIX + name, f"{symbol}={_format(value)}"))
         shown = {LOSS_CLASS, METHOD_CLASS} | {LOSS_PREFIX + name for name in LOSS_SYMBOLS}
         others = _extra_keys([key for key in differing if key not in shown], configured) if settings else []
+        others = [key for key in others if settings.get(key) is not None]  # None: an option of another loss, not this one's
         for key in others[:MAX_EXTRA_PARTS]:
             parts.append((key, f"{_short_name(key, others)}={_format(settings.get(key))}"))
         if len(others) > MAX_EXTRA_PARTS:

@@ -94,3 +94,18 @@ def test_the_quantile_is_labelled_q_not_pacos_alpha(tmp_path):
 
     assert hard_label.startswith("HardContrastive τ=0.3 q=0.9") and paco_label.startswith("PaCo τ=0.3")
     assert "alpha=0.05" in paco_label and "α" not in hard_label + paco_label
+
+
+def test_an_option_another_loss_has_is_not_in_a_label(tmp_path):
+    """Catches labels that list every option of every loss in the table, as "=None" where this loss has
+    no such option (the hardness study's "InfoNCE τ=0.5 a_0=None alpha=None beta=None …")."""
+    infonce = run_config("InfoNCE", 0, 0.5)
+    hcl, macl = run_config("HCL", 0, 0.5), run_config("MACL", 0, 0.5)
+    hcl["model"]["init_args"]["loss"]["init_args"].update(beta=1.0, tau_plus=0.1)
+    macl["model"]["init_args"]["loss"]["init_args"].update(alpha=0.5, a_0=0.0)
+    for name, config in (("infonce", infonce), ("hcl", hcl), ("macl", macl)):
+        write_run(tmp_path / name, config, FINAL)
+
+    labels = sorted(c.label for c in group_runs(load_runs(tmp_path)))
+
+    assert labels == ["HCL τ=0.5 beta=1 tau_plus=0.1", "InfoNCE τ=0.5", "MACL τ=0.5 a_0=0 alpha=0.5"]
