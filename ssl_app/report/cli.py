@@ -1,4 +1,4 @@
-"""``python -m ssl_app.report RUNS_DIR [--out DIR] [--title TEXT] [--reference table1]``.
+"""``python -m ssl_app.report RUNS_DIR [--out DIR] [--title TEXT] [--reference table1] [--baseline LABEL]``.
 
 Prints the Markdown table on stdout; writes ``table.md``, ``table.csv`` and the PNG figures to
 the out dir (default ``RUNS_DIR/report``) and says on stderr what it wrote or skipped. A user
@@ -19,6 +19,7 @@ from ssl_app.quiet import known_noise_silenced
 from ssl_app.report.compare import matches
 from ssl_app.report.figures import FigureResult, draw_all
 from ssl_app.report.groups import group_runs
+from ssl_app.report.paired import reference_index
 from ssl_app.report.reference import REFERENCES
 from ssl_app.report.runs import load_study
 from ssl_app.report.summary import build_rows, fill_column
@@ -38,10 +39,17 @@ class Report:
     figures: list[FigureResult]
 
 
-def make_report(runs_dir: Path, out_dir: Path | None = None, title: str | None = None, reference: str | None = None) -> Report:
+def make_report(
+    runs_dir: Path,
+    out_dir: Path | None = None,
+    title: str | None = None,
+    reference: str | None = None,
+    baseline: str | None = None,
+) -> Report:
     """Read the runs under ``runs_dir``, write table and figures to ``out_dir``; raises
     ``ConfigError`` when there is nothing to report on. ``reference="table1"``: compare with the
-    paper's Table 1 (``ssl_app.report.reference``)."""
+    paper's Table 1 (``ssl_app.report.reference``). ``baseline``: the label of the configuration the
+    others are compared with by paired differences (``ssl_app.report.paired``)."""
     if reference is not None and reference not in REFERENCES:
         raise ConfigError(f"reference {reference!r} is not known; choose one of {', '.join(REFERENCES)}")
     out_dir = out_dir if out_dir is not None else runs_dir / "report"
@@ -56,8 +64,9 @@ def make_report(runs_dir: Path, out_dir: Path | None = None, title: str | None =
         raise ConfigError(
             f"no finished run under {str(runs_dir)!r}: {len(runs)} run(s), none done with an event file ({statuses})"
         )
+    reference_index(rows, baseline)  # an unknown --baseline stops here, before anything is written
     make_out_dir(out_dir)
-    markdown = markdown_table(rows, configurations, title, study.orphans, reference)
+    markdown = markdown_table(rows, configurations, title, study.orphans, reference, baseline)
     (out_dir / TABLE_MD).write_text(markdown, encoding="utf-8")
     write_csv(rows, out_dir / TABLE_CSV, reference)
     figures = draw_all(rows, out_dir, title, matches(rows) if reference else None)
@@ -106,6 +115,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="beside linear top-1, uniformity and tolerance: the paper's value (Wang & Liu, Table 1) and the "
         "difference; its points in the uniformity–tolerance plane",
     )
+    parser.add_argument(
+        "--baseline",
+        default=None,
+        metavar="LABEL",
+        help="the configuration (its label in the table) every other one is compared with by paired differences over "
+        "shared seeds (default: the highest mean linear top-1, else kNN)",
+    )
     return parser.parse_args(argv)
 
 
@@ -113,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
         with known_noise_silenced():
-            report = make_report(args.runs_dir, args.out, args.title, args.reference)
+            report = make_report(args.runs_dir, args.out, args.title, args.reference, args.baseline)
     except ConfigError as error:
         return say_error(error)
     sys.stdout.write(report.markdown)

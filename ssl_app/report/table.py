@@ -6,8 +6,10 @@ import csv
 import io
 from pathlib import Path
 
-from ssl_app.report.compare import SIGNIFICANCE_NOTE, difference, matches, significance
+from ssl_app.report.compare import difference, matches
 from ssl_app.report.groups import Configuration
+from ssl_app.report.paired import NOTE as PAIRED_NOTE
+from ssl_app.report.paired import paired_markdown, reference_index, significance_markers
 from ssl_app.report.reference import METRICS
 from ssl_app.report.runs import Evaluation, Run
 from ssl_app.report.summary import EPOCH_TAG, Row, Stat, TableColumn, resolve_columns
@@ -63,8 +65,10 @@ def markdown_table(
     title: str | None = None,
     orphans: list[Evaluation] | None = None,
     reference: str | None = None,
+    baseline: str | None = None,
 ) -> str:
-    """The table, its footnotes, a one-line legend and what each column is, as Markdown.
+    """The table, its footnotes, a one-line legend, what each column is and the paired differences
+    against the reference ★ (``baseline``: its label; ``ssl_app.report.paired``), as Markdown.
     ``orphans``: evaluation records whose run is not among the report's runs (listed in one note).
     ``reference="table1"``: a ``Table-1 cell`` column, and beside linear top-1, uniformity and
     tolerance the paper's value and the difference (``ssl_app.report.reference``)."""
@@ -87,7 +91,8 @@ def markdown_table(
         header.append(" ".join([column.shown.header, *markers]))
         if reference and column.key in METRICS:
             header += [f"paper {column.shown.header}", f"Δ {column.shown.header}"]
-    ranks = {column.key: significance(rows, column.key) for column in columns}
+    star = reference_index(rows, baseline)
+    ranks = {column.key: significance_markers(rows, column.key, star) for column in columns}
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for index, row in enumerate(rows):
         markers = [notes.add(text) for text in _configuration_notes(row.configuration)]
@@ -116,10 +121,13 @@ def markdown_table(
         notes.add(f"evaluations whose training run is not under this folder, not in the table: {listed}.")
     parts = [f"## {title}", ""] if title else []
     parts += lines
-    legend = [LEGEND, SIGNIFICANCE_NOTE] + ([REFERENCE_NOTE] if reference else [])
+    legend = [LEGEND, PAIRED_NOTE] + ([REFERENCE_NOTE] if reference else [])
     parts += ["", " ".join(legend), "", *column_glossary(columns)]
     if notes.notes:
         parts += ["", notes.markdown()]
+    paired = paired_markdown(rows, columns, star)
+    if paired:
+        parts += ["", *paired]
     return "\n".join(parts) + "\n"
 
 

@@ -13,6 +13,7 @@ import yaml
 from torch.utils.tensorboard import SummaryWriter
 
 from ssl_app.losses.hardness import HardnessProfile, write_profile
+from ssl_app.report.paired import PAIRED_HEADING
 from ssl_app.runs.layout import EVALUATIONS_DIR, SweepPoint, write_sweep_point
 from ssl_app.runs.record import DONE, RUNNING, finish_record, start_record
 
@@ -155,3 +156,8 @@ def sweep_sidecar(point: str, grid: dict, seed: int) -> SweepPoint:
     return SweepPoint(
         sweep="tau", point=point, grid={k: str(v) for k, v in grid.items()}, seed=seed, logs={"fit": f"logs/{point}_s{seed}.log"}
     )
+
+
+def main_table(markdown: str) -> str:
+    """The report's Markdown up to its paired-differences section (whose rows are also ``| ...`` lines)."""
+    return markdown.split(PAIRED_HEADING, 1)[0]

@@ -1,4 +1,4 @@
-"""The table against the paper (--reference table1), the significance markers, the r(s) curves
+"""The table against the paper (--reference table1), the r(s) curves
 and the paper's points in the uniformity–tolerance plane."""
 
 from __future__ import annotations
@@ -9,19 +9,21 @@ import numpy as np
 import pytest
 
 from ssl_app.report.cli import make_report
-from ssl_app.report.compare import matches, overlaps, significance
+from ssl_app.report.compare import matches
 from ssl_app.report.figures import paper_points
 from ssl_app.report.groups import group_runs
 from ssl_app.report.penalty import penalty_curves
 from ssl_app.report.runs import load_runs
-from ssl_app.report.summary import Stat, build_rows
-from tests.ssl_app.report.fakes import run_config, write_run
+from ssl_app.report.summary import build_rows
+from tests.ssl_app.report.fakes import main_table, run_config, write_run
 
 CIFAR10 = "datamodules.CIFAR10DataModule"
 
 
 def table_lines(markdown: str) -> list[list[str]]:
-    return [[c.strip() for c in line.strip("|").split("|")] for line in markdown.splitlines() if line.startswith("| ")]
+    return [
+        [c.strip() for c in line.strip("|").split("|")] for line in main_table(markdown).splitlines() if line.startswith("| ")
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -73,20 +75,6 @@ def test_the_paper_points_join_the_plane_for_the_matched_data_set(cifar_runs):
     points = paper_points(matches(rows))
     assert len(points) == 10
     assert {(p.label, p.uniformity, p.tolerance) for p in points} >= {("paper InfoNCE τ=0.3", 3.60, 0.178)}
-
-
-def test_intervals_overlap_when_the_means_are_within_the_sum_of_the_stds():
-    """Catches an overlap test on the means alone or one that treats a single run as an interval."""
-    assert overlaps(Stat(1.0, 0.5, 3), Stat(1.9, 0.5, 3))
-    assert not overlaps(Stat(1.0, 0.4, 3), Stat(1.9, 0.4, 3))
-    assert not overlaps(Stat(1.0, None, 1), Stat(1.0, 0.4, 3))
-
-
-def test_the_best_accuracy_is_starred_and_its_overlapping_rivals_marked(study):
-    """Catches the marker put on the lowest accuracy, or on an unranked column such as alignment."""
-    rows = build_rows(group_runs(load_runs(study.root)))
-    assert significance(rows, "linear_top1") == ["★", ""]  # 83.14 ± 0.18 vs 82.41 ± 0.40: apart
-    assert significance(rows, "alignment") == ["", ""]
 
 
 def test_penalty_curves_one_per_tau_normalised_and_steeper_for_smaller_tau(study):

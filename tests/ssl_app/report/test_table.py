@@ -11,7 +11,7 @@ from ssl_app.report.groups import group_runs
 from ssl_app.report.runs import load_runs
 from ssl_app.report.summary import build_rows, resolve_columns
 from ssl_app.report.table import markdown_table, write_csv
-from tests.ssl_app.report.fakes import run_config, write_run
+from tests.ssl_app.report.fakes import main_table, run_config, write_run
 
 # column key as the table shows it -> (metric written by the fakes, scale, decimals shown)
 EPOCH_COLUMNS = {
@@ -50,7 +50,9 @@ def cell(values: list[float], decimals: int) -> str:
 
 
 def table_lines(markdown: str) -> list[list[str]]:
-    return [[c.strip() for c in line.strip("|").split("|")] for line in markdown.splitlines() if line.startswith("| ")]
+    return [
+        [c.strip() for c in line.strip("|").split("|")] for line in main_table(markdown).splitlines() if line.startswith("| ")
+    ]
 
 
 @pytest.fixture(scope="module")

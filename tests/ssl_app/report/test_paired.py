@@ -1,0 +1,89 @@
+"""Paired differences over shared seeds (``ssl_app.report.paired``), on runs written by the real
+event writer: the exact t-interval, "not distinguishable", unpaired seeds left out, ``--baseline``."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from ssl_app.errors import ConfigError
+from ssl_app.report.cli import make_report
+from ssl_app.report.groups import group_runs
+from ssl_app.report.paired import paired_difference, reference_index, significance_markers
+from ssl_app.report.runs import load_runs
+from ssl_app.report.summary import build_rows
+from ssl_app.report.table import markdown_table
+from tests.ssl_app.report.fakes import run_config, write_run
+
+#: kNN accuracy by configuration (τ) and seed. τ=0.7's seed 3 and τ=1's seed 4 have no partner in τ=0.3.
+KNN = {
+    0.3: {0: 0.50, 1: 0.55, 2: 0.61},
+    0.7: {0: 0.45, 1: 0.52, 2: 0.53, 3: 0.10},
+    1.0: {0: 0.40, 1: 0.46, 2: 0.50, 4: 0.20},
+    2.0: {2: 0.30, 5: 0.30},
+}
+T_975_2DF = 4.302652729911275  # Student's t, 97.5% quantile, 2 degrees of freedom
+
+
+@pytest.fixture(scope="module")
+def paired_runs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("paired")
+    for tau, by_seed in KNN.items():
+        for seed, knn in by_seed.items():
+            write_run(root / f"t{tau}_s{seed}", run_config("InfoNCE", seed, temperature=tau), {"knn_acc": knn}, epochs=1)
+    return root
+
+
+def row_of(rows, tau):
+    [row] = [row for row in rows if row.configuration.temperature == tau]
+    return row
+
+
+def test_a_known_paired_difference_gives_the_exact_t_interval(paired_runs):
+    """Catches pairing by position instead of seed (τ=0.7's unpaired seed 3 would enter), an interval
+    from the unpaired stds, a z instead of a t quantile, or the wrong degrees of freedom."""
+    rows = build_rows(group_runs(load_runs(paired_runs)))
+    star = reference_index(rows)
+    assert rows[star].configuration.temperature == 0.3  # highest mean kNN
+    for tau in (0.7, 1.0):
+        got = paired_difference(row_of(rows, tau), rows[star], "knn_acc")
+        ours = [100 * float(np.float32(KNN[tau][seed])) for seed in (0, 1, 2)]  # as the event file holds them
+        theirs = [100 * float(np.float32(KNN[0.3][seed])) for seed in (0, 1, 2)]
+        differences = np.subtract(ours, theirs)
+        half = T_975_2DF * np.std(differences, ddof=1) / np.sqrt(3)
+        assert got.seeds == (0, 1, 2) and got.n == 3
+        assert got.mean == pytest.approx(differences.mean(), abs=1e-9)
+        assert (got.low, got.high) == pytest.approx((differences.mean() - half, differences.mean() + half), abs=1e-9)
+        peer = stats.ttest_rel(ours, theirs).confidence_interval(0.95)  # scipy's paired t-test
+        assert (got.low, got.high) == pytest.approx((peer.low, peer.high), abs=1e-9)
+    # τ=0.7: differences −5, −3, −8 → −5.33 [−11.58, +0.92] covers 0; τ=1: −10, −9, −11 → [−12.48, −7.52] does not
+    assert significance_markers(rows, "knn_acc", star) == ["★", "≈", "", ""]
+    assert significance_markers(rows, "alignment", star) == ["", "", "", ""]  # not an accuracy column
+
+
+def table_of(root, baseline=None):
+    configurations = group_runs(load_runs(root))
+    return markdown_table(build_rows(configurations), configurations, baseline=baseline)
+
+
+def test_the_report_prints_paired_differences_with_intervals(paired_runs):
+    """What a reader sees: the reference, the number of pairs, the interval or "not distinguishable",
+    and no interval from a single shared seed (τ=2 shares only seed 2 with τ=0.3)."""
+    markdown = table_of(paired_runs)
+    section = markdown[markdown.index("### Paired differences against ★ InfoNCE τ=0.3") :]
+    lines = {line.split(" | ")[0].strip("| "): line for line in section.splitlines() if line.startswith("| InfoNCE")}
+    assert lines["InfoNCE τ=0.7"].startswith("| InfoNCE τ=0.7 | 3 | not distinguishable: −5.33 [−11.58, +0.92] |")
+    assert lines["InfoNCE τ=1"].startswith("| InfoNCE τ=1 | 3 | −10.00 [−12.48, −7.52] |")
+    assert lines["InfoNCE τ=2"].startswith("| InfoNCE τ=2 | 1 | needs ≥ 2 seeds (1 shared) |")
+    assert "InfoNCE τ=0.3 |" not in section.split("\n", 1)[1]  # the reference is not compared with itself
+
+
+def test_baseline_names_the_reference_and_an_unknown_one_stops_the_report(paired_runs, tmp_path):
+    """Catches ``--baseline`` ignored, or an unknown label that falls back silently (or writes files first)."""
+    markdown = table_of(paired_runs, baseline="InfoNCE τ=1")
+    assert "### Paired differences against ★ InfoNCE τ=1" in markdown
+    assert "| InfoNCE τ=0.3 | 3 | +10.00 [+7.52, +12.48] |" in markdown
+    with pytest.raises(ConfigError, match="--baseline 'InfoNCE τ=9' is no configuration of the table; its labels: InfoNCE τ=0.3"):
+        make_report(paired_runs, tmp_path / "b", baseline="InfoNCE τ=9")
+    assert not (tmp_path / "b").exists()
