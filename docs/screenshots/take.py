@@ -84,6 +84,7 @@ def shoot(chromium: str, url: str, path: Path, width: int, height: int, budget_m
             "--headless",
             "--no-sandbox",  # root in a container has no user namespace for the sandbox
             "--disable-gpu",
+            "--enable-unsafe-swiftshader",  # software WebGL for the projector
             "--hide-scrollbars",
             f"--user-data-dir={profile}",
             f"--window-size={width},{height}",
