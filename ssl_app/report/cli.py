@@ -68,7 +68,7 @@ def make_report(
     make_out_dir(out_dir)
     markdown = markdown_table(rows, configurations, title, study.orphans, reference, baseline)
     (out_dir / TABLE_MD).write_text(markdown, encoding="utf-8")
-    write_csv(rows, out_dir / TABLE_CSV, reference)
+    write_csv(rows, out_dir / TABLE_CSV, reference, baseline)
     figures = draw_all(rows, out_dir, title, matches(rows) if reference else None)
     return Report(markdown=markdown, csv_path=out_dir / TABLE_CSV, figures=figures)
 

@@ -38,10 +38,13 @@ NOT_DISTINGUISHABLE_MARK = "≈"
 PAIRED_HEADING = "### Paired differences against"
 NOT_DISTINGUISHABLE = "not distinguishable"
 TOO_FEW = f"needs ≥ {MIN_PAIRS} seeds"
+#: The CSV's fields of a column's paired difference: ``<column>_paired_<part>``.
+PAIRED_PARTS = ("delta", "low", "high", "n")
 NOTE = (
     f"{REFERENCE}: the reference of the paired comparisons (`--baseline`, else the highest mean linear top-1, else kNN); "
     f"{NOT_DISTINGUISHABLE_MARK} in an accuracy column: the 95% t-interval of its paired difference to {REFERENCE} "
-    "over their shared seeds covers 0 (see the paired differences below)."
+    f"over their shared seeds covers 0; no mark: it excludes 0, or fewer than {MIN_PAIRS} shared seeds (the paired "
+    "differences below say which)."
 )
 
 
@@ -129,6 +132,16 @@ def significance_markers(rows: list[Row], key: str, reference: int | None) -> li
         if index != reference and paired_difference(row, rows[reference], key).distinguishable is False:
             marks[index] = NOT_DISTINGUISHABLE_MARK
     return marks
+
+
+def paired_cells(row: Row, reference: Row | None, key: str) -> list[object]:
+    """The CSV's ``PAIRED_PARTS`` of ``row`` − ``reference`` in column ``key`` (full precision; all
+    empty without a reference, the number of pairs alone below 2 pairs)."""
+    if reference is None:
+        return ["", "", "", ""]
+    difference = paired_difference(row, reference, key)
+    numbers = (difference.mean, difference.low, difference.high) if difference.low is not None else (None, None, None)
+    return ["" if value is None else repr(float(value)) for value in numbers] + [difference.n]
 
 
 def signed(value: float, digits: int) -> str:

@@ -9,7 +9,7 @@ from pathlib import Path
 from ssl_app.report.compare import difference, matches
 from ssl_app.report.groups import Configuration
 from ssl_app.report.paired import NOTE as PAIRED_NOTE
-from ssl_app.report.paired import paired_markdown, reference_index, significance_markers
+from ssl_app.report.paired import PAIRED_PARTS, paired_cells, paired_markdown, reference_index, significance_markers
 from ssl_app.report.reference import METRICS
 from ssl_app.report.runs import Evaluation, Run
 from ssl_app.report.summary import EPOCH_TAG, Row, Stat, TableColumn, resolve_columns
@@ -143,17 +143,21 @@ LEGEND = (
 )
 
 
-def write_csv(rows: list[Row], path: Path, reference: str | None = None) -> None:
-    """One line per row: configuration, n, then ``<column>_mean``, ``_std``, ``_n`` (empty when absent),
-    ``<column>`` the column's key as the table shows it (``top10_neg_sim``). With ``reference``:
-    ``table1_cell`` after n, and ``<column>_paper``, ``<column>_delta`` for the paper's metrics."""
+def write_csv(rows: list[Row], path: Path, reference: str | None = None, baseline: str | None = None) -> None:
+    """One line per row: configuration, n, ``paired_reference`` (1 on ★), then ``<column>_mean``, ``_std``,
+    ``_n`` (empty when absent) and the paired difference to ★ ``_paired_delta``, ``_low``, ``_high``,
+    ``_n`` (``ssl_app.report.paired``; empty on ★ and below 2 pairs but ``_n``), ``<column>`` the
+    column's key as the table shows it (``top10_neg_sim``). With ``reference``: ``table1_cell``
+    after n, and ``<column>_paper``, ``<column>_delta`` for the paper's metrics."""
     path.parent.mkdir(parents=True, exist_ok=True)
     columns = resolve_columns(rows)
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
-    fields = ["configuration", "n"] + (["table1_cell"] if reference else [])
+    star = reference_index(rows, baseline)
+    fields = ["configuration", "n"] + (["table1_cell"] if reference else []) + ["paired_reference"]
     for c in columns:
         fields += [f"{c.shown.key}_{part}" for part in ("mean", "std", "n")]
+        fields += [f"{c.shown.key}_paired_{part}" for part in PAIRED_PARTS]
         if reference and c.key in METRICS:
             fields += [f"{c.shown.key}_paper", f"{c.shown.key}_delta"]
     writer.writerow(fields)
@@ -162,9 +166,11 @@ def write_csv(rows: list[Row], path: Path, reference: str | None = None) -> None
         line: list[object] = [row.configuration.label, row.n]
         if reference:
             line.append(cells_of[index].name if cells_of[index].values is not None else "")
+        line.append(int(index == star))
         for column in columns:
             stat = row.stat(column.key)
             line += [_number(stat.mean), _number(stat.std), stat.n]
+            line += paired_cells(row, rows[star] if star is not None and index != star else None, column.key)
             if reference and column.key in METRICS:
                 paper = cells_of[index].value(column.key)
                 line += [_number(paper), _number(difference(stat, paper))]

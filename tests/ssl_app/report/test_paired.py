@@ -3,6 +3,8 @@ event writer: the exact t-interval, "not distinguishable", unpaired seeds left o
 
 from __future__ import annotations
 
+import csv
+
 import numpy as np
 import pytest
 from scipy import stats
@@ -13,7 +15,7 @@ from ssl_app.report.groups import group_runs
 from ssl_app.report.paired import paired_difference, reference_index, significance_markers
 from ssl_app.report.runs import load_runs
 from ssl_app.report.summary import build_rows
-from ssl_app.report.table import markdown_table
+from ssl_app.report.table import markdown_table, write_csv
 from tests.ssl_app.report.fakes import run_config, write_run
 
 #: kNN accuracy by configuration (τ) and seed. τ=0.7's seed 3 and τ=1's seed 4 have no partner in τ=0.3.
@@ -80,10 +82,19 @@ def test_the_report_prints_paired_differences_with_intervals(paired_runs):
 
 
 def test_baseline_names_the_reference_and_an_unknown_one_stops_the_report(paired_runs, tmp_path):
-    """Catches ``--baseline`` ignored, or an unknown label that falls back silently (or writes files first)."""
+    """Catches ``--baseline`` ignored (in the table or the CSV), or an unknown label that falls back
+    silently (or writes files first)."""
     markdown = table_of(paired_runs, baseline="InfoNCE τ=1")
     assert "### Paired differences against ★ InfoNCE τ=1" in markdown
     assert "| InfoNCE τ=0.3 | 3 | +10.00 [+7.52, +12.48] |" in markdown
+    write_csv(build_rows(group_runs(load_runs(paired_runs))), tmp_path / "table.csv", baseline="InfoNCE τ=1")
+    with open(tmp_path / "table.csv", newline="", encoding="utf-8") as handle:
+        lines = {line["configuration"]: line for line in csv.DictReader(handle)}
+    assert lines["InfoNCE τ=1"]["paired_reference"] == "1" and lines["InfoNCE τ=0.3"]["paired_reference"] == "0"
+    low, high = (float(lines["InfoNCE τ=0.3"][f"knn_acc_paired_{part}"]) for part in ("low", "high"))
+    assert (low, high) == pytest.approx((10 - T_975_2DF / np.sqrt(3), 10 + T_975_2DF / np.sqrt(3)), abs=1e-4)
+    assert lines["InfoNCE τ=0.3"]["knn_acc_paired_n"] == "3" and lines["InfoNCE τ=1"]["knn_acc_paired_delta"] == ""
+    assert lines["InfoNCE τ=2"]["knn_acc_paired_delta"] == "" and lines["InfoNCE τ=2"]["knn_acc_paired_n"] == "1"
     with pytest.raises(ConfigError, match="--baseline 'InfoNCE τ=9' is no configuration of the table; its labels: InfoNCE τ=0.3"):
         make_report(paired_runs, tmp_path / "b", baseline="InfoNCE τ=9")
     assert not (tmp_path / "b").exists()
