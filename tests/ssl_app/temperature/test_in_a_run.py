@@ -16,7 +16,7 @@ from ssl_app.checkpointing import InterruptCheckpoint
 from ssl_app.losses import InfoNCE
 from ssl_app.methods import SimCLR
 from ssl_app.report.events import read_events
-from ssl_app.temperature import Cosine, Learnable
+from ssl_app.temperature import Adaptive, Cosine, Learnable
 from tests.generic import TINY_MODEL
 from tests.helpers import tiny_data, tiny_trainer
 from tests.ssl_app.cli.test_cli import QUICKSTART, error_lines
@@ -99,3 +99,18 @@ def test_a_bad_policy_is_one_error_line_before_training(capsys, tmp_path, monkey
         lines = error_lines(["fit", "--config", QUICKSTART, *options], capsys)
         assert len(lines) == 1 and message in lines[0], lines
     assert not (tmp_path / "runs").exists()
+
+
+def test_the_epoch_tau_is_the_last_training_step_s_even_after_validation(tmp_path):
+    """Catches ``loss/temperature_epoch`` taken from the loss after the epoch's validation, which runs
+    before ``on_train_epoch_end``: an adaptive τ would then be a validation batch's."""
+    L.seed_everything(0)
+    logger = TensorBoardLogger(tmp_path, name="", version="")
+    trainer = tiny_trainer(tmp_path, max_epochs=1, logger=logger, log_every_n_steps=1, limit_val_batches=1)
+    model = SimCLR(loss=InfoNCE(temperature=Adaptive(base=0.1, alpha=0.9)), **TINY_MODEL)
+    trainer.fit(model, datamodule=tiny_data())
+    scalars = read_events(tmp_path).scalars
+    steps = dict(scalars["loss/temperature"])
+    assert len(set(steps.values())) == len(steps)  # a τ of its own at every step
+    assert [value for _, value in scalars["loss/temperature_epoch"]] == [steps[BATCHES - 1]]
+    assert model.loss.temperature_in_force.item() != steps[BATCHES - 1]  # validation's batch had another τ
