@@ -16,7 +16,7 @@ from ssl_app.checkpointing import InterruptCheckpoint
 from ssl_app.losses import InfoNCE
 from ssl_app.methods import SimCLR
 from ssl_app.report.events import read_events
-from ssl_app.temperature import Adaptive, Cosine, Learnable
+from ssl_app.temperature import Adaptive, Cosine, Learnable, Progress
 from tests.generic import TINY_MODEL
 from tests.helpers import tiny_data, tiny_trainer
 from tests.ssl_app.cli.test_cli import QUICKSTART, error_lines
@@ -48,15 +48,19 @@ def run(root, stop_after=None, ckpt_path=None):
     else:
         with pytest.raises(SIGTERMException):
             trainer.fit(model, datamodule=tiny_data())
-    return read_events(root).scalars
+    return read_events(root).scalars, model.loss.progress
 
 
 def test_tau_is_the_schedule_s_at_every_logged_step_across_a_mid_epoch_resume(tmp_path):
     """Catches a schedule that counts whole epochs only, restarts at its start after a resume (or at
     the resumed epoch's start), a logged τ that is not the one in force, and an epoch value of another step."""
-    stopped = run(tmp_path / "stopped", stop_after=BATCHES + 2)  # mid epoch 1
+    stopped, _ = run(tmp_path / "stopped", stop_after=BATCHES + 2)  # mid epoch 1
     checkpoint = next((tmp_path / "stopped").rglob("last.ckpt"))
-    resumed = run(tmp_path / "resumed", ckpt_path=str(checkpoint))
+    resumed, last = run(tmp_path / "resumed", ckpt_path=str(checkpoint))
+    # what the method handed the loss at the last step: fractional epochs, steps done, their share of the run
+    assert last == Progress(
+        epoch=pytest.approx(1 + (BATCHES - 1) / BATCHES), step=2 * BATCHES - 1, fraction=pytest.approx(11 / 12)
+    )
 
     def tau(step: int) -> float:
         return 0.1 + 0.9 * (1 + math.cos(2 * math.pi * (step / BATCHES) / PERIOD)) / 2
