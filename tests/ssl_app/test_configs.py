@@ -196,7 +196,8 @@ def test_the_long_tail_callbacks_add_the_evaluation_to_the_metric_callbacks(caps
 
 
 @pytest.mark.parametrize(
-    "config,data", [("linear_shapes_lt.yaml", "SyntheticDataModule"), ("cifar100/linear_lt.yaml", "CIFAR100DataModule")]
+    "config,data", [("linear_shapes_lt.yaml", "SyntheticDataModule"), ("cifar100/linear_lt.yaml", "CIFAR100DataModule"),
+     ("cifar10/linear_lt.yaml", "CIFAR10DataModule")]
 )
 def test_the_long_tailed_linear_evaluations_read_long_tailed_data_and_log_lt(config, data, capsys):
     result = composed(capsys, CONFIGS / config, extra=("--model.init_args.checkpoint=any.ckpt",))
@@ -413,6 +414,34 @@ WANG_LIU_2021_IMAGENET100 = {
         "data.init_args.augmentation.eval_crop_fraction": 0.875,
     },
 }
+# Kukleva et al. (ICLR 2023), the authors' code (Annusha/temperature_schedules): README.md's CIFAR-10 command and
+# train_simCLR.py's defaults; the recipe of the tau_schedules plan (τ given by the plan's columns).
+KUKLEVA_2023_CIFAR10_LT = {
+    "source": "Kukleva et al.",
+    "values": {
+        "model.class_path": "ssl_app.methods.SimCLR",
+        "model.init_args.backbone": "resnet18_cifar",
+        "model.init_args.proj_dim": 128,
+        "model.init_args.proj_hidden_dim": 512,
+        "model.init_args.optim.optimizer": "sgd",
+        "model.init_args.optim.lr": 0.5,
+        "model.init_args.optim.momentum": 0.9,
+        "model.init_args.optim.weight_decay": 1e-4,
+        "model.init_args.optim.schedule": "cosine",
+        "model.init_args.optim.warmup_epochs": 10,
+        "data.class_path": "datamodules.CIFAR10DataModule",
+        "data.init_args.imbalance_factor": 100.0,
+        "data.init_args.batch_size": 512,
+        "data.init_args.augmentation.min_scale": 0.1,
+        "data.init_args.augmentation.hue": 0.1,
+        "data.init_args.augmentation.jitter_prob": 0.8,
+        "data.init_args.augmentation.grayscale_prob": 0.2,
+        "data.init_args.augmentation.blur_prob": 0.0,
+        "trainer.max_epochs": 2000,
+        "trainer.callbacks.1.class_path": "callbacks.KNNMonitor",
+    },
+    "loss": {"model.init_args.loss.class_path": "ssl_app.losses.InfoNCE", "model.init_args.loss.init_args.temperature": 0.5},
+}
 PAPER_SETUPS = {
     "cifar10/memory_bank.yaml": WANG_LIU_2021,
     "cifar100/memory_bank.yaml": WANG_LIU_2021_CIFAR100,
@@ -421,6 +450,7 @@ PAPER_SETUPS = {
     "cifar10/moco.yaml": MOCO_V2_CIFAR_DEMO,
     "cifar100_lt/paco.yaml": PACO_CIFAR100_LT,
     "cifar100_lt/supcon.yaml": SUPCON_CIFAR100_LT,
+    "cifar10_lt/simclr.yaml": KUKLEVA_2023_CIFAR10_LT,
 }
 _CLAIM = re.compile(r"setup of|following the", re.IGNORECASE)
 
