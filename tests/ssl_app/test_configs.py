@@ -196,8 +196,12 @@ def test_the_long_tail_callbacks_add_the_evaluation_to_the_metric_callbacks(caps
 
 
 @pytest.mark.parametrize(
-    "config,data", [("linear_shapes_lt.yaml", "SyntheticDataModule"), ("cifar100/linear_lt.yaml", "CIFAR100DataModule"),
-     ("cifar10/linear_lt.yaml", "CIFAR10DataModule")]
+    "config,data",
+    [
+        ("linear_shapes_lt.yaml", "SyntheticDataModule"),
+        ("cifar100/linear_lt.yaml", "CIFAR100DataModule"),
+        ("cifar10/linear_lt.yaml", "CIFAR10DataModule"),
+    ],
 )
 def test_the_long_tailed_linear_evaluations_read_long_tailed_data_and_log_lt(config, data, capsys):
     result = composed(capsys, CONFIGS / config, extra=("--model.init_args.checkpoint=any.ckpt",))
