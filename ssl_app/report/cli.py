@@ -23,6 +23,7 @@ from ssl_app.report.reference import REFERENCES
 from ssl_app.report.runs import load_study
 from ssl_app.report.summary import build_rows, fill_column
 from ssl_app.report.table import markdown_table, write_csv
+from ssl_app.report.tau_figures import draw_tau_figures
 from ssl_app.runs.headline import RunOptions, table_columns
 
 TABLE_MD = "table.md"
@@ -60,7 +61,7 @@ def make_report(runs_dir: Path, out_dir: Path | None = None, title: str | None =
     markdown = markdown_table(rows, configurations, title, study.orphans, reference)
     (out_dir / TABLE_MD).write_text(markdown, encoding="utf-8")
     write_csv(rows, out_dir / TABLE_CSV, reference)
-    figures = draw_all(rows, out_dir, title, matches(rows) if reference else None)
+    figures = draw_all(rows, out_dir, title, matches(rows) if reference else None) + draw_tau_figures(rows, out_dir, title)
     return Report(markdown=markdown, csv_path=out_dir / TABLE_CSV, figures=figures)
 
 
