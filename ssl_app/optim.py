@@ -95,8 +95,9 @@ class Optimization:
             return self.gamma ** sum(epoch >= m for m in self.milestones)
         return 1.0
 
-    def build(self, params: Iterable[torch.nn.Parameter], global_batch_size: int, steps_per_epoch: int, total_steps: int) -> dict:
-        """Return Lightning's ``configure_optimizers`` dict (the schedule steps every optimiser step)."""
+    def build(self, params: Iterable[Any], global_batch_size: int, steps_per_epoch: int, total_steps: int) -> dict:
+        """Lightning's ``configure_optimizers`` dict for ``params`` (parameters, or parameter groups: dicts, where a
+        group may set its own ``weight_decay``); the schedule steps every optimiser step."""
         lr = self.scaled_lr(global_batch_size)
         if self.optimizer == "sgd":
             opt: torch.optim.Optimizer = torch.optim.SGD(params, lr=lr, momentum=self.momentum, weight_decay=self.weight_decay)

@@ -305,3 +305,9 @@ DATAMODULES = Registry(
     capabilities={"num_classes": "NUM_CLASSES"},
 )
 BACKBONES = Registry("backbones", "--model.init_args.backbone", package="ssl_app.models", select_by="name")
+TEMPERATURES = Registry(
+    "temperatures",
+    "--model.init_args.loss.init_args.temperature",
+    package="ssl_app.temperature",
+    base="ssl_app.temperature.base:TemperaturePolicy",
+)

@@ -1,6 +1,6 @@
 """``python -m ssl_app list [KIND ...]``: what can be chosen, read from the registries.
 
-One line per loss, method, embedding metric, datamodule and backbone: its name, what it is (the
+One line per loss, temperature policy, method, embedding metric, datamodule and backbone: its name, what it is (the
 first line of its docstring, or a metric's formula and the tags it logs, plus the capabilities
 its class declares) and the option that selects it. Nothing here names an entry: a class
 registered anywhere (``ssl_app.registry``, ``ssl_app.metrics.register``) is listed, and one that
@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ssl_app.registry import BACKBONES, DATAMODULES, LOSSES, METHODS, Registry
+from ssl_app.registry import BACKBONES, DATAMODULES, LOSSES, METHODS, TEMPERATURES, Registry
 
 #: Every registered embedding metric runs in this callback, which logs each field as
 #: ``metrics/<tag>``; adding the callback is what selects the metrics.
@@ -64,6 +64,7 @@ def metric_rows() -> list[Row]:
 #: The kinds ``list`` prints, in order, each with the function that reads its registry.
 KINDS: dict[str, Callable[[], list[Row]]] = {
     "losses": lambda: registry_rows(LOSSES),
+    "temperatures": lambda: registry_rows(TEMPERATURES),
     "methods": lambda: registry_rows(METHODS),
     "metrics": metric_rows,
     "datamodules": lambda: registry_rows(DATAMODULES),

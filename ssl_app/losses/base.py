@@ -45,13 +45,14 @@ from __future__ import annotations
 import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Optional
+from typing import Any, ClassVar, Optional, Union
 
 import torch
 from torch import Tensor, nn
 
 from ssl_app.errors import ConfigError
 from ssl_app.losses.hardness import hardness_profile
+from ssl_app.temperature import Constant, Progress, TemperaturePolicy
 
 
 @dataclass
@@ -117,14 +118,59 @@ class ContrastiveLoss(nn.Module):
     #: the loss has required arguments or modes worth covering (a hard loss's top-K and quantile).
     examples: ClassVar[tuple[dict[str, Any], ...]] = ({},)
 
+    #: Where training stands, as the method last said (:meth:`set_progress`); the start of a run until then.
+    progress: Progress = Progress()
+    #: The τ of the last call (detached: a float, or a 0-d tensor for a learnable or adaptive τ);
+    #: ``None`` before the first call and for a loss without a temperature.
+    temperature_in_force: Union[float, Tensor, None] = None
+
     def forward(self, handover: MaskedSimilarities, with_stats: bool = False) -> LossResult:
         """The loss of one step (and its diagnostics when ``with_stats``), in float32."""
         self.check_inputs(handover)
-        with torch.autocast(device_type=handover.sim.device.type, enabled=False):
-            terms = self.terms(handover, with_stats)
-            stats = self.statistics(handover, terms) if with_stats else {}
-        profile = hardness_profile(self, handover) if with_stats else None
+        try:
+            with torch.autocast(device_type=handover.sim.device.type, enabled=False):
+                self._begin_call(handover)
+                terms = self.terms(handover, with_stats)
+                stats = self.statistics(handover, terms) if with_stats else {}
+            profile = hardness_profile(self, handover) if with_stats else None
+        finally:
+            self.__dict__.pop("_tau_of_call", None)
         return LossResult(terms.value, stats, profile)
+
+    # --- the temperature ----------------------------------------------------------------------
+    @property
+    def has_temperature(self) -> bool:
+        """Whether this loss has a τ (a ``temperature`` policy, ``ssl_app.temperature``)."""
+        return isinstance(self._modules.get("temperature"), TemperaturePolicy)
+
+    def set_progress(self, progress: Progress) -> None:
+        """Where training stands (epoch, step, fraction of the run): the method calls this once per
+        training step, before the loss; a temperature policy reads it, never the Trainer."""
+        self.progress = progress
+
+    def tau(self, handover: Optional[MaskedSimilarities] = None) -> Union[float, Tensor]:
+        """The τ in force for this call: the policy at :attr:`progress` (and, for an adaptive τ, the
+        batch). A float when it depends on the progress alone, else a 0-d float32 tensor (with the
+        gradient of a learnable τ). Computed once per call of the loss, so every term and diagnostic
+        of the step reads the same τ. Outside training (validation, test) the progress is the last
+        training step's, so a schedule's τ is that step's; an adaptive τ comes from the evaluated
+        batch, a learnable one is its current value."""
+        current = self.__dict__.get("_tau_of_call")
+        if current is not None:
+            return current
+        return self.temperature(self.progress, handover)
+
+    def temperature_setting(self) -> object:
+        """The temperature as the hyper-parameters show it: the number of a constant τ, else the policy's label."""
+        policy = self.temperature
+        return policy.constant if isinstance(policy, Constant) else policy.label()
+
+    def _begin_call(self, handover: MaskedSimilarities) -> None:
+        if not self.has_temperature:
+            return
+        tau = self.tau(handover)
+        self.__dict__["_tau_of_call"] = tau
+        self.temperature_in_force = tau.detach() if isinstance(tau, Tensor) else tau
 
     def terms(self, handover: MaskedSimilarities, with_stats: bool) -> LossTerms:
         """The step's value (and what the diagnostics read); runs in float32 (autocast is off).
@@ -141,6 +187,10 @@ class ContrastiveLoss(nn.Module):
         chance = self.chance_value(handover.pos_mask, used)
         if chance is not None:
             stats["chance"] = chance
+        if self.has_temperature:
+            tau = self.tau(handover)
+            device = handover.sim.device
+            stats["temperature"] = tau.detach().float() if isinstance(tau, Tensor) else torch.full((), tau, device=device)
         stats.update(terms.extra)
         return stats
 
@@ -173,16 +223,34 @@ class ContrastiveLoss(nn.Module):
     def extra_repr(self) -> str:
         return ", ".join(f"{k}={v}" for k, v in self.hparams().items())
 
+    def __repr__(self) -> str:
+        # ``InfoNCE(temperature=0.5)`` on one line: the temperature policy is shown by hparams already.
+        if set(self._modules) <= {"temperature"}:
+            return f"{self._get_name()}({self.extra_repr()})"
+        return super().__repr__()
+
     def hparams(self) -> dict[str, object]:
         """The strategy's hyper-parameters, for reprs and run reports."""
         return {}
 
 
-def check_temperature(temperature: float, owner: str = "loss") -> float:
-    """Return τ as a float; raise ``ConfigError`` unless it is a finite number > 0."""
+#: What a loss's ``temperature`` option takes: a number (a constant τ) or a policy (``ssl_app.temperature``).
+Temperature = Union[float, TemperaturePolicy]
+
+
+def check_temperature(temperature: Temperature, owner: str = "loss") -> TemperaturePolicy:
+    """The loss's temperature policy: a number becomes :class:`~ssl_app.temperature.Constant`; raise
+    ``ConfigError`` unless it is a finite number > 0 or a policy. A loss stores it as ``self.temperature``
+    (a submodule, so a learnable τ's parameter is the loss's) and reads ``self.tau(handover)``."""
+    if isinstance(temperature, TemperaturePolicy):
+        return temperature
     if isinstance(temperature, bool) or not isinstance(temperature, numbers.Real) or not 0 < temperature < float("inf"):
-        raise ConfigError(f"{owner}: temperature must be > 0 and finite, got {temperature!r}")
-    return float(temperature)
+        if isinstance(temperature, (numbers.Real, str)) or temperature is None:
+            raise ConfigError(f"{owner}: temperature must be > 0 and finite, got {temperature!r}")
+        raise ConfigError(
+            f"{owner}: temperature must be a number > 0 or an ssl_app.temperature policy, got {type(temperature).__name__}"
+        )
+    return Constant(float(temperature))
 
 
 def check_num_negatives(num_negatives: int, owner: str) -> int:

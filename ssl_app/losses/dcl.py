@@ -14,6 +14,7 @@ from ssl_app.losses.base import (
     ContrastiveLoss,
     LossTerms,
     MaskedSimilarities,
+    Temperature,
     check_temperature,
     mean_over_anchors,
 )
@@ -93,12 +94,12 @@ class DCL(ContrastiveLoss):
         temperature: τ > 0 (default 0.1, lightly's ``DCLLoss``).
     """
 
-    def __init__(self, temperature: float = 0.1) -> None:
+    def __init__(self, temperature: Temperature = 0.1) -> None:
         super().__init__()
         self.temperature = check_temperature(temperature, type(self).__name__)
 
     def hparams(self) -> dict[str, object]:
-        return {"temperature": self.temperature}
+        return {"temperature": self.temperature_setting()}
 
     def chance_value(self, pos_mask: Tensor, neg_mask: Tensor) -> Tensor:
         return decoupled_chance(pos_mask, neg_mask)
@@ -109,7 +110,7 @@ class DCL(ContrastiveLoss):
 
     def terms(self, handover: MaskedSimilarities, with_stats: bool) -> LossTerms:
         sim = handover.sim.float()
-        logits = sim / self.temperature
+        logits = sim / self.tau(handover)
         weights = self.positive_weights(sim, handover.pos_mask)
         per_anchor = decoupled_loss(logits, handover.pos_mask, handover.neg_mask, weights)
         return LossTerms(mean_over_anchors(per_anchor, handover.pos_mask.any(dim=1)), logits=logits)
@@ -134,14 +135,14 @@ class DCLW(DCL):
         sigma: σ > 0, the scale of the weight's softmax (default 0.5, the paper's and lightly's).
     """
 
-    def __init__(self, temperature: float = 0.1, sigma: float = 0.5) -> None:
+    def __init__(self, temperature: Temperature = 0.1, sigma: float = 0.5) -> None:
         super().__init__(temperature)
         if isinstance(sigma, bool) or not isinstance(sigma, numbers.Real) or not 0 < sigma < math.inf:
             raise ConfigError(f"DCLW: sigma must be > 0 and finite, got {sigma!r}")
         self.sigma = float(sigma)
 
     def hparams(self) -> dict[str, object]:
-        return {"temperature": self.temperature, "sigma": self.sigma}
+        return {"temperature": self.temperature_setting(), "sigma": self.sigma}
 
     def positive_weights(self, sim: Tensor, pos_mask: Tensor) -> Tensor:
         return von_mises_fisher_weights(sim, pos_mask, self.sigma)

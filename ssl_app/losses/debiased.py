@@ -14,6 +14,7 @@ from ssl_app.losses.base import (
     ContrastiveLoss,
     LossTerms,
     MaskedSimilarities,
+    Temperature,
     check_temperature,
     mean_over_anchors,
 )
@@ -103,18 +104,19 @@ class Debiased(ContrastiveLoss):
         tau_plus: τ⁺ ∈ [0, 1), the class prior (default 0.1, the authors' ``main.py``).
     """
 
-    def __init__(self, temperature: float = 0.5, tau_plus: float = 0.1) -> None:
+    def __init__(self, temperature: Temperature = 0.5, tau_plus: float = 0.1) -> None:
         super().__init__()
         self.temperature = check_temperature(temperature, type(self).__name__)
         self.tau_plus = check_class_prior(tau_plus, type(self).__name__)
 
     def hparams(self) -> dict[str, object]:
-        return {"temperature": self.temperature, "tau_plus": self.tau_plus}
+        return {"temperature": self.temperature_setting(), "tau_plus": self.tau_plus}
 
     def chance_value(self, pos_mask: Tensor, neg_mask: Tensor) -> Tensor:
         return one_per_pair_chance(pos_mask, neg_mask)
 
     def terms(self, handover: MaskedSimilarities, with_stats: bool) -> LossTerms:
-        logits = handover.sim.float() / self.temperature
-        per_anchor = debiased_loss(logits, handover.pos_mask, handover.neg_mask, self.tau_plus, self.temperature)
+        tau = self.tau(handover)
+        logits = handover.sim.float() / tau
+        per_anchor = debiased_loss(logits, handover.pos_mask, handover.neg_mask, self.tau_plus, tau)
         return LossTerms(mean_over_anchors(per_anchor, handover.pos_mask.any(dim=1)), logits=logits)

@@ -12,6 +12,7 @@ from ssl_app.losses.base import (
     ContrastiveLoss,
     LossTerms,
     MaskedSimilarities,
+    Temperature,
     check_num_negatives,
     check_temperature,
     masked_info_nce,
@@ -87,7 +88,7 @@ class HardContrastive(ContrastiveLoss):
 
     def __init__(
         self,
-        temperature: float = 0.5,
+        temperature: Temperature = 0.5,
         num_negatives: int | None = None,
         quantile: float | None = None,
     ) -> None:
@@ -110,8 +111,8 @@ class HardContrastive(ContrastiveLoss):
 
     def hparams(self) -> dict[str, object]:
         if self.num_negatives is not None:
-            return {"temperature": self.temperature, "num_negatives": self.num_negatives}
-        return {"temperature": self.temperature, "quantile": self.quantile}
+            return {"temperature": self.temperature_setting(), "num_negatives": self.num_negatives}
+        return {"temperature": self.temperature_setting(), "quantile": self.quantile}
 
     def chance_value(self, pos_mask: Tensor, neg_mask: Tensor) -> Tensor:
         """``mean_i log(|P(i)| + |H(i)|)``; ``neg_mask`` is the kept H (``select_negatives``)."""
@@ -126,7 +127,7 @@ class HardContrastive(ContrastiveLoss):
 
     def terms(self, handover: MaskedSimilarities, with_stats: bool) -> LossTerms:
         sim32 = handover.sim.float()
-        logits = sim32 / self.temperature
+        logits = sim32 / self.tau(handover)
         kept = self.select_negatives(sim32, handover.neg_mask)
         per_anchor, has_pos = masked_info_nce(logits, handover.pos_mask, kept)
         return LossTerms(mean_over_anchors(per_anchor, has_pos), logits=logits, used_negatives=kept)

@@ -13,6 +13,7 @@ from ssl_app.losses.base import (
     ContrastiveLoss,
     LossTerms,
     MaskedSimilarities,
+    Temperature,
     check_temperature,
     mean_over_anchors,
 )
@@ -49,7 +50,7 @@ class HCL(ContrastiveLoss):
         tau_plus: τ⁺ ∈ [0, 1), the class prior (default 0.1, the authors' ``image/main.py``).
     """
 
-    def __init__(self, temperature: float = 0.5, beta: float = 1.0, tau_plus: float = 0.1) -> None:
+    def __init__(self, temperature: Temperature = 0.5, beta: float = 1.0, tau_plus: float = 0.1) -> None:
         super().__init__()
         self.temperature = check_temperature(temperature, "HCL")
         if isinstance(beta, bool) or not isinstance(beta, numbers.Real) or not 0 <= beta < math.inf:
@@ -58,14 +59,15 @@ class HCL(ContrastiveLoss):
         self.tau_plus = check_class_prior(tau_plus, "HCL")
 
     def hparams(self) -> dict[str, object]:
-        return {"temperature": self.temperature, "beta": self.beta, "tau_plus": self.tau_plus}
+        return {"temperature": self.temperature_setting(), "beta": self.beta, "tau_plus": self.tau_plus}
 
     def chance_value(self, pos_mask: Tensor, neg_mask: Tensor) -> Tensor:
         return one_per_pair_chance(pos_mask, neg_mask)
 
     def terms(self, handover: MaskedSimilarities, with_stats: bool) -> LossTerms:
-        logits = handover.sim.float() / self.temperature
+        tau = self.tau(handover)
+        logits = handover.sim.float() / tau
         pos_mask, neg_mask = handover.pos_mask, handover.neg_mask
-        per_anchor = debiased_loss(logits, pos_mask, neg_mask, self.tau_plus, self.temperature, beta=self.beta)
+        per_anchor = debiased_loss(logits, pos_mask, neg_mask, self.tau_plus, tau, beta=self.beta)
         penalty_logits = (1 + self.beta) * logits if with_stats else None
         return LossTerms(mean_over_anchors(per_anchor, pos_mask.any(dim=1)), logits=penalty_logits)

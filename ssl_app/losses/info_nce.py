@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import Optional, Union
 
 import torch
 from torch import Tensor
@@ -13,6 +13,7 @@ from ssl_app.losses.base import (
     ContrastiveLoss,
     LossTerms,
     MaskedSimilarities,
+    Temperature,
     check_temperature,
     masked_info_nce,
     mean_over_anchors,
@@ -48,8 +49,13 @@ class MaskPlan:
         weight = pos_mask.float() / num_pos.clamp_min(1)
         return MaskPlan(bias, weight, (num_pos > 0).sum().clamp_min(1).float())
 
-    def mean_loss(self, sim: Tensor, temperature: float) -> Tensor:
-        log_prob = torch.log_softmax(torch.add(self.bias, sim.float(), alpha=1.0 / temperature), dim=1)
+    def mean_loss(self, sim: Tensor, temperature: Union[float, Tensor]) -> Tensor:
+        """The mean InfoNCE at τ = ``temperature`` (a number, or a 0-d tensor: a learnable or adaptive τ)."""
+        if isinstance(temperature, Tensor):
+            scaled = self.bias + sim.float() / temperature
+        else:
+            scaled = torch.add(self.bias, sim.float(), alpha=1.0 / temperature)
+        log_prob = torch.log_softmax(scaled, dim=1)
         return -torch.linalg.vecdot(log_prob, self.weight).sum() / self.anchors
 
 
@@ -99,30 +105,32 @@ class InfoNCE(ContrastiveLoss):
     and ``L = mean_i log(|P(i)| + |N(i)|)``, i.e. ``log(1 + K)`` with one positive and K negatives.
 
     Args:
-        temperature: τ > 0. Small τ concentrates the penalty on the hardest negatives.
+        temperature: τ > 0, or a policy (``ssl_app.temperature``: a schedule, a learnable or an adaptive τ).
+            Small τ concentrates the penalty on the hardest negatives.
 
     Example:
         >>> loss_fn = InfoNCE(temperature=0.2)
         >>> loss = loss_fn(MaskedSimilarities(sim, pos_mask, neg_mask)).value
     """
 
-    def __init__(self, temperature: float = 0.5) -> None:
+    def __init__(self, temperature: Temperature = 0.5) -> None:
         super().__init__()
         self.temperature = check_temperature(temperature, type(self).__name__)
         self.mask_plans = MaskPlanCache()
 
     def hparams(self) -> dict[str, object]:
-        return {"temperature": self.temperature}
+        return {"temperature": self.temperature_setting()}
 
     def chance_value(self, pos_mask: Tensor, neg_mask: Tensor) -> Tensor:
         return uniform_softmax_loss(pos_mask, neg_mask)
 
     def terms(self, handover: MaskedSimilarities, with_stats: bool) -> LossTerms:
         sim, pos_mask, neg_mask = handover.sim, handover.pos_mask, handover.neg_mask
+        tau = self.tau(handover)
         plan = self.mask_plans.get(pos_mask, neg_mask)
         if plan is not None:  # masks reused from the previous step (MaskPlanCache)
-            value = plan.mean_loss(sim, self.temperature)
+            value = plan.mean_loss(sim, tau)
         else:
-            per_anchor, has_pos = masked_info_nce(sim.float() / self.temperature, pos_mask, neg_mask)
+            per_anchor, has_pos = masked_info_nce(sim.float() / tau, pos_mask, neg_mask)
             value = mean_over_anchors(per_anchor, has_pos)
-        return LossTerms(value, logits=sim.float() / self.temperature if with_stats else None)
+        return LossTerms(value, logits=sim.float() / tau if with_stats else None)

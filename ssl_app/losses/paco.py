@@ -16,6 +16,7 @@ from ssl_app.losses.base import (
     ContrastiveLoss,
     LossTerms,
     MaskedSimilarities,
+    Temperature,
     check_temperature,
     masked_mean,
     mean_over_anchors,
@@ -104,7 +105,7 @@ class PaCo(ContrastiveLoss):
 
     def __init__(
         self,
-        temperature: float = 0.05,
+        temperature: Temperature = 0.05,
         alpha: float = 0.05,
         class_counts: Optional[list[int]] = None,
         normalise_weights: bool = True,
@@ -128,7 +129,7 @@ class PaCo(ContrastiveLoss):
                 raise ConfigError(f"PaCo: num_classes={num_classes} but class_counts has {len(self._given_counts)} classes")
 
     def hparams(self) -> dict[str, object]:
-        return {"temperature": self.temperature, "alpha": self.alpha, "normalise_weights": self.normalise_weights}
+        return {"temperature": self.temperature_setting(), "alpha": self.alpha, "normalise_weights": self.normalise_weights}
 
     @property
     def num_classes(self) -> Optional[int]:
@@ -214,7 +215,7 @@ class PaCo(ContrastiveLoss):
         sim, pos_mask, neg_mask = handover.sim, handover.pos_mask, handover.neg_mask
         n = sim.shape[0]
         features, anchor_labels = handover.anchor_features, handover.anchor_labels
-        sample_logits = sim.float() / self.temperature
+        sample_logits = sim.float() / self.tau(handover)
         sample_weights = pos_mask.float() * self.alpha
         sample_valid = pos_mask | neg_mask
         if features is None:  # no anchors' features: the sample terms alone (α × SupCon, tested)

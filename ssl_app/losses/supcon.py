@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from ssl_app.losses.base import LossTerms, MaskedSimilarities, masked_mean
+from ssl_app.losses.base import LossTerms, MaskedSimilarities, Temperature, masked_mean
 from ssl_app.losses.info_nce import InfoNCE
 from ssl_app.registry import LOSSES
 
@@ -36,7 +36,7 @@ class SupCon(InfoNCE):
 
     uses_labels = True
 
-    def __init__(self, temperature: float = 0.1) -> None:
+    def __init__(self, temperature: Temperature = 0.1) -> None:
         super().__init__(temperature)
 
     def terms(self, handover: MaskedSimilarities, with_stats: bool) -> LossTerms:

@@ -30,6 +30,7 @@ from ssl_app.losses.hardness import HardnessProfile, write_profile
 from ssl_app.models import BackboneName, build_backbone, build_projection_head
 from ssl_app.models.backbones import NormName
 from ssl_app.optim import Optimization, run_length
+from ssl_app.temperature import Progress
 
 #: Where a checkpoint keeps the mean training loss of the epoch it was saved in.
 TRAIN_LOSS_KEY = "ssl_app_train_loss_mean"
@@ -129,6 +130,8 @@ class ContrastiveMethod(L.LightningModule, ABC):
         self._resumed_train_loss: Optional[dict[str, Any]] = None
         # The epoch's measured hardness profile (ssl_app.losses.hardness), from the steps with diagnostics.
         self.hardness_profile = HardnessProfile()
+        # The run's optimiser steps (None: no limit), known once the optimiser is configured (Progress.fraction).
+        self._run_steps: Optional[int] = None
 
     # --- encoders -------------------------------------------------------------------------
     def forward(self, images: Tensor) -> Tensor:
@@ -365,8 +368,12 @@ class ContrastiveMethod(L.LightningModule, ABC):
             rank_zero_warn(f"{type(self).__name__}: model.{option} is ignored")
 
     def on_train_epoch_end(self) -> None:
-        """Log the epoch's hardness profile, summed over processes (every rank computes it, since
-        the sum is a collective; rank 0 writes it to the first TensorBoard logger), and reset it."""
+        """Log ``loss/temperature_epoch`` (the τ of the epoch's last training step) and the epoch's
+        hardness profile, summed over processes (every rank computes it, since the sum is a
+        collective; rank 0 writes it to the first TensorBoard logger), and reset it."""
+        tau = self.loss.temperature_in_force
+        if tau is not None:
+            self.log("loss/temperature_epoch", tau, on_step=False, on_epoch=True)
         profile = self.hardness_profile
         if not profile.update_called:
             return
@@ -377,7 +384,22 @@ class ContrastiveMethod(L.LightningModule, ABC):
             write_profile(tensorboard.experiment, mean_share, negatives, self.global_step)
 
     def training_step(self, batch: Any, batch_idx: int) -> Tensor:
+        self.loss.set_progress(self.progress(batch_idx))
         return self._step(batch, "train")
+
+    def progress(self, batch_idx: int) -> Progress:
+        """Where training stands at this training step, for the loss's temperature policy: fractional
+        epochs (``current_epoch + batch_idx / batches per epoch``), optimiser steps done
+        (``global_step``) and their fraction of the run (``None`` without a length). Read from the
+        Trainer's restored loop state, so a resumed run (also mid-epoch) goes on where it stopped."""
+        trainer = self._trainer
+        if trainer is None:
+            return Progress()
+        batches = trainer.num_training_batches
+        within = batch_idx / batches if isinstance(batches, int) and batches > 0 else 0.0
+        total = self._run_steps
+        fraction = min(trainer.global_step / total, 1.0) if total else None
+        return Progress(epoch=trainer.current_epoch + within, step=trainer.global_step, fraction=fraction)
 
     def validation_step(self, batch: Any, batch_idx: int) -> dict[str, Any]:
         return self._step(batch, "val")
@@ -390,6 +412,7 @@ class ContrastiveMethod(L.LightningModule, ABC):
         per_process_batch = getattr(trainer.datamodule, "batch_size", None) or self.optim.reference_batch_size
         global_batch = per_process_batch * trainer.world_size * trainer.accumulate_grad_batches
         total_steps = run_length(trainer, self.horizon_needed_by())  # also sizes the train dataloader
+        self._run_steps = total_steps
         # Optimiser steps per epoch from the dataloader, not total / max_epochs: a run bounded by
         # max_steps would otherwise place multistep milestones and warm-up at the wrong step.
         batches = trainer.num_training_batches
@@ -398,7 +421,18 @@ class ContrastiveMethod(L.LightningModule, ABC):
         else:  # an iterable dataloader without a length
             steps_per_epoch = max((total_steps or 0) // max(trainer.max_epochs or 1, 1), 1)
         # total_steps None (no limit): only a schedule that ignores the run's length gets here
-        return self.optim.build(self.parameters(), global_batch, steps_per_epoch, total_steps or 0)
+        return self.optim.build(self.parameter_groups(), global_batch, steps_per_epoch, total_steps or 0)
+
+    def parameter_groups(self) -> list[dict[str, Any]]:
+        """The optimiser's parameter groups: every parameter, and the loss's temperature policy's (a
+        learnable τ) in a group of its own without weight decay. One group when there is none, as
+        checkpoints written before temperature policies have."""
+        policy = self.loss._modules.get("temperature")
+        undecayed = {id(p) for p in policy.parameters()} if policy is not None else set()
+        groups = [{"params": [p for p in self.parameters() if id(p) not in undecayed]}]
+        if undecayed:
+            groups.append({"params": [p for p in self.parameters() if id(p) in undecayed], "weight_decay": 0.0})
+        return groups
 
     def horizon_needed_by(self) -> list[str]:
         """The options that spread over the whole run, so need its length (``trainer.max_epochs`` or ``max_steps``)."""

@@ -100,7 +100,7 @@ def test_help_mentions_list(capsys):
     with pytest.raises(SystemExit) as stop:
         main(["--help"])
     out = " ".join(capsys.readouterr().out.split())
-    assert stop.value.code == 0 and "python -m ssl_app list [losses|methods|metrics|datamodules|backbones]" in out
+    assert stop.value.code == 0 and "python -m ssl_app list [losses|temperatures|methods|metrics|datamodules|backbones]" in out
 
 
 def selected(config: dict, option: str):

@@ -74,7 +74,7 @@ def test_all_anchors_without_positive_is_zero_not_nan():
 def test_uses_labels():
     assert SupCon.uses_labels is True and SupCon().uses_labels is True
     assert InfoNCE.uses_labels is False
-    assert SupCon().temperature == 0.1
+    assert SupCon().temperature.constant == 0.1
 
 
 @pytest.mark.parametrize("tau", [0, -0.1, float("nan")])

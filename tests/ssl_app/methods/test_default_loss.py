@@ -15,7 +15,7 @@ def test_the_default_loss_is_a_real_instance_of_its_own_whose_stats_the_method_r
     ``loss/chance`` included), and two models shared one loss object."""
     first = SimCLR(backbone="small_cnn", proj_dim=16, proj_hidden_dim=32)
     second = MoCo(backbone="small_cnn", proj_dim=16, proj_hidden_dim=32, queue_size=8)
-    assert type(first.loss) is InfoNCE and first.loss.temperature == 0.5 and first.loss is not second.loss
+    assert type(first.loss) is InfoNCE and first.loss.temperature.constant == 0.5 and first.loss is not second.loss
     sim = torch.randn(4, 4)
     pos = torch.eye(4, dtype=torch.bool)
     assert {"effective_negatives", "chance"} <= set(loss_stats(first.loss, sim, pos, ~pos))

@@ -1,0 +1,94 @@
+"""What every temperature policy shares: where training stands (:class:`Progress`) and the policy interface.
+
+A loss with a temperature holds one :class:`TemperaturePolicy` (a number in a config means
+:class:`~ssl_app.temperature.Constant`) and asks it for "τ now" once per call,
+``policy(progress, handover)``. The method hands the loss the :class:`Progress` once per training
+step (``ContrastiveLoss.set_progress``); a policy never reaches into the Trainer, so it is a pure
+function of the progress, the batch and its own state (a learnable τ's parameter), and a resumed
+run, which restores the progress and the state, continues with the τ it would have had.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal, Optional, Union
+
+from torch import Tensor, nn
+
+from ssl_app.errors import ConfigError
+
+if TYPE_CHECKING:
+    from ssl_app.losses.base import MaskedSimilarities
+
+#: What a schedule counts: epochs (fractional: epoch + batch / batches per epoch) or optimiser steps.
+Unit = Literal["epoch", "step"]
+
+
+@dataclass(frozen=True)
+class Progress:
+    """Where training stands at a training step, as the method tells the loss.
+
+    ``epoch``: epochs done, fractional (``current_epoch + batch_idx / batches_per_epoch``);
+    ``step``: optimiser steps done (``trainer.global_step``); ``fraction``: ``step`` over the run's
+    optimiser steps, ``None`` when the run has no length. ``Progress()`` is the start of a run.
+    """
+
+    epoch: float = 0.0
+    step: int = 0
+    fraction: Optional[float] = 0.0
+
+    def at(self, unit: Unit) -> float:
+        """The progress counted in ``unit`` (epochs or optimiser steps)."""
+        return float(self.epoch) if unit == "epoch" else float(self.step)
+
+
+class TemperaturePolicy(nn.Module):
+    """The τ of a loss as a function of training progress (and, for some, of the batch).
+
+    A subclass implements :meth:`value` (a Python float when τ depends on the progress alone, so the
+    loss divides by a number; a 0-d tensor when it has a gradient or comes from the batch) and
+    :meth:`label`, and validates its options in ``__init__`` with one ``ConfigError`` naming each.
+    """
+
+    def value(self, progress: Progress, handover: Optional[MaskedSimilarities] = None) -> Union[float, Tensor]:
+        raise NotImplementedError
+
+    def forward(self, progress: Progress, handover: Optional[MaskedSimilarities] = None) -> Union[float, Tensor]:
+        return self.value(progress, handover)
+
+    def label(self) -> str:
+        """A short readable name (report rows, run folders): ``0.5``, ``cosine:0.1-1``, ``learnable:0.07``."""
+        raise NotImplementedError
+
+    def extra_repr(self) -> str:
+        return self.label()
+
+    def __str__(self) -> str:  # what a loss's repr and hparams show
+        return self.label()
+
+
+def number(x: float) -> str:
+    """``x`` in the shortest readable form (``0.1``, ``1``, ``200``), for labels."""
+    return f"{x:g}"
+
+
+def check_positive(value: float, option: str) -> float:
+    """Return ``value`` as a float; raise ``ConfigError`` naming ``option`` unless it is finite and > 0."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 < value < math.inf:
+        raise ConfigError(f"{option} must be > 0 and finite, got {value!r}")
+    return float(value)
+
+
+def check_real(value: float, option: str) -> float:
+    """Return ``value`` as a float; raise ``ConfigError`` naming ``option`` unless it is a finite number."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
+        raise ConfigError(f"{option} must be a finite number, got {value!r}")
+    return float(value)
+
+
+def check_unit(unit: str, option: str) -> Unit:
+    if unit not in ("epoch", "step"):
+        raise ConfigError(f"{option} must be epoch or step, got {unit!r}")
+    return unit  # type: ignore[return-value]
