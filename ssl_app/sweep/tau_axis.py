@@ -16,7 +16,8 @@ An option left out is the policy's default (Cosine's period included). Each valu
 the preset with its numbers in their shortest form and ``:`` as ``_`` (``cosine:0.1-1.0:T=200`` →
 ``temperature=cosine_0.1-1_T=200``), so two different policies never share a folder, and a value that
 would name one twice is refused. Whether the numbers make a valid policy (``low <= high``, τ > 0) is the
-policy's own check, run by the sweep's pre-flight (``--print_config``) before anything trains.
+policy's own check: each preset's policy is built once while the grid is expanded, so a bad one is one
+``error:`` line before anything is written or run.
 """
 
 from __future__ import annotations
@@ -100,11 +101,23 @@ def tau_value(text: str, option: str = "--grid tau") -> TauValue:
     init_args = _parse(preset, rest) if preset is not None and rest else None
     if init_args is None:
         raise ConfigError(f"{option}: {text!r} is not a τ; give {accepted_forms()}")
+    _check(preset, init_args, text, option)
     positional = "-".join(short(init_args[name]) for name in preset.positional)
     options = [f"{key}={_shown(init_args[arg])}" for key, arg in preset.options.items() if arg in init_args]
     name = ":".join([f"{kind}:{positional}", *options])
     config = {"class_path": f"{POLICY_MODULE}.{preset.class_name}", "init_args": init_args}
     return TauValue(text, json.dumps(config), name)
+
+
+def _check(preset: Preset, init_args: dict, text: str, option: str) -> None:
+    """Build the policy once (this package's own class, from plain numbers) so that its own checks (``low <= high``,
+    τ > 0, ``min < max``) refuse the value here, before any run starts: ``--print_config`` builds no class."""
+    import ssl_app.temperature as policies
+
+    try:
+        getattr(policies, preset.class_name)(**init_args)
+    except ConfigError as error:
+        raise ConfigError(f"{option}: {text!r}: {error}") from None
 
 
 def _parse(preset: Preset, rest: str) -> dict | None:

@@ -268,33 +268,38 @@ def test_the_hardness_plan_names_the_data_sets_it_has_a_recipe_for(tmp_path, cap
 def test_the_tau_schedules_plan_expands_both_long_tailed_data_sets(tmp_path, capsys, monkeypatch):
     """Catches a schedules plan that drops a constant, runs the cosine schedule with another period than the
     authors' (their t_max = 200 in cos(π e / t_max) is a period of 400 epochs), composes another recipe or the
-    balanced linear evaluation, puts two columns in one folder, or times another model in --estimate."""
+    balanced linear evaluation, puts two columns in one folder, a column the CLI cannot parse (the dry run's
+    pre-flight parses each), or times another model in --estimate."""
     import ssl_app.sweep.estimate as estimate
     from ssl_app.sweep.command import parse_args
     from ssl_app.sweep.grid import planned_runs
     from ssl_app.sweep.tau_axis import TAU_KEY
 
     monkeypatch.chdir(REPO)
+    cosine = {"class_path": "ssl_app.temperature.Cosine", "init_args": {"low": 0.1, "high": 1.0, "period": 400}}
+    expected = {"tau_0.1": 0.1, "tau_0.2": 0.2, "tau_0.5": 0.5, "tau_1.0": 1.0, "tau_cosine_0.1-1_T=400": cosine}
     folders = set()
     for data, linear in (("cifar10_lt", "cifar10/linear_lt.yaml"), ("cifar100_lt", "cifar100/linear_lt.yaml")):
-        argv = ["--plan", "tau_schedules", "--data", data, "--seeds", "0,1", "--out", str(tmp_path)]
-        sweep_dir, runs = planned_runs(parse_args(argv))
-        assert sweep_dir == tmp_path / f"tau_schedules_{data}" and len(runs) == 5 * 2
+        assert main(["--plan", "tau_schedules", "--data", data, "--seeds", "0,1", "--out", str(tmp_path), "--dry-run"]) == 0
+        lines = capsys.readouterr().out.strip().splitlines()
+        assert len(lines) == 5 * 2
         taus = {}
-        for run in runs:
-            fit = run.fit_args
+        for line in lines:
+            fit, linear_stage = (shlex.split(part)[3:] for part in line.split(" && "))
             assert fit[fit.index("--config") + 1] == f"configs/{data}/simclr.yaml" and fit.count("--config") == 1
-            assert run.linear_args[1:3] == ["--config", f"configs/{linear}"]
+            assert linear_stage[1:3] == ["--config", f"configs/{linear}"]
             [tau] = [json.loads(a.split("=", 1)[1]) for a in fit if a.startswith(f"--{TAU_KEY}=")]
-            taus[run.point] = tau
-            folders.add(run.directory)
-        cosine = {"class_path": "ssl_app.temperature.Cosine", "init_args": {"low": 0.1, "high": 1.0, "period": 400}}
-        assert taus == {"tau_0.1": 0.1, "tau_0.2": 0.2, "tau_0.5": 0.5, "tau_1.0": 1.0, "tau_cosine_0.1-1_T=400": cosine}
-    assert len(folders) == 2 * 5 * 2
+            name = next(a.split("=", 1)[1] for a in fit if a.startswith("--trainer.logger.init_args.name="))
+            version = next(a.split("=", 1)[1] for a in fit if a.startswith("--trainer.logger.init_args.version="))
+            taus[name] = tau
+            folders.add((data, name, version))
+        assert taus == expected
+    assert len(folders) == 2 * 5 * 2 and not list(tmp_path.iterdir())
 
     # the estimate resolves the first column's config: SimCLR's CIFAR ResNet-18 at batch 512, 2000 epochs
+    _, runs = planned_runs(parse_args(["--plan", "tau_schedules", "--data", "cifar100_lt", "--out", str(tmp_path)]))
     monkeypatch.setattr(estimate, "calibrate", lambda backbone, crop, batch: estimate.Calibration(backbone, batch, 0.5, 0.25))
-    estimate.print_estimate("tau_schedules", "cifar100_lt", runs[::2])
+    estimate.print_estimate("tau_schedules", "cifar100_lt", runs)
     out = capsys.readouterr().out
     assert "plan tau_schedules on cifar100_lt: 5 runs, each 2000 epochs of 10,847 images at batch 512 (resnet18_cifar" in out
 

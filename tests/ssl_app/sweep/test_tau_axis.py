@@ -21,7 +21,7 @@ def test_tau_presets_expand_to_the_policy_configs_each_in_a_folder_of_its_own(tm
     and folder names that hold ``:``, ``/`` or a space, or that two different policies share (``T=200`` and
     ``T=400``; ``unit=step``)."""
     values = ["0.3", "cosine:0.1-1.0", "cosine:0.1-1.0:T=200", "cosine:0.1-1:T=400", "cosine:0.1-1:unit=step:T=1e3"]
-    values += ["linear:0.1-0.5:L=100", "learnable:0.07:max=0.5", "adaptive:0.1:alpha=0.5:a0=-0.2"]
+    values += ["linear:0.1-0.5:L=100", "learnable:0.07:max=0.5", "adaptive:0.1:alpha=0.5:a0=0.2"]
     runs = plan(["c.yaml"], [("tau", values)], [0], tmp_path / "sweep", [], None)
     set_to = {run.point: json.loads(run.grid[TAU_KEY]) for run in runs}
     assert [arg for arg in runs[0].fit_args if arg.startswith("--model.")] == [f"--{TAU_KEY}=0.3"]
@@ -45,9 +45,9 @@ def test_tau_presets_expand_to_the_policy_configs_each_in_a_folder_of_its_own(tm
             "init_args": {"start": 0.1, "end": 0.5, "length": 100},
         },
         "temperature=learnable_0.07_max=0.5": {"class_path": POLICY + "Learnable", "init_args": {"init": 0.07, "max": 0.5}},
-        "temperature=adaptive_0.1_alpha=0.5_a0=-0.2": {
+        "temperature=adaptive_0.1_alpha=0.5_a0=0.2": {
             "class_path": POLICY + "Adaptive",
-            "init_args": {"base": 0.1, "alpha": 0.5, "a0": -0.2},
+            "init_args": {"base": 0.1, "alpha": 0.5, "a0": 0.2},
         },
     }
     for run in runs:  # the fit gets what sweep.json records, and writes into the point's folder
@@ -59,7 +59,8 @@ def test_tau_presets_expand_to_the_policy_configs_each_in_a_folder_of_its_own(tm
 def test_a_bad_tau_preset_is_one_error_line_naming_it_and_the_accepted_forms(tmp_path, capsys, monkeypatch):
     """Catches a mistyped preset passed on to the fit as a string (a traceback or a run per typo), a linear
     ramp without its length, an option a policy does not have, and one policy written twice (one folder, two
-    runs in it); each refused before anything is parsed or written."""
+    runs in it), and numbers the policy refuses (low > high: found only when each run started); each refused
+    before anything is parsed or written."""
     cases = {
         "cosine:0.1": "'cosine:0.1' is not a τ",
         "cosine:0.1-1.0:T=": "'cosine:0.1-1.0:T=' is not a τ",
@@ -69,6 +70,10 @@ def test_a_bad_tau_preset_is_one_error_line_naming_it_and_the_accepted_forms(tmp
         "learnable:0.07:alpha=1": "'learnable:0.07:alpha=1' is not a τ",
         "warm:0.1": "'warm:0.1' is not a τ",
         "cosine:0.1-1.0,cosine:0.1-1": "cosine:0.1-1 given twice",
+        # numbers the policy itself refuses (its own check, which --print_config would not run)
+        "cosine:1.0-0.1": "'cosine:1.0-0.1': Cosine: low must be <= high",
+        "learnable:0.07:min=0.5:max=0.2": "Learnable: min must be < max",
+        "adaptive:0": "Adaptive: base must be > 0",
     }
     monkeypatch.chdir(REPO)
     for values, says in cases.items():
@@ -77,6 +82,6 @@ def test_a_bad_tau_preset_is_one_error_line_naming_it_and_the_accepted_forms(tmp
         err = capsys.readouterr().err
         assert exit_.value.code == 2 and err.count("\n") == 1 and err.startswith("error: --grid tau: "), err
         assert says in err, err
-        if "twice" not in says:
+        if "is not a τ" in says:
             assert "cosine:LOW-HIGH[:T=PERIOD][:unit=epoch|step]" in err and "linear:START-END:L=LENGTH" in err
     assert not list(Path(tmp_path).iterdir())
