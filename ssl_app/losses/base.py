@@ -235,7 +235,9 @@ class ContrastiveLoss(nn.Module):
 
 
 #: What a loss's ``temperature`` option takes: a number (a constant τ) or a policy (``ssl_app.temperature``).
-Temperature = Union[float, TemperaturePolicy]
+#: The policy first: jsonargparse chains the first alternative's exception to its error, so a policy's
+#: ConfigError (``Cosine: low must be <= high``) reaches the CLI as one ``error:`` line.
+Temperature = Union[TemperaturePolicy, float]
 
 
 def check_temperature(temperature: Temperature, owner: str = "loss") -> TemperaturePolicy:

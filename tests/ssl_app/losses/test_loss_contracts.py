@@ -17,6 +17,7 @@ import torch
 from ssl_app.errors import ConfigError
 from ssl_app.losses import InfoNCE, MaskedSimilarities
 from ssl_app.losses.base import check_temperature
+from ssl_app.temperature import Constant, Cosine, Learnable, Progress
 from tests.helpers import loss_value
 
 FEATURES = 5
@@ -136,3 +137,40 @@ def test_temperature_errors_name_the_owner():
         check_temperature(0.0)
     with pytest.raises(ConfigError, match=r"^InfoNCE: temperature"):
         InfoNCE(math.inf)
+
+
+def test_a_temperature_policy_gives_the_loss_at_the_tau_in_force(loss_first_case):
+    """Catches a loss that reads a number where a policy is in force (the policy object, or the
+    schedule's start), diagnostics that do not report that τ, a learnable τ that gets no gradient,
+    and a loss without a temperature that reports one. Every registered loss whose constructor has a
+    ``temperature`` (tests/generic.py), none named."""
+    case = loss_first_case
+    sim, pos, neg, anchors = problem(torch.Generator().manual_seed(6))
+    if not case.ready(FEATURES).needs_anchor_features:
+        anchors = {}
+
+    def handover() -> MaskedSimilarities:
+        return MaskedSimilarities(sim.clone().requires_grad_(False), pos.clone(), neg.clone(), **anchors)
+
+    if not case.accepts("temperature"):
+        loss = case.ready(FEATURES)
+        assert not loss.has_temperature and "temperature" not in loss(handover(), with_stats=True).stats
+        return
+
+    def ready(policy):
+        torch.manual_seed(0)  # a loss's own parameters (PaCo's centres) drawn alike
+        return case.ready(FEATURES, temperature=policy)
+
+    scheduled = ready(Cosine(low=0.2, high=0.8, period=4))
+    scheduled.set_progress(Progress(epoch=1.0, step=3))  # a quarter period: τ = 0.5
+    result = scheduled(handover(), with_stats=True)
+    at_half = ready(Constant(0.5))(handover(), with_stats=True)
+    torch.testing.assert_close(result.value, at_half.value)
+    assert result.stats["temperature"].item() == pytest.approx(0.5) and at_half.stats["temperature"].item() == 0.5
+    assert not torch.isclose(ready(Constant(0.8))(handover()).value, at_half.value)  # the start τ differs
+    learnable = ready(Learnable(init=0.5))
+    value = learnable(handover()).value
+    value.backward()
+    torch.testing.assert_close(value, at_half.value)
+    gradient = learnable.temperature.log_scale.grad
+    assert gradient is not None and torch.isfinite(gradient) and gradient != 0

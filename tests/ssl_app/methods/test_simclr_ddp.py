@@ -16,6 +16,7 @@ import torch.multiprocessing as mp
 from ssl_app.losses import InfoNCE
 from ssl_app.losses.hardness import HardnessProfile
 from ssl_app.methods import SimCLR
+from ssl_app.temperature import Adaptive, Learnable
 from tests.generic import loss_cases
 from tests.ranks import gloo_rank
 
@@ -23,6 +24,10 @@ BATCH_PER_RANK = 6
 pytestmark = pytest.mark.slow  # real processes (gloo); see docs/testing.md
 
 WORLD = 2
+
+
+#: Temperature policies whose τ depends on the batch (MACL's rule) or that train (CLIP's), under 2 ranks.
+POLICIES = {"Adaptive": lambda: Adaptive(base=0.2, alpha=0.5, a0=0.1), "Learnable": lambda: Learnable(init=0.2)}
 
 
 def make_model() -> SimCLR:
@@ -87,6 +92,15 @@ def _worker(rank: int, init_file: str, out_file: str) -> None:
                 dist.all_reduce(grad)
                 grad /= WORLD
             results[case.id] = {"loss": loss, "grads": grads, "hardness": hardness(model, batch)}
+        for name, policy in POLICIES.items():  # the τ policies that read the batch or have a gradient
+            model = make_model()
+            model.loss = InfoNCE(temperature=policy())
+            batch = rank_slice(make_batch(WORLD * BATCH_PER_RANK), rank)
+            loss, grads = loss_and_grads(model, batch)
+            for grad in grads.values():
+                dist.all_reduce(grad)
+                grad /= WORLD
+            results[name] = {"tau": model.loss.temperature_in_force, "grads": grads}
         if rank == 0:
             torch.save(results, out_file)
 
@@ -124,3 +138,17 @@ def test_two_ranks_sum_to_the_single_process_hardness_profile(two_rank_results, 
     assert negatives.sum() > 0
     torch.testing.assert_close(distributed_negatives, negatives, atol=0, rtol=0)
     torch.testing.assert_close(distributed_share, mean_share, atol=1e-5, rtol=1e-4)
+
+
+def test_two_ranks_give_the_single_process_adaptive_and_learnable_tau(two_rank_results):
+    """Catches an adaptive τ from each rank's own positives (the ranks would train at different τ) and
+    a learnable τ whose gradient is not that of the whole batch."""
+    for name, policy in POLICIES.items():
+        model = make_model()
+        model.loss = InfoNCE(temperature=policy())
+        _, single_grads = loss_and_grads(model, make_batch(WORLD * BATCH_PER_RANK))
+        distributed = two_rank_results[name]
+        torch.testing.assert_close(distributed["tau"], model.loss.temperature_in_force, atol=1e-6, rtol=0, msg=name)
+        for key, grad in single_grads.items():
+            torch.testing.assert_close(distributed["grads"][key], grad, atol=1e-5, rtol=1e-4, msg=f"{name}: {key}")
+    assert two_rank_results["Learnable"]["grads"]["loss.temperature.log_scale"] != 0
