@@ -63,6 +63,7 @@ PRESETS = {
     "learnable": Preset("Learnable", ("init",), {"min": "min", "max": "max"}),
     "adaptive": Preset("Adaptive", ("base",), {"alpha": "alpha", "a0": "a0"}),
 }
+CONSTANT = Preset("Constant", ("value",), {})  # a plain number's policy (no preset of its own)
 _NUMBER = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
 
 
@@ -94,7 +95,9 @@ def tau_value(text: str, option: str = "--grid tau") -> TauValue:
     """``text`` (a number or a preset) as a τ axis value; a ``ConfigError`` naming ``option``, the value and
     the accepted forms when it is neither."""
     text = text.strip()
-    if _finite(text) is not None:
+    number = _finite(text)
+    if number is not None:
+        _check(CONSTANT, {"value": number}, text, option)  # τ <= 0: refused here, as a preset's numbers are
         return TauValue(text, text, text)
     kind, _, rest = text.partition(":")
     preset = PRESETS.get(kind)

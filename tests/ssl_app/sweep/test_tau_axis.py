@@ -74,6 +74,7 @@ def test_a_bad_tau_preset_is_one_error_line_naming_it_and_the_accepted_forms(tmp
         "cosine:1.0-0.1": "'cosine:1.0-0.1': Cosine: low must be <= high",
         "learnable:0.07:min=0.5:max=0.2": "Learnable: min must be < max",
         "adaptive:0": "Adaptive: base must be > 0",
+        "0.5,-0.1": "'-0.1': Constant:",
     }
     monkeypatch.chdir(REPO)
     for values, says in cases.items():
