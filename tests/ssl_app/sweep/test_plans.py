@@ -254,7 +254,10 @@ def test_the_hardness_plan_expands_for_cifar10_on_one_simclr_recipe(tmp_path, ca
     monkeypatch.setattr(estimate, "calibrate", lambda backbone, crop, batch: estimate.Calibration(backbone, batch, 0.5, 0.25))
     estimate.print_estimate("hardness", "cifar10", runs[::2])
     out = capsys.readouterr().out
-    assert "plan hardness on cifar10: 10 runs, each 200 epochs of 50,000 images at batch 512 (resnet18_cifar, 32x32 px)" in out
+    assert (
+        "plan hardness on cifar10: 10 runs, each 200 epochs of 50,000 images at batch 512 (resnet18_cifar, 32x32 px, 2 views"
+        in out
+    )
 
 
 def test_the_hardness_plan_names_the_data_sets_it_has_a_recipe_for(tmp_path, capsys):
@@ -269,7 +272,8 @@ def test_the_tau_schedules_plan_expands_both_long_tailed_data_sets(tmp_path, cap
     """Catches a schedules plan that drops a constant, runs the cosine schedule with another period than the
     authors' (their t_max = 200 in cos(π e / t_max) is a period of 400 epochs), composes another recipe or the
     balanced linear evaluation, puts two columns in one folder, a schedule the CLI cannot parse (the dry run's
-    pre-flight parses it and the linear stage), or times another model in --estimate."""
+    pre-flight parses it and the linear stage), or times another model in --estimate, or counts one view of each
+    image where SimCLR trains on two (half the device-hours)."""
     import ssl_app.sweep.command as command
     import ssl_app.sweep.estimate as estimate
     from ssl_app.sweep.command import parse_args
@@ -304,9 +308,12 @@ def test_the_tau_schedules_plan_expands_both_long_tailed_data_sets(tmp_path, cap
     # the estimate resolves the first column's config: SimCLR's CIFAR ResNet-18 at batch 512, 2000 epochs
     _, runs = planned_runs(parse_args(["--plan", "tau_schedules", "--data", "cifar100_lt", "--out", str(tmp_path)]))
     monkeypatch.setattr(estimate, "calibrate", lambda backbone, crop, batch: estimate.Calibration(backbone, batch, 0.5, 0.25))
-    estimate.print_estimate("tau_schedules", "cifar100_lt", runs)
+    fit_seconds, _ = estimate.print_estimate("tau_schedules", "cifar100_lt", runs)
     out = capsys.readouterr().out
     assert "plan tau_schedules on cifar100_lt: 5 runs, each 2000 epochs of 10,847 images at batch 512 (resnet18_cifar" in out
+    # SimCLR trains on both views of each image: 2000 epochs of 22 batches of 512 × 2 views at 0.5 s, and a
+    # validation every 20 epochs encoding the training and test images at 0.25 s
+    assert "2 views an image" in out and fit_seconds == 2000 * 22 * 512 * 2 * 0.5 + 100 * (10_847 + 10_000) * 0.25
 
 
 def test_plans_refuse_the_data_sets_they_have_no_recipe_for(tmp_path, capsys):
