@@ -477,8 +477,20 @@ def test_a_config_that_claims_a_papers_setup_names_its_source_and_is_checked(con
         assert not _CLAIM.search(text), f"{rel(config)} claims a setup: add it to PAPER_SETUPS"
 
 
-@pytest.mark.parametrize("overlay", [None, *LOSS_OVERLAYS], ids=lambda p: p.stem if p else "alone")
-@pytest.mark.parametrize("config", sorted(PAPER_SETUPS))
+# Recipes Table 1's loss overlays are never run on (a plan gives them their τ on the command line): checked alone.
+NOT_TABLE1_RECIPES = {"cifar10_lt/simclr.yaml"}
+
+
+@pytest.mark.parametrize(
+    ("config", "overlay"),
+    [
+        (config, overlay)
+        for config in sorted(PAPER_SETUPS)
+        for overlay in [None, *LOSS_OVERLAYS]
+        if overlay is None or config not in NOT_TABLE1_RECIPES
+    ],
+    ids=lambda p: p.stem if isinstance(p, Path) else (p or "alone"),
+)
 def test_paper_setup_configs_match_the_paper(config, overlay, capsys):
     setup = PAPER_SETUPS[config]
     files = [CONFIGS / config] + ([overlay] if overlay else [])
