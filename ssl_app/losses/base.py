@@ -38,6 +38,11 @@ never a class name):
 - :meth:`ContrastiveLoss.prepare`: the one hook through which a loss that owns parameters sized
   by the data (PaCo's class centres and prior) receives the backbone's feature width and the
   datamodule's class counts; ``classify`` (present only on such losses) serves evaluation.
+
+A loss with a temperature stores ``self.temperature = check_temperature(temperature, owner)`` (a
+number becomes ``ssl_app.temperature.Constant``; any policy is taken as it is) and reads the τ in
+force with ``self.tau(handover)``, computed once per call from the progress the method hands over
+(:meth:`ContrastiveLoss.set_progress`); its diagnostics then report it as ``temperature``.
 """
 
 from __future__ import annotations

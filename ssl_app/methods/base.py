@@ -132,6 +132,7 @@ class ContrastiveMethod(L.LightningModule, ABC):
         self.hardness_profile = HardnessProfile()
         # The run's optimiser steps (None: no limit), known once the optimiser is configured (Progress.fraction).
         self._run_steps: Optional[int] = None
+        self._last_train_temperature: Union[float, Tensor, None] = None
 
     # --- encoders -------------------------------------------------------------------------
     def forward(self, images: Tensor) -> Tensor:
@@ -305,6 +306,9 @@ class ContrastiveMethod(L.LightningModule, ABC):
                 self.hardness_profile.update(result.hardness)
             chance = result.stats.get("chance")
             self.loss_and_chance = None if chance is None else (loss.detach(), chance)
+            # The epoch's τ is its last training step's: validation, which runs before on_train_epoch_end,
+            # sets the loss's temperature_in_force too (an adaptive τ: from its own batches).
+            self._last_train_temperature = self.loss.temperature_in_force
             return loss
         self.log(f"{stage}/loss", loss, prog_bar=True, on_epoch=True, sync_dist=True, batch_size=batch_size)
         self._log_classifier_top1(contrast, stage)
@@ -371,9 +375,9 @@ class ContrastiveMethod(L.LightningModule, ABC):
         """Log ``loss/temperature_epoch`` (the τ of the epoch's last training step) and the epoch's
         hardness profile, summed over processes (every rank computes it, since the sum is a
         collective; rank 0 writes it to the first TensorBoard logger), and reset it."""
-        tau = self.loss.temperature_in_force
-        if tau is not None:
-            self.log("loss/temperature_epoch", tau, on_step=False, on_epoch=True)
+        tau, self._last_train_temperature = self._last_train_temperature, None
+        if tau is not None:  # the same on every rank (a global batch's or the progress's), so the sync is a no-op
+            self.log("loss/temperature_epoch", tau, on_step=False, on_epoch=True, sync_dist=True)
         profile = self.hardness_profile
         if not profile.update_called:
             return

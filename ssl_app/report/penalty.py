@@ -6,7 +6,8 @@ docs/science.md: ``r_i(s_ij) = exp(s_ij/τ) / Σ_{k∈N(i)} exp(s_ik/τ)``. Each
 
 with ``p_b`` the fraction of the final epoch's negatives (the configuration's seeds pooled) in
 bin b, ``s_b`` its centre, m the number of negatives per anchor and τ the configuration's loss
-temperature. Which negatives, per configuration (``PenaltyCurve.negatives``):
+temperature (for a temperature policy, the τ in force at the end of its runs:
+``temperature_in_force``). Which negatives, per configuration (``PenaltyCurve.negatives``):
 
 - ``all`` (runs that logged ``similarity/negative``, ``callbacks.EmbeddingMetrics``): every
   negative of every evaluation anchor, N(i) the whole set as in the paper. m is the mean number
@@ -37,6 +38,7 @@ from ssl_app.report.summary import Row
 NEGATIVE_TAG = "similarity/top{k}_negative"  # {k}: each run's EmbeddingMetrics.top_k
 ALL_NEGATIVE_TAG = "similarity/negative"
 POSITIVE_TAG = "similarity/positive"
+TEMPERATURE_TAG = "loss/temperature_epoch"
 BINS = 40
 
 
@@ -64,13 +66,24 @@ def penalty_curves(rows: list[Row]) -> list[PenaltyCurve]:
     ``similarity/negative``, else over the top-k."""
     curves = []
     for row in rows:
-        tau = row.configuration.temperature
+        tau = temperature_in_force(row)
         if tau is None or tau <= 0:
             continue
         curve = _all_negatives_curve(row, tau) or _top_k_curve(row, tau)
         if curve is not None:
             curves.append(curve)
     return sorted(curves, key=lambda curve: (curve.series, curve.temperature))
+
+
+def temperature_in_force(row: Row) -> float | None:
+    """The τ of the curve: the configuration's number, or for a temperature policy (``ssl_app.temperature``,
+    no number in the config) the τ in force when the final histograms were logged, each run's last
+    ``loss/temperature_epoch`` (the τ of its last training step), averaged over its runs."""
+    if row.configuration.temperature is not None:
+        return row.configuration.temperature
+    values = [run.events.last(TEMPERATURE_TAG) for run in row.runs if run.events]
+    found = [value for value in values if value is not None]
+    return float(np.mean(found)) if found else None
 
 
 def _all_negatives_curve(row: Row, tau: float) -> PenaltyCurve | None:

@@ -16,7 +16,7 @@ from ssl_app.checkpointing import InterruptCheckpoint
 from ssl_app.losses import InfoNCE
 from ssl_app.methods import SimCLR
 from ssl_app.report.events import read_events
-from ssl_app.temperature import Cosine, Learnable
+from ssl_app.temperature import Adaptive, Cosine, Learnable, Progress
 from tests.generic import TINY_MODEL
 from tests.helpers import tiny_data, tiny_trainer
 from tests.ssl_app.cli.test_cli import QUICKSTART, error_lines
@@ -48,15 +48,19 @@ def run(root, stop_after=None, ckpt_path=None):
     else:
         with pytest.raises(SIGTERMException):
             trainer.fit(model, datamodule=tiny_data())
-    return read_events(root).scalars
+    return read_events(root).scalars, model.loss.progress
 
 
 def test_tau_is_the_schedule_s_at_every_logged_step_across_a_mid_epoch_resume(tmp_path):
     """Catches a schedule that counts whole epochs only, restarts at its start after a resume (or at
     the resumed epoch's start), a logged τ that is not the one in force, and an epoch value of another step."""
-    stopped = run(tmp_path / "stopped", stop_after=BATCHES + 2)  # mid epoch 1
+    stopped, _ = run(tmp_path / "stopped", stop_after=BATCHES + 2)  # mid epoch 1
     checkpoint = next((tmp_path / "stopped").rglob("last.ckpt"))
-    resumed = run(tmp_path / "resumed", ckpt_path=str(checkpoint))
+    resumed, last = run(tmp_path / "resumed", ckpt_path=str(checkpoint))
+    # what the method handed the loss at the last step: fractional epochs, steps done, their share of the run
+    assert last == Progress(
+        epoch=pytest.approx(1 + (BATCHES - 1) / BATCHES), step=2 * BATCHES - 1, fraction=pytest.approx(11 / 12)
+    )
 
     def tau(step: int) -> float:
         return 0.1 + 0.9 * (1 + math.cos(2 * math.pi * (step / BATCHES) / PERIOD)) / 2
@@ -99,3 +103,18 @@ def test_a_bad_policy_is_one_error_line_before_training(capsys, tmp_path, monkey
         lines = error_lines(["fit", "--config", QUICKSTART, *options], capsys)
         assert len(lines) == 1 and message in lines[0], lines
     assert not (tmp_path / "runs").exists()
+
+
+def test_the_epoch_tau_is_the_last_training_step_s_even_after_validation(tmp_path):
+    """Catches ``loss/temperature_epoch`` taken from the loss after the epoch's validation, which runs
+    before ``on_train_epoch_end``: an adaptive τ would then be a validation batch's."""
+    L.seed_everything(0)
+    logger = TensorBoardLogger(tmp_path, name="", version="")
+    trainer = tiny_trainer(tmp_path, max_epochs=1, logger=logger, log_every_n_steps=1, limit_val_batches=1)
+    model = SimCLR(loss=InfoNCE(temperature=Adaptive(base=0.1, alpha=0.9)), **TINY_MODEL)
+    trainer.fit(model, datamodule=tiny_data())
+    scalars = read_events(tmp_path).scalars
+    steps = dict(scalars["loss/temperature"])
+    assert len(set(steps.values())) == len(steps)  # a τ of its own at every step
+    assert [value for _, value in scalars["loss/temperature_epoch"]] == [steps[BATCHES - 1]]
+    assert model.loss.temperature_in_force.item() != steps[BATCHES - 1]  # validation's batch had another τ
