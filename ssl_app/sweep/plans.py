@@ -5,6 +5,9 @@ data set's *recipe* (its memory-bank config), each fit followed by the data set'
 :func:`plan_points` turns it into the sweep's points, so a plan runs, resumes, reports ``--status``
 and goes to SLURM exactly as a hand-written ``--config``/``--grid`` sweep.
 
+Two plans bring their own recipe and pass each column on the command line instead of an overlay: ``hardness``
+(a loss per column) and ``tau_schedules`` (a τ per column, as the sweep's τ axis writes it, on long-tailed data).
+
 ``shapes`` is a CPU-scale stand-in of the same shape (the generated shapes, the CPU memory-bank
 config): the tests run it end to end, and it checks a machine before a long plan.
 """
