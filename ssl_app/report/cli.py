@@ -24,6 +24,7 @@ from ssl_app.report.reference import REFERENCES
 from ssl_app.report.runs import load_study
 from ssl_app.report.summary import build_rows, fill_column
 from ssl_app.report.table import markdown_table, write_csv
+from ssl_app.report.tau_figures import draw_tau_figures
 from ssl_app.runs.headline import RunOptions, table_columns
 
 TABLE_MD = "table.md"
@@ -69,7 +70,7 @@ def make_report(
     markdown = markdown_table(rows, configurations, title, study.orphans, reference, baseline)
     (out_dir / TABLE_MD).write_text(markdown, encoding="utf-8")
     write_csv(rows, out_dir / TABLE_CSV, reference, baseline)
-    figures = draw_all(rows, out_dir, title, matches(rows) if reference else None)
+    figures = draw_all(rows, out_dir, title, matches(rows) if reference else None) + draw_tau_figures(rows, out_dir, title)
     return Report(markdown=markdown, csv_path=out_dir / TABLE_CSV, figures=figures)
 
 

@@ -8,7 +8,9 @@
 
 The label names the loss and its hyper-parameters (``InfoNCE τ=0.3``,
 ``HardContrastive τ=0.3 K=4095``, ``Simple``), then anything else that differs between
-configurations (``MoCo``, ``batch_size=256``).
+configurations (``MoCo``, ``batch_size=256``). A τ policy (``ssl_app.temperature``) is named by its
+own ``label()`` (``InfoNCE τ=cosine:0.1-1``), built from the saved config's numbers for this package's
+policies only; any other class path is named from the config, never imported.
 """
 
 from __future__ import annotations
@@ -22,6 +24,10 @@ from ssl_app.report.runs import Run
 from ssl_app.runs.identity import WHERE_KEYS, flatten
 
 LOSS_PREFIX = "model.init_args.loss.init_args."
+TEMPERATURE = LOSS_PREFIX + "temperature"
+#: The τ policies whose own ``label()`` names them (``ssl_app.temperature``, this package's classes).
+POLICY_MODULE = "ssl_app.temperature"
+KNOWN_POLICIES = ("Constant", "Cosine", "Linear", "Learnable", "Adaptive")
 LOSS_CLASS = "model.init_args.loss.class_path"
 METHOD_CLASS = "model.class_path"
 # Keys that never separate configurations: the repetition, and where a run was written or what it resumed
@@ -63,7 +69,15 @@ class Configuration:
 
     @property
     def temperature(self) -> float | None:
-        return _number(self.settings.get(LOSS_PREFIX + "temperature"))
+        """The constant τ (a number, or a ``Constant`` policy's value); None for a schedule or no τ."""
+        if _policy_class(self.settings) == f"{POLICY_MODULE}.Constant":
+            return _number(self.settings.get(TEMPERATURE + ".init_args.value"))
+        return _number(self.settings.get(TEMPERATURE))
+
+    @property
+    def temperature_label(self) -> str | None:
+        """τ as the label shows it: the number, or the policy's ``label()`` (``cosine:0.1-1``); None without a τ."""
+        return temperature_label(self.settings)
 
     @property
     def num_negatives(self) -> float | None:
@@ -119,11 +133,12 @@ def _label(configurations: list[Configuration]) -> None:
         if configuration.loss:
             parts.append((LOSS_CLASS, configuration.loss))
         for name, symbol in LOSS_SYMBOLS.items():
-            value = settings.get(LOSS_PREFIX + name)
+            value = configuration.temperature_label if name == "temperature" else settings.get(LOSS_PREFIX + name)
             if value is not None:
                 parts.append((LOSS_PREFIX + name, f"{symbol}={_format(value)}"))
         shown = {LOSS_CLASS, METHOD_CLASS} | {LOSS_PREFIX + name for name in LOSS_SYMBOLS}
-        others = _extra_keys([key for key in differing if key not in shown], configured) if settings else []
+        unshown = [key for key in differing if key not in shown and not key.startswith(TEMPERATURE + ".")]  # a policy's own keys
+        others = _extra_keys(unshown, configured) if settings else []
         others = [key for key in others if settings.get(key) is not None]  # None: an option of another loss, not this one's
         for key in others[:MAX_EXTRA_PARTS]:
             parts.append((key, f"{_short_name(key, others)}={_format(settings.get(key))}"))
@@ -141,6 +156,38 @@ def _label(configurations: list[Configuration]) -> None:
             suffix = f" [{_fallback_name(configuration)}]"
             configuration.label += suffix
             configuration.series += suffix
+
+
+def temperature_label(settings: dict[str, Any]) -> str | None:
+    """A loss's τ from the flat config: a number as written (``0.3``), a policy by its ``label()``."""
+    number = settings.get(TEMPERATURE)
+    if number is not None:
+        return _format(number)
+    class_path = _policy_class(settings)
+    if class_path is None:
+        return None
+    prefix = TEMPERATURE + ".init_args."
+    init_args = {key.removeprefix(prefix): value for key, value in settings.items() if key.startswith(prefix)}
+    return policy_label(class_path, init_args)
+
+
+def policy_label(class_path: str, init_args: dict[str, Any]) -> str:
+    """The policy's ``label()`` for one of this package's policies (built from its saved numbers, which its own
+    checks read); any other class, or numbers it refuses: ``Name(key=value, ...)`` from the config alone."""
+    module, _, name = class_path.rpartition(".")
+    if module == POLICY_MODULE and name in KNOWN_POLICIES:
+        try:
+            import ssl_app.temperature as policies
+
+            return getattr(policies, name)(**init_args).label()
+        except Exception:  # an older or newer policy, or numbers it refuses: named from the config below
+            pass
+    return f"{name}({', '.join(f'{key}={_format(value)}' for key, value in init_args.items())})"
+
+
+def _policy_class(settings: dict[str, Any]) -> str | None:
+    class_path = settings.get(TEMPERATURE + ".class_path")
+    return class_path if isinstance(class_path, str) and class_path else None
 
 
 def _extra_keys(keys: list[str], configurations: list[Configuration]) -> list[str]:

@@ -45,6 +45,9 @@ the run it evaluates, ``<run>/evaluations/linear_<n>/`` (``ssl_app.runs.layout``
   plan's model on this machine and prints the plan's expected device-hours, running nothing else.
 - ``--plan hardness --data cifar10``: one point per loss of the hardness-aware family on one SimCLR
   recipe (``ssl_app.sweep.plans.HARDNESS_LOSSES``), in ``OUT/hardness_cifar10/``.
+- ``--plan tau_schedules --data {cifar10_lt,cifar100_lt}``: constant τ against Kukleva et al.'s cosine
+  schedule on SimCLR ResNet-18, long-tailed data (``ssl_app.sweep.plans.TAU_SCHEDULE_COLUMNS``).
+- ``--grid tau=0.1,cosine:0.1-1.0:T=200,learnable:0.07``: τ policies as a grid axis (``ssl_app.sweep.tau_axis``).
 """
 
 from __future__ import annotations

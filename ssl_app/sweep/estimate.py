@@ -4,7 +4,8 @@ What is timed: the plan's backbone and a linear 128-d head, a forward and backwa
 step on random tensors of the plan's input size (training), and a forward pass without gradients
 (the kNN monitor's and the linear evaluation's encoding), after warm-up steps; on CUDA when it is
 available, else on the CPU (at a smaller batch there, scaled per image). What is multiplied out:
-the recipe's epochs × the training images (one view per image and step, as the memory bank trains),
+the recipe's epochs × the training images × the views each image is trained on (one for the memory bank,
+two for SimCLR, ``TRAINED_VIEWS``),
 the validation passes (every ``check_val_every_n_epoch``: the training and evaluation images
 encoded once), and the linear evaluation (its epochs × the training images encoded, plus its
 validation passes). Left out: data loading and augmentation, the loss and bank update,
@@ -27,6 +28,8 @@ from ssl_app.sweep.plans import DATA_SETS
 
 #: Calibration steps: warm-up (not timed), then timed.
 WARMUP_STEPS, TIMED_STEPS = 2, 3
+#: Views of each image a training step runs forward and backward, by method (others: one, as the memory bank).
+TRAINED_VIEWS = {"ssl_app.methods.SimCLR": 2}
 #: Largest batch timed on the CPU (a 224-px ResNet-50 step of 128 images takes minutes there).
 CPU_BATCH = 16
 
@@ -104,7 +107,8 @@ def print_estimate(plan: str, data: str, runs: list) -> tuple[float, float]:
     train, held = data_set.train_images, data_set.eval_images
     epochs = int(trainer["max_epochs"])
     validations = epochs // int(trainer.get("check_val_every_n_epoch") or 1)
-    fit_images = epochs * math.ceil(train / batch) * batch
+    views = TRAINED_VIEWS.get(fit["model"]["class_path"], 1)
+    fit_images = epochs * math.ceil(train / batch) * batch * views
     fit_seconds = fit_images * calibration.train_seconds_per_image
     fit_seconds += validations * (train + held) * calibration.encode_seconds_per_image
     linear_seconds = 0.0
@@ -115,7 +119,8 @@ def print_estimate(plan: str, data: str, runs: list) -> tuple[float, float]:
     per_run = (fit_seconds + linear_seconds) / 3600
     print(
         f"[estimate] plan {plan} on {data}: {len(runs)} runs, each {epochs} epochs of {train:,} images at batch {batch} "
-        f"({model['backbone']}, {crop}x{crop} px)" + (f" then a {linear_epochs}-epoch linear evaluation" if linear else "")
+        f"({model['backbone']}, {crop}x{crop} px{', 2 views an image' if views == 2 else ''})"
+        + (f" then a {linear_epochs}-epoch linear evaluation" if linear else "")
     )
     print(
         f"[estimate] timed here on {calibration.device} (batch {calibration.batch}, {WARMUP_STEPS} warm-up + {TIMED_STEPS} "

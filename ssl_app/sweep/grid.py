@@ -18,10 +18,12 @@ from pathlib import Path
 from typing import Optional
 
 from ssl_app.cli.endings import fail
+from ssl_app.errors import ConfigError
 from ssl_app.runs.atomic import write_json
 from ssl_app.runs.layout import CHECKPOINTS_DIR, SWEEP_FILE, read_sweep_point
 from ssl_app.sweep.plans import plan_points, recipe_paths
 from ssl_app.sweep.stages import PlannedRun
+from ssl_app.sweep.tau_axis import TAU_ALIAS, TAU_KEY, expand_axis
 
 #: The sweep's runs, written into its folder at launch: what ``--status DIR`` reads.
 PLAN_FILE = "sweep_plan.json"
@@ -79,9 +81,19 @@ def plan(
 ) -> list[PlannedRun]:
     """Every (point, seed) run with its fit (and linear) command line arguments; ``extra`` goes to
     every fit, ``linear_extra`` to every linear evaluation."""
-    keys = [k for k, _ in grid]
-    points = [dict(zip(keys, combination)) for combination in itertools.product(*[values for _, values in grid])]
-    named = [(name, values, [f"--{k}={v}" for k, v in values.items()]) for values, name in zip(points, point_names(points))]
+    try:
+        axes = [expand_axis(key, values) for key, values in grid]  # τ presets → the policy's class-path config
+    except ConfigError as error:
+        fail(str(error))
+    keys = [k for k, _ in axes]
+    if len(set(keys)) != len(keys):
+        fail(f"--grid names a key twice ({TAU_ALIAS} is {TAU_KEY}): {[k for k, _ in grid]}")
+    combinations = list(itertools.product(*[values for _, values in axes]))
+    names = point_names([{k: v.name for k, v in zip(keys, combination)} for combination in combinations])
+    named = []
+    for name, combination in zip(names, combinations):
+        values = {k: v.value for k, v in zip(keys, combination)}
+        named.append((name, values, [f"--{k}={v}" for k, v in values.items()]))
     return expand_points(named, seeds, sweep_dir, configs, StageOptions(extra, linear_config, linear_extra))
 
 
@@ -139,7 +151,8 @@ def planned_runs(args: argparse.Namespace) -> tuple[Path, list[PlannedRun]]:
         stages = StageOptions(args.extra, linear, args.linear_extra)
         return sweep_dir, expand_points(named, args.seed_list, sweep_dir, [recipe], stages)
     grid = parse_grid(args.grid)
-    name = args.name or ("+".join(k.rsplit(".", 1)[-1] for k, _ in grid) or "base")
+    keys = [TAU_KEY if k == TAU_ALIAS else k for k, _ in grid]
+    name = args.name or ("+".join(k.rsplit(".", 1)[-1] for k in keys) or "base")
     sweep_dir = Path(args.out) / name
     return sweep_dir, plan(args.config, grid, args.seed_list, sweep_dir, args.extra, args.linear, args.linear_extra)
 

@@ -5,6 +5,9 @@ data set's *recipe* (its memory-bank config), each fit followed by the data set'
 :func:`plan_points` turns it into the sweep's points, so a plan runs, resumes, reports ``--status``
 and goes to SLURM exactly as a hand-written ``--config``/``--grid`` sweep.
 
+Two plans bring their own recipe and pass each column on the command line instead of an overlay: ``hardness``
+(a loss per column) and ``tau_schedules`` (a τ per column, as the sweep's τ axis writes it, on long-tailed data).
+
 ``shapes`` is a CPU-scale stand-in of the same shape (the generated shapes, the CPU memory-bank
 config): the tests run it end to end, and it checks a machine before a long plan.
 """
@@ -16,6 +19,8 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
+
+from ssl_app.sweep.tau_axis import TAU_KEY, tau_value
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 
@@ -48,6 +53,10 @@ DATA_SETS = {
     # CMC's ImageNet-100: about 1,300 training images per class (126,689 in all), 50 per class in val/.
     "imagenet100": DataSet("imagenet100/memory_bank.yaml", "imagenet100/linear.yaml", 126_689, 5_000, downloads=False),
     "shapes": DataSet("memory_bank.yaml", "linear.yaml", 2_000, 500, root=False, downloads=False),  # the CPU stand-in
+    # The long-tailed splits at imbalance factor 100 (datamodules.long_tail: n_c = int(n_max · 100^(−c/(C−1)))), the
+    # balanced test split held out; no memory-bank recipe (recipe ""): the tau_schedules plan brings its own.
+    "cifar10_lt": DataSet("", "cifar10/linear_lt.yaml", 12_406, 10_000),
+    "cifar100_lt": DataSet("", "cifar100/linear_lt.yaml", 10_847, 10_000),
 }
 
 #: Where each stage's config keeps the data's folder: the fit's data module, and the linear
@@ -83,6 +92,11 @@ def plan_points(plan: str, data: str) -> tuple[DataSet, list[PlanPoint]]:
     """The data set and the plan's columns as sweep points (overlay paths checked to exist)."""
     if plan == "hardness":
         return hardness_plan(data)
+    if plan == "tau_schedules":
+        return tau_schedules_plan(data)
+    if not DATA_SETS[data].recipe:
+        with_recipe = ", ".join(name for name, data_set in DATA_SETS.items() if data_set.recipe)
+        raise ValueError(f"--plan {plan} has a memory-bank recipe for {with_recipe} only, not {data}")
     folder, columns = PLANS[plan]
     points = [PlanPoint(column, shown(CONFIGS / folder / f"{column}.yaml")) for column in columns]
     missing = [p.overlay for p in points if not Path(p.overlay).is_file()]
@@ -163,4 +177,47 @@ def hardness_plan(data: str) -> tuple[DataSet, list[PlanPoint]]:
         raise ValueError(f"--plan hardness has a SimCLR recipe for {', '.join(sorted(HARDNESS_RECIPES))} only, not {data}")
     data_set = dataclasses.replace(DATA_SETS[data], recipe=HARDNESS_RECIPES[data])
     points = [LossPoint(name, loss_class=loss, options=tuple(opts.items())) for name, (loss, opts) in HARDNESS_LOSSES.items()]
+    return data_set, points
+
+
+# --- the tau_schedules plan: constant τ against Kukleva et al.'s cosine schedule (issue 31) -----------
+#: Each column's τ as a sweep τ-axis value (``ssl_app.sweep.tau_axis``): the constants of Kukleva et al.'s
+#: baselines and their cosine schedule between τ⁻ = 0.1 and τ⁺ = 1.0. The period: the authors' code
+#: (Annusha/temperature_schedules, train_simCLR.py line 399) computes
+#: ``tau = min_tau + 0.5 * (max_tau - min_tau) * (1 + cos(pi * epoch / t_max))`` with ``--t_max 200``
+#: (README.md lines 60 and 84, their CIFAR-10-LT and CIFAR-100-LT commands), i.e. cos(2π e / 400): a period
+#: of 400 epochs in ssl_app.temperature.Cosine's form. (Their epochs count from 1 and τ changes once per
+#: epoch; here e counts from 0, fractionally within an epoch.)
+TAU_SCHEDULE_COLUMNS = ("0.1", "0.2", "0.5", "1.0", "cosine:0.1-1.0:T=400")
+#: The SimCLR recipe per long-tailed data set (configs/<data>/simclr.yaml).
+TAU_SCHEDULE_RECIPES = {"cifar10_lt": "cifar10_lt/simclr.yaml", "cifar100_lt": "cifar100_lt/simclr.yaml"}
+PLANS["tau_schedules"] = (None, TAU_SCHEDULE_COLUMNS)
+
+
+@dataclass(frozen=True)
+class TauPoint(PlanPoint):
+    """A column given by its τ (a number or a policy's class-path config, as JSON) on the recipe's loss."""
+
+    overlay: str = ""  # none
+    tau: str = ""
+
+    @property
+    def args(self) -> list[str]:
+        return [f"--{TAU_KEY}={self.tau}"]
+
+    @property
+    def values(self) -> dict[str, str]:
+        return {TAU_KEY: self.tau}
+
+
+def tau_schedules_plan(data: str) -> tuple[DataSet, list[PlanPoint]]:
+    """The long-tailed data set with its SimCLR recipe, and a point per τ column, named ``tau_<value>``
+    (``tau_0.1``, ``tau_cosine_0.1-1_T=400``). ``ValueError`` naming the data sets it has a recipe for."""
+    if data not in TAU_SCHEDULE_RECIPES:
+        raise ValueError(f"--plan tau_schedules has a recipe for {', '.join(sorted(TAU_SCHEDULE_RECIPES))} only, not {data}")
+    data_set = dataclasses.replace(DATA_SETS[data], recipe=TAU_SCHEDULE_RECIPES[data])
+    points: list[PlanPoint] = []
+    for column in TAU_SCHEDULE_COLUMNS:
+        value = tau_value(column, "--plan tau_schedules")
+        points.append(TauPoint(f"tau_{value.name.replace(':', '_')}", tau=value.value))
     return data_set, points

@@ -87,6 +87,7 @@ def write_run(
     collapse: dict | None = None,
     top_k: int = 10,
     hardness: torch.Tensor | None = None,
+    temperature=None,
 ) -> Path:
     """A run folder whose per-epoch ``metrics/<name>`` end at ``final[name]`` (earlier epochs:
     ``final − 0.1 × epochs to go``); ``effective_negatives[e]`` are the per-step values of epoch e;
@@ -95,6 +96,10 @@ def write_run(
 
     ``hardness``: a step's hardness profile ([2, BINS], ``ContrastiveLoss(..., with_stats=True).hardness``),
     logged at every epoch's end as a method logs its epoch's (``HardnessProfile``, ``write_profile``).
+
+    ``temperature``: τ as a function of the fractional epoch t = epoch + step in epoch / steps per epoch, logged as
+    a method logs the τ in force: ``loss/temperature`` at every step, ``loss/temperature_epoch`` (the epoch's mean)
+    at its end.
 
     ``status``: the run record's final status (``running``: started, never finished; ``None``: no
     record at all, as an older version wrote). ``linear_top1``: a finished linear probe filed in the
@@ -111,7 +116,12 @@ def write_run(
                 writer.add_scalar("loss/effective_negatives", effective_negatives[epoch][step_in_epoch], step)
             if log_epoch:
                 writer.add_scalar("epoch", epoch, step)
+            if temperature is not None:
+                writer.add_scalar("loss/temperature", temperature(epoch + step_in_epoch / STEPS_PER_EPOCH), step)
         end = (epoch + 1) * STEPS_PER_EPOCH - 1
+        if temperature is not None:
+            taus = [temperature(epoch + i / STEPS_PER_EPOCH) for i in range(STEPS_PER_EPOCH)]
+            writer.add_scalar("loss/temperature_epoch", sum(taus) / len(taus), end)
         for name, value in final.items():
             writer.add_scalar(f"metrics/{name}", value - 0.1 * (epochs - 1 - epoch), end)
         writer.add_scalar("metrics/collapsed", 0.0 if collapse is None else 1.0, end)

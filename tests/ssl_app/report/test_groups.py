@@ -109,3 +109,38 @@ def test_an_option_another_loss_has_is_not_in_a_label(tmp_path):
     labels = sorted(c.label for c in group_runs(load_runs(tmp_path)))
 
     assert labels == ["HCL τ=0.5 beta=1 tau_plus=0.1", "InfoNCE τ=0.5", "MACL τ=0.5 a_0=0 alpha=0.5"]
+
+
+def test_rows_are_labelled_by_their_tau_policy_and_an_unknown_class_is_never_imported(tmp_path):
+    """Catches a policy's row labelled by its config keys (``InfoNCE high=1 low=0.1 period=200``, or no τ at all),
+    two schedules that differ only in their period under one label, a label that is not the policy's own
+    ``label()`` (the sweep, the report and the folders would name one policy three ways), a ``Constant``
+    policy off the τ axis, and a class path from a run's config imported to name it."""
+    import sys
+
+    from ssl_app.temperature import Constant, Cosine, Learnable
+
+    def policy(name: str, **init_args) -> dict:
+        return {"class_path": f"ssl_app.temperature.{name}", "init_args": init_args}
+
+    taus = {
+        "number": 0.2,
+        "constant": policy("Constant", value=0.5),
+        "cosine": policy("Cosine", low=0.1, high=1.0, period=400.0, unit="epoch"),
+        "cosine_t200": policy("Cosine", low=0.1, high=1.0, period=200.0, unit="epoch"),
+        "learnable": policy("Learnable", init=0.07, min=0.01, max=1.0),
+        "foreign": {"class_path": "no_such_package_here.Tau", "init_args": {"a": 1}},
+    }
+    for name, tau in taus.items():
+        write_run(tmp_path / name, run_config("InfoNCE", 0, temperature=tau), FINAL)
+
+    configurations = group_runs(load_runs(tmp_path))
+    labels = [c.label for c in configurations]
+
+    own = [Constant(0.5).label(), Cosine(0.1, 1.0, 400.0).label(), Cosine(0.1, 1.0, 200.0).label(), Learnable(0.07).label()]
+    assert own == ["0.5", "cosine:0.1-1", "cosine:0.1-1:T200", "learnable:0.07"]
+    # constants on the τ axis in order, then the policies by label
+    assert labels == ["InfoNCE τ=0.2", "InfoNCE τ=0.5", *sorted(f"InfoNCE τ={label}" for label in own[1:] + ["Tau(a=1)"])]
+    assert [c.temperature for c in configurations[:2]] == [0.2, 0.5]
+    assert {c.series for c in configurations} == {"InfoNCE"}
+    assert "no_such_package_here" not in sys.modules

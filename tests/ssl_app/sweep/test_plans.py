@@ -254,7 +254,10 @@ def test_the_hardness_plan_expands_for_cifar10_on_one_simclr_recipe(tmp_path, ca
     monkeypatch.setattr(estimate, "calibrate", lambda backbone, crop, batch: estimate.Calibration(backbone, batch, 0.5, 0.25))
     estimate.print_estimate("hardness", "cifar10", runs[::2])
     out = capsys.readouterr().out
-    assert "plan hardness on cifar10: 10 runs, each 200 epochs of 50,000 images at batch 512 (resnet18_cifar, 32x32 px)" in out
+    assert (
+        "plan hardness on cifar10: 10 runs, each 200 epochs of 50,000 images at batch 512 (resnet18_cifar, 32x32 px, 2 views"
+        in out
+    )
 
 
 def test_the_hardness_plan_names_the_data_sets_it_has_a_recipe_for(tmp_path, capsys):
@@ -263,3 +266,68 @@ def test_the_hardness_plan_names_the_data_sets_it_has_a_recipe_for(tmp_path, cap
         main(["--plan", "hardness", "--data", "svhn", "--out", str(tmp_path), "--dry-run"])
     err = capsys.readouterr().err
     assert exit_.value.code == 2 and err == "error: --plan hardness has a SimCLR recipe for cifar10, shapes only, not svhn\n"
+
+
+def test_the_tau_schedules_plan_expands_both_long_tailed_data_sets(tmp_path, capsys, monkeypatch):
+    """Catches a schedules plan that drops a constant, runs the cosine schedule with another period than the
+    authors' (their t_max = 200 in cos(π e / t_max) is a period of 400 epochs), composes another recipe or the
+    balanced linear evaluation, puts two columns in one folder, a schedule the CLI cannot parse (the dry run's
+    pre-flight parses it and the linear stage), or times another model in --estimate, or counts one view of each
+    image where SimCLR trains on two (half the device-hours)."""
+    import ssl_app.sweep.command as command
+    import ssl_app.sweep.estimate as estimate
+    from ssl_app.sweep.command import parse_args
+    from ssl_app.sweep.grid import planned_runs
+    from ssl_app.sweep.tau_axis import TAU_KEY
+
+    monkeypatch.chdir(REPO)
+    # The pre-flight parses the schedule's column and the linear stage (the constants' commands are the recipe, which
+    # test_configs parses, with another number): a third of the parses, each a second or more on 2 cores.
+    parse = command.validate
+    monkeypatch.setattr(command, "validate", lambda runs: parse([run for run in runs if "cosine" in run.point]))
+    cosine = {"class_path": "ssl_app.temperature.Cosine", "init_args": {"low": 0.1, "high": 1.0, "period": 400}}
+    expected = {"tau_0.1": 0.1, "tau_0.2": 0.2, "tau_0.5": 0.5, "tau_1.0": 1.0, "tau_cosine_0.1-1_T=400": cosine}
+    folders = set()
+    for data, linear in (("cifar10_lt", "cifar10/linear_lt.yaml"), ("cifar100_lt", "cifar100/linear_lt.yaml")):
+        assert main(["--plan", "tau_schedules", "--data", data, "--seeds", "0,1", "--out", str(tmp_path), "--dry-run"]) == 0
+        lines = capsys.readouterr().out.strip().splitlines()
+        assert len(lines) == 5 * 2
+        taus = {}
+        for line in lines:
+            fit, linear_stage = (shlex.split(part)[3:] for part in line.split(" && "))
+            assert fit[fit.index("--config") + 1] == f"configs/{data}/simclr.yaml" and fit.count("--config") == 1
+            assert linear_stage[1:3] == ["--config", f"configs/{linear}"]
+            [tau] = [json.loads(a.split("=", 1)[1]) for a in fit if a.startswith(f"--{TAU_KEY}=")]
+            name = next(a.split("=", 1)[1] for a in fit if a.startswith("--trainer.logger.init_args.name="))
+            version = next(a.split("=", 1)[1] for a in fit if a.startswith("--trainer.logger.init_args.version="))
+            taus[name] = tau
+            folders.add((data, name, version))
+        assert taus == expected
+    assert len(folders) == 2 * 5 * 2 and not list(tmp_path.iterdir())
+
+    # the estimate resolves the first column's config: SimCLR's CIFAR ResNet-18 at batch 512, 2000 epochs
+    _, runs = planned_runs(parse_args(["--plan", "tau_schedules", "--data", "cifar100_lt", "--out", str(tmp_path)]))
+    monkeypatch.setattr(estimate, "calibrate", lambda backbone, crop, batch: estimate.Calibration(backbone, batch, 0.5, 0.25))
+    fit_seconds, _ = estimate.print_estimate("tau_schedules", "cifar100_lt", runs)
+    out = capsys.readouterr().out
+    assert "plan tau_schedules on cifar100_lt: 5 runs, each 2000 epochs of 10,847 images at batch 512 (resnet18_cifar" in out
+    # SimCLR trains on both views of each image: 2000 epochs of 22 batches of 512 × 2 views at 0.5 s, and a
+    # validation every 20 epochs encoding the training and test images at 0.25 s
+    assert "2 views an image" in out and fit_seconds == 2000 * 22 * 512 * 2 * 0.5 + 100 * (10_847 + 10_000) * 0.25
+
+
+def test_plans_refuse_the_data_sets_they_have_no_recipe_for(tmp_path, capsys):
+    """Catches Table 1 run on a long-tailed set (it has no memory-bank recipe: an empty --config) and the
+    schedules plan on a balanced one, each ending in a traceback instead of one line naming what exists."""
+    cases = {
+        (
+            "table1",
+            "cifar10_lt",
+        ): "error: --plan table1 has a memory-bank recipe for cifar10, cifar100, svhn, imagenet100, shapes only",
+        ("tau_schedules", "cifar10"): "error: --plan tau_schedules has a recipe for cifar100_lt, cifar10_lt only, not cifar10",
+    }
+    for (plan, data), says in cases.items():
+        with pytest.raises(SystemExit) as exit_:
+            main(["--plan", plan, "--data", data, "--out", str(tmp_path), "--dry-run"])
+        err = capsys.readouterr().err
+        assert exit_.value.code == 2 and err.startswith(says) and err.count("\n") == 1, err
