@@ -49,9 +49,9 @@ def loss_label(pl_module: L.LightningModule) -> str:
 
 
 def figure_title(trainer: L.Trainer, pl_module: L.LightningModule, subject: str) -> str:
-    """``<run> (<loss label>), epoch <e>: <subject>``: every figure names its run and loss."""
+    """``<run> (<loss label>)`` over ``epoch <e>: <subject>`` (two lines): every figure names its run and loss."""
     label = loss_label(pl_module)
-    return f"{run_name(trainer)}" + (f" ({label})" if label else "") + f", epoch {trainer.current_epoch}: {subject}"
+    return f"{run_name(trainer)}" + (f" ({label})" if label else "") + f"\nepoch {trainer.current_epoch}: {subject}"
 
 
 def check_similarity_range(x_range, owner: str) -> tuple[float, float]:

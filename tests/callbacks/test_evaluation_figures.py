@@ -54,7 +54,7 @@ def test_a_fit_logs_the_path_and_spectrum_every_epoch_and_keeps_the_path_in_its_
     for tag in (PLANE_PATH_TAG, SPECTRUM_TAG, "similarity/positive_vs_top10_negative"):
         assert len(logged.Images(tag)) == EPOCHS, tag
     title = figure_title(trainer, model, "x")
-    assert title.startswith("run/version_0 (InfoNCE τ=0.5), epoch") and title.endswith(": x")
+    assert title.startswith("run/version_0 (InfoNCE τ=0.5)\nepoch") and title.endswith(": x")
     callback = next(c for c in trainer.callbacks if isinstance(c, EmbeddingMetrics))
     state = callback.state_dict()
     uniformity = [e.value for e in logged.Scalars("metrics/uniformity")]
