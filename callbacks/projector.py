@@ -1,5 +1,5 @@
-"""TensorBoard's embedding projector: a fixed, seeded subset of evaluation images with their
-embeddings, labels and thumbnails (``SummaryWriter.add_embedding``).
+"""TensorBoard's embedding projector (``ssl_app.projector``) at the end of ``fit``: a fixed, seeded
+subset of evaluation images with their embeddings, labels and thumbnails (``add_embedding``).
 
     <log_dir>/projector_config.pbtxt            which embeddings there are (TensorBoard reads it)
     <log_dir>/<step:05d>/projector_<split>/     tensors.tsv  metadata.tsv  sprite.png
@@ -9,7 +9,6 @@ The PROJECTOR tab then shows the space the loss made (PCA, t-SNE, UMAP), each po
 
 from __future__ import annotations
 
-import math
 from typing import Literal
 
 import lightning as L
@@ -23,31 +22,14 @@ from torch import Tensor
 from callbacks.embedding_pass import evaluation_mode, require_embedding_dataloader
 from callbacks.plots import find_tensorboard
 from ssl_app.errors import ConfigError
-
-#: TensorBoard's projector draws a sprite image of at most 8192 × 8192 pixels.
-MAX_SPRITE_SIDE = 8192
-MAX_SAMPLES = 10_000
-
-
-def projector_subset(n: int, max_samples: int, seed: int) -> Tensor:
-    """The sorted indices of ``min(n, max_samples)`` samples of a split of ``n``, drawn without
-    replacement by a generator seeded with ``seed``: the same subset at every call, in every run
-    of the same data."""
-    generator = torch.Generator().manual_seed(seed)
-    return torch.randperm(n, generator=generator)[:max_samples].sort().values
-
-
-def thumbnails(images: Tensor, size: int, mean: tuple | None, std: tuple | None) -> Tensor:
-    """[B, 3, size, size] images in [0, 1] for the sprite: the eval-transform images with their
-    normalisation undone (``mean``/``std``; ``None``: each image stretched to [0, 1])."""
-    images = images.float()
-    if mean is not None and std is not None:
-        images = images * torch.tensor(std).view(1, -1, 1, 1) + torch.tensor(mean).view(1, -1, 1, 1)
-    else:
-        low = images.amin(dim=(1, 2, 3), keepdim=True)
-        high = images.amax(dim=(1, 2, 3), keepdim=True)
-        images = (images - low) / (high - low).clamp(min=1e-12)
-    return F.interpolate(images, size=(size, size), mode="bilinear", antialias=True, align_corners=False).clamp(0, 1)
+from ssl_app.projector import (
+    DEFAULT_SAMPLES,
+    DEFAULT_THUMBNAIL,
+    check_projector_size,
+    projector_subset,
+    thumbnails,
+    write_projector,
+)
 
 
 class EmbeddingProjector(Callback):
@@ -75,24 +57,16 @@ class EmbeddingProjector(Callback):
         self,
         enabled: bool = True,
         split: Literal["train", "val", "test"] = "val",
-        max_samples: int = 1000,
+        max_samples: int = DEFAULT_SAMPLES,
         seed: int = 0,
-        thumbnail_size: int = 32,
+        thumbnail_size: int = DEFAULT_THUMBNAIL,
         features: Literal["projection", "backbone"] = "projection",
         on_evaluate: bool = False,
     ) -> None:
         super().__init__()
         if split not in ("train", "val", "test"):
             raise ConfigError(f"EmbeddingProjector: split must be train, val or test, got {split!r}")
-        if isinstance(max_samples, bool) or not isinstance(max_samples, int) or not 1 <= max_samples <= MAX_SAMPLES:
-            raise ConfigError(f"EmbeddingProjector: max_samples must be an int in [1, {MAX_SAMPLES}], got {max_samples!r}")
-        if isinstance(thumbnail_size, bool) or not isinstance(thumbnail_size, int) or not 4 <= thumbnail_size <= 128:
-            raise ConfigError(f"EmbeddingProjector: thumbnail_size must be an int in [4, 128], got {thumbnail_size!r}")
-        if math.ceil(math.sqrt(max_samples)) * thumbnail_size > MAX_SPRITE_SIDE:
-            raise ConfigError(
-                f"EmbeddingProjector: max_samples={max_samples} thumbnails of {thumbnail_size} px make a sprite wider than "
-                f"TensorBoard's {MAX_SPRITE_SIDE} px; lower max_samples or thumbnail_size"
-            )
+        check_projector_size(max_samples, thumbnail_size, "EmbeddingProjector", ("max_samples", "thumbnail_size"))
         if features not in ("projection", "backbone"):
             raise ConfigError(f"EmbeddingProjector: features must be projection or backbone, got {features!r}")
         self.enabled = bool(enabled)
@@ -130,16 +104,7 @@ class EmbeddingProjector(Callback):
         if tensorboard is None:
             rank_zero_warn("EmbeddingProjector: no TensorBoardLogger, so the projector is not written")
             return
-        embeddings, labels, indices, images = self.embed_subset(trainer, pl_module)
-        tensorboard.experiment.add_embedding(
-            embeddings,
-            metadata=[[str(int(label)), str(int(index))] for label, index in zip(labels, indices)],
-            metadata_header=["label", "index"],
-            label_img=images,
-            global_step=trainer.global_step,
-            tag=self.tag,
-        )
-        tensorboard.experiment.flush()
+        write_projector(tensorboard.experiment, *self.embed_subset(trainer, pl_module), self.tag, trainer.global_step)
 
     def embed_subset(self, trainer: L.Trainer, pl_module: L.LightningModule) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         """``(embeddings [M, d], labels [M], indices [M], thumbnails [M, 3, s, s])`` of the subset, on the CPU."""

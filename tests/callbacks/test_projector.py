@@ -13,8 +13,8 @@ from tensorboard.plugins.projector import projector_plugin
 from tensorboard.plugins.projector.projector_config_pb2 import ProjectorConfig
 
 from callbacks import EmbeddingProjector
-from callbacks.projector import projector_subset
 from ssl_app.errors import ConfigError
+from ssl_app.projector import projector_subset
 from tests.callbacks.helpers import embed_views, tensorboard, tiny_data, tiny_model, tiny_trainer
 
 SUBSET = 12
