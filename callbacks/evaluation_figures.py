@@ -13,6 +13,8 @@ side say which is which.
 
 from __future__ import annotations
 
+import math
+
 import lightning as L
 from torch import Tensor
 
@@ -55,10 +57,11 @@ class EvaluationFigures:
         current = None
         if not fitting:  # a validate/test evaluation is drawn, not recorded
             point = PlanePoint(trainer.current_epoch, report.value("uniformity"), report.value("tolerance"))
-            current = point if point.uniformity == point.uniformity and point.tolerance == point.tolerance else None
+            current = None if math.isnan(point.uniformity) or math.isnan(point.tolerance) else point
         figure = self.path.figure(figure_title(trainer, pl_module, "path on the uniformity–tolerance plane"), current)
         if figure is not None:
             experiment.add_figure(PLANE_PATH_TAG, figure, step, close=True)
-        if clean is not None and clean[0].shape[0] >= 2:
-            figure = spectrum_figure(local_spectra(*clean), figure_title(trainer, pl_module, "singular-value spectrum"))
+        spectra = local_spectra(*clean) if clean is not None else {}
+        if spectra:
+            figure = spectrum_figure(spectra, figure_title(trainer, pl_module, "singular-value spectrum"))
             experiment.add_figure(SPECTRUM_TAG, figure, step, close=True)

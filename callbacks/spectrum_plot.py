@@ -8,6 +8,7 @@ effective rank in the legend. Dimensional collapse (Jing et al., ICLR 2022) show
 
 from __future__ import annotations
 
+import torch
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from torch import Tensor
@@ -19,10 +20,13 @@ SPECTRUM_TAG = "figures/singular_value_spectrum"
 
 def local_spectra(clean: Tensor, backbone: Tensor | None) -> dict[str, Tensor]:
     """``{"projection": σ, "backbone": σ}`` of the gathered rows, on this process alone (no
-    collective: the caller is rank 0 only); the backbone's left out when ``None``."""
-    spectra = {"projection": singular_values(clean, rank=0, world_size=1)}
-    if backbone is not None and backbone.shape[0] > 0:
-        spectra["backbone"] = singular_values(backbone, rank=0, world_size=1, normalize=False)
+    collective: the caller is rank 0 only); non-finite rows are left out, as the metrics leave
+    them out; an input without 2 finite rows (or a ``None`` backbone) is left out."""
+    spectra = {}
+    for name, rows, normalize in (("projection", clean, True), ("backbone", backbone, False)):
+        rows = None if rows is None else rows[torch.isfinite(rows).all(dim=1)]
+        if rows is not None and rows.shape[0] >= 2:
+            spectra[name] = singular_values(rows, rank=0, world_size=1, normalize=normalize)
     return spectra
 
 

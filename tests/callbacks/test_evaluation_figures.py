@@ -10,7 +10,7 @@ import torch
 from callbacks import EmbeddingMetrics
 from callbacks.plane_path import PLANE_PATH_TAG, PlanePath, PlanePoint
 from callbacks.plots import figure_title, similarity_figure
-from callbacks.spectrum_plot import SPECTRUM_TAG, spectrum_figure
+from callbacks.spectrum_plot import SPECTRUM_TAG, local_spectra, spectrum_figure
 from ssl_app.errors import ConfigError
 from ssl_app.metrics.rank import power_law_exponent, singular_values
 from tests.callbacks.helpers import EPOCHS, events, last_scalars
@@ -80,3 +80,12 @@ def test_the_path_replaces_a_repeated_epoch_and_skips_unlabelled_points():
     path.add(1, 2.5, float("nan"))
     assert path.points == [PlanePoint(0, 2.0, 0.4)]
     assert PlanePath().figure("empty") is None
+
+
+def test_the_spectrum_leaves_out_non_finite_rows_and_a_missing_backbone():
+    clean = torch.randn(6, 4)
+    clean[2, 1] = float("nan")
+    spectra = local_spectra(clean, None)
+    assert list(spectra) == ["projection"]
+    assert torch.allclose(spectra["projection"], singular_values(clean[[0, 1, 3, 4, 5]]))
+    assert local_spectra(clean[:1], torch.full((1, 3), float("inf"))) == {}
