@@ -5,6 +5,7 @@
   effective rank on clean embeddings), histograms, a figure, and a collapse alarm with history.
 - ``KNNMonitor``: weighted kNN accuracy against the train split.
 - ``LongTailAccuracy``: a classifier's top-1 overall and on many/medium/few-shot classes (``lt/*``).
+- ``EmbeddingProjector``: a fixed subset of evaluation images, embedded, in TensorBoard's projector.
 
 They log values that are identical on every rank (``sync_dist=False``); under DDP Lightning
 advises an epoch-level sync for such values, which ``python -m ssl_app`` silences for the
@@ -15,5 +16,6 @@ Importing this package changes no global state, the warnings filter included.
 from callbacks.embedding_metrics import EmbeddingMetrics, embedding_report
 from callbacks.knn import KNNMonitor
 from callbacks.long_tail import LongTailAccuracy
+from callbacks.projector import EmbeddingProjector
 
-__all__ = ["EmbeddingMetrics", "KNNMonitor", "LongTailAccuracy", "embedding_report"]
+__all__ = ["EmbeddingMetrics", "EmbeddingProjector", "KNNMonitor", "LongTailAccuracy", "embedding_report"]

@@ -23,9 +23,10 @@ from callbacks.collapse import (
     random_points_uniformity,
 )
 from callbacks.embedding_pass import embed_split, require_embedding_dataloader
+from callbacks.evaluation_figures import EvaluationFigures
 from callbacks.gather import SampleBuffer, Samples
 from callbacks.labels import missing_labels, say_skipped
-from callbacks.plots import find_tensorboard, similarity_figure
+from callbacks.plots import SIMILARITY_RANGE, find_tensorboard
 from callbacks.schedule import check_every_n_epochs, evaluation_due
 from ssl_app.checkpointing import first_nonfinite
 from ssl_app.errors import ConfigError, NonFiniteError
@@ -154,7 +155,11 @@ class EmbeddingMetrics(Callback):
     ``similarity/top{k}_negative`` and ``similarity/negative`` (every negative z_a,i·z_b,j,
     j ≠ i: N(N−1) values in 200 fixed bins over [−1, 1], counted on the device from the top-k
     search's own blocks and summed over ranks; the report's relative-penalty curve reads it),
-    the figure ``similarity/positive_vs_top{k}_negative`` and,
+    the figures (``callbacks.evaluation_figures``; every title names the run and its loss/τ)
+    ``similarity/positive_vs_top{k}_negative`` (fixed x-range ``similarity_range`` and bins),
+    ``figures/uniformity_tolerance_path`` (the run's path on the uniformity–tolerance plane, kept
+    in the checkpoint state, fixed axes) and ``figures/singular_value_spectrum`` (σ_i/σ_1 of the
+    clean embeddings and backbone features, log–log, with α and the effective rank) and,
     once, the text ``metrics/inputs`` listing each tag's formula and inputs (rank 0; needs a
     TensorBoardLogger).
 
@@ -181,7 +186,7 @@ class EmbeddingMetrics(Callback):
         uniformity_inputs: ``clean`` or ``augmented``: what uniformity, tolerance and the
             effective rank are computed on (see above).
         log_histograms: log the histograms (``similarity/negative`` costs one bincount per
-            similarity block of the top-k search) and the figure.
+            similarity block of the top-k search) and the figures.
         collapse_uniformity: collapsed if uniformity is below this (``None``: off).
         collapse_alignment: collapsed if alignment is below this while uniformity is below
             ``collapse_alignment_uniformity`` (``None``: off).
@@ -211,6 +216,9 @@ class EmbeddingMetrics(Callback):
             step and the first non-finite parameter or buffer) when any embedding is NaN/inf:
             training on would only write a non-finite state (``false``: evaluate the finite
             ones, warn, and train on).
+        similarity_range: the x-range ``[low, high]`` of the similarity figure (default
+            [−1, 1]; −1 ≤ low < high ≤ 1), the same at every epoch and in every run; values
+            outside it are counted in its edge bins.
     """
 
     def __init__(
@@ -234,6 +242,7 @@ class EmbeddingMetrics(Callback):
         stop_on_collapse: bool = False,
         stop_on_nonfinite: bool = True,
         negatives_from: NegativesFrom = "views",
+        similarity_range: tuple[float, float] = SIMILARITY_RANGE,
     ) -> None:
         super().__init__()
         every_n_epochs = check_every_n_epochs(every_n_epochs, "EmbeddingMetrics")
@@ -274,6 +283,8 @@ class EmbeddingMetrics(Callback):
         self._warned_no_labels = False
         self._labels_missing = False
         self._described_inputs = False
+        self.figures = EvaluationFigures(similarity_range)
+        self._clean_rows: tuple[Tensor, Tensor | None] | None = None  # the last clean pass, for the spectrum
 
     @property
     def criteria(self) -> CollapseCriteria:
@@ -295,13 +306,15 @@ class EmbeddingMetrics(Callback):
         return self._generate_state_key(split=self.split, uniformity_inputs=self.uniformity_inputs)
 
     def state_dict(self) -> dict[str, Any]:
-        return {"uniformity_inputs": self.uniformity_inputs, **self.alarm.state_dict()}
+        path = self.figures.path.state_dict()  # the plane's path, so a resumed run keeps it
+        return {"uniformity_inputs": self.uniformity_inputs, **self.alarm.state_dict(), "plane_path": path}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         if state_dict.get("uniformity_inputs", self.uniformity_inputs) != self.uniformity_inputs:
             rank_zero_warn("EmbeddingMetrics: the checkpoint's collapse history used other uniformity_inputs; starting a new one")
             return
         self.alarm.load_state_dict(state_dict)
+        self.figures.path.load_state_dict(state_dict.get("plane_path", []))
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         reason = missing_labels(trainer)
@@ -395,9 +408,11 @@ class EmbeddingMetrics(Callback):
         histogram = SimilarityHistogram() if self.log_histograms else None
         if self.uniformity_inputs == "clean":
             clean = self.clean_samples(trainer, pl_module, split, views)
+            self._clean_rows = (clean.view_features(0), clean.backbone)
             return embedding_report(
                 za, zb, views.labels, self.top_k, clean.view_features(0), clean.labels, clean.backbone, train, histogram
             )
+        self._clean_rows = (za, None)
         return embedding_report(za, zb, views.labels, self.top_k, train=train, negative_histogram=histogram)
 
     def train_embeddings(self, trainer: L.Trainer, pl_module: L.LightningModule) -> Tensor:
@@ -418,6 +433,8 @@ class EmbeddingMetrics(Callback):
         evidence = collapse_evidence(report)
         fitting = trainer.state.fn == TrainerFn.FITTING
         best_before = self.alarm.best_uniformity
+        if fitting:
+            self.figures.record(report, trainer.current_epoch)
         modes = self.alarm.judge(evidence, trainer.current_epoch, record=fitting, loss=self._loss_evidence(trainer, pl_module))
         scalars = {f"metrics/{tag}": value for tag, value in report.scalars().items()}
         scalars["metrics/nonfinite"] = float(report.nonfinite)
@@ -449,7 +466,8 @@ class EmbeddingMetrics(Callback):
             )
         self._describe_inputs(trainer)
         if self.log_histograms:
-            self._log_distributions(trainer, report)
+            self._log_distributions(trainer, pl_module, report)
+        self._clean_rows = None
         if modes:
             self._on_collapse(trainer, evidence, modes, best_before, dim=views.features.shape[-1])
 
@@ -477,20 +495,18 @@ class EmbeddingMetrics(Callback):
             tensorboard.experiment.add_text("metrics/inputs", table, trainer.global_step)
 
     @rank_zero_only
-    def _log_distributions(self, trainer: L.Trainer, report: EmbeddingReport) -> None:
+    def _log_distributions(self, trainer: L.Trainer, pl_module: L.LightningModule, report: EmbeddingReport) -> None:
         tensorboard = self._tensorboard(trainer)
         positive, negatives = report["pos_sim"], report["neg_sim"]
         if tensorboard is None or negatives.dim() != 2 or negatives.numel() == 0:
             return
-        step, k = trainer.global_step, negatives.shape[1]
-        experiment = tensorboard.experiment
+        step, experiment = trainer.global_step, tensorboard.experiment
         experiment.add_histogram("similarity/positive", positive.float().cpu(), step)
         experiment.add_histogram(f"similarity/top{self.top_k}_negative", negatives.float().cpu().flatten(), step)
         if report.negative_histogram is not None:
             log_negative_histogram(experiment, report.negative_histogram, step)
-        title = f"epoch {trainer.current_epoch}: positive vs top-{k} negative similarity"
-        figure = similarity_figure(positive, negatives, k, title)
-        experiment.add_figure(f"similarity/positive_vs_top{self.top_k}_negative", figure, step, close=True)
+        fitting = trainer.state.fn == TrainerFn.FITTING
+        self.figures.log(experiment, trainer, pl_module, report, self._clean_rows, fitting)
 
     def _on_collapse(
         self, trainer: L.Trainer, e: CollapseEvidence, modes: dict[str, list[str]], best_before: float, dim: int

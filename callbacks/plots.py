@@ -1,7 +1,8 @@
-"""The TensorBoard side of the metrics: finding the logger, histograms, and the Fig. 8 overlay."""
+"""The TensorBoard side of the metrics: finding the logger, naming the run, and the Fig. 8 overlay."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Optional
 
 import lightning as L
@@ -11,30 +12,84 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from torch import Tensor
 
+from ssl_app.errors import ConfigError
+
+#: The similarity figure's default x-range: a cosine similarity lies in [−1, 1].
+SIMILARITY_RANGE = (-1.0, 1.0)
+#: Bins of the similarity figure over its x-range (fixed, so every epoch and run bins alike).
+SIMILARITY_BINS = 50
+
 
 def find_tensorboard(trainer: L.Trainer) -> Optional[TensorBoardLogger]:
     """The first TensorBoardLogger among the trainer's loggers, or None."""
     return next((logger for logger in trainer.loggers if isinstance(logger, TensorBoardLogger)), None)
 
 
-def similarity_figure(positive: Tensor, negatives: Tensor, k: int, title: str) -> Figure:
+def run_name(trainer: L.Trainer) -> str:
+    """The run as a reader finds it: the last two parts of the TensorBoard log folder
+    (``<name>/version_<n>``, or a sweep's ``<point>/seed<k>``); ``run`` without a TensorBoardLogger."""
+    tensorboard = find_tensorboard(trainer)
+    if tensorboard is None:
+        return "run"
+    parts = Path(tensorboard.log_dir).parts
+    return "/".join(parts[-2:])
+
+
+def loss_label(pl_module: L.LightningModule) -> str:
+    """The module's loss and its hyper-parameters as ``InfoNCE τ=0.5`` (``""`` without a loss).
+
+    Values are formatted with ``str`` (a τ may be a number or a policy object); ``temperature``
+    is written τ.
+    """
+    loss = getattr(pl_module, "loss", None)
+    if loss is None or not hasattr(loss, "hparams"):
+        return ""
+    words = [("τ" if name == "temperature" else name) + f"={value}" for name, value in loss.hparams().items()]
+    return " ".join([type(loss).__name__, *words])
+
+
+def figure_title(trainer: L.Trainer, pl_module: L.LightningModule, subject: str) -> str:
+    """``<run> (<loss label>)`` over ``epoch <e>: <subject>`` (two lines): every figure names its run and loss."""
+    label = loss_label(pl_module)
+    return f"{run_name(trainer)}" + (f" ({label})" if label else "") + f"\nepoch {trainer.current_epoch}: {subject}"
+
+
+def check_similarity_range(x_range, owner: str) -> tuple[float, float]:
+    """``x_range`` as two floats; ``ConfigError`` unless −1 ≤ low < high ≤ 1."""
+    try:
+        low, high = (float(value) for value in x_range)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{owner}: similarity_range must be two numbers [low, high], got {x_range!r}") from None
+    if not -1.0 <= low < high <= 1.0:
+        raise ConfigError(f"{owner}: similarity_range must satisfy -1 <= low < high <= 1, got {x_range!r}")
+    return low, high
+
+
+def similarity_figure(
+    positive: Tensor, negatives: Tensor, k: int, title: str, x_range: tuple[float, float] = SIMILARITY_RANGE
+) -> Figure:
     """Overlaid density histograms of positive and top-k negative similarities (Wang & Liu, Fig. 8).
 
-    Built on the Agg canvas directly, without pyplot, so no global backend is switched and no
-    figure is registered anywhere; the caller hands it to ``add_figure`` (which closes it).
+    The x-axis is ``x_range`` (default [−1, 1]) with ``SIMILARITY_BINS`` equal bins, whatever the
+    values, so the figures of every epoch and every run share their axes and bins; values outside
+    the range are counted in its edge bins (clipped), so no sample disappears. Built on the Agg
+    canvas directly, without pyplot, so no global backend is switched and no figure is registered
+    anywhere; the caller hands it to ``add_figure`` (which closes it).
     """
+    low, high = x_range
     pos = positive.detach().float().cpu().numpy()
     neg = negatives.detach().float().cpu().numpy().ravel()
-    low = float(min(pos.min(), neg.min()))
-    bins = np.linspace(low, 1.0, 51) if low < 1.0 else np.linspace(0.99, 1.0, 51)
+    bins = np.linspace(low, high, SIMILARITY_BINS + 1)
     figure = Figure(figsize=(5.5, 3.5), dpi=100)
     FigureCanvasAgg(figure)
     axes = figure.add_subplot()
-    axes.hist(pos, bins=bins, density=True, alpha=0.55, color="tab:blue", label=f"positive (mean {pos.mean():.3f})")
-    axes.hist(neg, bins=bins, density=True, alpha=0.55, color="tab:red", label=f"top-{k} negatives (mean {neg.mean():.3f})")
+    for values, colour, name in ((pos, "tab:blue", "positive"), (neg, "tab:red", f"top-{k} negatives")):
+        shown = np.clip(values, low, high)
+        axes.hist(shown, bins=bins, density=True, alpha=0.55, color=colour, label=f"{name} (mean {values.mean():.3f})")
+    axes.set_xlim(low, high)
     axes.set_xlabel("cosine similarity")
     axes.set_ylabel("density")
-    axes.set_title(title)
+    axes.set_title(title, fontsize="small")
     axes.legend(loc="upper left", fontsize="small")
     figure.tight_layout()
     return figure

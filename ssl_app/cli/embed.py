@@ -24,7 +24,7 @@ import importlib
 import io
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
@@ -36,6 +36,14 @@ from torch.utils.data import DataLoader, Dataset
 from ssl_app.cli.export import OneLineParser, TrainedEncoder, add_import_option, check_output, load_encoder, run_command
 from ssl_app.errors import ConfigError, OutputError, causes, find_cause
 from ssl_app.normalisation import KEYS, settle_input, shown
+from ssl_app.projector import (
+    DEFAULT_SAMPLES,
+    DEFAULT_THUMBNAIL,
+    check_projector_size,
+    projector_subset,
+    thumbnails,
+    write_projector,
+)
 from ssl_app.runs.atomic import atomic_file
 from ssl_app.trust import import_trusted, is_known_class
 
@@ -165,6 +173,7 @@ class _single_view:  # noqa: N801 - a thin iterable adapter
 
     def __init__(self, loader: DataLoader) -> None:
         self.loader = loader
+        self.dataset = loader.dataset  # its length: how many images there are
 
     def __len__(self) -> int:
         return len(self.loader)
@@ -204,17 +213,40 @@ def choose_device(name: str) -> torch.device:
     return torch.device(name)
 
 
+@dataclass
+class ProjectorRequest:
+    """``--projector``: the subset ``chosen`` (indices in the data) whose ``thumbnail_size``-pixel
+    thumbnails ``embed`` keeps (``mean``/``std``: the normalisation to undo), in ``thumbnails``."""
+
+    folder: Path
+    chosen: torch.Tensor
+    thumbnail_size: int
+    mean: Optional[Sequence[float]]
+    std: Optional[Sequence[float]]
+    thumbnails: list[torch.Tensor] = field(default_factory=list)
+
+
 @torch.inference_mode()
 def embed(
-    encoder: TrainedEncoder, data: EmbeddingData, device: torch.device, projections: bool, progress: bool = True
+    encoder: TrainedEncoder,
+    data: EmbeddingData,
+    device: torch.device,
+    projections: bool,
+    progress: bool = True,
+    projector: Optional[ProjectorRequest] = None,
 ) -> dict[str, np.ndarray]:
-    """Every batch of ``data`` through the backbone (and head): the arrays the ``.npz`` holds."""
+    """Every batch of ``data`` through the backbone (and head): the arrays the ``.npz`` holds
+    (``projector``: also keep the thumbnails of its subset, in index order)."""
     from tqdm import tqdm
 
     backbone = encoder.backbone.to(device).eval()
     head = encoder.head.to(device).eval() if projections and encoder.head is not None else None
     features, projected, labels, indices = [], [], [], []
     for images, batch_labels, batch_indices in tqdm(data.loader, desc="embed", unit="batch", disable=not progress):
+        if projector is not None:
+            keep = torch.isin(torch.as_tensor(batch_indices), projector.chosen)
+            if keep.any():
+                projector.thumbnails.append(thumbnails(images[keep], projector.thumbnail_size, projector.mean, projector.std))
         batch = backbone(images.to(device, non_blocking=True)).float()
         features.append(batch.cpu())
         if head is not None:
@@ -262,6 +294,17 @@ def parser() -> OneLineParser:
     parser.add_argument("--num-workers", type=int, default=None, help="DataLoader workers (default: the run's; 0 for --data)")
     parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto", help="auto: cuda when available")
     parser.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
+    parser.add_argument(
+        "--projector",
+        metavar="DIR",
+        help="also write a seeded subset to TensorBoard's projector in DIR (tensorboard --logdir DIR): the projections "
+        "with --projections, else the features; labels, indices and thumbnails",
+    )
+    parser.add_argument("--projector-samples", type=int, default=DEFAULT_SAMPLES, help="images in the projector (default 1000)")
+    parser.add_argument("--projector-seed", type=int, default=0, help="the projector subset's seed (default 0)")
+    parser.add_argument(
+        "--thumbnail-size", type=int, default=DEFAULT_THUMBNAIL, help="sprite thumbnails' side in px (default 32)"
+    )
     add_import_option(parser)
     return parser
 
@@ -291,7 +334,40 @@ def write_features(options: Any) -> list[str]:
         data = folder_data(Path(options.data), encoder, options.batch_size, options.num_workers or 0)
     else:
         data = run_data(encoder, options.split, options.batch_size, options.num_workers)
-    arrays = embed(encoder, data, device, options.projections)
+    request = projector_request(options, encoder, len(data.loader.dataset)) if options.projector else None
+    arrays = embed(encoder, data, device, options.projections, projector=request)
     write_npz(target, arrays)
     shape = "×".join(str(n) for n in arrays["features"].shape)
-    return [input_line(encoder), f"Wrote {target}: features {shape} of {data.description}, on {device}"]
+    lines = [input_line(encoder), f"Wrote {target}: features {shape} of {data.description}, on {device}"]
+    if request is not None:
+        tag = "projector_folder" if options.data is not None else f"projector_{options.split}"
+        lines.append(write_embed_projector(request, arrays, tag))
+    return lines
+
+
+def projector_request(options: Any, encoder: TrainedEncoder, size: int) -> ProjectorRequest:
+    """``--projector``'s subset of the ``size`` images, its options checked."""
+    check_projector_size(options.projector_samples, options.thumbnail_size, "embed", ("--projector-samples", "--thumbnail-size"))
+    folder = Path(options.projector)
+    if folder.exists() and not folder.is_dir():
+        raise ConfigError(f"--projector: {folder} is not a folder")
+    resolved = encoder.meta.get("input") or {}
+    chosen = projector_subset(size, options.projector_samples, options.projector_seed)
+    return ProjectorRequest(folder, chosen, options.thumbnail_size, resolved.get("mean"), resolved.get("std"))
+
+
+def write_embed_projector(request: ProjectorRequest, arrays: dict[str, np.ndarray], tag: str) -> str:
+    """Write the subset's rows (the projections if saved, else the features) to the projector."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    rows = np.flatnonzero(np.isin(arrays["indices"], request.chosen.numpy()))
+    vectors = torch.from_numpy(arrays.get("projections", arrays["features"])[rows])
+    labels, indices = torch.from_numpy(arrays["labels"][rows]), torch.from_numpy(arrays["indices"][rows])
+    try:
+        with SummaryWriter(log_dir=str(request.folder)) as writer:
+            write_projector(writer, vectors, labels, indices, torch.cat(request.thumbnails), tag, step=0)
+    except OSError as error:
+        raise OutputError(f"cannot write the projector to {request.folder}: {error.strerror or error}") from error
+    return (
+        f"Wrote {len(rows)} images to TensorBoard's projector in {request.folder} ({tag}; tensorboard --logdir {request.folder})"
+    )

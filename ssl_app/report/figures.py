@@ -7,8 +7,9 @@ Each ``draw_*`` function returns a ``FigureResult``: the file it wrote, or why i
 from __future__ import annotations
 
 import math
+import textwrap
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -24,6 +25,11 @@ from ssl_app.report.runs import Run
 from ssl_app.report.summary import EPOCH_TAG, Row, TableColumn, resolve_columns, summarise
 
 POSITIVE_TAG = "similarity/positive"
+#: The similarity panels' shared x-range and bins: every configuration on the same axes.
+SIMILARITY_EDGES = np.linspace(-1.0, 1.0, 51)
+#: The least y-span of the panels against τ, so a negligible difference does not look steep: a
+#: tenth of uniformity's range [0, 4] (docs/science.md) and a twentieth of tolerance's [−1, 1].
+MIN_SPAN = {"uniformity": 0.4, "tolerance": 0.1}
 CURVES_PER_LINE = 4  # panels per line of the metric-curves figure
 DPI = 110
 
@@ -36,11 +42,13 @@ def curve_columns(rows: list[Row]) -> list[TableColumn]:
 
 @dataclass(frozen=True)
 class FigureResult:
-    """``path`` of the PNG written, or None and ``note`` saying why the figure was skipped."""
+    """``path`` of the PNG written, or None and ``note`` saying why the figure was skipped;
+    ``figure``: the matplotlib figure drawn (for reading its axes)."""
 
     name: str
     path: Path | None
     note: str = ""
+    figure: Figure | None = field(default=None, compare=False, repr=False)
 
 
 def draw_all(
@@ -83,6 +91,15 @@ def paper_points(matches: list[Match]) -> list[PaperPoint]:
     return points
 
 
+#: What the penalty figure's counts are, and why they differ from ``loss/used_negatives``.
+PENALTY_COUNTS = (
+    "Negatives per anchor counted in the evaluation (EmbeddingMetrics): each of the N evaluation samples' first view "
+    "against the other N − 1 samples' second views (N − 1, e.g. 499 for 500 samples; top-k: its k hardest). "
+    "The training loss's loss/used_negatives counts a training batch's candidates instead: 2(B − 1) for SimCLR's two "
+    "views of B images (254 at B = 128), the queue or bank for MoCo and the memory bank, K for a loss that keeps K."
+)
+
+
 def draw_penalty_curves(rows: list[Row], path: Path, title: str | None) -> FigureResult:
     """The relative penalty r(s) against s, one curve per τ, one panel per loss (see
     ``ssl_app.report.penalty`` for what is computed from which histograms)."""
@@ -112,6 +129,7 @@ def draw_penalty_curves(rows: list[Row], path: Path, title: str | None) -> Figur
         axis.grid(alpha=0.3)
         axis.legend(fontsize="small")
     kinds = sorted({"all negatives" if curve.negatives == "all" else "top-k negatives" for curve in curves})
+    figure.supxlabel(textwrap.fill(PENALTY_COUNTS, width=int(16 * figure.get_figwidth())), fontsize="x-small")
     return _save(figure, path, title, f"relative penalty r(s) over {' / '.join(kinds)}, final epoch")
 
 
@@ -140,8 +158,8 @@ def draw_hardness_profiles(rows: list[Row], path: Path, title: str | None) -> Fi
 def _negatives_words(curve) -> str:
     """Which negatives a penalty curve's N(i) holds, for its legend entry."""
     if curve.negatives == "all":
-        return f"all {curve.k:.0f} negatives"
-    return f"top-{curve.negatives.removeprefix('top')} negatives"
+        return f"all {curve.k:.0f} evaluation negatives per anchor"
+    return f"top-{curve.negatives.removeprefix('top')} evaluation negatives per anchor"
 
 
 def draw_against_temperature(rows: list[Row], path: Path, colours: dict[str, str], title: str | None) -> FigureResult:
@@ -181,6 +199,7 @@ def draw_against_temperature(rows: list[Row], path: Path, colours: dict[str, str
         axis.set_xlabel("temperature τ")
         axis.set_ylabel(label)
         axis.grid(alpha=0.3)
+        widen_to(axis, MIN_SPAN[key])
     axes[0].legend(fontsize="small")
     return _save(figure, path, title, "uniformity and tolerance against τ")
 
@@ -232,7 +251,8 @@ def draw_similarity_distributions(rows: list[Row], path: Path, title: str | None
     """Positive vs top-k negative similarity densities of the final epoch (Wang & Liu, Fig. 8).
 
     One panel per configuration (seeds pooled), one line of panels per loss, τ left to right;
-    each run's k is its own ``EmbeddingMetrics.top_k``.
+    each run's k is its own ``EmbeddingMetrics.top_k``. Every panel has the same x-range [−1, 1],
+    the same 50 bins (``SIMILARITY_EDGES``) and the same y-range (the largest density of any panel).
     """
     panels = [(row, _final(row.runs, POSITIVE_TAG), _final(row.runs, NEGATIVE_TAG)) for row in rows]
     panels = [(row, pos, neg) for row, pos, neg in panels if pos and neg]
@@ -244,6 +264,7 @@ def draw_similarity_distributions(rows: list[Row], path: Path, title: str | None
         lines[panel[0].configuration.series].append(panel)
     width = max(len(line) for line in lines.values())
     figure, axes = _figure(len(lines), width, (3.4 * width, 2.6 * len(lines)), squeeze=False)
+    edges, highest = SIMILARITY_EDGES, 0.0
     for line_index, line in enumerate(lines.values()):
         for column in range(width):
             axis = axes[line_index][column]
@@ -251,24 +272,31 @@ def draw_similarity_distributions(rows: list[Row], path: Path, title: str | None
                 axis.set_visible(False)
                 continue
             row, positives, negatives = line[column]
-            edges = _common_edges(positives + negatives)
             top_k = "/".join(sorted({str(run.options.top_k) for run in row.runs}, key=int))
             for histograms, colour, name in ((positives, "tab:blue", "positive"), (negatives, "tab:red", f"top-{top_k} neg.")):
                 density, mean = _pooled_density(histograms, edges)
+                highest = max(highest, float(density.max(initial=0.0)))
                 axis.stairs(density, edges, fill=True, alpha=0.5, color=colour, label=f"{name} ({mean:.3f})")
             axis.set_title(f"{row.configuration.label} (n={len(positives)})", fontsize="small")
             axis.set_xlabel("cosine similarity", fontsize="small")
+            axis.set_ylabel("density", fontsize="small")
             axis.legend(fontsize="x-small", loc="upper left")
+    for axis in axes.ravel():
+        axis.set_xlim(edges[0], edges[-1])
+        axis.set_ylim(0.0, 1.05 * highest or 1.0)
     return _save(figure, path, title, "positive vs top-k negative similarities, final epoch")
 
 
 def draw_metric_curves(rows: list[Row], path: Path, title: str | None) -> FigureResult:
     """Every per-epoch metric (``curve_columns``: kNN accuracy and the registered metrics) over
-    epochs, one panel each, one line (own colour) per configuration: mean over seeds, band ± std."""
-    columns = curve_columns(rows)
-    curves = [[(row, _mean_curve(row.runs, column)) for row in rows] for column in columns]
-    if not any(curve for pairs in curves for _, curve in pairs):
+    epochs, one panel each, one line (own colour) per configuration: mean over seeds, band ± std.
+    A metric no run logged (e.g. the train-set negatives without ``negatives_from: train``) gets
+    no panel."""
+    panels = [(column, [(row, _mean_curve(row.runs, column)) for row in rows]) for column in curve_columns(rows)]
+    panels = [(column, pairs) for column, pairs in panels if any(curve for _, curve in pairs)]  # no empty panel
+    if not panels:
         return FigureResult(path.name, None, "skipped: no run logged a per-epoch metric (metrics/*)")
+    columns, curves = [column for column, _ in panels], [pairs for _, pairs in panels]
     ncols = min(CURVES_PER_LINE, len(columns))
     nrows = math.ceil(len(columns) / ncols)
     figure, axes = _figure(nrows, ncols, (5 * ncols, 4.2 * nrows))
@@ -293,6 +321,14 @@ def draw_metric_curves(rows: list[Row], path: Path, title: str | None) -> Figure
     return _save(figure, path, title, "metrics over epochs")
 
 
+def widen_to(axis, span: float) -> None:
+    """Widen the y-range of ``axis`` about its centre to at least ``span``."""
+    low, high = axis.get_ylim()
+    if high - low < span:
+        centre = (low + high) / 2
+        axis.set_ylim(centre - span / 2, centre + span / 2)
+
+
 def _figure(nrows: int, ncols: int, size: tuple[float, float], squeeze: bool = True):
     figure = Figure(figsize=size, dpi=DPI, layout="constrained")
     FigureCanvasAgg(figure)
@@ -303,7 +339,7 @@ def _figure(nrows: int, ncols: int, size: tuple[float, float], squeeze: bool = T
 def _save(figure: Figure, path: Path, title: str | None, subject: str) -> FigureResult:
     figure.suptitle(f"{title}: {subject}" if title else subject)
     figure.savefig(path, format="png")
-    return FigureResult(path.name, path)
+    return FigureResult(path.name, path, figure=figure)
 
 
 def _series_colours(rows: list[Row]) -> dict[str, str]:
@@ -320,14 +356,6 @@ def _final(runs: list[Run], tag: str) -> list[Histogram]:
         if histograms:
             found.append(histograms[-1])
     return found
-
-
-def _common_edges(histograms: list[Histogram], bins: int = 60) -> np.ndarray:
-    low = min(float(h.edges[0]) for h in histograms)
-    high = max(float(h.edges[-1]) for h in histograms)
-    if high - low < 1e-6:
-        low, high = low - 0.005, high + 0.005
-    return np.linspace(low, high, bins + 1)
 
 
 def _pooled_density(histograms: list[Histogram], edges: np.ndarray) -> tuple[np.ndarray, float]:

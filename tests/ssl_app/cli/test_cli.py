@@ -79,7 +79,10 @@ def test_quickstart_logs_every_metric_tag_every_epoch(trained_run):
         assert len(events.Scalars(f"metrics/{name}")) == epochs, name
     for tag in ["similarity/positive", "similarity/top10_negative"]:
         assert len(events.Histograms(tag)) == epochs, tag
-    assert len(events.Images("similarity/positive_vs_top10_negative")) == epochs
+    for tag in ["similarity/positive_vs_top10_negative", "figures/uniformity_tolerance_path", "figures/singular_value_spectrum"]:
+        assert len(events.Images(tag)) == epochs, tag
+    assert len(events.Scalars("metrics/spectrum_alpha")) == epochs
+    assert "projector_val" in (trained_run / "projector_config.pbtxt").read_text()  # EmbeddingProjector at the end of fit
 
 
 @pytest.mark.slow

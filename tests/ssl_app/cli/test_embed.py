@@ -157,3 +157,38 @@ def test_the_cli_exports_and_embeds_a_fitted_run(tmp_path, capsys):
     with np.load(tmp_path / "features.npz") as features:
         assert features["features"].shape == (64, saved["meta"]["feature_dim"])  # the run's test split (TINY: 64)
         assert saved["meta"]["input"]["crop_size"] == 32 and (features["labels"] >= 0).all()
+
+
+def test_projector_writes_the_seeded_subset_of_the_saved_rows(checkpoint, tmp_path):
+    """Catches projector rows out of step with the .npz (another subset, order or vectors) and a
+    config pointing at files that are not there."""
+    from google.protobuf import text_format
+    from tensorboard.plugins.projector import projector_plugin
+    from tensorboard.plugins.projector.projector_config_pb2 import ProjectorConfig
+
+    from ssl_app.projector import projector_subset
+
+    board = tmp_path / "board"
+    saved = embed(
+        "--ckpt", str(checkpoint), "--projections", "--projector", str(board), "--projector-samples", "5",
+        "--thumbnail-size", "8", str(tmp_path / "f.npz"),
+    )  # fmt: skip
+    [entry] = text_format.Parse((board / "projector_config.pbtxt").read_text(), ProjectorConfig()).embeddings
+    assert entry.tensor_name.startswith("projector_test")
+    for path in (entry.tensor_path, entry.metadata_path, entry.sprite.image_path):
+        assert (board / path).is_file(), path
+    chosen = projector_subset(len(saved["indices"]), 5, seed=0).numpy()
+    tensor = projector_plugin._read_tensor_tsv_file(str(board / entry.tensor_path))
+    assert np.allclose(tensor, saved["projections"][chosen], atol=1e-5)
+    rows = [line.split("\t") for line in (board / entry.metadata_path).read_text().splitlines()[1:]]
+    assert [int(i) for _, i in rows] == saved["indices"][chosen].tolist()
+    assert [int(label) for label, _ in rows] == saved["labels"][chosen].tolist()
+    err = io.StringIO()
+    assert (
+        main(
+            ["--ckpt", str(checkpoint), "--out", str(tmp_path / "g.npz"), "--projector", str(board), "--thumbnail-size", "2"],
+            err=err,
+        )
+        == 2
+    )
+    assert err.getvalue().count("\n") == 1 and "--thumbnail-size" in err.getvalue()

@@ -27,6 +27,8 @@ EPOCH_METRICS = (
     "top10_neg_sim",
     "effective_rank",
     "effective_rank_backbone",
+    "spectrum_alpha",
+    "spectrum_alpha_backbone",
     "top10_train_neg_sim",
 )
 

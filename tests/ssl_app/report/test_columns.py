@@ -75,7 +75,8 @@ def test_columns_are_table_1_in_its_order_then_the_other_registered_metrics(thro
     """Catches the registry's order (alignment first) leaking into the table, or a later metric
     pushed in among the paper's columns."""
     keys = [column.key for column in table_columns()]
-    assert keys == [*TABLE_ORDER, "effective_rank", "effective_rank_backbone", "top{k}_train_neg_sim", THROWAWAY]
+    spectrum = ["effective_rank", "effective_rank_backbone", "spectrum_alpha", "spectrum_alpha_backbone"]
+    assert keys == [*TABLE_ORDER, *spectrum, "top{k}_train_neg_sim", THROWAWAY]
     registered = list(EMBEDDING_METRICS)
     assert registered.index("alignment") < registered.index("uniformity")  # so the order above is the table's own
 

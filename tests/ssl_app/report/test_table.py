@@ -23,6 +23,8 @@ EPOCH_COLUMNS = {
     "top10_neg_sim": ("top10_neg_sim", 1, 3),
     "effective_rank": ("effective_rank", 1, 3),
     "effective_rank_backbone": ("effective_rank_backbone", 1, 3),
+    "spectrum_alpha": ("spectrum_alpha", 1, 3),
+    "spectrum_alpha_backbone": ("spectrum_alpha_backbone", 1, 3),
     "top10_train_neg_sim": ("top10_train_neg_sim", 1, 3),
 }
 
