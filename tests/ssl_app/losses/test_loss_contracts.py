@@ -141,7 +141,7 @@ def test_temperature_errors_name_the_owner():
 
 def test_a_temperature_policy_gives_the_loss_at_the_tau_in_force(loss_first_case):
     """Catches a loss that reads a number where a policy is in force (the policy object, or the
-    schedule's start), diagnostics that do not report that τ, a learnable τ that gets no gradient,
+    schedule's start), diagnostics that do not report that τ or are not computed at it, a learnable τ that gets no gradient,
     and a loss without a temperature that reports one. Every registered loss whose constructor has a
     ``temperature`` (tests/generic.py), none named."""
     case = loss_first_case
@@ -167,6 +167,9 @@ def test_a_temperature_policy_gives_the_loss_at_the_tau_in_force(loss_first_case
     at_half = ready(Constant(0.5))(handover(), with_stats=True)
     torch.testing.assert_close(result.value, at_half.value)
     assert result.stats["temperature"].item() == pytest.approx(0.5) and at_half.stats["temperature"].item() == 0.5
+    # the τ-dependent diagnostics at the τ in force: effective negatives, the measured hardness profile
+    torch.testing.assert_close(result.stats["effective_negatives"], at_half.stats["effective_negatives"])
+    torch.testing.assert_close(result.hardness, at_half.hardness)
     assert not torch.isclose(ready(Constant(0.8))(handover()).value, at_half.value)  # the start τ differs
     learnable = ready(Learnable(init=0.5))
     value = learnable(handover()).value
