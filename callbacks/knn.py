@@ -107,9 +107,9 @@ class KNNMonitor(Callback):
         self.groups = {}
         if self.shot_groups and callable(read_counts):
             self.groups = named_groups(read_counts(), self.many_shot_above, self.few_shot_below)
-            k = f"tail_k={self.tail_k}" if self.tail_k is not None else f"k={self.k}"
-            line = groups_line("KNNMonitor", "metrics/knn_", self.groups, self.many_shot_above, self.few_shot_below)
-            rank_zero_info(f"{line} (the {k} vote)")
+            vote = f"tail_k={self.tail_k}" if self.tail_k is not None else f"k={self.k}"
+            who = f"KNNMonitor (groups of the {vote} vote)"
+            rank_zero_info(groups_line(who, "metrics/knn_", self.groups, self.many_shot_above, self.few_shot_below))
 
     def on_validation_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if evaluation_due(trainer, self.every_n_epochs):
