@@ -9,7 +9,9 @@ Where the columns come from (``table_columns``), in this order:
 1. Table 1 of Wang & Liu (``TABLE_ORDER``): linear top-1, kNN, uniformity, tolerance,
    alignment, positive similarity, top-k negative similarity, effective negatives;
 2. then every other field of the metric registry (``ssl_app.metrics.families``), in
-   registration order (effective rank, and any metric registered later).
+   registration order (effective rank, and any metric registered later);
+3. then the many/medium/few-shot accuracies (kNN, linear probe, a method's classifier), each
+   only in a table where some run logged it.
 
 A registered field is a column with no edit here: its tag is ``metrics/<tag>``, its meaning the
 registered formula, its header the tag with spaces (``HEADERS`` keeps the paper's short ones).
@@ -76,9 +78,12 @@ class TableColumn:
 
 
 def resolve_columns(rows: list[Row], columns: list[Column] | None = None) -> list[TableColumn]:
-    """``columns`` (default: ``table_columns()``) as the table of ``rows`` shows them."""
+    """``columns`` (default: ``table_columns()``) as the table of ``rows`` shows them; a ``when_logged``
+    column that no run of ``rows`` logged is left out."""
     resolved = []
     for column in table_columns() if columns is None else columns:
+        if column.when_logged and not any(value is not None for row in rows for value in row.values.get(column.key, [])):
+            continue
         names = placeholders(column)
         if not names:
             resolved.append(TableColumn(column, column))

@@ -3,7 +3,8 @@ and the run options their tags depend on.
 
 Both ``ssl_app.runs.summary`` (the console lines after a command) and ``ssl_app.report`` (the table,
 the figures) read them from here: a column is declared once (``OWN_COLUMNS``, or a field of the
-metric registry), in Table 1's order (``TABLE_ORDER``) then registration order (``table_columns``).
+metric registry), in Table 1's order (``TABLE_ORDER``) then registration order (``table_columns``),
+then the long-tail groups (``LONG_TAIL_COLUMNS``), which a table shows only when a run logged them.
 A column's texts may hold ``{k}`` (``EmbeddingMetrics.top_k``), ``{knn_k}`` and ``{knn_temperature}``
 (``KNNMonitor``'s k and σ); :class:`RunOptions` fills them with a run's own saved options.
 """
@@ -107,6 +108,7 @@ class Column:
     scale: float = 1.0
     digits: int = 3
     per_step: bool = False
+    when_logged: bool = False
 
     def tag_of(self, run: Any) -> str:
         """The tag this column reads in ``run`` (a report's run: anything with ``options``, a ``RunOptions``):
@@ -149,6 +151,32 @@ OWN_COLUMNS = (
 )
 
 
+def _group_columns(source: str, prefix: str, key: str, header: str, what: str) -> tuple[Column, ...]:
+    """One ``when_logged`` column per long-tail group (``ssl_app.metrics.long_tail``), in % of 2 decimals."""
+    sizes = {"many": "> 100", "medium": "20–100", "few": "< 20"}  # the thresholds' defaults
+    return tuple(
+        Column(
+            f"{key}_{group}",
+            f"{header} {group} (%)",
+            f"{prefix}{group}",
+            f"{what}, mean per-class accuracy of the {group}-shot classes ({size} training images by default), %",
+            source=source,
+            scale=100.0,
+            digits=2,
+            when_logged=True,
+        )
+        for group, size in sizes.items()
+    )
+
+
+#: The many/medium/few-shot accuracies, after every other column, each shown when some run logged it.
+LONG_TAIL_COLUMNS = (
+    *_group_columns("run", "metrics/knn_", "knn", "kNN", "weighted kNN vote of the KNNMonitor.tail_k nearest train rows"),
+    *_group_columns("linear", "linear/", "linear", "linear", "linear-probe top-1 on the test split"),
+    *_group_columns("run", "lt/", "lt", "classifier", "the method's own classifier (LongTailAccuracy) on the evaluation split"),
+)
+
+
 # Table 1's columns, in its order, by key (a registered field's key is its tag template).
 TABLE_ORDER = (
     "linear_top1",
@@ -179,7 +207,7 @@ def registry_columns() -> list[Column]:
 def table_columns() -> list[Column]:
     """Every column of the table, in the order of the module docstring (read from the registry
     now, so a metric registered at any time is a column)."""
-    own = {column.key: column for column in OWN_COLUMNS}
+    own = {column.key: column for column in (*OWN_COLUMNS, *LONG_TAIL_COLUMNS)}
     registered = registry_columns()
     for column in registered:
         if column.key in own:
@@ -189,4 +217,4 @@ def table_columns() -> list[Column]:
             )
     by_key = own | {column.key: column for column in registered}
     first = [by_key[key] for key in TABLE_ORDER if key in by_key]
-    return first + [column for column in registered if column.key not in TABLE_ORDER]
+    return first + [column for column in registered if column.key not in TABLE_ORDER] + list(LONG_TAIL_COLUMNS)

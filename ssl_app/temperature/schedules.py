@@ -29,8 +29,8 @@ class Constant(TemperaturePolicy):
         return number(self.constant)
 
 
-#: Cosine's default period in epochs: a choice of this project (one full cycle every 400 epochs),
-#: not checked against the authors' code; set it to the run's length or the paper's setting.
+#: Cosine's default period in epochs, as in Kukleva et al.'s code (Annusha/temperature_schedules):
+#: the authors' setting: train_simCLR.py computes cos(π·epoch/t_max) with --t_max 200, i.e. cos(2π·epoch/400).
 DEFAULT_PERIOD = 400.0
 
 

@@ -26,6 +26,7 @@ DIM = 8
 BATCH = 8
 MAX_SAMPLES = 30
 NUM_CLASSES = 4
+TAIL_K = 3  # the kNN metric's per-class vote
 
 
 def views_and_labels() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -94,11 +95,13 @@ def worker(rank: int, init_file: str, out_dir: str) -> None:
         lonely = _collect(rank, 1, skip_adds=rank == 1).gather()  # rank 1 holds no rows at all
 
         queries, query_labels, bank, bank_labels = knn_data()
-        metric = WeightedKNNAccuracy(NUM_CLASSES, k=7, temperature=0.1)
+        metric = WeightedKNNAccuracy(NUM_CLASSES, k=7, temperature=0.1, tail_k=TAIL_K)
         mine = torch.arange(rank, len(queries), WORLD)  # disjoint query shards
         metric.update(queries[mine], query_labels[mine], bank, bank_labels)
         local_counts = (int(metric.correct), int(metric.total))
+        local_class_total = metric.per_class.total.tolist()
         accuracy = metric.compute()  # synchronised
+        class_counts = [t.tolist() for t in metric.per_class.compute()]  # synchronised
         za, _, _ = views_and_labels()
         clean = callback_report(rank, WORLD, "clean")
         augmented = callback_report(rank, WORLD, "augmented")
@@ -114,6 +117,8 @@ def worker(rank: int, init_file: str, out_dir: str) -> None:
                 "lonely_shape": tuple(lonely.features.shape),
                 "knn_local_counts": local_counts,
                 "knn_accuracy": accuracy,
+                "knn_local_class_total": local_class_total,
+                "knn_class_counts": class_counts,
                 "effective_rank": effective_rank(za),
                 "clean_scalars": clean.scalars(),
                 "negative_histogram": clean.negative_histogram.summary(),

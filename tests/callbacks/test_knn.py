@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from types import SimpleNamespace
 
 import pytest
@@ -13,7 +14,7 @@ from callbacks import KNNMonitor
 from callbacks.embedding_pass import evaluation_mode
 from ssl_app.errors import ConfigError
 from ssl_app.metrics import WeightedKNNAccuracy, weighted_knn_predict
-from tests.callbacks import ddp_worker
+from tests.callbacks import ddp_worker, long_tail_worker
 from tests.callbacks.conftest import KNN_K
 from tests.callbacks.helpers import EPOCHS, RecordingLogger, embed_views, events, tiny_data, tiny_model, tiny_trainer
 
@@ -72,6 +73,16 @@ def test_two_ranks_sum_their_counts(ddp_results):
         assert float(result["knn_accuracy"]) == pytest.approx(float(single.compute()))
 
 
+def test_two_ranks_sum_their_per_class_counts(ddp_results):
+    """The tail_k vote's per-class counts (the kNN long-tail groups) of 2 query shards equal one process's."""
+    queries, query_labels, bank, bank_labels = ddp_worker.knn_data()
+    single = WeightedKNNAccuracy(4, k=7, temperature=0.1, tail_k=ddp_worker.TAIL_K)
+    single.update(queries, query_labels, bank, bank_labels)
+    expected = [t.tolist() for t in single.per_class.compute()]
+    assert ddp_results[0]["knn_local_class_total"] != expected[1]  # each rank counted a part
+    assert ddp_results[0]["knn_class_counts"] == ddp_results[1]["knn_class_counts"] == expected
+
+
 # --------------------------------------------------------------------------- the callback
 def direct_knn_accuracy(model, data, split="val", k=KNN_K, features="projection", max_train=None):
     encode = model.embed if features == "projection" else (lambda x: F.normalize(model(x), dim=1))
@@ -96,6 +107,52 @@ def test_backbone_features_a_train_subset_and_the_test_split():
     tiny_trainer([monitor], logger=logger).test(model, data, verbose=False)
     expected = direct_knn_accuracy(model, data, "test", k=15, features="backbone", max_train=50)
     assert logger.values("metrics/knn_acc") == [pytest.approx(expected, abs=1e-6)]
+
+
+def test_the_groups_come_from_the_tail_k_vote_and_an_empty_group_is_not_logged(caplog):
+    """Training counts 40/20/10/5 (IF 8): at the default 100/20 thresholds no class is many-shot,
+    so ``metrics/knn_many`` is not logged (said at setup); the others equal the per-class mean of
+    a direct k = 3 vote, while ``metrics/knn_acc`` keeps k = 15."""
+    data, model, logger = long_tail_worker.long_tailed_data(), tiny_model(), RecordingLogger()
+    monitor = KNNMonitor(k=15, tail_k=3, features="backbone")
+    with caplog.at_level(logging.INFO):
+        tiny_trainer([monitor], logger=logger).test(model, data, verbose=False)
+    assert "0 many-shot (>100), 2 medium-shot (20–100), 2 few-shot (<20); not logged (no class): metrics/knn_many" in caplog.text
+    assert data.train_class_counts() == [40, 20, 10, 5]
+    encode = SimpleNamespace(embed=lambda x: F.normalize(model(x), dim=1), eval=model.eval)
+    _, bank_labels, bank, _ = embed_views(encode, data.embedding_dataloader("train"))
+    _, labels, queries, _ = embed_views(encode, data.embedding_dataloader("test"))
+    predicted = weighted_knn_predict(queries, bank, bank_labels, 4, 3, 0.07)
+    per_class = [float((predicted[labels == c] == c).double().mean()) for c in range(4)]
+    assert logger.values("metrics/knn_medium") == [
+        pytest.approx((per_class[0] + per_class[1]) / 2, abs=1e-6)
+    ]  # logged as float32
+    assert logger.values("metrics/knn_few") == [pytest.approx((per_class[2] + per_class[3]) / 2, abs=1e-6)]  # logged as float32
+    assert logger.values("metrics/knn_many") == []
+    assert logger.values("metrics/knn_acc") == [pytest.approx(direct_knn_accuracy(model, data, "test", 15, "backbone"), abs=1e-6)]
+
+
+@pytest.mark.parametrize(
+    "options,message",
+    [
+        (dict(tail_k=0), "KNNMonitor: tail_k must be an int >= 1"),
+        (dict(few_shot_below=30, many_shot_above=10), r"KNNMonitor: few_shot_below \(30\) must be <= many_shot_above \(10\)"),
+        (dict(many_shot_above=-1), "KNNMonitor: many_shot_above must be an int >= 0"),
+    ],
+)
+def test_bad_group_options_are_named(options, message):
+    with pytest.raises(ConfigError, match=message):
+        KNNMonitor(**options)
+
+
+def test_shot_groups_off_or_no_class_counts_log_no_group():
+    monitor = KNNMonitor(shot_groups=False)
+    monitor.setup(SimpleNamespace(datamodule=tiny_data()), tiny_model(), "fit")
+    assert monitor.groups == {}
+    bare = SimpleNamespace(embedding_dataloader=tiny_data().embedding_dataloader)  # no train_class_counts
+    monitor = KNNMonitor()
+    monitor.setup(SimpleNamespace(datamodule=bare), tiny_model(), "fit")
+    assert monitor.groups == {}
 
 
 @pytest.mark.parametrize("fn,expected", [("fit", [1, 3, 5]), ("validate", [0, 1, 2, 3, 4, 5])])

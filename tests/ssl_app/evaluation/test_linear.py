@@ -111,6 +111,8 @@ def test_bad_inputs_name_what_is_wrong(tmp_path):
         LinearProbe(str(tmp_path / "missing.ckpt"))
     with pytest.raises(ConfigError, match="cache_features"):
         LinearProbe(str(tmp_path / "missing.ckpt"), cache_features="all")
+    with pytest.raises(ConfigError, match=r"LinearProbe: few_shot_below \(200\) must be <= many_shot_above \(100\)"):
+        LinearProbe(str(tmp_path / "missing.ckpt"), few_shot_below=200)
     with pytest.raises(ConfigError, match="val_fraction"):
         LinearEvalDataModule(SyntheticDataModule(num_workers=0), val_fraction=1.0)
 

@@ -51,5 +51,16 @@ def test_a_group_without_classes_or_samples_is_left_out():
 
 
 def test_wrong_logit_width_is_named():
-    with pytest.raises(ValueError, match=r"expected logits \[B, 6\], got \(2, 5\)"):
+    with pytest.raises(ValueError, match=r"expected logits \[B, 6\] or classes \[B\], got \(2, 5\)"):
         ClassAccuracy(6).update(torch.zeros(2, 5), torch.zeros(2, dtype=torch.long))
+
+
+def test_predicted_classes_count_as_their_logits():
+    """The kNN monitor's votes (classes [B]) and a classifier's logits [B, C] go through one count."""
+    logits, labels = logits_of(SAMPLES)
+    from_logits, from_classes = ClassAccuracy(6), ClassAccuracy(6)
+    from_logits.update(logits, labels)
+    from_classes.update(torch.tensor([predicted for _, predicted in SAMPLES]), labels)
+    assert all(torch.equal(a, b) for a, b in zip(from_logits.compute(), from_classes.compute()))
+    with pytest.raises(ValueError, match="or classes"):
+        ClassAccuracy(6).update(torch.zeros(2), torch.zeros(2, dtype=torch.long))  # float scores are not classes

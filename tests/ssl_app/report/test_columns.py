@@ -13,7 +13,8 @@ from ssl_app.report.cli import make_report
 from ssl_app.report.figures import curve_columns
 from ssl_app.report.groups import group_runs
 from ssl_app.report.runs import load_runs
-from ssl_app.report.summary import build_rows
+from ssl_app.report.summary import build_rows, resolve_columns
+from ssl_app.report.table import markdown_table, write_csv
 from ssl_app.runs.headline import TABLE_ORDER, table_columns
 from tests.ssl_app.report.fakes import run_config, write_run
 from tests.ssl_app.report.test_table import table_lines
@@ -76,7 +77,8 @@ def test_columns_are_table_1_in_its_order_then_the_other_registered_metrics(thro
     pushed in among the paper's columns."""
     keys = [column.key for column in table_columns()]
     spectrum = ["effective_rank", "effective_rank_backbone", "spectrum_alpha", "spectrum_alpha_backbone"]
-    assert keys == [*TABLE_ORDER, *spectrum, "top{k}_train_neg_sim", THROWAWAY]
+    long_tail = [f"{source}_{group}" for source in ("knn", "linear", "lt") for group in ("many", "medium", "few")]
+    assert keys == [*TABLE_ORDER, *spectrum, "top{k}_train_neg_sim", THROWAWAY, *long_tail]
     registered = list(EMBEDDING_METRICS)
     assert registered.index("alignment") < registered.index("uniformity")  # so the order above is the table's own
 
@@ -132,3 +134,26 @@ def test_an_option_the_callback_would_refuse_is_a_problem_of_the_run_not_a_crash
     assert any("EmbeddingMetrics top_k='ten'" in problem for problem in run.problems), run.problems
     [row] = build_rows(group_runs([run]))
     assert row.values["top{k}_neg_sim"] == [pytest.approx(0.7)]
+
+
+def test_a_long_tail_group_is_a_column_only_where_a_run_logged_it(tmp_path):
+    """A long-tailed run's kNN groups are columns (CIFAR-10-LT-like: no few-shot class, so no
+    ``metrics/knn_few``); a table of balanced runs has none of the nine long-tail columns."""
+    runs = tmp_path / "runs"
+    for seed, value in ((0, 0.25), (1, 0.75)):
+        write_run(runs / f"s{seed}", run_config("InfoNCE", seed, 0.5), {"uniformity": 3.0, "knn_many": 0.5, "knn_medium": value})
+    configurations = group_runs(load_runs(runs))
+    rows = build_rows(configurations)
+    markdown = markdown_table(rows, configurations)  # the table and CSV only: no figures, milliseconds
+    write_csv(rows, tmp_path / "table.csv")
+    header, cells = column_cells(markdown, "kNN medium")
+    assert header == "kNN medium (%)" and cells == [f"50.00 ± {100 * np.std([0.25, 0.75], ddof=1):.2f}"]
+    assert column_cells(markdown, "kNN many")[1] == ["50.00 ± 0.00"]
+    for absent in ("kNN few", "linear many", "classifier"):
+        assert absent not in markdown
+    [line] = csv_lines(tmp_path / "table.csv")
+    assert line["knn_medium_n"] == "2" and "knn_few_mean" not in line
+    balanced = tmp_path / "balanced"
+    write_run(balanced / "s0", run_config("InfoNCE", 0, 0.5), {"uniformity": 3.0})
+    keys = [column.key for column in resolve_columns(build_rows(group_runs(load_runs(balanced))))]
+    assert not [key for key in keys if key.endswith(("_many", "_medium", "_few"))]
