@@ -112,7 +112,7 @@ def draw_penalty_curves(rows: list[Row], path: Path, title: str | None) -> Figur
     by_series: dict[str, list] = defaultdict(list)
     for curve in curves:
         by_series[curve.series].append(curve)
-    figure, axes = _figure(1, len(by_series), (5.5 * len(by_series), 4.2))
+    figure, axes = new_figure(1, len(by_series), (5.5 * len(by_series), 4.2))
     for axis, (series, series_curves) in zip(axes, by_series.items()):
         for index, curve in enumerate(series_curves):
             axis.plot(
@@ -130,7 +130,7 @@ def draw_penalty_curves(rows: list[Row], path: Path, title: str | None) -> Figur
         axis.legend(fontsize="small")
     kinds = sorted({"all negatives" if curve.negatives == "all" else "top-k negatives" for curve in curves})
     figure.supxlabel(textwrap.fill(PENALTY_COUNTS, width=int(16 * figure.get_figwidth())), fontsize="x-small")
-    return _save(figure, path, title, f"relative penalty r(s) over {' / '.join(kinds)}, final epoch")
+    return save_figure(figure, path, title, f"relative penalty r(s) over {' / '.join(kinds)}, final epoch")
 
 
 def draw_hardness_profiles(rows: list[Row], path: Path, title: str | None) -> FigureResult:
@@ -140,7 +140,7 @@ def draw_hardness_profiles(rows: list[Row], path: Path, title: str | None) -> Fi
     curves = hardness_curves(rows)
     if not curves:
         return FigureResult(path.name, None, f"skipped: no run logged the histogram {SHARE_TAG}")
-    figure, [axis] = _figure(1, 1, (7.5, 4.8))
+    figure, [axis] = new_figure(1, 1, (7.5, 4.8))
     for index, curve in enumerate(curves):
         axis.plot(curve.similarity, curve.share, marker=".", color=f"C{index % 10}", label=f"{curve.label} (n={curve.runs})")
     per_anchor = {round(curve.per_anchor, 1) for curve in curves}
@@ -152,7 +152,7 @@ def draw_hardness_profiles(rows: list[Row], path: Path, title: str | None) -> Fi
     axis.set_ylabel("mean share of its anchor's penalty")
     axis.grid(alpha=0.3)
     axis.legend(fontsize="small")
-    return _save(figure, path, title, "measured hardness profile, final epoch")
+    return save_figure(figure, path, title, "measured hardness profile, final epoch")
 
 
 def _negatives_words(curve) -> str:
@@ -173,7 +173,7 @@ def draw_against_temperature(rows: list[Row], path: Path, colours: dict[str, str
         by_series[row.configuration.series].append(row)
     if not any(len({r.configuration.temperature for r in series}) > 1 for series in by_series.values()):
         return FigureResult(path.name, None, "skipped: no loss was run at more than one temperature τ")
-    figure, axes = _figure(1, 2, (11, 4.2))
+    figure, axes = new_figure(1, 2, (11, 4.2))
     for axis, (key, label) in zip(axes, (("uniformity", "uniformity (−L_unif)"), ("tolerance", "tolerance"))):
         for series, series_rows in by_series.items():
             points = [(r.configuration.temperature, r.stat(key)) for r in series_rows]
@@ -201,7 +201,7 @@ def draw_against_temperature(rows: list[Row], path: Path, colours: dict[str, str
         axis.grid(alpha=0.3)
         widen_to(axis, MIN_SPAN[key])
     axes[0].legend(fontsize="small")
-    return _save(figure, path, title, "uniformity and tolerance against τ")
+    return save_figure(figure, path, title, "uniformity and tolerance against τ")
 
 
 def draw_dilemma_plane(
@@ -213,7 +213,7 @@ def draw_dilemma_plane(
     points = [(row, u, t) for row, u, t in points if u.mean is not None and t.mean is not None]
     if not points:
         return FigureResult(path.name, None, "skipped: no configuration has both uniformity and tolerance")
-    figure, axes = _figure(1, 1, (7, 5.5))
+    figure, axes = new_figure(1, 1, (7, 5.5))
     axis = axes[0]
     for index, (row, u, t) in enumerate(points):
         axis.errorbar(
@@ -244,7 +244,7 @@ def draw_dilemma_plane(
     axis.grid(alpha=0.3)
     if paper:
         axis.legend(fontsize="small")
-    return _save(figure, path, title, "the uniformity–tolerance plane")
+    return save_figure(figure, path, title, "the uniformity–tolerance plane")
 
 
 def draw_similarity_distributions(rows: list[Row], path: Path, title: str | None) -> FigureResult:
@@ -263,7 +263,7 @@ def draw_similarity_distributions(rows: list[Row], path: Path, title: str | None
     for panel in panels:
         lines[panel[0].configuration.series].append(panel)
     width = max(len(line) for line in lines.values())
-    figure, axes = _figure(len(lines), width, (3.4 * width, 2.6 * len(lines)), squeeze=False)
+    figure, axes = new_figure(len(lines), width, (3.4 * width, 2.6 * len(lines)), squeeze=False)
     edges, highest = SIMILARITY_EDGES, 0.0
     for line_index, line in enumerate(lines.values()):
         for column in range(width):
@@ -284,7 +284,7 @@ def draw_similarity_distributions(rows: list[Row], path: Path, title: str | None
     for axis in axes.ravel():
         axis.set_xlim(edges[0], edges[-1])
         axis.set_ylim(0.0, 1.05 * highest or 1.0)
-    return _save(figure, path, title, "positive vs top-k negative similarities, final epoch")
+    return save_figure(figure, path, title, "positive vs top-k negative similarities, final epoch")
 
 
 def draw_metric_curves(rows: list[Row], path: Path, title: str | None) -> FigureResult:
@@ -299,7 +299,7 @@ def draw_metric_curves(rows: list[Row], path: Path, title: str | None) -> Figure
     columns, curves = [column for column, _ in panels], [pairs for _, pairs in panels]
     ncols = min(CURVES_PER_LINE, len(columns))
     nrows = math.ceil(len(columns) / ncols)
-    figure, axes = _figure(nrows, ncols, (5 * ncols, 4.2 * nrows))
+    figure, axes = new_figure(nrows, ncols, (5 * ncols, 4.2 * nrows))
     for axis in axes[len(columns) :]:
         axis.set_visible(False)
     for axis, column, pairs in zip(axes, columns, curves):
@@ -318,7 +318,7 @@ def draw_metric_curves(rows: list[Row], path: Path, title: str | None) -> Figure
     if not handles:
         handles, labels = max((axis.get_legend_handles_labels() for axis in axes), key=lambda pair: len(pair[0]))
     figure.legend(handles, labels, loc="outside lower center", ncol=min(4, max(1, len(labels))), fontsize="small")
-    return _save(figure, path, title, "metrics over epochs")
+    return save_figure(figure, path, title, "metrics over epochs")
 
 
 def widen_to(axis, span: float) -> None:
@@ -329,14 +329,14 @@ def widen_to(axis, span: float) -> None:
         axis.set_ylim(centre - span / 2, centre + span / 2)
 
 
-def _figure(nrows: int, ncols: int, size: tuple[float, float], squeeze: bool = True):
+def new_figure(nrows: int, ncols: int, size: tuple[float, float], squeeze: bool = True):
     figure = Figure(figsize=size, dpi=DPI, layout="constrained")
     FigureCanvasAgg(figure)
     axes = figure.subplots(nrows, ncols, squeeze=False)
     return figure, (axes if not squeeze else list(axes.ravel()))
 
 
-def _save(figure: Figure, path: Path, title: str | None, subject: str) -> FigureResult:
+def save_figure(figure: Figure, path: Path, title: str | None, subject: str) -> FigureResult:
     figure.suptitle(f"{title}: {subject}" if title else subject)
     figure.savefig(path, format="png")
     return FigureResult(path.name, path, figure=figure)

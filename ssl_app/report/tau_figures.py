@@ -18,7 +18,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from ssl_app.report.events import EventData
-from ssl_app.report.figures import FigureResult, _figure, _save
+from ssl_app.report.figures import FigureResult, new_figure, save_figure
 from ssl_app.report.runs import Run
 from ssl_app.report.summary import EPOCH_TAG, Row
 
@@ -112,7 +112,7 @@ def draw_temperature_curves(rows: list[Row], path: Path, colours: dict[str, str]
     taus = {id(run): tau_curve(run, row.configuration.temperature) for row in rows for run in row.runs}
     if not any(tau_curve(run) for row in rows for run in row.runs):
         return FigureResult(path.name, None, f"skipped: no run logged {TAU_TAG} or {TAU_EPOCH_TAG}")
-    figure, axes = _figure(3, 1, (8, 8.5))
+    figure, axes = new_figure(3, 1, (8, 8.5))
     for axis in axes[1:]:
         axis.sharex(axes[0])
     panels = (("tau", "temperature τ"), ("uniformity", "uniformity (−L_unif)"), ("tolerance", "tolerance"))
@@ -138,7 +138,7 @@ def draw_temperature_curves(rows: list[Row], path: Path, colours: dict[str, str]
         axis.grid(alpha=0.3)
     axes[-1].set_xlabel("epochs trained")
     axes[0].legend(fontsize="small")
-    return _save(figure, path, title, "τ, uniformity and tolerance over training, one line per run")
+    return save_figure(figure, path, title, "τ, uniformity and tolerance over training, one line per run")
 
 
 def draw_plane_paths(rows: list[Row], path: Path, colours: dict[str, str], title: str | None) -> FigureResult:
@@ -147,7 +147,7 @@ def draw_plane_paths(rows: list[Row], path: Path, colours: dict[str, str], title
     paths = [(row, run, points) for row, run, points in paths if len(points) >= 2]
     if not paths:
         return FigureResult(path.name, None, "skipped: no run logged uniformity and tolerance at two epochs or more")
-    figure, [axis] = _figure(1, 1, (7.5, 5.8))
+    figure, [axis] = new_figure(1, 1, (7.5, 5.8))
     labelled: set[str] = set()
     for row, _, points in paths:
         colour = colours[row.configuration.label]
@@ -166,7 +166,7 @@ def draw_plane_paths(rows: list[Row], path: Path, colours: dict[str, str], title
     axis.set_ylabel("tolerance (same-class similarity)")
     axis.grid(alpha=0.3)
     axis.legend(fontsize="small")
-    return _save(figure, path, title, "each run's path on the uniformity–tolerance plane")
+    return save_figure(figure, path, title, "each run's path on the uniformity–tolerance plane")
 
 
 def _configuration_colours(rows: list[Row]) -> dict[str, str]:
