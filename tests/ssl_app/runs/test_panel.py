@@ -1,5 +1,6 @@
 """What TensorBoard shows of a run, read through TensorBoard's own code (its data provider, the
-text, hparams and custom-scalars plugins), on one tiny quickstart run shared by every test."""
+text, hparams and custom-scalars plugins), on one tiny quickstart run through the CLI in this
+process (~7 s), shared by every test of the module."""
 
 from __future__ import annotations
 
@@ -25,11 +26,11 @@ from ssl_app.runs.tags import describe
 from tests.helpers import cli_in
 
 CONFIGS = Path(__file__).resolve().parents[3] / "configs"
-#: The quickstart, shrunk to seconds: 3 epochs of 2 steps, every step logged, one validation batch.
+#: The quickstart, shrunk to seconds: 2 epochs of 2 steps, every step logged, one validation batch.
 TINY = [
-    "fit", "--config", str(CONFIGS / "quickstart.yaml"), "--trainer.max_epochs=3", "--trainer.limit_train_batches=2",
+    "fit", "--config", str(CONFIGS / "quickstart.yaml"), "--trainer.max_epochs=2", "--trainer.limit_train_batches=2",
     "--trainer.limit_val_batches=1", "--trainer.log_every_n_steps=1", "--trainer.enable_progress_bar=false",
-    "--data.init_args.train_size=64", "--data.init_args.val_size=32", "--data.init_args.test_size=32",
+    "--data.init_args.train_size=32", "--data.init_args.val_size=32", "--data.init_args.test_size=16",
     "--data.init_args.batch_size=16",
 ]  # fmt: skip
 
@@ -92,6 +93,7 @@ class Cells(HTMLParser):
             self.cell.append(data)
 
 
+@pytest.mark.slow  # the CLI through training (docs/testing.md)
 def test_the_metric_table_renders_every_logged_formula_whole(panel):
     """The ``metrics/inputs`` text through the text plugin's Markdown rendering. Catches an unescaped
     ``|`` (‖z_a − z_b‖² split the cells), ``_``/``*`` read as emphasis, ``<`` eaten as HTML, and a
@@ -111,6 +113,7 @@ def test_the_metric_table_renders_every_logged_formula_whole(panel):
     assert "metrics/top10_train_neg_sim" not in rows and set(rows) - {"tag"} == {*logged, "metrics/nonfinite"}
 
 
+@pytest.mark.slow  # the CLI through training (docs/testing.md)
 def test_no_final_copies_and_no_series_repeating_one_value(panel):
     """Catches the one-dot ``final/*`` cards, a constant (``loss/chance``, ``loss/used_negatives``,
     a fixed τ) or a flag that stays 0 (``metrics/collapsed``) written at every step, and
@@ -122,11 +125,12 @@ def test_no_final_copies_and_no_series_repeating_one_value(panel):
     for tag in ("loss/chance", "loss/used_negatives", "loss/temperature", "metrics/collapsed", "metrics/nonfinite"):
         assert len(panel.series(tag)) == 1, tag  # written once: the value never changed
     assert panel.series("loss/temperature") == [pytest.approx(0.5)]
-    assert "loss/used_neg_sim" not in panel.scalars and len(panel.series("loss/mean_neg_sim")) == 6
+    assert "loss/used_neg_sim" not in panel.scalars and len(panel.series("loss/mean_neg_sim")) == 4
     results = read_record(panel.run).results
     assert results["loss/chance"] == pytest.approx(panel.series("loss/chance")[0]) and results["metrics/collapsed"] == 0
 
 
+@pytest.mark.slow  # the CLI through training (docs/testing.md)
 def test_every_scalar_carries_its_description(panel):
     """Through the data provider (the first event's metadata wins): catches tags written bare."""
     for tag in ("metrics/uniformity", "metrics/knn_acc", "loss/chance", "train/loss_step", "epoch"):
@@ -141,6 +145,7 @@ def hparams_experiment(panel: Panel) -> api_pb2.Experiment:
     return handler.run()
 
 
+@pytest.mark.slow  # the CLI through training (docs/testing.md)
 def test_hparams_shows_the_comparison_axes_first_and_the_headline_metrics(panel):
     """Catches the axes sorted among 100 config keys (TensorBoard orders them by name), a metric
     column that is not a real tag (``final/*``, ``hp_metric``), and τ or the method missing."""
@@ -153,6 +158,7 @@ def test_hparams_shows_the_comparison_axes_first_and_the_headline_metrics(panel)
     assert "loss/chance" in names and "model.init_args.loss.init_args.temperature" in names
 
 
+@pytest.mark.slow  # the CLI through training (docs/testing.md)
 def test_the_custom_scalars_layout_names_tags_the_run_logs(panel):
     """Through the custom-scalars plugin: catches a chart whose tags (regular expressions) match
     nothing the run logs, e.g. after a tag is renamed."""
