@@ -41,7 +41,7 @@ DESCRIPTIONS: dict[str, str] = {
     "lt/many": "mean per-class top-1 of the many-shot classes",
     "lt/medium": "mean per-class top-1 of the medium-shot classes",
     "lt/few": "mean per-class top-1 of the few-shot classes",
-    "linear/train_loss": "the linear probe's cross-entropy on the training batches",
+    "linear/train_loss*": "the linear probe's cross-entropy on the training batches (_step: each logged step, _epoch: its mean)",
     "linear/val_top1": "the linear probe's top-1 on the validation split",
 }
 
