@@ -160,13 +160,14 @@ class EmbeddingMetrics(Callback):
     every value equals the single-process one. Also logged: ``metrics/nonfinite`` (how many
     embeddings, clean rows plus view rows, had a NaN/inf entry; they are left out of the other
     metrics, warned about, and mark the evaluation collapsed), ``metrics/collapsed`` (0/1, see
-    ``CollapseCriteria``), TensorBoard histograms ``similarity/positive``,
+    ``CollapseCriteria``); these two flags are in ``callback_metrics`` at every evaluation and
+    written to the loggers when they change (``ssl_app.runs.changes``). TensorBoard histograms ``similarity/positive``,
     ``similarity/top{k}_negative`` and ``similarity/negative`` (every negative z_a,i·z_b,j,
     j ≠ i: N(N−1) values in 200 fixed bins over [−1, 1], counted on the device from the top-k
     search's own blocks and summed over ranks; the report's relative-penalty curve reads it),
     the figure ``similarity/positive_vs_top{k}_negative`` and,
-    once, the text ``metrics/inputs`` listing each tag's formula and inputs (rank 0; needs a
-    TensorBoardLogger).
+    once, the text ``metrics/inputs``, a Markdown table of each tag the evaluation logged with its
+    formula and inputs (rank 0; needs a TensorBoardLogger).
 
     Collapse modes (``callbacks.collapse``): ``diverged``, ``sudden``, ``progressive`` and, for a
     run that does not learn, ``loss_at_chance`` and ``concentrating``. ``metrics/collapsed`` is 1
