@@ -15,6 +15,9 @@
   their last value); the metric columns are the real tags (``HEADLINE_METRICS``), whose last value
   the plugin reads from their own series, so nothing is logged twice. Lightning's own
   ``log_hyperparams`` writes no summary (``without_placeholder``), so the plugin sees one config.
+  With several runs under one ``--logdir`` the plugin takes the config of one of them (every run
+  writes the same axes and metrics; a config key that only other runs have, another method's
+  option, is then not a column, though each run's values still list it).
 """
 
 from __future__ import annotations
