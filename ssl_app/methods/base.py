@@ -133,6 +133,7 @@ class ContrastiveMethod(L.LightningModule, ABC):
         # The epoch's measured hardness profile (ssl_app.losses.hardness), from the steps with diagnostics.
         self.hardness_profile = HardnessProfile()
         self.changing_stats = OnChange()
+        self._pending_changes: Optional[tuple[dict[str, Tensor], int]] = None
         # Whether the loss keeps every negative, so ``loss/used_neg_sim`` is ``loss/mean_neg_sim`` (not
         # logged twice); ``on_train_start`` settles it for a loss that may keep fewer.
         self.every_negative_used = self.loss.same_as_with_every_negative is None
@@ -330,7 +331,15 @@ class ContrastiveMethod(L.LightningModule, ABC):
         self.log_dict(stats, on_step=True, on_epoch=False, batch_size=batch_size)
         if steady:
             self.log_dict(steady, on_step=True, on_epoch=False, batch_size=batch_size, logger=False)
-            self.changing_stats.write(self.loggers, steady, self.global_step)
+            self._pending_changes = (steady, self.global_step)  # written in on_train_batch_end
+
+    def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
+        """Write the step's ``LOGGED_ON_CHANGE`` diagnostics that changed: here, once the step's backward
+        and optimiser step are queued, since comparing them reads them on the host (as Lightning's own
+        logging does next), which inside ``training_step`` would stall a GPU before its backward."""
+        pending, self._pending_changes = self._pending_changes, None
+        if pending is not None:
+            self.changing_stats.write(self.loggers, *pending)
 
     def cached_masks(self, key: tuple, build: Callable[[], tuple[Tensor, Tensor]]) -> tuple[Tensor, Tensor]:
         """``build()``'s ``(pos_mask, neg_mask)``, built once per ``key`` and reused afterwards.
