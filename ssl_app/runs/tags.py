@@ -21,7 +21,7 @@ DESCRIPTIONS: dict[str, str] = {
     "train/loss_epoch": "the mean training loss over the epoch's batches (rank 0)",
     "val/loss": "the loss on the validation batches, mean over the epoch (synced over processes)",
     "test/loss": "the loss on the test batches, mean (synced over processes)",
-    "train/key_momentum": "MoCo: the key encoder's EMA momentum",
+    "train/key_momentum": "MoCo: the key encoder's EMA momentum (logged when it changes)",
     "health/nonfinite_skips": "training steps skipped so far for a non-finite loss or gradient",
     "val/classifier_top1": "top-1 of the loss's own classifier (PaCo's centres) on the validation anchors",
     "test/classifier_top1": "top-1 of the loss's own classifier (PaCo's centres) on the test anchors",
