@@ -110,7 +110,7 @@ def write_hparams(logger: Any, config: Mapping[str, Any], results: Mapping[str, 
     writer = logger.experiment._get_file_writer()  # as Lightning's own log_hyperparams writes its summaries
     now = time.time()
     writer.add_summary(summary_v2.hparams_config_pb(infos, metrics, time_created_secs=now))
-    writer.add_summary(summary_v2.hparams_pb(values, trial_id=logger.log_dir, start_time_secs=now))
+    writer.add_summary(summary_v2.hparams_pb(values, start_time_secs=now))  # grouped by its values, as TensorBoard does
     logger.finalize("success")
     return True
 
