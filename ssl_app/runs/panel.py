@@ -10,9 +10,9 @@
   some of them draws those.
 - **HParams.** :func:`write_hparams` writes the plugin's experiment config (``hparams_config``) and
   the run's values (``session_start_info``): the comparison axes first (``AXES``, short display
-  names; TensorBoard orders the axes by name, so theirs begin with a digit), then the rest of the
-  flattened config and the run's constant diagnostics (``loss/chance``, ``loss/used_negatives``:
-  their last value); the metric columns are the real tags (``HEADLINE_METRICS``), whose last value
+  names; TensorBoard orders the axes by name, so theirs begin with a digit), then the run's constant
+  diagnostics (``loss/chance``, ``loss/used_negatives``: their last value), then the rest of the
+  flattened config; the metric columns are the real tags (``HEADLINE_METRICS``), whose last value
   the plugin reads from their own series, so nothing is logged twice. Lightning's own
   ``log_hyperparams`` writes no summary (``without_placeholder``), so the plugin sees one config.
   With several runs under one ``--logdir`` the plugin takes the config of one of them (every run
@@ -40,8 +40,9 @@ HEADLINE_METRICS = (
     ("metrics/tolerance", "tolerance"),
     ("metrics/effective_rank", "eff. rank"),
 )
-#: Diagnostics that stay constant in most runs (logged only when they change): HParams shows their last value.
-CONSTANT_DIAGNOSTICS = (("loss/chance", "chance"), ("loss/used_negatives", "negatives"))
+#: Diagnostics that stay constant in most runs (logged only when they change): HParams shows their last value,
+#: right after the axes (tag, HParams name, display name).
+CONSTANT_DIAGNOSTICS = (("loss/chance", "9_chance", "chance"), ("loss/used_negatives", "9_negatives", "negatives"))
 
 
 def _class_name(value: Any) -> Any:
@@ -99,10 +100,10 @@ def write_hparams(logger: Any, config: Mapping[str, Any], results: Mapping[str, 
     flat = hparams_of(config)
     values: dict[str, bool | float | str] = axis_values(flat)
     infos = [summary_v2.HParam(name, display_name=display) for name, display, _, _ in AXES if name in values]
-    for tag, display in CONSTANT_DIAGNOSTICS:
+    for tag, name, display in CONSTANT_DIAGNOSTICS:
         if tag in results:
-            values[tag] = float(results[tag])
-            infos.append(summary_v2.HParam(tag, display_name=display, description=describe(tag)))
+            values[name] = float(results[tag])
+            infos.append(summary_v2.HParam(name, display_name=display, description=describe(tag)))
     for key, value in flat.items():
         values[key] = _plain(value)
         infos.append(summary_v2.HParam(key))

@@ -155,7 +155,8 @@ def test_hparams_shows_the_comparison_axes_first_and_the_headline_metrics(panel)
     assert names[: len(axes)] == axes, names[:12]
     assert [info.display_name for info in experiment.hparam_infos[:3]] == ["method", "loss", "τ"]
     assert [info.name.tag for info in experiment.metric_infos] == [tag for tag, _ in HEADLINE_METRICS]
-    assert "loss/chance" in names and "model.init_args.loss.init_args.temperature" in names
+    assert names[len(axes) : len(axes) + 2] == ["9_chance", "9_negatives"]  # the run's constants, then the config
+    assert "model.init_args.loss.init_args.temperature" in names
 
 
 @pytest.mark.slow  # the CLI through training (docs/testing.md)
