@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Mapping
+import re
+from collections.abc import Collection, Mapping
 from typing import Any, Literal
 
 import lightning as L
@@ -32,6 +33,7 @@ from ssl_app.checkpointing import first_nonfinite
 from ssl_app.errors import ConfigError, NonFiniteError
 from ssl_app.metrics import DEFAULT_TOP_K, EmbeddingInputs, EmbeddingReport, evaluate_metrics, registered_fields
 from ssl_app.metrics.histogram import SimilarityHistogram
+from ssl_app.runs.changes import OnChange
 
 log = logging.getLogger(__name__)
 
@@ -84,8 +86,9 @@ def collapse_evidence(report: EmbeddingReport) -> CollapseEvidence:
     )
 
 
-def inputs_table(top_k: int, uniformity_inputs: UniformityInputs) -> str:
-    """A markdown table: each logged tag, its formula and the inputs it was computed on."""
+def inputs_table(top_k: int, uniformity_inputs: UniformityInputs, logged: Collection[str] | None = None) -> str:
+    """A Markdown table: each logged tag (``logged``: only those of these tags; ``None``: every
+    registered one), its formula and the inputs it was computed on, escaped for Markdown."""
     clean = "clean (eval-transform) embeddings" if uniformity_inputs == "clean" else "first augmented view"
     words = {
         "clean": clean,
@@ -94,12 +97,19 @@ def inputs_table(top_k: int, uniformity_inputs: UniformityInputs) -> str:
         "backbone": "backbone features of the clean (eval-transform) images, unnormalised",
         "train": "clean embeddings of the train split",
     }
-    rows = ["| tag | formula | inputs |", "|---|---|---|"]
-    for metric, name in registered_fields():
-        inputs = " + ".join(words[read] for read in metric.reads)
-        rows.append(f"| metrics/{metric.tag(name, top_k)} | {metric.formula(name, top_k)} | {inputs} |")
-    rows.append("| metrics/nonfinite | embeddings with a NaN/inf entry (left out of the rest) | all |")
-    return "\n".join(rows)
+    rows = [(f"metrics/{metric.tag(name, top_k)}", metric.formula(name, top_k), " + ".join(words[r] for r in metric.reads))
+            for metric, name in registered_fields()]  # fmt: skip
+    rows.append(("metrics/nonfinite", "embeddings with a NaN/inf entry (left out of the rest)", "all"))
+    lines = ["| tag | formula | inputs |", "|---|---|---|"]
+    lines += ["| " + " | ".join(map(markdown_text, row)) + " |" for row in rows if logged is None or row[0] in logged]
+    return "\n".join(lines)
+
+
+def markdown_text(text: str) -> str:
+    """``text`` as literal Markdown: ``&``, ``<``, ``>`` as HTML entities, and every other character
+    Markdown would read (``|`` splits a table cell, ``_`` and ``*`` emphasise) escaped with a backslash."""
+    text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return re.sub(r"([\\`*_{}\[\]()#+!|~-])", r"\\\1", text)
 
 
 def log_negative_histogram(experiment, histogram: SimilarityHistogram, step: int) -> None:
@@ -151,7 +161,8 @@ class EmbeddingMetrics(Callback):
     every value equals the single-process one. Also logged: ``metrics/nonfinite`` (how many
     embeddings, clean rows plus view rows, had a NaN/inf entry; they are left out of the other
     metrics, warned about, and mark the evaluation collapsed), ``metrics/collapsed`` (0/1, see
-    ``CollapseCriteria``), TensorBoard histograms ``similarity/positive``,
+    ``CollapseCriteria``); these two flags are in ``callback_metrics`` at every evaluation and
+    written to the loggers when they change (``ssl_app.runs.changes``). TensorBoard histograms ``similarity/positive``,
     ``similarity/top{k}_negative`` and ``similarity/negative`` (every negative z_a,i·z_b,j,
     j ≠ i: N(N−1) values in 200 fixed bins over [−1, 1], counted on the device from the top-k
     search's own blocks and summed over ranks; the report's relative-penalty curve reads it),
@@ -160,8 +171,8 @@ class EmbeddingMetrics(Callback):
     ``figures/uniformity_tolerance_path`` (the run's path on the uniformity–tolerance plane, kept
     in the checkpoint state, fixed axes) and ``figures/singular_value_spectrum`` (σ_i/σ_1 of the
     clean embeddings and backbone features, log–log, with α and the effective rank) and,
-    once, the text ``metrics/inputs`` listing each tag's formula and inputs (rank 0; needs a
-    TensorBoardLogger).
+    once, the text ``metrics/inputs``, a Markdown table of each tag the evaluation logged with its
+    formula and inputs (rank 0; needs a TensorBoardLogger).
 
     Collapse modes (``callbacks.collapse``): ``diverged``, ``sudden``, ``progressive`` and, for a
     run that does not learn, ``loss_at_chance`` and ``concentrating``. ``metrics/collapsed`` is 1
@@ -285,6 +296,7 @@ class EmbeddingMetrics(Callback):
         self._described_inputs = False
         self.figures = EvaluationFigures(similarity_range)
         self._clean_rows: tuple[Tensor, Tensor | None] | None = None  # the last clean pass, for the spectrum
+        self._flags = OnChange()
 
     @property
     def criteria(self) -> CollapseCriteria:
@@ -437,10 +449,13 @@ class EmbeddingMetrics(Callback):
             self.figures.record(report, trainer.current_epoch)
         modes = self.alarm.judge(evidence, trainer.current_epoch, record=fitting, loss=self._loss_evidence(trainer, pl_module))
         scalars = {f"metrics/{tag}": value for tag, value in report.scalars().items()}
-        scalars["metrics/nonfinite"] = float(report.nonfinite)
-        scalars["metrics/collapsed"] = float(bool(modes))
         for name, value in scalars.items():
             pl_module.log(name, value, sync_dist=False)  # identical on every rank
+        # The flags stay 0 in a healthy run: in callback_metrics (the run record) always, written when they change.
+        flags = {"metrics/nonfinite": float(report.nonfinite), "metrics/collapsed": float(bool(modes))}
+        for name, value in flags.items():
+            pl_module.log(name, value, sync_dist=False, logger=False)
+        self._flags.write(pl_module.loggers, flags, trainer.global_step)
         if report.nonfinite and fitting and self.stop_on_nonfinite:
             tensor = first_nonfinite(pl_module)
             raise NonFiniteError(
@@ -464,7 +479,7 @@ class EmbeddingMetrics(Callback):
                 f"EmbeddingMetrics: the {split} split has no two labelled samples of one class; "
                 "metrics/tolerance is not logged (the other metrics are)"
             )
-        self._describe_inputs(trainer)
+        self._describe_inputs(trainer, scalars)
         if self.log_histograms:
             self._log_distributions(trainer, pl_module, report)
         self._clean_rows = None
@@ -485,13 +500,13 @@ class EmbeddingMetrics(Callback):
         return tensorboard
 
     @rank_zero_only
-    def _describe_inputs(self, trainer: L.Trainer) -> None:
+    def _describe_inputs(self, trainer: L.Trainer, logged: Collection[str]) -> None:
         if self._described_inputs:
             return
         tensorboard = find_tensorboard(trainer)
         if tensorboard is not None:
             self._described_inputs = True
-            table = inputs_table(self.top_k, self.uniformity_inputs)
+            table = inputs_table(self.top_k, self.uniformity_inputs, {*logged, "metrics/nonfinite"})
             tensorboard.experiment.add_text("metrics/inputs", table, trainer.global_step)
 
     @rank_zero_only

@@ -19,8 +19,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from ssl_app.methods.base import LOGGED_ON_CHANGE
 from ssl_app.metrics import DEFAULT_TOP_K, registered_fields
 from ssl_app.metrics.long_tail import GROUPS, group_accuracies
+from ssl_app.runs.tags import describe
 from tests.generic import handover, loss_cases
 
 REPO = Path(__file__).resolve().parents[1]
@@ -63,7 +65,8 @@ def computed_tags() -> dict[tuple[str, str], set[str]]:
         ("ssl_app/methods/base.py", "f'{stage}/loss'"): {f"{stage}/loss" for stage in ("val", "test")},
         # _step returns before it for training: the classifier's top-1 is measured on val/test batches only.
         ("ssl_app/methods/base.py", "f'{stage}/classifier_top1'"): {f"{stage}/classifier_top1" for stage in ("val", "test")},
-        ("ssl_app/methods/base.py", "stats"): {f"loss/{key}" for key in loss_keys},
+        ("ssl_app/methods/base.py", "stats"): {f"loss/{key}" for key in loss_keys} | {"loss/temperature"},
+        ("ssl_app/methods/base.py", "steady"): set(LOGGED_ON_CHANGE),
         ("callbacks/embedding_metrics.py", "name"): registry | {"metrics/nonfinite", "metrics/collapsed"},
         ("callbacks/long_tail.py", "f'lt/{name}'"): {f"lt/{name}" for name in long_tail_names()},
         # The kNN monitor and the probe log the groups only (their pooled top-1 is knn_acc, linear/top1).
@@ -149,3 +152,10 @@ def test_every_tag_in_the_readme_table_can_be_logged(code_tags):
     assert len(documented) >= 20  # the parser found the table
     stale = documented - code_tags
     assert not stale, f"in README.md's table but logged by nothing: {sorted(stale)}"
+
+
+def test_every_loggable_scalar_has_a_description(code_tags):
+    """Catches a new tag (a loss's new diagnostic, a new callback scalar) that TensorBoard would show
+    without the one-line description ``ssl_app.runs.tags`` gives every other."""
+    missing = sorted(tag for tag in code_tags if not describe(tag))
+    assert not missing, f"add these to ssl_app/runs/tags.py DESCRIPTIONS: {missing}"

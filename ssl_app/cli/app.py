@@ -61,11 +61,13 @@ from ssl_app.health import NumericalHealth
 from ssl_app.normalisation import settle_input, trained_input
 from ssl_app.quiet import PROBE_WARNINGS, known_noise_silenced
 from ssl_app.resume import Finished, check_state_dict, checkpoint_config, load_checkpoint
+from ssl_app.runs.headline import read_options
 from ssl_app.runs.identity import describe_differences, differences, flatten
 from ssl_app.runs.layout import relative_parent
+from ssl_app.runs.panel import describe_scalars, write_hparams, write_layout
 from ssl_app.runs.record import DONE
 from ssl_app.runs.recorder import RunRecorder, final_scalars
-from ssl_app.runs.summary import log_final_hparams, record_summary_lines, shown_path, summary_lines, without_placeholder
+from ssl_app.runs.summary import record_summary_lines, shown_path, summary_lines, without_placeholder
 from ssl_app.runtime import keep_freed_memory
 
 DEFAULT_RUN_DIR = "runs"
@@ -233,7 +235,11 @@ class SSLCLI(LightningCLI):
             )
             if folder is not None and log_dir is not None and folder.absolute() != Path(log_dir).absolute():
                 created_root = folder  # another process took the first free number; this one claimed the next
-            without_placeholder(trainer.loggers)  # the HParams tab shows the final metrics (ssl_app.runs.summary)
+            without_placeholder(trainer.loggers)  # the HParams config is the curated one (ssl_app.runs.panel)
+            options = read_options(self.config_snapshot, [])
+            describe_scalars(trainer.loggers, options)
+            if plan.kind != "linear":
+                write_layout(trainer.loggers, options)
             with known_noise_silenced(PROBE_WARNINGS, ()) if plan.kind == "linear" else nullcontext():
                 getattr(trainer, subcommand)(model, **kwargs)
         except BaseException as error:
@@ -255,14 +261,14 @@ class SSLCLI(LightningCLI):
             info(line)
 
     def _summarise(self, trainer: Any, kind: str, ending: str) -> None:
-        """The final metrics beside the config in TensorBoard's HParams tab, and the console summary
+        """The run's config in TensorBoard's HParams tab (``ssl_app.runs.panel``), and the console summary
         (``ssl_app.runs.summary``). A summary that cannot be written is one line: the run is done."""
         values = final_scalars(trainer)
         try:
             for logger in trainer.loggers:
-                log_final_hparams(logger, self.config_snapshot, values, trainer.global_step)
+                write_hparams(logger, self.config_snapshot, values)
         except OSError as error:
-            info(f"the final metrics were not added to TensorBoard's HParams tab: {error}")
+            info(f"the run's config was not added to TensorBoard's HParams tab: {error}")
         record, folder = self.recorder.record, self.recorder.folder
         if record is not None and folder is not None:  # from the record, as a re-run of the finished run prints it
             lines = record_summary_lines(record, folder)

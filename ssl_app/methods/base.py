@@ -32,8 +32,12 @@ from ssl_app.models.backbones import NormName
 from ssl_app.optim import Optimization, run_length
 from ssl_app.temperature import Progress
 
+from ssl_app.runs.changes import OnChange
+
 #: Where a checkpoint keeps the mean training loss of the epoch it was saved in.
 TRAIN_LOSS_KEY = "ssl_app_train_loss_mean"
+#: Loss diagnostics that stay constant in most runs: written to the loggers when they change (``ssl_app.runs.changes``).
+LOGGED_ON_CHANGE = ("loss/chance", "loss/used_negatives", "loss/temperature")
 
 
 class ContrastiveMethod(L.LightningModule, ABC):
@@ -133,6 +137,12 @@ class ContrastiveMethod(L.LightningModule, ABC):
         # The run's optimiser steps (None: no limit), known once the optimiser is configured (Progress.fraction).
         self._run_steps: Optional[int] = None
         self._last_train_temperature: Union[float, Tensor, None] = None
+
+        self.changing_stats = OnChange()
+        self._pending_changes: Optional[tuple[dict[str, Tensor], int]] = None
+        # Whether the loss keeps every negative, so ``loss/used_neg_sim`` is ``loss/mean_neg_sim`` (not
+        # logged twice); ``on_train_start`` settles it for a loss that may keep fewer.
+        self.every_negative_used = self.loss.same_as_with_every_negative is None
 
     # --- encoders -------------------------------------------------------------------------
     def forward(self, images: Tensor) -> Tensor:
@@ -301,7 +311,7 @@ class ContrastiveMethod(L.LightningModule, ABC):
             self.log("train/loss_epoch", self.train_loss_mean, prog_bar=True, on_step=False, on_epoch=True)
             stats = {f"loss/{key}": value for key, value in result.stats.items()}
             if stats:
-                self.log_dict(stats, on_step=True, on_epoch=False, batch_size=batch_size)
+                self._log_loss_stats(stats, batch_size)
             if result.hardness is not None:
                 self.hardness_profile.update(result.hardness)
             chance = result.stats.get("chance")
@@ -314,6 +324,26 @@ class ContrastiveMethod(L.LightningModule, ABC):
         self._log_classifier_top1(contrast, stage)
         # Validation/test: hand the view embeddings to callbacks (see ``MaskedSimilarities.views``).
         return {"loss": loss, "embeddings": contrast.views}
+
+    def _log_loss_stats(self, stats: dict[str, Tensor], batch_size: int) -> None:
+        """Log the step's ``loss/*`` diagnostics: ``loss/used_neg_sim`` only when the loss may drop
+        negatives, and the ``LOGGED_ON_CHANGE`` ones in ``callback_metrics`` every time but written to
+        the loggers only when they change."""
+        if self.every_negative_used:
+            stats.pop("loss/used_neg_sim", None)
+        steady = {tag: stats.pop(tag) for tag in LOGGED_ON_CHANGE if tag in stats}
+        self.log_dict(stats, on_step=True, on_epoch=False, batch_size=batch_size)
+        if steady:
+            self.log_dict(steady, on_step=True, on_epoch=False, batch_size=batch_size, logger=False)
+            self._pending_changes = (steady, self.global_step)  # written in on_train_batch_end
+
+    def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
+        """Write the step's ``LOGGED_ON_CHANGE`` diagnostics that changed: here, once the step's backward
+        and optimiser step are queued, since comparing them reads them on the host (as Lightning's own
+        logging does next), which inside ``training_step`` would stall a GPU before its backward."""
+        pending, self._pending_changes = self._pending_changes, None
+        if pending is not None:
+            self.changing_stats.write(self.loggers, *pending)
 
     def cached_masks(self, key: tuple, build: Callable[[], tuple[Tensor, Tensor]]) -> tuple[Tensor, Tensor]:
         """``build()``'s ``(pos_mask, neg_mask)``, built once per ``key`` and reused afterwards.
@@ -362,7 +392,9 @@ class ContrastiveMethod(L.LightningModule, ABC):
         kept = getattr(self.loss, "num_negatives", None)
         available = None if batch_size is None else self.negatives_per_anchor(batch_size, trainer.world_size)
         same_as = self.loss.same_as_with_every_negative
-        if same_as is not None and kept is not None and available is not None and kept >= available:
+        keeps_all = kept is not None and available is not None and kept >= available
+        self.every_negative_used = same_as is None or keeps_all
+        if same_as is not None and keeps_all:
             rank_zero_warn(
                 f"{type(self.loss).__name__}: num_negatives={kept} keeps every negative: an anchor of "
                 f"{type(self).__name__} has {available} negatives (batch {batch_size} per process × "

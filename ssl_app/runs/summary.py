@@ -1,4 +1,4 @@
-"""The end of a finished command: its headline numbers on the console, its final metrics in TensorBoard's HParams tab.
+"""The end of a finished command: its headline numbers on the console.
 
 After ``fit``, ``validate``, ``test`` and a linear probe finish, the CLI (global rank 0) prints a
 few aligned lines, whatever ``--trainer.enable_progress_bar`` says (a batch job's log wants the
@@ -12,11 +12,10 @@ result too)::
 The lines are the run's final values (the last logged value of each tag, the numbers
 ``run.json`` records as ``results``) of the *headline* columns, ``HEADLINE`` below: a few of the
 report's Table-1 columns (``ssl_app.runs.headline``: their header, tag, scale and decimals), in
-that order, each shown when the run logged it. The same final values, every one of them, are
-written beside the run's flattened config with the TensorBoard logger's ``log_hyperparams``, as
-the scalars ``final/<tag>``, so the HParams tab lists runs side by side with their options.
-TensorBoard keeps only the first hyper-parameter summary of a run folder, so the CLI turns off
-the placeholder (``hp_metric``) that Lightning would write at the start (``without_placeholder``).
+that order, each shown when the run logged it. The HParams tab reads the same tags' last values
+from their own series (``ssl_app.runs.panel`` writes its config); TensorBoard keeps only the first
+hyper-parameter summary of a run folder, so the CLI turns off the placeholder (``hp_metric``) that
+Lightning would write at the start (``without_placeholder``).
 """
 
 from __future__ import annotations
@@ -44,8 +43,6 @@ EXTRA_COLUMNS = (
         digits=2,
     ),
 )
-#: Prefix of the final values written for the HParams tab (a tag of its own: the run's curves keep one point per epoch).
-FINAL_PREFIX = "final/"
 
 
 def headline_columns() -> list[Column]:
@@ -103,25 +100,9 @@ def hparams_of(config: Mapping[str, Any]) -> dict[str, Any]:
     return {key: value for key, value in flat.items() if not any(key == w or key.startswith(w + ".") for w in WHERE_KEYS)}
 
 
-def log_final_hparams(logger: Any, config: Mapping[str, Any], values: Mapping[str, float], step: int) -> bool:
-    """Write ``config`` with the final ``values`` for the HParams tab, if ``logger`` is a TensorBoard logger.
-
-    Returns whether anything was written. The logger was finalised by Lightning already: its
-    writer opens again for these summaries and is closed (``finalize``) after.
-    """
-    from lightning.pytorch.loggers import TensorBoardLogger
-
-    if not isinstance(logger, TensorBoardLogger) or not values:
-        return False
-    metrics = {FINAL_PREFIX + tag: value for tag, value in values.items()}
-    logger.log_hyperparams(hparams_of(config), metrics=metrics, step=step)
-    logger.finalize("success")
-    return True
-
-
 def without_placeholder(loggers: list[Any]) -> None:
     """Stop Lightning writing ``hp_metric = -1`` as the run's hyper-parameter summary at the start:
-    TensorBoard would show that one and ignore the final one (module docstring)."""
+    TensorBoard would show that one and ignore the curated one (module docstring)."""
     from lightning.pytorch.loggers import TensorBoardLogger
 
     for logger in loggers:

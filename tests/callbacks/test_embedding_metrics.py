@@ -4,16 +4,20 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import subprocess
 import sys
+from html import unescape
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from tensorboard.plugin_util import markdown_to_safe_html
 
 from callbacks import EmbeddingMetrics, embedding_report
+from callbacks.embedding_metrics import inputs_table
 from ssl_app.cli import main
 from ssl_app.errors import ConfigError
 from ssl_app.methods import SimCLR
@@ -40,8 +44,10 @@ from tests.callbacks.helpers import (
 
 REPO = Path(__file__).resolve().parents[2]
 QUICKSTART = str(REPO / "configs" / "quickstart.yaml")
-#: Every registered metric's tags at top_k = 10 (``ssl_app.metrics.registry``), and the callback's own scalars.
-SCALARS = [metric.tag(field, 10) for metric, field in registered_fields()] + ["nonfinite", "collapsed"]
+#: Every registered metric's tags at top_k = 10 (``ssl_app.metrics.registry``).
+SCALARS = [metric.tag(field, 10) for metric, field in registered_fields()]
+#: The callback's own flags, written when they change (``ssl_app.runs.changes``).
+FLAGS = ["nonfinite", "collapsed"]
 
 
 # --------------------------------------------------------------------------- one tiny fit
@@ -56,7 +62,8 @@ def test_every_tag_is_logged_every_epoch(tiny_run):
     assert [h.histogram_value.num for h in negative] == [10 * VAL_SIZE] * EPOCHS
     figures = logged.Images("similarity/positive_vs_top10_negative")
     assert len(figures) == EPOCHS and figures[0].width > 100
-    assert [e.value for e in logged.Scalars("metrics/collapsed")] == [0.0] * EPOCHS  # a healthy model
+    for flag in FLAGS:  # a healthy model: 0 at the first evaluation, never written again
+        assert [e.value for e in logged.Scalars(f"metrics/{flag}")] == [0.0], flag
 
 
 def clean_embeddings(model: SimCLR, data, split: str = "val") -> tuple[torch.Tensor, torch.Tensor]:
@@ -141,10 +148,24 @@ def test_the_inputs_of_every_tag_are_described_in_tensorboard(tiny_run):
     _, _, _, log_dir = tiny_run
     texts = events(log_dir).Tensors("metrics/inputs/text_summary")
     assert len(texts) == 1  # once per run
-    table = texts[0].tensor_proto.string_val[0].decode()
-    assert "| metrics/uniformity |" in table and "clean (eval-transform) embeddings |" in table
+    table = texts[0].tensor_proto.string_val[0].decode()  # Markdown, escaped (rendered: tests/ssl_app/runs/test_panel.py)
+    assert "| metrics/uniformity |" in table and r"clean \(eval\-transform\) embeddings |" in table
     assert "| metrics/alignment |" in table and "two augmented views |" in table
-    assert "| metrics/effective_rank |" in table
+    assert r"| metrics/effective\_rank |" in table
+
+
+def test_the_inputs_table_renders_every_formula_whole_in_tensorboard():
+    """The table through TensorBoard's own Markdown path (``markdown_to_safe_html``, what the Text tab
+    runs). Catches an unescaped ``|`` (‖z_a − z_b‖² split the cells: alignment read "mean_i"), ``_``
+    or ``*`` read as emphasis, ``<`` taken for HTML, and a row for a tag the run does not log."""
+    logged = {f"metrics/{metric.tag(name, 10)}": metric.formula(name, 10) for metric, name in registered_fields()}
+    logged.pop("metrics/top10_train_neg_sim")
+    html = markdown_to_safe_html(inputs_table(10, "clean", {*logged, "metrics/nonfinite"}))
+    rows = [re.findall(r"<td>(.*?)</td>", row, re.S) for row in re.findall(r"<tr>(.*?)</tr>", html, re.S)][1:]
+    cells = {tag: rest for tag, *rest in rows}
+    assert set(cells) == {*logged, "metrics/nonfinite"}
+    for tag, formula in logged.items():
+        assert [unescape(cell) for cell in cells[tag][:1]] == [formula] and len(cells[tag]) == 2, (tag, cells[tag])
 
 
 def test_augmented_inputs_reproduce_the_views_only_values():
@@ -352,7 +373,7 @@ def collapse_warnings(caplog) -> list[str]:
     return [r.getMessage() for r in caplog.records if "Representation collapse" in r.getMessage()]
 
 
-def test_a_constant_encoder_is_reported_once_and_logged_every_time(caplog):
+def test_a_constant_encoder_is_reported_once_and_its_flag_written_once(caplog):
     logger = RecordingLogger()
     callback = EmbeddingMetrics(log_histograms=False)
     trainer = tiny_trainer([callback], logger=logger)
@@ -360,7 +381,8 @@ def test_a_constant_encoder_is_reported_once_and_logged_every_time(caplog):
     with caplog.at_level(logging.WARNING):
         for _ in range(2):
             trainer.validate(model, data, verbose=False)
-    assert logger.values("metrics/collapsed") == [1.0, 1.0]
+    assert logger.values("metrics/collapsed") == [1.0]  # written when it changes
+    assert trainer.callback_metrics["metrics/collapsed"] == 1.0  # still there for the run record
     messages = collapse_warnings(caplog)
     assert len(messages) == 1, messages
     assert messages[0].startswith("Representation collapse at epoch 0 (sudden): uniformity 0.0000 (random points: ~3.51)")

@@ -157,7 +157,7 @@ def test_a_quickstart_run_prints_its_summary_and_none_of_the_known_warnings(quic
     events.Reload()
     content = events.PluginTagToContent("hparams")["_hparams_/experiment"]
     names = {info.name.tag for info in plugin_data_pb2.HParamsPluginData.FromString(content).experiment.metric_infos}
-    assert "final/metrics/knn_acc" in names and "hp_metric" not in names, names
+    assert "metrics/knn_acc" in names and "hp_metric" not in names, names
 
 
 #: The README's sentence with the quickstart's numbers (section "Quickstart (offline, CPU)"), one place to update

@@ -75,8 +75,9 @@ def test_quickstart_logs_every_metric_tag_every_epoch(trained_run):
     events = EventAccumulator(str(trained_run), size_guidance={"scalars": 0, "histograms": 0, "images": 0})
     events.Reload()
     epochs = 2  # TINY's max_epochs
-    for name in ["alignment", "uniformity", "tolerance", "pos_sim", "top10_neg_sim", "collapsed", "knn_acc"]:
+    for name in ["alignment", "uniformity", "tolerance", "pos_sim", "top10_neg_sim", "knn_acc"]:
         assert len(events.Scalars(f"metrics/{name}")) == epochs, name
+    assert [event.value for event in events.Scalars("metrics/collapsed")] == [0.0]  # a flag: written when it changes
     for tag in ["similarity/positive", "similarity/top10_negative"]:
         assert len(events.Histograms(tag)) == epochs, tag
     for tag in ["similarity/positive_vs_top10_negative", "figures/uniformity_tolerance_path", "figures/singular_value_spectrum"]:

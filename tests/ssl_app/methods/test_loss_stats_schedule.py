@@ -55,3 +55,25 @@ def test_without_a_trainer_every_call_computes_the_diagnostics():
     model.training_step((views, torch.zeros(4, dtype=torch.long), torch.arange(4)), 0)
     assert model.loss.calls == [True]
     assert model.loss_and_chance is not None  # the step's (loss, chance) reached the method
+
+
+def test_constants_are_written_once_and_used_neg_sim_only_when_it_differs(tmp_path):
+    """InfoNCE (keeps every negative, fixed τ) against HardContrastive keeping 2 of 14 negatives.
+    Catches ``loss/chance``, ``loss/used_negatives`` or the fixed τ written at every logged step,
+    written at another step than the step's other diagnostics, dropped from ``callback_metrics``
+    (the run record), and ``loss/used_neg_sim`` logged as a copy of ``loss/mean_neg_sim`` or
+    dropped for a loss whose kept negatives differ."""
+    from ssl_app.losses import HardContrastive
+    from tests.callbacks.helpers import RecordingLogger
+
+    for loss, copies in ((InfoNCE(0.5), True), (HardContrastive(0.5, num_negatives=2), False)):
+        torch.manual_seed(0)
+        model = SimCLR(loss=loss, backbone="small_cnn", proj_hidden_dim=16, proj_dim=8)
+        logger = RecordingLogger()
+        trainer = tiny_trainer(tmp_path, logger=logger, max_steps=4, log_every_n_steps=1)
+        trainer.fit(model, datamodule=tiny_data())
+        steps = {tag: [step for step, row in logger.history if tag in row] for tag in ("loss/pos_sim", "loss/chance")}
+        assert steps["loss/pos_sim"] == [0, 1, 2, 3] and steps["loss/chance"] == [0]
+        assert logger.values("loss/used_negatives") == [14 if copies else 2] and logger.values("loss/temperature") == [0.5]
+        assert "loss/chance" in trainer.callback_metrics and "loss/used_negatives" in trainer.callback_metrics
+        assert len(logger.values("loss/used_neg_sim")) == (0 if copies else 4), type(loss).__name__

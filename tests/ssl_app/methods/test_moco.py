@@ -305,3 +305,17 @@ def test_negatives_per_anchor_are_the_other_keys_and_the_queue_once_full():
     assert small_moco(queue_size=8).negatives_per_anchor(8, 2) == 8
     assert small_moco(queue_size=33, symmetric=True, batch_negatives=True).negatives_per_anchor(8, 1) == 2 * (8 - 1) + 33
     assert small_moco(queue_size=33, symmetric=True, query_candidates=True).negatives_per_anchor(8, 1) == 2 * (8 - 1) + 33
+
+
+def test_a_constant_key_momentum_is_written_once_and_a_cosine_one_every_logged_step(tmp_path):
+    """Catches the constant momentum written at every step (a flat series) and the cosine schedule's
+    values lost or written off the logged steps."""
+    from tests.callbacks.helpers import RecordingLogger
+
+    for schedule, expected in (("constant", 1), ("cosine", 2)):
+        logger = RecordingLogger()
+        model = small_moco(momentum_schedule=schedule)
+        trainer = tiny_trainer(tmp_path, logger=logger, max_steps=4, log_every_n_steps=2)
+        trainer.fit(model, datamodule=tiny_data())
+        assert len(logger.values("train/key_momentum")) == expected, schedule
+        assert "train/key_momentum" in trainer.callback_metrics
