@@ -30,9 +30,8 @@ from ssl_app.losses.hardness import HardnessProfile, write_profile
 from ssl_app.models import BackboneName, build_backbone, build_projection_head
 from ssl_app.models.backbones import NormName
 from ssl_app.optim import Optimization, run_length
-from ssl_app.temperature import Progress
-
 from ssl_app.runs.changes import OnChange
+from ssl_app.temperature import Progress
 
 #: Where a checkpoint keeps the mean training loss of the epoch it was saved in.
 TRAIN_LOSS_KEY = "ssl_app_train_loss_mean"
