@@ -21,7 +21,7 @@ from ssl_app.metrics.long_tail import (
     check_thresholds,
     group_accuracies,
     groups_line,
-    named_groups,
+    tail_groups,
 )
 
 
@@ -38,8 +38,9 @@ class KNNMonitor(Callback):
     On data without labels (``labelled`` False: a folder of unlabelled images) it does nothing,
     said in one line at setup.
 
-    Long-tail groups (``shot_groups``, on when the datamodule has ``train_class_counts()``, as
-    every ``datamodules`` class has): from the same similarity search, the vote of the ``tail_k``
+    Long-tail groups (``shot_groups``, on when the datamodule's ``train_class_counts()`` put
+    classes in at least two groups, :func:`~ssl_app.metrics.long_tail.tail_groups`; a balanced
+    split has no tail): from the same similarity search, the vote of the ``tail_k``
     nearest rows (Kukleva et al.'s kNN@10 by default: at k = 200 a class with 5 training images
     holds at most 5 of the votes) is counted per class, and ``metrics/knn_many``,
     ``metrics/knn_medium``, ``metrics/knn_few`` are the mean per-class accuracies of the classes
@@ -104,9 +105,9 @@ class KNNMonitor(Callback):
             say_skipped("KNNMonitor", "metrics/knn_acc", reason)
             return
         read_counts = getattr(trainer.datamodule, "train_class_counts", None)
-        self.groups = {}
-        if self.shot_groups and callable(read_counts):
-            self.groups = named_groups(read_counts(), self.many_shot_above, self.few_shot_below)
+        counts = read_counts() if self.shot_groups and callable(read_counts) else []
+        self.groups = tail_groups(counts, self.many_shot_above, self.few_shot_below)
+        if self.groups:
             vote = f"tail_k={self.tail_k}" if self.tail_k is not None else f"k={self.k}"
             who = f"KNNMonitor (groups of the {vote} vote)"
             rank_zero_info(groups_line(who, "metrics/knn_", self.groups, self.many_shot_above, self.few_shot_below))

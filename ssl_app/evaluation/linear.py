@@ -35,7 +35,7 @@ from ssl_app.metrics.long_tail import (
     check_thresholds,
     group_accuracies,
     groups_line,
-    named_groups,
+    tail_groups,
 )
 from ssl_app.optim import Optimization, run_length
 
@@ -177,7 +177,7 @@ class LinearProbe(L.LightningModule):
             self._build_classifier(found)
         read_counts = getattr(getattr(self.trainer, "datamodule", None), "train_class_counts", None)
         counts = read_counts() if callable(read_counts) else []
-        self.groups = named_groups(counts, self.many_shot_above, self.few_shot_below) if sum(counts) else {}
+        self.groups = tail_groups(counts, self.many_shot_above, self.few_shot_below)
         if self.groups:
             rank_zero_info(groups_line("LinearProbe", "linear/", self.groups, self.many_shot_above, self.few_shot_below))
 

@@ -403,12 +403,15 @@ class ContrastiveMethod(L.LightningModule, ABC):
             rank_zero_warn(f"{type(self).__name__}: model.{option} is ignored")
 
     def on_train_epoch_end(self) -> None:
-        """Log ``loss/temperature_epoch`` (the τ of the epoch's last training step) and the epoch's
+        """Log ``loss/temperature_epoch`` (the τ of the epoch's last training step; written when it
+        changes, ``ssl_app.runs.changes``) and the epoch's
         hardness profile, summed over processes (every rank computes it, since the sum is a
         collective; rank 0 writes it to the first TensorBoard logger), and reset it."""
         tau, self._last_train_temperature = self._last_train_temperature, None
-        if tau is not None:  # the same on every rank (a global batch's or the progress's), so the sync is a no-op
-            self.log("loss/temperature_epoch", tau, on_step=False, on_epoch=True, sync_dist=True)
+        if tau is not None:  # the same on every rank (a global batch's or the progress's): no sync needed
+            # in callback_metrics every epoch; written when it changes (a fixed τ: once)
+            self.log("loss/temperature_epoch", tau, on_step=False, on_epoch=True, logger=False)
+            self.changing_stats.write(self.loggers, {"loss/temperature_epoch": tau}, self.global_step)
         profile = self.hardness_profile
         if not profile.update_called:
             return

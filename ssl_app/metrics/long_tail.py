@@ -63,6 +63,14 @@ def named_groups(counts: Sequence[int], many_above: int, few_below: int) -> dict
     return dict(zip(GROUPS, shot_groups(counts, many_above, few_below)))
 
 
+def tail_groups(counts: Sequence[int], many_above: int, few_below: int) -> dict[str, list[int]]:
+    """:func:`named_groups` when the training split has a head and a tail (at least two non-empty
+    groups), else ``{}``: with every class in one group (a balanced split, or a tiny one) the group's
+    accuracy is the per-class mean again, so the kNN monitor and the probe log no groups."""
+    groups = named_groups(counts, many_above, few_below)
+    return groups if sum(1 for classes in groups.values() if classes) > 1 else {}
+
+
 def groups_line(who: str, prefix: str, groups: Mapping[str, Sequence[int]], many_above: int, few_below: int) -> str:
     """The line printed at setup: classes per group, and which ``<prefix><group>`` tags are not logged (no class)."""
     sizes = {name: len(classes) for name, classes in groups.items()}

@@ -11,7 +11,7 @@ import math
 
 import torch
 
-from callbacks.embedding_metrics import inputs_table
+from callbacks.embedding_metrics import inputs_table, markdown_text
 from ssl_app.metrics import EmbeddingInputs, EmbeddingMetric, evaluate_metrics
 from ssl_app.report.summary import table_columns
 
@@ -102,4 +102,7 @@ def test_every_field_is_a_report_column_and_a_row_of_the_inputs_table(metric_cas
     table = inputs_table(TOP_K, "clean")
     for name, tag in metric_case.tags.items():
         assert columns[tag].meaning == metric_case.formula(name) and columns[tag].tag == f"metrics/{tag}"
-        assert f"| metrics/{metric_case.tag(name, TOP_K)} | {metric_case.formula(name, TOP_K)} |" in table
+        row = (
+            f"| {markdown_text(f'metrics/{metric_case.tag(name, TOP_K)}')} | {markdown_text(metric_case.formula(name, TOP_K))} |"
+        )
+        assert row in table
