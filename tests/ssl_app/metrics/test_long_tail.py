@@ -64,3 +64,14 @@ def test_predicted_classes_count_as_their_logits():
     assert all(torch.equal(a, b) for a, b in zip(from_logits.compute(), from_classes.compute()))
     with pytest.raises(ValueError, match="or classes"):
         ClassAccuracy(6).update(torch.zeros(2), torch.zeros(2, dtype=torch.long))  # float scores are not classes
+
+
+def test_groups_exist_only_where_the_split_has_a_head_and_a_tail():
+    """Catches groups logged for a balanced (or tiny) split, where the one non-empty group repeats
+    the per-class mean as a flat, meaningless extra series."""
+    from ssl_app.metrics.long_tail import tail_groups
+
+    assert tail_groups([200] * 10, 100, 20) == {}  # every class many-shot
+    assert tail_groups([3, 4, 2, 3], 100, 20) == {}  # every class few-shot (a tiny run)
+    assert tail_groups([150, 50, 5, 0], 100, 20) == {"many": [0], "medium": [1], "few": [2, 3]}
+    assert tail_groups([5000, 50], 100, 20) == {"many": [0], "medium": [1], "few": []}
