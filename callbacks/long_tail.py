@@ -10,11 +10,17 @@ from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 
 from callbacks.embedding_pass import evaluation_mode
 from callbacks.labels import missing_labels, say_skipped
-from ssl_app.checks import check_int, check_optional_int
+from ssl_app.checks import check_optional_int
 from ssl_app.errors import ConfigError
-from ssl_app.metrics.long_tail import FEW_SHOT_BELOW, MANY_SHOT_ABOVE, ClassAccuracy, group_accuracies, shot_groups
-
-GROUPS = ("many", "medium", "few")
+from ssl_app.metrics.long_tail import (
+    FEW_SHOT_BELOW,
+    MANY_SHOT_ABOVE,
+    ClassAccuracy,
+    check_thresholds,
+    group_accuracies,
+    groups_line,
+    named_groups,
+)
 
 
 class LongTailAccuracy(Callback):
@@ -59,12 +65,7 @@ class LongTailAccuracy(Callback):
         batch_size: Optional[int] = None,
     ) -> None:
         super().__init__()
-        many_shot_above = check_int(many_shot_above, "LongTailAccuracy: many_shot_above", minimum=0)
-        few_shot_below = check_int(few_shot_below, "LongTailAccuracy: few_shot_below", minimum=0)
-        if few_shot_below > many_shot_above:
-            raise ConfigError(
-                f"LongTailAccuracy: few_shot_below ({few_shot_below}) must be <= many_shot_above ({many_shot_above})"
-            )
+        many_shot_above, few_shot_below = check_thresholds(many_shot_above, few_shot_below, "LongTailAccuracy")
         if split not in (None, "val", "test"):
             raise ConfigError(f"LongTailAccuracy: split must be val, test or null, got {split!r}")
         self.many_shot_above = many_shot_above
@@ -95,15 +96,9 @@ class LongTailAccuracy(Callback):
                 f"LongTailAccuracy needs a datamodule with {' and '.join(missing)} (any datamodules class); got {found}"
             )
         counts = datamodule.train_class_counts()
-        many, medium, few = shot_groups(counts, self.many_shot_above, self.few_shot_below)
-        self.groups = dict(zip(GROUPS, (many, medium, few)))
+        self.groups = named_groups(counts, self.many_shot_above, self.few_shot_below)
         self.num_classes = len(counts)
-        empty = [f"lt/{name}" for name, classes in self.groups.items() if not classes]
-        rank_zero_info(
-            f"LongTailAccuracy: {len(counts)} classes by training images: {len(many)} many-shot (>{self.many_shot_above}), "
-            f"{len(medium)} medium-shot ({self.few_shot_below}–{self.many_shot_above}), {len(few)} few-shot "
-            f"(<{self.few_shot_below})" + (f"; not logged (no class): {', '.join(empty)}" if empty else "")
-        )
+        rank_zero_info(groups_line("LongTailAccuracy", "lt/", self.groups, self.many_shot_above, self.few_shot_below))
 
     def on_validation_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if trainer.sanity_checking:

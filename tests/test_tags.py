@@ -19,9 +19,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from callbacks.long_tail import GROUPS
 from ssl_app.metrics import DEFAULT_TOP_K, registered_fields
-from ssl_app.metrics.long_tail import group_accuracies
+from ssl_app.metrics.long_tail import GROUPS, group_accuracies
 from tests.generic import handover, loss_cases
 
 REPO = Path(__file__).resolve().parents[1]
@@ -67,6 +66,9 @@ def computed_tags() -> dict[tuple[str, str], set[str]]:
         ("ssl_app/methods/base.py", "stats"): {f"loss/{key}" for key in loss_keys},
         ("callbacks/embedding_metrics.py", "name"): registry | {"metrics/nonfinite", "metrics/collapsed"},
         ("callbacks/long_tail.py", "f'lt/{name}'"): {f"lt/{name}" for name in long_tail_names()},
+        # The kNN monitor and the probe log the groups only (their pooled top-1 is knn_acc, linear/top1).
+        ("callbacks/knn.py", "f'metrics/knn_{name}'"): {f"metrics/knn_{name}" for name in GROUPS},
+        ("ssl_app/evaluation/linear.py", "f'linear/{name}'"): {f"linear/{name}" for name in GROUPS},
     }
 
 

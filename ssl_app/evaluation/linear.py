@@ -23,10 +23,20 @@ from typing import Any, Literal, Optional
 import lightning as L
 import torch
 import torch.nn.functional as F
+from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor, nn
 from torchmetrics.classification import MulticlassAccuracy
 
 from ssl_app.errors import ConfigError
+from ssl_app.metrics.long_tail import (
+    FEW_SHOT_BELOW,
+    MANY_SHOT_ABOVE,
+    ClassAccuracy,
+    check_thresholds,
+    group_accuracies,
+    groups_line,
+    named_groups,
+)
 from ssl_app.optim import Optimization, run_length
 
 FeatureCache = Literal["none", "clean", "flips"]
@@ -100,7 +110,13 @@ class LinearProbe(L.LightningModule):
 
     Logs ``linear/train_loss`` every step; with the validation loaders of
     ``LinearEvalDataModule``: ``linear/val_top1`` (held-out part of the training split),
-    ``linear/top1`` and ``linear/top5`` (test split) every validation epoch.
+    ``linear/top1`` and ``linear/top5`` (test split) every validation epoch, and, when the
+    datamodule has ``train_class_counts()`` (``LinearEvalDataModule``: those of its data),
+    ``linear/many``, ``linear/medium``, ``linear/few``: the mean per-class top-1 on the test split
+    of the classes with ``> many_shot_above``, ``few_shot_below … many_shot_above`` and
+    ``< few_shot_below`` training images (``ssl_app.metrics.long_tail``, the definition of
+    ``lt/*``), counted on the same test batches as ``linear/top1`` and summed over processes; a
+    group without any class is not logged (said in one line at setup).
     ``class_logits`` serves ``callbacks.LongTailAccuracy`` (``lt/*`` on long-tailed data).
 
     Args:
@@ -108,6 +124,8 @@ class LinearProbe(L.LightningModule):
         num_classes: classes of the classifier; ``None``: the datamodule's ``num_classes``.
         optim: optimiser and schedule (default: the paper's protocol, above).
         cache_features: ``none``, ``clean`` or ``flips`` (module docstring).
+        many_shot_above: classes with more training images than this are many-shot (100).
+        few_shot_below: classes with fewer training images than this are few-shot (20).
     """
 
     # The classifier's width may come from the datamodule in ``setup`` (checked by --ckpt_path).
@@ -119,8 +137,11 @@ class LinearProbe(L.LightningModule):
         num_classes: Optional[int] = None,
         optim: Optimization = paper_linear_optim(),
         cache_features: FeatureCache = "none",
+        many_shot_above: int = MANY_SHOT_ABOVE,
+        few_shot_below: int = FEW_SHOT_BELOW,
     ) -> None:
         super().__init__()
+        self.many_shot_above, self.few_shot_below = check_thresholds(many_shot_above, few_shot_below, "LinearProbe")
         if cache_features not in ("none", "clean", "flips"):
             raise ConfigError(f"LinearProbe: cache_features must be none, clean or flips, got {cache_features!r}")
         if num_classes is not None and (not isinstance(num_classes, int) or num_classes < 2):
@@ -135,6 +156,7 @@ class LinearProbe(L.LightningModule):
         self.cache_features = cache_features
         self.num_classes = num_classes
         self.classifier: Optional[nn.Linear] = None
+        self.groups: dict[str, list[int]] = {}  # from the datamodule's class counts, at setup
         if num_classes is not None:
             self._build_classifier(num_classes)
 
@@ -145,6 +167,7 @@ class LinearProbe(L.LightningModule):
         self.val_top1 = MulticlassAccuracy(num_classes, top_k=1, average="micro", ignore_index=-1)
         self.test_top1 = MulticlassAccuracy(num_classes, top_k=1, average="micro", ignore_index=-1)
         self.test_top5 = MulticlassAccuracy(num_classes, top_k=top5, average="micro", ignore_index=-1)
+        self.test_classes = ClassAccuracy(num_classes)
 
     def setup(self, stage: str) -> None:
         if self.classifier is None:
@@ -152,6 +175,11 @@ class LinearProbe(L.LightningModule):
             if not isinstance(found, int) or found < 2:
                 raise ConfigError("LinearProbe: set model.num_classes (the datamodule does not say how many classes it has)")
             self._build_classifier(found)
+        read_counts = getattr(getattr(self.trainer, "datamodule", None), "train_class_counts", None)
+        counts = read_counts() if callable(read_counts) else []
+        self.groups = named_groups(counts, self.many_shot_above, self.few_shot_below) if sum(counts) else {}
+        if self.groups:
+            rank_zero_info(groups_line("LinearProbe", "linear/", self.groups, self.many_shot_above, self.few_shot_below))
 
     def train(self, mode: bool = True) -> LinearProbe:
         super().train(mode)
@@ -190,11 +218,30 @@ class LinearProbe(L.LightningModule):
         else:
             self.test_top1.update(logits, labels)
             self.test_top5.update(logits, labels)
+            self.test_classes.update(logits, labels)
             self.log("linear/top1", self.test_top1, on_epoch=True, add_dataloader_idx=False, batch_size=labels.shape[0])
             self.log("linear/top5", self.test_top5, on_epoch=True, add_dataloader_idx=False, batch_size=labels.shape[0])
 
     def test_step(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
         self.validation_step(batch, batch_idx, dataloader_idx=1)  # the test loader is always "test"
+
+    def on_validation_epoch_end(self) -> None:
+        self._log_groups()
+
+    def on_test_epoch_end(self) -> None:
+        self._log_groups()
+
+    def _log_groups(self) -> None:
+        """Log ``linear/{many,medium,few}`` of the test batches seen since the last call (every rank calls it)."""
+        if self.classifier is None or not self.test_classes.update_called:
+            return
+        correct, total = self.test_classes.compute()  # summed over the processes
+        self.test_classes.reset()
+        if self.trainer.sanity_checking:
+            return
+        for name, value in group_accuracies(correct, total, self.groups).items():
+            if name in self.groups:  # linear/top1 is logged already
+                self.log(f"linear/{name}", value, sync_dist=False)  # identical on every rank
 
     def _loader_name(self, dataloader_idx: int) -> str:
         names = getattr(getattr(self.trainer, "datamodule", None), "val_loader_names", ("test",))

@@ -56,6 +56,9 @@ CALLBACK_TAGS: Mapping[str, str] = {
     "collapsed": "callbacks.EmbeddingMetrics (collapse alarm)",
     "inputs": "callbacks.EmbeddingMetrics (text: each tag's inputs)",
     "knn_acc": "callbacks.KNNMonitor",
+    "knn_many": "callbacks.KNNMonitor (many-shot classes)",
+    "knn_medium": "callbacks.KNNMonitor (medium-shot classes)",
+    "knn_few": "callbacks.KNNMonitor (few-shot classes)",
 }
 #: A tag's only placeholder: ``{k}``, replaced by ``top_k``.
 _TAG = re.compile(r"(?:[A-Za-z0-9_.-]|\{k\})+")

@@ -1,5 +1,6 @@
-"""End to end through the CLI on the long-tailed shapes: SupCon-trained SimCLR (configs/shapes_lt.yaml),
-then the linear probe with LongTailAccuracy (configs/linear_shapes_lt.yaml), 1 and 2 processes."""
+"""End to end through the CLI on the long-tailed shapes: SupCon-trained SimCLR (configs/shapes_lt.yaml)
+with the kNN monitor's many/medium/few-shot groups, then the linear probe with its own groups and
+LongTailAccuracy (configs/linear_shapes_lt.yaml), 1 and 2 processes."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from tests.ssl_app.cli.test_cli import REPO
 
 CONFIGS = REPO / "configs"
 LT_TAGS = ("lt/top1", "lt/many", "lt/medium", "lt/few")
+GROUPS = ("many", "medium", "few")
 SHAPES_LT_COUNTS = exponential_profile(500, 10, 100)  # configs/data/shapes_lt.yaml: 500 … 5
 # The probe: 2 epochs on cached features, validated after each; an odd test split (uneven DDP shards).
 PROBE = ["--model.init_args.cache_features=flips", "--trainer.max_epochs=2", "--trainer.check_val_every_n_epoch=1",
@@ -32,14 +34,24 @@ def scalars(run: Path) -> dict[str, list[float]]:
 
 @pytest.fixture(scope="module")
 def supcon_checkpoint(tmp_path_factory) -> Path:
-    """One SupCon step of configs/shapes_lt.yaml (the probe's mechanics are tested, not the encoder)."""
+    """One SupCon step of configs/shapes_lt.yaml and one validation (the probe's mechanics are tested, not the encoder)."""
     workdir = tmp_path_factory.mktemp("supcon_lt")
+    # One validation after the step, the kNN monitor alone on 100 validation images: about 1 s more.
     cli_in(workdir, ["fit", "--config", str(CONFIGS / "shapes_lt.yaml"), "--trainer.max_steps=1",
-                     "--trainer.limit_val_batches=0", "--trainer.enable_progress_bar=false"])  # fmt: skip
+                     "--trainer.val_check_interval=1", "--trainer.limit_val_batches=1", "--data.init_args.val_size=100",
+                     "--trainer.callbacks=[{class_path: callbacks.KNNMonitor}]",
+                     "--trainer.enable_progress_bar=false"])  # fmt: skip
     run = workdir / "runs" / "shapes_lt" / "version_0"
     saved = json.loads((run / "class_counts.json").read_text())
     assert saved["class_counts"] == SHAPES_LT_COUNTS and saved["total"] == 1236
     return run / "checkpoints" / "last.ckpt"
+
+
+def test_a_long_tailed_simclr_run_logs_the_knn_groups(supcon_checkpoint):
+    """The shipped config's KNNMonitor, with no option set, logs every group of the 500 … 5 split."""
+    logged = scalars(supcon_checkpoint.parents[1])
+    for name in GROUPS:
+        assert len(logged[f"metrics/knn_{name}"]) == 1 and 0.0 <= logged[f"metrics/knn_{name}"][0] <= 1.0, name
 
 
 def test_the_probe_logs_the_long_tail_metrics_every_validation_epoch(supcon_checkpoint, tmp_path, monkeypatch, caplog):
@@ -54,8 +66,13 @@ def test_the_probe_logs_the_long_tail_metrics_every_validation_epoch(supcon_chec
         assert len(logged[tag]) == 2 and all(0.0 <= v <= 1.0 for v in logged[tag]), (tag, logged.get(tag))
     # Same classifier, same clean test images: the pooled top-1 is the probe's own test accuracy.
     assert logged["lt/top1"] == pytest.approx(logged["linear/top1"], abs=1e-6)
+    for name in GROUPS:  # and the probe's own groups are LongTailAccuracy's, every epoch
+        assert logged[f"linear/{name}"] == pytest.approx(logged[f"lt/{name}"], abs=1e-6), name
     assert json.loads((run / "class_counts.json").read_text())["class_counts"] == SHAPES_LT_COUNTS
-    assert "4 many-shot (>100), 3 medium-shot (20–100), 3 few-shot (<20)" in caplog.text
+    assert "LongTailAccuracy: 10 classes by training images: 4 many-shot (>100), 3 medium-shot (20–100), 3 few-shot (<20)" in (
+        caplog.text
+    )
+    assert "LinearProbe: 10 classes by training images: 4 many-shot" in caplog.text
 
 
 @pytest.mark.slow

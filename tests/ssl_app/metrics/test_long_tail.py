@@ -51,5 +51,5 @@ def test_a_group_without_classes_or_samples_is_left_out():
 
 
 def test_wrong_logit_width_is_named():
-    with pytest.raises(ValueError, match=r"expected logits \[B, 6\], got \(2, 5\)"):
+    with pytest.raises(ValueError, match=r"expected logits \[B, 6\] or classes \[B\], got \(2, 5\)"):
         ClassAccuracy(6).update(torch.zeros(2, 5), torch.zeros(2, dtype=torch.long))
