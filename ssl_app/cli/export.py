@@ -12,6 +12,11 @@ needs, as plain tensors and plain Python values (``torch.load(..., weights_only=
   input size and normalisation the run's data used, the checkpoint, method, step and ssl_app version).
 - ``projection_head`` (``--with-head``): the projection head's weights; ``meta["head"]`` holds the
   arguments of ``ssl_app.models.build_projection_head`` that rebuild it.
+- ``loss_state_dict``: the loss's own state (a learnable τ's ``temperature.log_scale`` = log(1/τ),
+  PaCo's class centres; empty for most losses), and ``meta["loss"]``, the loss's config (class
+  path and options) and ``meta["temperature"]``, the τ the run ended with when it was learned
+  (``clamp(exp(−log_scale), min, max)``, ``ssl_app.temperature.Learnable``; else ``None``: a fixed or
+  scheduled τ is in ``meta["loss"]``).
 
 ``--format torch_export`` writes a ``torch.export`` program instead (``torch.export.load(path).module()``,
 neither ssl_app nor torchvision needed; TorchScript is deprecated): images of the run's crop size,
@@ -54,6 +59,7 @@ FORMATS = ("state_dict", "torch_export")
 TORCHVISION_RESNETS = {"resnet18_cifar": ("resnet18", True), "resnet18": ("resnet18", False), "resnet50": ("resnet50", False)}
 BACKBONE_PREFIX = "backbone."
 HEAD_PREFIX = "projection_head."
+LOSS_PREFIX = "loss."
 
 
 @dataclass
@@ -68,6 +74,7 @@ class TrainedEncoder:
     head: Optional[nn.Module]
     meta: dict[str, Any]
     config: Optional[dict[str, Any]] = field(default=None, repr=False)
+    loss_state: dict[str, Tensor] = field(default_factory=dict, repr=False)
 
 
 def load_encoder(path: str, option: str = "--ckpt") -> TrainedEncoder:
@@ -128,7 +135,24 @@ def load_encoder(path: str, option: str = "--ckpt") -> TrainedEncoder:
         "global_step": checkpoint.get("global_step"),
         "head": head_args if head is not None else None,
     }
-    return TrainedEncoder(backbone, head, meta, config)
+    loss_state = {key[len(LOSS_PREFIX) :]: value for key, value in state.items() if key.startswith(LOSS_PREFIX)}
+    loss_config = ((config or {}).get("model") or {}).get("init_args", {}).get("loss")
+    meta["loss"] = loss_config if isinstance(loss_config, dict) else None
+    meta["temperature"] = learned_temperature(loss_state, loss_config)
+    return TrainedEncoder(backbone, head, meta, config, loss_state)
+
+
+def learned_temperature(loss_state: dict[str, Any], loss_config: Any) -> Optional[float]:
+    """The τ a learnable temperature ended with, ``clamp(exp(−log_scale), min, max)`` (None: not learned)."""
+    log_scale = loss_state.get("temperature.log_scale")
+    if not isinstance(log_scale, Tensor):
+        return None
+    from ssl_app.temperature import Learnable
+
+    defaults = {name: p.default for name, p in inspect.signature(Learnable.__init__).parameters.items()}
+    policy = (loss_config or {}).get("init_args", {}).get("temperature") if isinstance(loss_config, dict) else None
+    options = {**defaults, **((policy or {}).get("init_args") or {})} if isinstance(policy, dict) else defaults
+    return float(min(max(float(torch.exp(-log_scale.double())), float(options["min"])), float(options["max"])))
 
 
 def _method_defaults() -> dict[str, Any]:
@@ -161,6 +185,7 @@ def exported(encoder: TrainedEncoder, with_head: bool = False) -> dict[str, Any]
         "format_version": FORMAT_VERSION,
         "meta": meta,
         "state_dict": _plain_state(encoder.backbone),
+        "loss_state_dict": {key: value.detach().cpu().contiguous() for key, value in encoder.loss_state.items()},
     }
     if with_head:
         assert encoder.head is not None

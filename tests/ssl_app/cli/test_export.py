@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import os
 import re
 from pathlib import Path
+from typing import Optional
 
 import pytest
 import torch
@@ -31,18 +33,23 @@ TINY_DATA_CONFIG = {
 }  # fmt: skip
 
 
-def trained_checkpoint(folder: Path, backbone: str = "small_cnn") -> Path:
+def trained_checkpoint(
+    folder: Path, backbone: str = "small_cnn", loss: Optional[nn.Module] = None, config: Optional[dict] = None
+) -> Path:
     """A SimCLR checkpoint after one step on tiny data, as ``fit`` writes it: with the method's class
     path (LightningCLI's) and the run's config (the RunRecorder's state)."""
     torch.manual_seed(0)
-    model = SimCLR(backbone=backbone, proj_dim=8, proj_hidden_dim=16)
+    model = SimCLR(backbone=backbone, proj_dim=8, proj_hidden_dim=16, **({"loss": loss} if loss is not None else {}))
     trainer = tiny_trainer(folder, max_steps=1)
     trainer.fit(model, tiny_data())
     path = folder / f"{backbone}.ckpt"
     trainer.save_checkpoint(path)
     saved = torch.load(path, weights_only=True)
     saved["hyper_parameters"]["_class_path"] = "ssl_app.methods.SimCLR"
-    saved.setdefault("callbacks", {})[RECORDER_STATE_KEY] = {"run_id": "test", "config": {"data": TINY_DATA_CONFIG}}
+    saved.setdefault("callbacks", {})[RECORDER_STATE_KEY] = {
+        "run_id": "test",
+        "config": {"data": TINY_DATA_CONFIG, **(config or {})},
+    }
     torch.save(saved, path)
     return path
 
@@ -192,3 +199,27 @@ def test_a_moco_checkpoint_exports_its_query_backbone(tmp_path):
     images = torch.randn(3, 3, 8, 8)
     with torch.no_grad():
         assert torch.allclose(encoder.backbone(images), model.eval().backbone(images), atol=1e-6)
+
+
+def test_a_learned_temperature_is_exported_with_the_loss(tmp_path):
+    """Catches a learnable τ lost on export (issue 31: "saved, resumed and exported with the loss"):
+    the file carries the loss's state and config, and the τ the run ended with, clamped to its bounds."""
+    from ssl_app.losses import InfoNCE
+    from ssl_app.temperature import Learnable
+
+    policy = {"class_path": "ssl_app.temperature.Learnable", "init_args": {"init": 0.5, "min": 0.45, "max": 1.0}}
+    loss_config = {"class_path": "ssl_app.losses.InfoNCE", "init_args": {"temperature": policy}}
+    config = {"model": {"class_path": "ssl_app.methods.SimCLR", "init_args": {"loss": loss_config}}}
+    loss = InfoNCE(temperature=Learnable(init=0.5, min=0.45, max=1.0))
+    checkpoint = trained_checkpoint(tmp_path, loss=loss, config=config)
+    trained = torch.load(checkpoint, weights_only=True)["state_dict"]["loss.temperature.log_scale"]
+    saved = torch.load(export(tmp_path, checkpoint), weights_only=True)
+    assert torch.equal(saved["loss_state_dict"]["temperature.log_scale"], trained)
+    assert saved["meta"]["loss"] == loss_config
+    assert saved["meta"]["temperature"] == pytest.approx(min(max(math.exp(-trained.item()), 0.45), 1.0))
+    assert trained.item() != pytest.approx(math.log(1 / 0.5))  # one step moved it
+
+
+def test_a_fixed_temperature_exports_no_learned_value(small_checkpoint, tmp_path):
+    saved = torch.load(export(tmp_path, small_checkpoint), weights_only=True)
+    assert saved["meta"]["temperature"] is None and saved["loss_state_dict"] == {}
