@@ -22,12 +22,10 @@ from typing import Any
 
 from ssl_app.report.runs import Run
 from ssl_app.runs.identity import WHERE_KEYS, flatten
+from ssl_app.temperature.labels import POLICY_MODULE, policy_label
 
 LOSS_PREFIX = "model.init_args.loss.init_args."
 TEMPERATURE = LOSS_PREFIX + "temperature"
-#: The τ policies whose own ``label()`` names them (``ssl_app.temperature``, this package's classes).
-POLICY_MODULE = "ssl_app.temperature"
-KNOWN_POLICIES = ("Constant", "Cosine", "Linear", "Learnable", "Adaptive")
 LOSS_CLASS = "model.init_args.loss.class_path"
 METHOD_CLASS = "model.class_path"
 # Keys that never separate configurations: the repetition, and where a run was written or what it resumed
@@ -169,20 +167,6 @@ def temperature_label(settings: dict[str, Any]) -> str | None:
     prefix = TEMPERATURE + ".init_args."
     init_args = {key.removeprefix(prefix): value for key, value in settings.items() if key.startswith(prefix)}
     return policy_label(class_path, init_args)
-
-
-def policy_label(class_path: str, init_args: dict[str, Any]) -> str:
-    """The policy's ``label()`` for one of this package's policies (built from its saved numbers, which its own
-    checks read); any other class, or numbers it refuses: ``Name(key=value, ...)`` from the config alone."""
-    module, _, name = class_path.rpartition(".")
-    if module == POLICY_MODULE and name in KNOWN_POLICIES:
-        try:
-            import ssl_app.temperature as policies
-
-            return getattr(policies, name)(**init_args).label()
-        except Exception:  # an older or newer policy, or numbers it refuses: named from the config below
-            pass
-    return f"{name}({', '.join(f'{key}={_format(value)}' for key, value in init_args.items())})"
 
 
 def _policy_class(settings: dict[str, Any]) -> str | None:

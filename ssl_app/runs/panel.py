@@ -31,6 +31,7 @@ from typing import Any
 from ssl_app.runs.headline import RunOptions
 from ssl_app.runs.summary import hparams_of
 from ssl_app.runs.tags import describe
+from ssl_app.temperature.labels import policy_label
 
 #: HParams' metric columns: the headline tags (kNN and the linear probe are fractions, not %).
 HEADLINE_METRICS = (
@@ -75,15 +76,17 @@ def _plain(value: Any) -> bool | float | str:
 def axis_values(flat: Mapping[str, Any]) -> dict[str, bool | float | str]:
     """The comparison axes (``AXES``) found in the flattened config ``flat``, by HParams name.
 
-    τ: the loss's ``temperature`` when it is a number, else its policy's class name (``class_path``
-    of a temperature policy), so a schedule is compared by its kind."""
+    τ: the loss's ``temperature`` when it is a number, else its policy's own label
+    (``cosine:0.1-1``, ``learnable:0.07``: ``ssl_app.temperature.labels``)."""
     values: dict[str, bool | float | str] = {}
     for name, _, keys, convert in AXES:
         key = next((key for key in keys if flat.get(key) is not None), None)
         if key is not None:
             values[name] = _plain(convert(flat[key]))
-        elif name == "2_tau" and flat.get(keys[0] + ".class_path") is not None:
-            values[name] = _class_name(flat[keys[0] + ".class_path"])
+        elif name == "2_tau" and isinstance(flat.get(keys[0] + ".class_path"), str):
+            prefix = keys[0] + ".init_args."
+            init_args = {key.removeprefix(prefix): value for key, value in flat.items() if key.startswith(prefix)}
+            values[name] = policy_label(flat[keys[0] + ".class_path"], init_args)
     return values
 
 

@@ -28,11 +28,11 @@ import re
 from dataclasses import dataclass
 
 from ssl_app.errors import ConfigError
+from ssl_app.temperature.labels import POLICY_MODULE
 
 #: The loss option a τ axis sets, and its short name on the command line (``--grid tau=...``).
 TAU_KEY = "model.init_args.loss.init_args.temperature"
 TAU_ALIAS = "tau"
-POLICY_MODULE = "ssl_app.temperature"
 UNITS = ("epoch", "step")
 
 

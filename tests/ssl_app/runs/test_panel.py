@@ -176,3 +176,16 @@ def test_only_a_tensorboard_logger_gets_an_hparams_config(tmp_path):
     assert not write_hparams(CSVLogger(str(tmp_path)), {"seed_everything": 0}, {})
     assert not list(tmp_path.rglob("events.*"))
     assert write_hparams(TensorBoardLogger(str(tmp_path)), {"seed_everything": 0}, {})
+
+
+def test_the_tau_axis_names_a_policy_by_its_label_and_never_imports_a_strangers_class():
+    """Catches a schedule shown by its class name only (two schedules would share one τ value in
+    HParams) and a saved class path being imported to name it."""
+    from ssl_app.runs.panel import axis_values
+
+    key = "model.init_args.loss.init_args.temperature"
+    cosine = {f"{key}.class_path": "ssl_app.temperature.Cosine", f"{key}.init_args.low": 0.1, f"{key}.init_args.high": 1.0}
+    assert axis_values(cosine)["2_tau"] == "cosine:0.1-1"
+    assert axis_values({key: 0.5})["2_tau"] == 0.5
+    stranger = {f"{key}.class_path": "no_such_module_anywhere.Policy", f"{key}.init_args.rate": 0.25}
+    assert axis_values(stranger)["2_tau"] == "Policy(rate=0.25)"
