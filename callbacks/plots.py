@@ -18,6 +18,9 @@ from ssl_app.errors import ConfigError
 SIMILARITY_RANGE = (-1.0, 1.0)
 #: Bins of the similarity figure over its x-range (fixed, so every epoch and run bins alike).
 SIMILARITY_BINS = 50
+#: The similarity figure's fixed density axis [0, this]: 12 is 48% of the values in one bin of the
+#: full range; a taller bar (a run concentrating, or collapsing) is cut there and marked ▲.
+DENSITY_LIMIT = 12.0
 
 
 def find_tensorboard(trainer: L.Trainer) -> Optional[TensorBoardLogger]:
@@ -70,9 +73,10 @@ def similarity_figure(
 ) -> Figure:
     """Overlaid density histograms of positive and top-k negative similarities (Wang & Liu, Fig. 8).
 
-    The x-axis is ``x_range`` (default [−1, 1]) with ``SIMILARITY_BINS`` equal bins, whatever the
-    values, so the figures of every epoch and every run share their axes and bins; values outside
-    the range are counted in its edge bins (clipped), so no sample disappears. Built on the Agg
+    The x-axis is ``x_range`` (default [−1, 1]) with ``SIMILARITY_BINS`` equal bins and the y-axis
+    density [0, ``DENSITY_LIMIT``], whatever the values, so the figures of every epoch and every run
+    share their axes and bins; values outside the range are counted in its edge bins (clipped), so
+    no sample disappears, and a bar taller than the axis is cut at its top and marked ▲. Built on the Agg
     canvas directly, without pyplot, so no global backend is switched and no figure is registered
     anywhere; the caller hands it to ``add_figure`` (which closes it).
     """
@@ -84,9 +88,23 @@ def similarity_figure(
     FigureCanvasAgg(figure)
     axes = figure.add_subplot()
     for values, colour, name in ((pos, "tab:blue", "positive"), (neg, "tab:red", f"top-{k} negatives")):
-        shown = np.clip(values, low, high)
-        axes.hist(shown, bins=bins, density=True, alpha=0.55, color=colour, label=f"{name} (mean {values.mean():.3f})")
+        density, _ = np.histogram(np.clip(values, low, high), bins=bins, density=True)
+        label = f"{name} (mean {values.mean():.3f})"
+        axes.bar(
+            bins[:-1],
+            np.minimum(density, DENSITY_LIMIT),
+            width=np.diff(bins),
+            align="edge",
+            alpha=0.55,
+            color=colour,
+            label=label,
+        )
+        cut = density > DENSITY_LIMIT
+        if cut.any():
+            centres = (bins[:-1] + bins[1:]) / 2
+            axes.plot(centres[cut], np.full(int(cut.sum()), DENSITY_LIMIT), "^", color=colour, clip_on=False)
     axes.set_xlim(low, high)
+    axes.set_ylim(0.0, DENSITY_LIMIT)
     axes.set_xlabel("cosine similarity")
     axes.set_ylabel("density")
     axes.set_title(title, fontsize="small")

@@ -9,7 +9,7 @@ import torch
 
 from callbacks import EmbeddingMetrics
 from callbacks.plane_path import PLANE_PATH_TAG, PlanePath, PlanePoint
-from callbacks.plots import figure_title, similarity_figure
+from callbacks.plots import DENSITY_LIMIT, figure_title, similarity_figure
 from callbacks.spectrum_plot import SPECTRUM_TAG, local_spectra, spectrum_figure
 from ssl_app.errors import ConfigError
 from ssl_app.metrics.rank import power_law_exponent, singular_values
@@ -29,6 +29,11 @@ def test_figures_of_two_epochs_share_their_axes_and_bins():
     late = similarity_figure(torch.rand(40) * 1.6 - 0.6, torch.rand(40, 10) * 1.2 - 0.6, 10, "epoch 9")
     assert axes_of(early)[0] == axes_of(late)[0] == (-1.0, 1.0)
     assert axes_of(early)[2] == axes_of(late)[2] and len(axes_of(early)[2]) == 50  # the 50 fixed bins
+    assert axes_of(early)[1] == axes_of(late)[1] == (0.0, DENSITY_LIMIT)  # the density axis does not follow the data
+    collapsed = similarity_figure(torch.full((40,), 0.99), torch.full((40, 10), 0.99), 10, "collapsed")
+    assert axes_of(collapsed)[1] == (0.0, DENSITY_LIMIT)
+    assert max(patch.get_height() for patch in collapsed.axes[0].patches) == DENSITY_LIMIT  # cut at the top
+    assert [len(line.get_xdata()) for line in collapsed.axes[0].lines] == [1, 1]  # and marked, for each series
     narrowed = similarity_figure(torch.tensor([-0.9, 0.1]), torch.tensor([[0.95]]), 1, "t", x_range=(0.0, 0.5))
     assert axes_of(narrowed)[0] == (0.0, 0.5)
     counts = [patch.get_height() for patch in narrowed.axes[0].patches]
