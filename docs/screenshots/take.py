@@ -28,6 +28,10 @@ from PIL import Image
 HERE = Path(__file__).resolve().parent
 #: TensorBoard's tab names in the URL's fragment, in the order the docs show them.
 TABS = ("timeseries", "scalars", "custom_scalars", "images", "text", "hparams", "projector")
+#: The window (width, height) each tab is taken in, where the default 1400 × 1000 hides what it is for:
+#: Time Series' curves sit below the epoch card and the figures, Images' similarity figures below the
+#: spectrum and the plane's path, and HParams' metric columns right of its comparison axes.
+WINDOWS = {"timeseries": (1400, 1750), "images": (1400, 1400), "hparams": (2300, 650)}
 
 
 def free_port() -> int:
@@ -112,8 +116,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("logdir", type=Path, help="the folder TensorBoard reads (e.g. runs/quickstart)")
     parser.add_argument("--out", type=Path, default=HERE, help="where the PNGs go (default: docs/screenshots)")
     parser.add_argument("--tabs", default=",".join(TABS), help=f"comma-separated tabs (default: {','.join(TABS)})")
-    parser.add_argument("--width", type=int, default=1400)
-    parser.add_argument("--height", type=int, default=1000)
+    parser.add_argument("--width", type=int, help="window width for every tab (default: 1400, or the tab's own in WINDOWS)")
+    parser.add_argument("--height", type=int, help="window height for every tab (default: 1000, or the tab's own in WINDOWS)")
     parser.add_argument("--budget-ms", type=int, default=15000, help="virtual time Chromium gives each page to load")
     parser.add_argument("--max-kb", type=int, default=150, help="largest PNG, in KB")
     args = parser.parse_args(argv)
@@ -134,7 +138,8 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     for tab in tabs:
         path = args.out / f"{tab}.png"
-        shoot(chromium, f"{url}{PRIME}#{tab}", path, args.width, args.height, args.budget_ms)
+        width, height = WINDOWS.get(tab, (1400, 1000))
+        shoot(chromium, f"{url}{PRIME}#{tab}", path, args.width or width, args.height or height, args.budget_ms)
         compress(path, args.max_kb)
         with Image.open(path) as image:
             print(f"wrote {path} ({image.width}×{image.height}, {path.stat().st_size // 1024} KB)")
