@@ -141,7 +141,7 @@ def summary_rows(results: dict[str, Any]) -> list[tuple[str, str, str, str, str]
                          f"{ratio}; {loader['images']:,} JPEGs {loader['sizes']}"))  # fmt: skip
         if step:
             name = f"ResNet-50 step, b{loader['batch']}, {loader['precision']}"
-            rows.append(("loader", name, "img/s", _f(step, step < 10), "bare step"))
+            rows.append(("loader", name, "img/s", _f(step, 1 if step < 10 else 0), "bare step"))
     for part, status in results.get("run", {}).get("parts", {}).items():
         if status["status"] != "ok":
             spent = f"after {status['seconds']:.0f} of {status['budget']} s"
