@@ -18,9 +18,9 @@ from datamodules.base import ContrastiveDataModule, Split
 from datamodules.class_lists import ClassList, read_class_list
 from datamodules.image_files import CorruptImageError, FolderLinkError, find_bad_images, list_images, load_rgb
 from datamodules.image_stats import SAMPLE_SIZE, measure_images
+from datamodules.registry import DATAMODULES
 from ssl_app.checks import check_int
 from ssl_app.errors import ConfigError
-from ssl_app.registry import DATAMODULES
 
 __all__ = ["CorruptImageError", "ImageFiles", "ImageFolderDataModule", "ListedImageFolder", "load_rgb"]
 

@@ -56,25 +56,9 @@ import torch
 from torch import Tensor, nn
 
 from ssl_app.errors import ConfigError
+from ssl_app.handover import MaskedSimilarities
 from ssl_app.losses.hardness import hardness_profile
 from ssl_app.temperature import Constant, Progress, TemperaturePolicy
-
-
-@dataclass
-class MaskedSimilarities:
-    """The method → loss hand-over: similarities plus masks (module docstring).
-
-    ``views``: the online encoder's normalised embeddings of each local view ([B, d] each, in batch
-    order); a method fills it outside training, so the metric callbacks need no second forward
-    pass. ``anchor_features``/``anchor_labels``: for a loss that ``needs_anchor_features``.
-    """
-
-    sim: Tensor
-    pos_mask: Tensor
-    neg_mask: Tensor
-    views: Optional[tuple[Tensor, ...]] = None
-    anchor_features: Optional[Tensor] = None
-    anchor_labels: Optional[Tensor] = None
 
 
 @dataclass(frozen=True)
@@ -137,7 +121,8 @@ class ContrastiveLoss(nn.Module):
                 self._begin_call(handover)
                 terms = self.terms(handover, with_stats)
                 stats = self.statistics(handover, terms) if with_stats else {}
-            profile = hardness_profile(self, handover) if with_stats else None
+            value_of = lambda detached: self.terms(detached, with_stats=False).value  # noqa: E731
+            profile = hardness_profile(value_of, handover) if with_stats else None
         finally:
             self.__dict__.pop("_tau_of_call", None)
         return LossResult(terms.value, stats, profile)

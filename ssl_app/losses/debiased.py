@@ -18,7 +18,7 @@ from ssl_app.losses.base import (
     check_temperature,
     mean_over_anchors,
 )
-from ssl_app.registry import LOSSES
+from ssl_app.losses.registry import LOSSES
 
 
 def check_class_prior(tau_plus: float, owner: str) -> float:

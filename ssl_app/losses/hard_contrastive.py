@@ -20,7 +20,7 @@ from ssl_app.losses.base import (
     top_k_negatives,
     uniform_softmax_loss,
 )
-from ssl_app.registry import LOSSES
+from ssl_app.losses.registry import LOSSES
 
 # A quantile is read as the nearest fraction with at most this denominator, so that the
 # per-anchor count ceil(q · n) is computed in exact integer arithmetic on the device.

@@ -18,7 +18,7 @@ from ssl_app.losses.base import (
     mean_over_anchors,
 )
 from ssl_app.losses.debiased import check_class_prior, debiased_loss, one_per_pair_chance
-from ssl_app.registry import LOSSES
+from ssl_app.losses.registry import LOSSES
 
 
 @LOSSES.register

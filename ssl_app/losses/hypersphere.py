@@ -11,7 +11,7 @@ from torch import Tensor
 from ssl_app import distributed
 from ssl_app.errors import ConfigError
 from ssl_app.losses.base import ContrastiveLoss, LossTerms, MaskedSimilarities, mean_over_anchors
-from ssl_app.registry import LOSSES
+from ssl_app.losses.registry import LOSSES
 
 
 def global_log_mean_exp(values: Tensor, mask: Tensor) -> Tensor:

@@ -19,7 +19,7 @@ from ssl_app.losses.base import (
     mean_over_anchors,
     uniform_softmax_loss,
 )
-from ssl_app.registry import LOSSES
+from ssl_app.losses.registry import LOSSES
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from ssl_app.losses.base import (
     check_temperature,
     mean_over_anchors,
 )
-from ssl_app.registry import LOSSES
+from ssl_app.losses.registry import LOSSES
 from ssl_app.temperature import Adaptive, TemperaturePolicy
 from ssl_app.temperature.adaptive import adaptive_temperature, check_stays_positive, check_unit_interval, global_mean_positive
 

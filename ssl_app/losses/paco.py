@@ -21,7 +21,7 @@ from ssl_app.losses.base import (
     masked_mean,
     mean_over_anchors,
 )
-from ssl_app.registry import LOSSES
+from ssl_app.losses.registry import LOSSES
 
 
 def log_class_prior(class_counts: Sequence[int]) -> Tensor:

@@ -17,7 +17,7 @@ from ssl_app.losses.base import (
     mean_over_anchors,
     top_k_negatives,
 )
-from ssl_app.registry import LOSSES
+from ssl_app.losses.registry import LOSSES
 
 
 def linear_contrast_chance(pos_mask: Tensor, neg_mask: Tensor) -> Tensor:

@@ -6,7 +6,7 @@ import torch
 
 from ssl_app.losses.base import LossTerms, MaskedSimilarities, Temperature, masked_mean
 from ssl_app.losses.info_nce import InfoNCE
-from ssl_app.registry import LOSSES
+from ssl_app.losses.registry import LOSSES
 
 
 @LOSSES.register

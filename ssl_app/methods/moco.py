@@ -20,10 +20,10 @@ from ssl_app.losses import ContrastiveLoss, InfoNCE
 from ssl_app.losses.base import MaskedSimilarities
 from ssl_app.methods.base import ContrastiveMethod, similarity
 from ssl_app.methods.masks import Members, contrast_masks, gathered_views, unmatched, views_of
+from ssl_app.methods.registry import METHODS
 from ssl_app.methods.stores import LabelledQueue
 from ssl_app.models.split_batchnorm import convert_to_split_batchnorm, has_batch_norm
 from ssl_app.optim import run_length
-from ssl_app.registry import METHODS
 
 MomentumSchedule = Literal["constant", "cosine"]
 KeyBatchNorm = Literal["auto", "split", "shuffle", "sync", "none"]

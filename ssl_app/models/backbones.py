@@ -1,7 +1,7 @@
 """Backbones by name: torchvision ResNets (with the CIFAR stem), the CIFAR ResNet-32 and a small CNN for CPU runs.
 
 Each builder returns ``(module, feature_dim)``; the module maps images [B, 3, H, W] to pooled
-features [B, feature_dim]. ``BACKBONES`` (``ssl_app.registry``) lists them: a new backbone is a
+features [B, feature_dim]. ``BACKBONES`` (``ssl_app.models.registry``) lists them: a new backbone is a
 builder ``(norm="batch") -> (module, feature_dim)`` with ``@BACKBONES.register(name=...)`` above
 it, plus its name in ``BackboneName`` (the option's choices, which the CLI checks).
 """
@@ -16,7 +16,7 @@ from torch import Tensor, nn
 from torchvision.models import resnet18, resnet50
 
 from ssl_app.errors import ConfigError
-from ssl_app.registry import BACKBONES
+from ssl_app.models.registry import BACKBONES
 
 BackboneName = Literal["small_cnn", "resnet32_cifar", "resnet18_cifar", "resnet18", "resnet50"]
 NormName = Literal["batch", "group", "none"]

@@ -10,11 +10,11 @@ from torch import Tensor
 
 from ssl_app import distributed
 from ssl_app.errors import ConfigError
-from ssl_app.registry import TEMPERATURES
 from ssl_app.temperature.base import Progress, TemperaturePolicy, check_positive, number
+from ssl_app.temperature.registry import TEMPERATURES
 
 if TYPE_CHECKING:
-    from ssl_app.losses.base import MaskedSimilarities
+    from ssl_app.handover import MaskedSimilarities
 
 
 def adaptive_temperature(base: float, alpha: float, a_0: float, mean_positive: Tensor) -> Tensor:

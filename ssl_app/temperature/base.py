@@ -20,7 +20,7 @@ from torch import Tensor, nn
 from ssl_app.errors import ConfigError
 
 if TYPE_CHECKING:
-    from ssl_app.losses.base import MaskedSimilarities
+    from ssl_app.handover import MaskedSimilarities
 
 #: What a schedule counts: epochs (fractional: epoch + batch / batches per epoch) or optimiser steps.
 Unit = Literal["epoch", "step"]

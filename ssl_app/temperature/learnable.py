@@ -9,8 +9,8 @@ import torch
 from torch import Tensor, nn
 
 from ssl_app.errors import ConfigError
-from ssl_app.registry import TEMPERATURES
 from ssl_app.temperature.base import Progress, TemperaturePolicy, check_positive, number
+from ssl_app.temperature.registry import TEMPERATURES
 
 
 class _ClampInward(torch.autograd.Function):

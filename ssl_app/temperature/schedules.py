@@ -6,8 +6,8 @@ import math
 from typing import Optional
 
 from ssl_app.errors import ConfigError
-from ssl_app.registry import TEMPERATURES
 from ssl_app.temperature.base import Progress, TemperaturePolicy, Unit, check_positive, check_unit, number
+from ssl_app.temperature.registry import TEMPERATURES
 
 
 @TEMPERATURES.register
