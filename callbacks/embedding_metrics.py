@@ -31,9 +31,9 @@ from callbacks.plots import SIMILARITY_RANGE, find_tensorboard
 from callbacks.schedule import check_every_n_epochs, evaluation_due
 from ssl_app.checkpointing import first_nonfinite
 from ssl_app.errors import ConfigError, NonFiniteError
+from ssl_app.io.changes import OnChange
 from ssl_app.metrics import DEFAULT_TOP_K, EmbeddingInputs, EmbeddingReport, evaluate_metrics, registered_fields
 from ssl_app.metrics.histogram import SimilarityHistogram
-from ssl_app.runs.changes import OnChange
 
 log = logging.getLogger(__name__)
 
@@ -162,7 +162,7 @@ class EmbeddingMetrics(Callback):
     embeddings, clean rows plus view rows, had a NaN/inf entry; they are left out of the other
     metrics, warned about, and mark the evaluation collapsed), ``metrics/collapsed`` (0/1, see
     ``CollapseCriteria``); these two flags are in ``callback_metrics`` at every evaluation and
-    written to the loggers when they change (``ssl_app.runs.changes``). TensorBoard histograms ``similarity/positive``,
+    written to the loggers when they change (``ssl_app.io.changes``). TensorBoard histograms ``similarity/positive``,
     ``similarity/top{k}_negative`` and ``similarity/negative`` (every negative z_a,i·z_b,j,
     j ≠ i: N(N−1) values in 200 fixed bins over [−1, 1], counted on the device from the top-k
     search's own blocks and summed over ranks; the report's relative-penalty curve reads it),

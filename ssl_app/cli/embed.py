@@ -35,6 +35,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from ssl_app.cli.export import OneLineParser, TrainedEncoder, add_import_option, check_output, load_encoder, run_command
 from ssl_app.errors import ConfigError, OutputError, causes, find_cause
+from ssl_app.io.atomic import atomic_file
 from ssl_app.normalisation import KEYS, settle_input, shown
 from ssl_app.projector import (
     DEFAULT_SAMPLES,
@@ -44,7 +45,6 @@ from ssl_app.projector import (
     thumbnails,
     write_projector,
 )
-from ssl_app.runs.atomic import atomic_file
 from ssl_app.trust import import_trusted, is_known_class
 
 SPLITS = ("train", "val", "test")

@@ -46,9 +46,9 @@ from ssl_app import __version__
 from ssl_app.checkpointing import output_error
 from ssl_app.cli.endings import say_error
 from ssl_app.errors import ConfigError, OutputError
+from ssl_app.io.atomic import atomic_file
 from ssl_app.normalisation import input_of
 from ssl_app.resume import checkpoint_config, checkpoint_data, checkpoint_method, load_checkpoint
-from ssl_app.runs.atomic import atomic_file
 from ssl_app.trust import import_trusted
 
 #: The value of ``format`` in an exported file (``format_version`` counts incompatible changes).

@@ -24,18 +24,18 @@ from torchmetrics import MeanMetric
 from torchmetrics.classification import MulticlassAccuracy
 
 from ssl_app.errors import ConfigError
+from ssl_app.io.changes import OnChange
 from ssl_app.losses import ContrastiveLoss, InfoNCE
 from ssl_app.losses.base import LossResult, MaskedSimilarities
 from ssl_app.losses.hardness import HardnessProfile, write_profile
 from ssl_app.models import BackboneName, build_backbone, build_projection_head
 from ssl_app.models.backbones import NormName
 from ssl_app.optim import Optimization, run_length
-from ssl_app.runs.changes import OnChange
 from ssl_app.temperature import Progress
 
 #: Where a checkpoint keeps the mean training loss of the epoch it was saved in.
 TRAIN_LOSS_KEY = "ssl_app_train_loss_mean"
-#: Loss diagnostics that stay constant in most runs: written to the loggers when they change (``ssl_app.runs.changes``).
+#: Loss diagnostics that stay constant in most runs: written to the loggers when they change (``ssl_app.io.changes``).
 LOGGED_ON_CHANGE = ("loss/chance", "loss/used_negatives", "loss/temperature")
 
 
@@ -404,7 +404,7 @@ class ContrastiveMethod(L.LightningModule, ABC):
 
     def on_train_epoch_end(self) -> None:
         """Log ``loss/temperature_epoch`` (the τ of the epoch's last training step; written when it
-        changes, ``ssl_app.runs.changes``) and the epoch's
+        changes, ``ssl_app.io.changes``) and the epoch's
         hardness profile, summed over processes (every rank computes it, since the sum is a
         collective; rank 0 writes it to the first TensorBoard logger), and reset it."""
         tau, self._last_train_temperature = self._last_train_temperature, None

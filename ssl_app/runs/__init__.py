@@ -2,11 +2,12 @@
 
 The CLI (``fit``, ``validate``, ``test``, the linear probe), the sweep and the report meet here and
 nowhere else: :mod:`ssl_app.runs.record` (``run.json``: status, times, exit reason, config hash,
-data, version, parent run), :mod:`ssl_app.runs.lock`, :mod:`ssl_app.runs.layout` (where
+data, version, parent run), :mod:`ssl_app.io.lock`, :mod:`ssl_app.runs.layout` (where
 evaluations and sweep points live), :mod:`ssl_app.runs.identity` (which config keys make a run
-the same run) and :mod:`ssl_app.runs.atomic` (files replaced whole or not at all).
+the same run) and :mod:`ssl_app.io.atomic` (files replaced whole or not at all).
 """
 
+from ssl_app.io.lock import RunLock, is_locked
 from ssl_app.runs.layout import (
     EVALUATIONS_DIR,
     SWEEP_FILE,
@@ -17,7 +18,6 @@ from ssl_app.runs.layout import (
     run_folder_of_checkpoint,
     write_sweep_point,
 )
-from ssl_app.runs.lock import RunLock, is_locked
 from ssl_app.runs.record import (
     DIVERGED,
     DONE,

@@ -30,9 +30,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from ssl_app.runs.atomic import write_json
+from ssl_app.io.atomic import write_json
+from ssl_app.io.lock import RUN_LOCK, is_locked
 from ssl_app.runs.identity import config_hash, identity
-from ssl_app.runs.lock import RUN_LOCK, is_locked
 
 RECORD_FILE = "run.json"
 SCHEMA = 1

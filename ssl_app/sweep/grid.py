@@ -19,7 +19,7 @@ from typing import Optional
 
 from ssl_app.cli.endings import fail
 from ssl_app.errors import ConfigError
-from ssl_app.runs.atomic import write_json
+from ssl_app.io.atomic import write_json
 from ssl_app.runs.layout import CHECKPOINTS_DIR, SWEEP_FILE, read_sweep_point
 from ssl_app.sweep.plans import plan_points, recipe_paths
 from ssl_app.sweep.stages import PlannedRun

@@ -46,7 +46,7 @@ REPO = Path(__file__).resolve().parents[2]
 QUICKSTART = str(REPO / "configs" / "quickstart.yaml")
 #: Every registered metric's tags at top_k = 10 (``ssl_app.metrics.registry``).
 SCALARS = [metric.tag(field, 10) for metric, field in registered_fields()]
-#: The callback's own flags, written when they change (``ssl_app.runs.changes``).
+#: The callback's own flags, written when they change (``ssl_app.io.changes``).
 FLAGS = ["nonfinite", "collapsed"]
 
 

@@ -8,9 +8,9 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.loggers import TensorBoardLogger
 
 from callbacks import EmbeddingMetrics
+from ssl_app.io.lock import is_locked
 from ssl_app.losses import InfoNCE
 from ssl_app.resume import RECORDER_STATE_KEY, checkpoint_config, checkpoint_data, checkpoint_run_id
-from ssl_app.runs.lock import is_locked
 from ssl_app.runs.record import DONE, read_record
 from ssl_app.runs.recorder import RunRecorder
 from tests.callbacks.helpers import tiny_model, tiny_trainer
