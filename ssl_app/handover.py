@@ -15,8 +15,8 @@ gradient) and ``anchor_labels`` [N] (< 0: unlabelled). ``ssl_app.losses.base`` d
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Optional
+from dataclasses import dataclass, field
+from typing import Any, Optional
 
 from torch import Tensor
 
@@ -28,6 +28,9 @@ class MaskedSimilarities:
     ``views``: the online encoder's normalised embeddings of each local view ([B, d] each, in batch
     order); a method fills it outside training, so the metric callbacks need no second forward
     pass. ``anchor_features``/``anchor_labels``: for a loss that ``needs_anchor_features``.
+    ``mask_memo``: for masks reused from step to step (``ContrastiveMethod.cached_masks``), a dict that
+    lives as long as they do, where a loss keeps what it derives from the masks alone (InfoNCE's
+    ``MaskPlan``), so the loss itself keeps nothing between calls; ``None`` for masks made for this step.
     """
 
     sim: Tensor
@@ -36,3 +39,4 @@ class MaskedSimilarities:
     views: Optional[tuple[Tensor, ...]] = None
     anchor_features: Optional[Tensor] = None
     anchor_labels: Optional[Tensor] = None
+    mask_memo: Optional[dict[str, Any]] = field(default=None, repr=False)

@@ -14,6 +14,7 @@ from ssl_app.losses.base import (
     ContrastiveLoss,
     LossTerms,
     MaskedSimilarities,
+    Tau,
     Temperature,
     check_temperature,
     mean_over_anchors,
@@ -108,9 +109,9 @@ class DCL(ContrastiveLoss):
         """The weights on the positive terms (``None``: 1)."""
         return None
 
-    def terms(self, handover: MaskedSimilarities, with_stats: bool) -> LossTerms:
+    def terms(self, handover: MaskedSimilarities, tau: Tau, with_stats: bool) -> LossTerms:
         sim = handover.sim.float()
-        logits = sim / self.tau(handover)
+        logits = sim / tau
         weights = self.positive_weights(sim, handover.pos_mask)
         per_anchor = decoupled_loss(logits, handover.pos_mask, handover.neg_mask, weights)
         return LossTerms(mean_over_anchors(per_anchor, handover.pos_mask.any(dim=1)), logits=logits)

@@ -14,6 +14,7 @@ from ssl_app.losses.base import (
     ContrastiveLoss,
     LossTerms,
     MaskedSimilarities,
+    Tau,
     Temperature,
     check_temperature,
     mean_over_anchors,
@@ -115,8 +116,7 @@ class Debiased(ContrastiveLoss):
     def chance_value(self, pos_mask: Tensor, neg_mask: Tensor) -> Tensor:
         return one_per_pair_chance(pos_mask, neg_mask)
 
-    def terms(self, handover: MaskedSimilarities, with_stats: bool) -> LossTerms:
-        tau = self.tau(handover)
+    def terms(self, handover: MaskedSimilarities, tau: Tau, with_stats: bool) -> LossTerms:
         logits = handover.sim.float() / tau
         per_anchor = debiased_loss(logits, handover.pos_mask, handover.neg_mask, self.tau_plus, tau)
         return LossTerms(mean_over_anchors(per_anchor, handover.pos_mask.any(dim=1)), logits=logits)

@@ -12,6 +12,7 @@ from ssl_app.losses.base import (
     ContrastiveLoss,
     LossTerms,
     MaskedSimilarities,
+    Tau,
     Temperature,
     check_num_negatives,
     check_temperature,
@@ -125,9 +126,9 @@ class HardContrastive(ContrastiveLoss):
         assert self._fraction is not None
         return upper_quantile_negatives(sim, neg_mask, *self._fraction)
 
-    def terms(self, handover: MaskedSimilarities, with_stats: bool) -> LossTerms:
+    def terms(self, handover: MaskedSimilarities, tau: Tau, with_stats: bool) -> LossTerms:
         sim32 = handover.sim.float()
-        logits = sim32 / self.tau(handover)
+        logits = sim32 / tau
         kept = self.select_negatives(sim32, handover.neg_mask)
         per_anchor, has_pos = masked_info_nce(logits, handover.pos_mask, kept)
         return LossTerms(mean_over_anchors(per_anchor, has_pos), logits=logits, used_negatives=kept)

@@ -13,6 +13,7 @@ from ssl_app.losses.base import (
     ContrastiveLoss,
     LossTerms,
     MaskedSimilarities,
+    Tau,
     Temperature,
     check_temperature,
     mean_over_anchors,
@@ -64,8 +65,7 @@ class HCL(ContrastiveLoss):
     def chance_value(self, pos_mask: Tensor, neg_mask: Tensor) -> Tensor:
         return one_per_pair_chance(pos_mask, neg_mask)
 
-    def terms(self, handover: MaskedSimilarities, with_stats: bool) -> LossTerms:
-        tau = self.tau(handover)
+    def terms(self, handover: MaskedSimilarities, tau: Tau, with_stats: bool) -> LossTerms:
         logits = handover.sim.float() / tau
         pos_mask, neg_mask = handover.pos_mask, handover.neg_mask
         per_anchor = debiased_loss(logits, pos_mask, neg_mask, self.tau_plus, tau, beta=self.beta)

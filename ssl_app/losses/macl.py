@@ -11,6 +11,7 @@ from ssl_app.losses.base import (
     ContrastiveLoss,
     LossTerms,
     MaskedSimilarities,
+    Tau,
     Temperature,
     check_temperature,
     mean_over_anchors,
@@ -83,9 +84,9 @@ class MACL(ContrastiveLoss):
         mean = per_anchor.sum() / has_pos.sum().clamp_min(1)
         return torch.where(has_pos.any(), mean, float("nan"))
 
-    def terms(self, handover: MaskedSimilarities, with_stats: bool) -> LossTerms:
+    def terms(self, handover: MaskedSimilarities, tau: Tau, with_stats: bool) -> LossTerms:
         sim, pos_mask, neg_mask = handover.sim.float(), handover.pos_mask, handover.neg_mask
-        logits = sim / self.tau(handover)
+        logits = sim / tau
         num_pos = pos_mask.sum(dim=1)
         has_pos = num_pos > 0
         # As in masked_info_nce: excluded entries at -inf, or at 0 in a row without a positive.

@@ -16,6 +16,7 @@ from ssl_app.losses.base import (
     ContrastiveLoss,
     LossTerms,
     MaskedSimilarities,
+    Tau,
     Temperature,
     check_temperature,
     masked_mean,
@@ -211,11 +212,11 @@ class PaCo(ContrastiveLoss):
         super()._load_from_state_dict(state_dict, prefix, *rest)
 
     # --- the loss --------------------------------------------------------------------------
-    def terms(self, handover: MaskedSimilarities, with_stats: bool) -> LossTerms:
+    def terms(self, handover: MaskedSimilarities, tau: Tau, with_stats: bool) -> LossTerms:
         sim, pos_mask, neg_mask = handover.sim, handover.pos_mask, handover.neg_mask
         n = sim.shape[0]
         features, anchor_labels = handover.anchor_features, handover.anchor_labels
-        sample_logits = sim.float() / self.tau(handover)
+        sample_logits = sim.float() / tau
         sample_weights = pos_mask.float() * self.alpha
         sample_valid = pos_mask | neg_mask
         if features is None:  # no anchors' features: the sample terms alone (α × SupCon, tested)

@@ -13,6 +13,7 @@ from ssl_app.losses.base import (
     ContrastiveLoss,
     LossTerms,
     MaskedSimilarities,
+    Tau,
     check_num_negatives,
     mean_over_anchors,
     top_k_negatives,
@@ -92,7 +93,7 @@ class Simple(ContrastiveLoss):
     def chance_value(self, pos_mask: Tensor, neg_mask: Tensor) -> Tensor | None:
         return linear_contrast_chance(pos_mask, neg_mask) if self.lam is None else None
 
-    def terms(self, handover: MaskedSimilarities, with_stats: bool) -> LossTerms:
+    def terms(self, handover: MaskedSimilarities, tau: Tau, with_stats: bool) -> LossTerms:
         per_anchor, has_pos = linear_contrast(handover.sim, handover.pos_mask, handover.neg_mask, self.lam)
         return LossTerms(mean_over_anchors(per_anchor, has_pos))  # logits None: every negative the same penalty
 
@@ -132,7 +133,7 @@ class HardSimple(ContrastiveLoss):
         """0 (NaN when undefined: ``linear_contrast_chance``); ``neg_mask`` is the kept H."""
         return linear_contrast_chance(pos_mask, neg_mask)
 
-    def terms(self, handover: MaskedSimilarities, with_stats: bool) -> LossTerms:
+    def terms(self, handover: MaskedSimilarities, tau: Tau, with_stats: bool) -> LossTerms:
         sim32 = handover.sim.float()
         kept = top_k_negatives(sim32, handover.neg_mask, self.num_negatives)
         per_anchor, has_pos = linear_contrast(sim32, handover.pos_mask, kept, None)

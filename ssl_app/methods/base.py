@@ -117,7 +117,7 @@ class ContrastiveMethod(L.LightningModule, ABC):
         self.projection_head = build_projection_head(
             self.feature_dim, proj_hidden_dim, proj_dim, proj_layers, proj_batch_norm, proj_output_batch_norm
         )
-        self._mask_cache: dict[tuple, tuple[Tensor, Tensor]] = {}
+        self._mask_cache: dict[tuple, tuple[Tensor, Tensor, dict[str, Any]]] = {}
         self.channels_last = channels_last
         # The layout in force: "auto" stays contiguous until ``setup`` knows the device.
         self.memory_format = torch.channels_last if channels_last is True else torch.contiguous_format
@@ -269,6 +269,8 @@ class ContrastiveMethod(L.LightningModule, ABC):
                 f"{type(self).__name__} does not hand its anchors' features and labels to the loss, which "
                 f"{type(self.loss).__name__} needs (MaskedSimilarities.anchor_features / anchor_labels)"
             )
+        if contrast.mask_memo is None:
+            contrast.mask_memo = self.mask_memo(contrast.pos_mask, contrast.neg_mask)
         return self.loss(contrast, with_stats)
 
     def _log_classifier_top1(self, contrast: MaskedSimilarities, stage: str) -> None:
@@ -315,9 +317,9 @@ class ContrastiveMethod(L.LightningModule, ABC):
                 self.hardness_profile.update(result.hardness)
             chance = result.stats.get("chance")
             self.loss_and_chance = None if chance is None else (loss.detach(), chance)
-            # The epoch's τ is its last training step's: validation, which runs before on_train_epoch_end,
-            # sets the loss's temperature_in_force too (an adaptive τ: from its own batches).
-            self._last_train_temperature = self.loss.temperature_in_force
+            # The epoch's τ is its last training step's (validation, which runs before on_train_epoch_end,
+            # computes a τ of its own: an adaptive τ, from its own batches).
+            self._last_train_temperature = result.tau
             return loss
         self.log(f"{stage}/loss", loss, prog_bar=True, on_epoch=True, sync_dist=True, batch_size=batch_size)
         self._log_classifier_top1(contrast, stage)
@@ -351,12 +353,20 @@ class ContrastiveMethod(L.LightningModule, ABC):
         must name everything they depend on (sizes, rank, world size, device). Losses only read
         masks, so one pair serves every step; a few shapes are kept (e.g. a last, smaller batch).
         """
-        masks = self._mask_cache.get(key)
-        if masks is None:
+        cached = self._mask_cache.get(key)
+        if cached is None:
             if len(self._mask_cache) >= 8:
                 self._mask_cache.clear()
-            masks = self._mask_cache[key] = build()
-        return masks
+            cached = self._mask_cache[key] = (*build(), {})
+        return cached[0], cached[1]
+
+    def mask_memo(self, pos_mask: Tensor, neg_mask: Tensor) -> Optional[dict[str, Any]]:
+        """The memo that lives beside masks from :meth:`cached_masks` (``MaskedSimilarities.mask_memo``:
+        where a loss keeps what it derives from them), or ``None`` for masks made for one step."""
+        for pos, neg, memo in self._mask_cache.values():
+            if pos is pos_mask and neg is neg_mask:
+                return memo
+        return None
 
     def _step_is_logged(self) -> bool:
         """Whether values logged with ``on_step=True`` now reach the logger (True without a Trainer)."""
@@ -465,7 +475,7 @@ class ContrastiveMethod(L.LightningModule, ABC):
         """The optimiser's parameter groups: every parameter, and the loss's temperature policy's (a
         learnable τ) in a group of its own without weight decay. One group when there is none, as
         checkpoints written before temperature policies have."""
-        policy = self.loss._modules.get("temperature")
+        policy = self.loss.temperature_policy
         undecayed = {id(p) for p in policy.parameters()} if policy is not None else set()
         groups = [{"params": [p for p in self.parameters() if id(p) not in undecayed]}]
         if undecayed:

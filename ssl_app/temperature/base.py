@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import numbers
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal, Optional, Union
+from typing import TYPE_CHECKING, Literal, NoReturn, Optional, Union
 
 from torch import Tensor, nn
 
@@ -44,13 +44,29 @@ class Progress:
         return float(self.epoch) if unit == "epoch" else float(self.step)
 
 
+class PolicyUsedAsNumber(TypeError):
+    """A temperature policy was used as a number: a loss written when ``self.temperature`` was one."""
+
+
+def _not_a_number(policy: TemperaturePolicy, *_: object) -> NoReturn:
+    raise PolicyUsedAsNumber(
+        f"self.temperature is a temperature policy ({policy.label()}), not a number, since temperatures became "
+        "policies (ssl_app.temperature): terms(handover, tau, with_stats) receives the τ in force as tau; divide by "
+        'that (docs/extending.md, "A loss")'
+    )
+
+
 class TemperaturePolicy(nn.Module):
     """The τ of a loss as a function of training progress (and, for some, of the batch).
 
     A subclass implements :meth:`value` (a Python float when τ depends on the progress alone, so the
     loss divides by a number; a 0-d tensor when it has a gradient or comes from the batch) and
     :meth:`label`, and validates its options in ``__init__`` with one ``ConfigError`` naming each.
+    A policy is not a number: arithmetic with one raises :class:`PolicyUsedAsNumber`, saying so.
     """
+
+    __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = _not_a_number
+    __truediv__ = __rtruediv__ = __pow__ = __rpow__ = __neg__ = __float__ = _not_a_number
 
     def value(self, progress: Progress, handover: Optional[MaskedSimilarities] = None) -> Union[float, Tensor]:
         raise NotImplementedError

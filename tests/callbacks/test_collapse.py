@@ -251,10 +251,10 @@ class CollapsesAfter(ContrastiveLoss):
         super().__init__()
         self.steps, self.calls, self.info_nce = steps, 0, InfoNCE(temperature=0.5)
 
-    def terms(self, handover, with_stats):
+    def terms(self, handover, tau, with_stats):
         self.calls += 1
         if self.calls <= self.steps:
-            return self.info_nce.terms(handover, with_stats)
+            return self.info_nce.terms(handover, 0.5, with_stats)
         return LossTerms(-handover.sim[handover.pos_mask].mean())
 
 
