@@ -17,6 +17,7 @@ one floor of :data:`FLOORS`; an import goes to its own floor or one below, never
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -49,6 +50,14 @@ FLOORS = (
 )  # fmt: skip
 #: Calls that import a module by name.
 IMPORT_CALLS = ("import_module", "__import__")
+#: A config key path held as data: a key a config is read by (``model.init_args.loss.class_path``, a prefix
+#: ``data.init_args.``) or an override being written (``--model.init_args.optim.lr=``). A bare ``--option`` names
+#: an option for a person (a registry's, a hint) and a longer text is a message: neither is the dialect.
+KEY_PATH = re.compile(r"(--)?(model|data|trainer)(\.\w+)*\.(init_args|class_path)(\.\w+)*\.?(?(1)=)")
+#: The modules that may hold key paths: the run spec (it alone reads a config by them, and names them for the
+#: code that writes overrides and config files, which imports them from it).
+SPEAKS_THE_DIALECT = ("ssl_app.runs.spec",)
+MAX_DIALECT_MODULES = 3
 
 
 def module_files() -> dict[str, Path]:
@@ -277,6 +286,36 @@ def test_every_package_stands_on_one_floor_and_imports_only_down():
     assert unplaced == [], 'place each package on a floor in FLOORS (and in docs/design.md, "Floors")'
     assert arrows_up(graph) == [], "an import goes to its own floor or below"
     assert circles(package_graph(graph)) == [], "no two packages import each other, even through others"
+
+
+def key_paths(path: Path) -> list[str]:
+    """The config key paths a module holds as data (``KEY_PATH``), docstrings left out."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    docstrings = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+        and isinstance(node.body[0].value, ast.Constant)
+    }
+    return [
+        node.value
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings
+        if KEY_PATH.fullmatch(node.value)
+    ]
+
+
+def test_only_the_spec_speaks_the_config_dialect():
+    """Catches a reader of saved runs (the report, the panel, a run's identity, the sweep) re-deriving "which loss,
+    which τ" from nested dicts by key paths of its own (``model.init_args.loss.init_args.temperature``), which
+    spelled one τ policy three ways; the key path in an error message or a bare ``--option`` hint is fine."""
+    assert KEY_PATH.fullmatch("model.init_args.loss.init_args.temperature") and KEY_PATH.fullmatch("--data.init_args.root=")
+    assert KEY_PATH.fullmatch("data.init_args.") and not KEY_PATH.fullmatch("--model.init_args.loss")
+    assert not KEY_PATH.fullmatch("set model.init_args.loss.init_args.num_classes")
+    holding = {name: found for name, path in module_files().items() if (found := key_paths(path))}
+    assert len(holding) <= MAX_DIALECT_MODULES and set(holding) <= set(SPEAKS_THE_DIALECT), holding
 
 
 def test_no_module_is_over_550_lines():

@@ -327,6 +327,7 @@ def write_features(options: Any) -> list[str]:
         raise ConfigError(f"--data: no such folder: {options.data}" if missing else f"--data: {options.data} is not a folder")
     device = choose_device(options.device)
     import_trusted(options.imports)
+    import ssl_app.evaluation  # noqa: F401 - a probe's checkpoint names its class, which is ours: known (ssl_app.trust)
     encoder = load_encoder(options.ckpt)
     if options.projections and encoder.head is None:
         raise ConfigError(f"--projections: {options.ckpt} has no projection head")

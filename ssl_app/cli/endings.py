@@ -30,8 +30,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, Optional, TextIO
 
 from ssl_app.errors import ConfigError, NonFiniteError, OutputError, causes, find_cause
-from ssl_app.runs.identity import flatten
 from ssl_app.runs.record import DIVERGED, FAILED, INTERRUPTED
+from ssl_app.runs.spec import LR_KEY, RunSpec
 from ssl_app.signals import handling
 
 if TYPE_CHECKING:  # Lightning and torch are imported where a run's ending is read: the sweep's own errors need neither
@@ -185,7 +185,7 @@ def last_good_state(argv: list[str], interrupt: InterruptCheckpoint, recorder: R
     """The line after a divergence: where the last good state is and the command that resumes it with
     a lower learning rate (a resume takes this command's learning rate: ``ConfigWinsOnResume``)."""
     lower = _lower_lr(recorder.config)
-    replace = [f"--model.init_args.optim.lr={lower:g}"] if lower else []
+    replace = [f"--{LR_KEY}={lower:g}"] if lower else []
     advice = (
         " (a tenth of the learning rate that diverged; lower it further if it diverges again)"
         if lower
@@ -203,11 +203,9 @@ def last_good_state(argv: list[str], interrupt: InterruptCheckpoint, recorder: R
 
 
 def _lower_lr(config: dict[str, Any]) -> float | None:
-    """A tenth of the run's ``model.init_args.optim.lr``, when the config has one."""
-    lr = flatten(config).get("model.init_args.optim.lr")
-    if isinstance(lr, (int, float)) and not isinstance(lr, bool) and lr > 0:
-        return lr / 10
-    return None
+    """A tenth of the run's learning rate (``RunSpec.lr``), when the config has one."""
+    lr = RunSpec.from_config(config).lr
+    return lr / 10 if lr is not None and lr > 0 else None
 
 
 def _previous_last_checkpoint(folder: Path | None) -> Path | None:

@@ -49,6 +49,7 @@ from ssl_app.errors import ConfigError, OutputError
 from ssl_app.io.atomic import atomic_file
 from ssl_app.normalisation import input_of
 from ssl_app.resume import checkpoint_config, checkpoint_data, checkpoint_method, load_checkpoint
+from ssl_app.runs.spec import LossSpec
 from ssl_app.trust import import_trusted
 
 #: The value of ``format`` in an exported file (``format_version`` counts incompatible changes).
@@ -149,9 +150,9 @@ def learned_temperature(loss_state: dict[str, Any], loss_config: Any) -> Optiona
         return None
     from ssl_app.temperature import Learnable
 
-    defaults = {name: p.default for name, p in inspect.signature(Learnable.__init__).parameters.items()}
-    policy = (loss_config or {}).get("init_args", {}).get("temperature") if isinstance(loss_config, dict) else None
-    options = {**defaults, **((policy or {}).get("init_args") or {})} if isinstance(policy, dict) else defaults
+    loss = LossSpec.from_config(loss_config)
+    policy = loss.temperature if loss is not None else None
+    options = policy.values if policy is not None and policy.policy_class is Learnable else Learnable.defaults()
     return float(min(max(float(torch.exp(-log_scale.double())), float(options["min"])), float(options["max"])))
 
 
@@ -289,6 +290,7 @@ def write_encoder(options: argparse.Namespace) -> list[str]:
     target = Path(options.out)
     check_output(target, options.overwrite)
     import_trusted(options.imports)
+    import ssl_app.evaluation  # noqa: F401 - a probe's checkpoint names its class, which is ours: known (ssl_app.trust)
     encoder = load_encoder(options.ckpt)
     write_export(encoder, target, options.format, options.with_head)
     meta = encoder.meta

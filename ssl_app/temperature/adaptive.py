@@ -10,8 +10,9 @@ from torch import Tensor
 
 from ssl_app import distributed
 from ssl_app.errors import ConfigError
-from ssl_app.temperature.base import Progress, TemperaturePolicy, check_positive, number
+from ssl_app.temperature.base import Progress, TemperaturePolicy, check_positive
 from ssl_app.temperature.registry import TEMPERATURES
+from ssl_app.temperature.spelling import LabelForm
 
 if TYPE_CHECKING:
     from ssl_app.handover import MaskedSimilarities
@@ -61,6 +62,9 @@ class Adaptive(TemperaturePolicy):
         a0: A₀ ∈ [0, 1], the alignment at which τ = τ₀ (0). α · (1 + A₀) must be < 1.
     """
 
+    label_form = LabelForm("adaptive", ("base",), {"alpha": "alpha", "a0": "a0"})
+    examples = ({}, {"base": 0.2, "alpha": 0.25, "a0": 0.5})
+
     def __init__(self, base: float = 0.1, alpha: float = 0.5, a0: float = 0.0) -> None:
         super().__init__()
         self.base = check_positive(base, "Adaptive: base")
@@ -73,6 +77,3 @@ class Adaptive(TemperaturePolicy):
             return torch.tensor(self.base)
         mean_positive = global_mean_positive(handover.sim.detach().float(), handover.pos_mask, self.a0)
         return adaptive_temperature(self.base, self.alpha, self.a0, mean_positive)
-
-    def label(self) -> str:
-        return f"adaptive:{number(self.base)}"

@@ -10,14 +10,16 @@ run, which restores the progress and the state, continues with the τ it would h
 
 from __future__ import annotations
 
+import inspect
 import math
 import numbers
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal, NoReturn, Optional, Union
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, NoReturn, Optional, Union
 
 from torch import Tensor, nn
 
 from ssl_app.errors import ConfigError
+from ssl_app.temperature.spelling import LabelForm, spell, spell_generic
 
 if TYPE_CHECKING:
     from ssl_app.handover import MaskedSimilarities
@@ -68,26 +70,46 @@ class TemperaturePolicy(nn.Module):
     __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = _not_a_number
     __truediv__ = __rtruediv__ = __pow__ = __rpow__ = __neg__ = __float__ = _not_a_number
 
+    #: How the policy is spelled in labels (``ssl_app.temperature.spelling``); ``None``: ``Name(key=value, ...)``.
+    label_form: ClassVar[Optional[LabelForm]] = None
+    #: Constructor arguments the generic tests build the policy with (``{}``: its defaults).
+    examples: ClassVar[tuple[dict[str, Any], ...]] = ({},)
+
     def value(self, progress: Progress, handover: Optional[MaskedSimilarities] = None) -> Union[float, Tensor]:
         raise NotImplementedError
 
     def forward(self, progress: Progress, handover: Optional[MaskedSimilarities] = None) -> Union[float, Tensor]:
         return self.value(progress, handover)
 
+    def options(self) -> dict[str, Any]:
+        """The policy's constructor arguments, as it was built (``init`` of a learnable τ, not its current value):
+        what its label and its config say. By default the attribute of each constructor argument's name."""
+        return {name: getattr(self, name) for name in type(self).defaults(required=True)}
+
+    @classmethod
+    def defaults(cls, required: bool = False) -> dict[str, Any]:
+        """The constructor's arguments with their defaults (``required``: those without one too, as ``None``)."""
+        found = {}
+        for name, parameter in inspect.signature(cls.__init__).parameters.items():
+            if name == "self" or parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD):
+                continue
+            if parameter.default is not parameter.empty or required:
+                found[name] = None if parameter.default is parameter.empty else parameter.default
+        return found
+
     def label(self) -> str:
-        """A short readable name (report rows, run folders): ``0.5``, ``cosine:0.1-1``, ``learnable:0.07``."""
-        raise NotImplementedError
+        """The canonical label (``ssl_app.temperature.spelling``): ``0.5``, ``cosine:0.1-1:T=200``, ``learnable:0.07``;
+        it parses back to the same policy (``ssl_app.temperature.labels.PolicySpec``)."""
+        form = type(self).label_form
+        if form is None:
+            return spell_generic(type(self).__name__, self.options())
+        return spell(form, self.options(), type(self).defaults())
 
     def extra_repr(self) -> str:
         return self.label()
 
     def __str__(self) -> str:  # what a loss's repr and hparams show
         return self.label()
-
-
-def number(x: float) -> str:
-    """``x`` in the shortest readable form (``0.1``, ``1``, ``200``), for labels."""
-    return f"{x:g}"
 
 
 def check_positive(value: float, option: str) -> float:
