@@ -328,6 +328,7 @@ def write_features(options: Any) -> list[str]:
     device = choose_device(options.device)
     import_trusted(options.imports)
     import ssl_app.evaluation  # noqa: F401 - a probe's checkpoint names its class, which is ours: known (ssl_app.trust)
+
     encoder = load_encoder(options.ckpt)
     if options.projections and encoder.head is None:
         raise ConfigError(f"--projections: {options.ckpt} has no projection head")

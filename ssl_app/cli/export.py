@@ -291,6 +291,7 @@ def write_encoder(options: argparse.Namespace) -> list[str]:
     check_output(target, options.overwrite)
     import_trusted(options.imports)
     import ssl_app.evaluation  # noqa: F401 - a probe's checkpoint names its class, which is ours: known (ssl_app.trust)
+
     encoder = load_encoder(options.ckpt)
     write_export(encoder, target, options.format, options.with_head)
     meta = encoder.meta
