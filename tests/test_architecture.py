@@ -25,6 +25,8 @@ PACKAGES = ("ssl_app", "datamodules", "callbacks")
 #: The commands: they may import the library and each other; nothing below imports them.
 TOP = ("ssl_app.cli", "ssl_app.sweep", "ssl_app.report", "ssl_app.__main__")
 MAX_LINES = 550
+#: The method base trains; its observer observes (issue 39).
+MAX_METHOD_BASE_LINES = 350
 #: The floors, from the ground up, and the packages on each (docs/design.md, "Floors"). A package imports
 #: packages of its own floor or below; a new package has to be placed here.
 FLOORS = (
@@ -316,6 +318,22 @@ def test_only_the_spec_speaks_the_config_dialect():
     assert not KEY_PATH.fullmatch("set model.init_args.loss.init_args.num_classes")
     holding = {name: found for name, path in module_files().items() if (found := key_paths(path))}
     assert len(holding) <= MAX_DIALECT_MODULES and set(holding) <= set(SPEAKS_THE_DIALECT), holding
+
+
+def test_a_method_trains_and_reads_nothing_private_of_its_loss():
+    """Catches observability growing back into the method base (what is logged and when lives in its observer,
+    ``ssl_app.methods.observer``), and a method reaching into its loss (``self.loss._modules``, a loss's
+    ``_tau_of_call``) instead of what the loss declares."""
+    methods = {name: path for name, path in module_files().items() if name.startswith("ssl_app.methods")}
+    assert len(methods["ssl_app.methods.base"].read_text(encoding="utf-8").splitlines()) <= MAX_METHOD_BASE_LINES
+    reads = []
+    for name, path in methods.items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__"):
+                owner = node.value.attr if isinstance(node.value, ast.Attribute) else getattr(node.value, "id", "")
+                if owner == "loss" or owner.endswith("_loss"):
+                    reads.append(f"{name}: {ast.unparse(node)}")
+    assert reads == []
 
 
 def test_no_module_is_over_550_lines():

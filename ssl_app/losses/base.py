@@ -32,7 +32,8 @@ never a class name):
 - ``examples``: the constructor arguments the generic tests run the loss with (``{}``: its defaults).
 - :meth:`ContrastiveLoss.prepare`: the one hook through which a loss that owns parameters sized
   by the data (PaCo's class centres and prior) receives the backbone's feature width and the
-  datamodule's class counts; ``classify`` (present only on such losses) serves evaluation.
+  datamodule's class counts; ``classify`` (present only on such losses) serves evaluation, and
+  :meth:`ContrastiveLoss.evaluation_metrics` what the loss measures of itself there (PaCo's top-1).
 
 A loss with a temperature stores ``self.temperature = check_temperature(temperature, owner)`` in
 ``__init__`` (a number becomes ``ssl_app.temperature.Constant``; any policy is taken as it is) and
@@ -44,6 +45,7 @@ passed in (``terms(handover, with_stats)``, reading ``self.tau(handover)``) is s
 
 from __future__ import annotations
 
+import copy
 import inspect
 import numbers
 from collections.abc import Sequence
@@ -206,6 +208,12 @@ class ContrastiveLoss(nn.Module):
         """
         return None
 
+    def evaluation_metrics(self, handover: MaskedSimilarities, stage: str) -> dict[str, Any]:
+        """What the loss measures of itself on a validation or test batch (``stage``): ``{name: torchmetrics
+        Metric}``, updated with the batch, which the method logs as ``{stage}/{name}`` (PaCo's
+        ``classifier_top1``). The base class: nothing."""
+        return {}
+
     def prepare(self, feature_dim: int, num_classes: Optional[int], class_counts: Optional[Sequence[int]], fitting: bool) -> None:
         """Receive what the data decides: the backbone's feature width, the datamodule's number of
         classes and training samples per class (each ``None`` when the datamodule does not say), and
@@ -264,6 +272,17 @@ def check_num_negatives(num_negatives: int, owner: str) -> int:
     if isinstance(num_negatives, bool) or not isinstance(num_negatives, numbers.Integral) or num_negatives < 1:
         raise ConfigError(f"{owner}: num_negatives must be an int >= 1, got {num_negatives!r}")
     return int(num_negatives)
+
+
+def own_copy(loss: ContrastiveLoss) -> ContrastiveLoss:
+    """A model's own loss object: a copy, since the default (jsonargparse's ``lazy_instance``) is one object
+    shared by every model built without a loss, and a real instance of its class, since a copied lazy instance
+    forwards its calls to the original (its own state never changed)."""
+    if callable(getattr(loss, "lazy_get_init_args", None)):
+        lazy = [cls for cls in type(loss).__mro__ if hasattr(cls, "lazy_get_init_args")]
+        real = next(cls for cls in type(loss).__mro__ if issubclass(cls, ContrastiveLoss) and cls not in lazy)
+        return real(**dict(loss.lazy_get_init_args()))
+    return copy.deepcopy(loss)
 
 
 #: Stands in for the logits of excluded candidates in the diagnostics: exp() of it is an exact 0

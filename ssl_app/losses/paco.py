@@ -10,6 +10,7 @@ from typing import Any, Optional
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torchmetrics.classification import MulticlassAccuracy
 
 from ssl_app.errors import ConfigError
 from ssl_app.losses.base import (
@@ -122,6 +123,8 @@ class PaCo(ContrastiveLoss):
         self.normalise_weights = bool(normalise_weights)
         self.register_buffer("log_prior", torch.empty(0))
         self.classifier: Optional[nn.Linear] = None
+        #: The centres' top-1 on validation and test anchors (``evaluation_metrics``), built with the centres.
+        self.classifier_top1: Optional[nn.ModuleDict] = None
         self._wanted_classes = num_classes
         self._given_counts = None if class_counts is None else list(class_counts)
         if class_counts is not None:
@@ -158,6 +161,10 @@ class PaCo(ContrastiveLoss):
         if self.classifier is None:
             device = self.log_prior.device
             self.classifier = nn.Linear(feature_dim, width).to(device)
+        if self.classifier_top1 is None:
+            self.classifier_top1 = nn.ModuleDict(
+                {split: MulticlassAccuracy(width, top_k=1, average="micro", ignore_index=-1) for split in ("val", "test")}
+            ).to(self.log_prior.device)
         elif self.classifier.in_features != feature_dim:
             raise ConfigError(
                 f"PaCo: the centres are {self.classifier.in_features}-d but the backbone gives {feature_dim}-d features"
@@ -191,6 +198,14 @@ class PaCo(ContrastiveLoss):
             )
         with torch.autocast(device_type=features.device.type, enabled=False):
             return F.linear(features.float(), self.classifier.weight.float(), self.classifier.bias.float())
+
+    def evaluation_metrics(self, handover: MaskedSimilarities, stage: str) -> dict[str, Any]:
+        """``classifier_top1``: the centres' top-1 (no prior) on the batch's anchors, updated with them (val/test)."""
+        if self.classifier_top1 is None or handover.anchor_features is None or handover.anchor_labels is None:
+            return {}
+        metric = self.classifier_top1[stage]
+        metric.update(self.classify(handover.anchor_features.detach()), handover.anchor_labels)
+        return {"classifier_top1": metric}
 
     def upgrade_state_dict(self, state_dict: dict[str, Any], prefix: str) -> None:
         """Checkpoints written before the centres moved into the loss kept them as the method's

@@ -221,10 +221,10 @@ def test_a_method_s_cached_masks_bring_their_memo_and_masks_made_for_one_step_no
     pos, neg = model.cached_masks(("a",), build)
     again = model.cached_masks(("a",), build)
     other = model.cached_masks(("b",), build)
-    memo = model.mask_memo(pos, neg)
+    memo = model.masks.memo(pos, neg)
     assert again[0] is pos and len(built) == 2 and memo == {}
-    assert memo is model.mask_memo(*again) and memo is not model.mask_memo(*other)
-    assert model.mask_memo(pos.clone(), neg.clone()) is None
+    assert memo is model.masks.memo(*again) and memo is not model.masks.memo(*other)
+    assert model.masks.memo(pos.clone(), neg.clone()) is None
 
 
 def test_the_plan_is_stable_at_small_temperature_under_bf16_autocast():
