@@ -31,7 +31,7 @@ from datamodules.long_tail import (
 )
 from datamodules.multiview import Labelled, MultiViewDataset
 from datamodules.resumable import ResumableDataLoader, ResumableDistributedSampler
-from ssl_app.checks import check_int
+from ssl_app.checks import AtLeastOne, PositiveInt, check, check_int
 from ssl_app.errors import ConfigError
 
 Split = Literal["train", "val", "test"]
@@ -132,7 +132,7 @@ class ContrastiveDataModule(LightningDataModule):
         augmentation: ViewAugmentation = ViewAugmentation(),
         val_seed: int = 0,
         pin_memory: Optional[bool] = None,
-        imbalance_factor: float = 1.0,
+        imbalance_factor: AtLeastOne = 1.0,
         imbalance_seed: int = 0,
         augment_on: AugmentOn = "workers",
     ) -> None:
@@ -283,9 +283,7 @@ class ContrastiveDataModule(LightningDataModule):
         trainer = self.trainer
         module = trainer.lightning_module if trainer is not None else None
         views = getattr(module, "train_views", DEFAULT_TRAIN_VIEWS) if module is not None else DEFAULT_TRAIN_VIEWS
-        if isinstance(views, bool) or not isinstance(views, int) or views < 1:
-            raise ConfigError(f"{type(self).__name__}: the method's train_views must be an integer >= 1, got {views!r}")
-        return views
+        return check(PositiveInt, views, f"{type(self).__name__}: the method's train_views")
 
     def train_dataloader(self) -> ResumableDataLoader:
         data: Dataset

@@ -94,6 +94,6 @@ def _rounded(values: Any) -> list[float]:
 
 
 def _same(a: Any, b: Any) -> bool:
-    if isinstance(a, (int, float)) or isinstance(b, (int, float)):
+    if any(isinstance(value, (int, float)) for value in (a, b)):
         return a == b
     return _rounded(a) == _rounded(b)

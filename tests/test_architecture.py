@@ -336,6 +336,29 @@ def test_a_method_trains_and_reads_nothing_private_of_its_loss():
     assert reads == []
 
 
+def type_check_chains(path: Path) -> list[str]:
+    """Each ``... or ...`` of a module that joins two or more ``isinstance`` calls (``isinstance(x, bool) or not
+    isinstance(x, numbers.Real) or ...``): a range checked by hand."""
+
+    def is_isinstance(node: ast.expr) -> bool:
+        node = node.operand if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not) else node
+        return isinstance(node, ast.Call) and getattr(node.func, "id", None) == "isinstance"
+
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    return [
+        f"{path.relative_to(REPO)}:{node.lineno}: {ast.unparse(node)[:90]}"
+        for node in ast.walk(tree)
+        if isinstance(node, ast.BoolOp) and isinstance(node.op, ast.Or) and sum(map(is_isinstance, node.values)) >= 2
+    ]
+
+
+def test_option_ranges_are_declared_once_not_checked_by_hand():
+    """Catches a range written out again (``isinstance(x, bool) or not isinstance(x, numbers.Real) or not 0 < x``)
+    instead of declared once in ``ssl_app.checks`` (the one module that says what a number is) and named there."""
+    found = [chain for name, path in module_files().items() if name != "ssl_app.checks" for chain in type_check_chains(path)]
+    assert found == []
+
+
 def test_no_module_is_over_550_lines():
     long = {
         name: n for name, path in module_files().items() if (n := len(path.read_text(encoding="utf-8").splitlines())) > MAX_LINES

@@ -135,7 +135,7 @@ def input_line(encoder: TrainedEncoder) -> str:
 
 def _saved_data_args(encoder: TrainedEncoder) -> dict[str, Any]:
     data = (encoder.config or {}).get("data")
-    if not isinstance(data, dict) or not isinstance(data.get("class_path"), str):
+    if not isinstance((data if isinstance(data, dict) else {}).get("class_path"), str):
         raise ConfigError(
             f"--ckpt: {encoder.meta['checkpoint']} does not record the config of its run (an older version wrote it); "
             "pass --data PATH"

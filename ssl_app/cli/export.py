@@ -90,7 +90,7 @@ def load_encoder(path: str, option: str = "--ckpt") -> TrainedEncoder:
     checkpoint = load_checkpoint(path, option=option)
     hparams = checkpoint.get("hyper_parameters") or {}
     method = checkpoint_method(checkpoint)
-    if not isinstance(hparams, dict) or not isinstance(hparams.get("backbone"), str):
+    if not isinstance((hparams if isinstance(hparams, dict) else {}).get("backbone"), str):
         probed = hparams.get("checkpoint") if isinstance(hparams, dict) else None
         if isinstance(probed, str):
             raise ConfigError(

@@ -55,6 +55,7 @@ from typing import Any, ClassVar, Optional, Union
 import torch
 from torch import Tensor, nn
 
+from ssl_app.checks import PositiveFinite, PositiveInt, check
 from ssl_app.errors import ConfigError
 from ssl_app.handover import MaskedSimilarities
 from ssl_app.losses.hardness import hardness_profile
@@ -258,20 +259,16 @@ def check_temperature(temperature: Temperature, owner: str = "loss") -> Temperat
     (a submodule, so a learnable τ's parameter is the loss's) and reads ``self.tau(handover)``."""
     if isinstance(temperature, TemperaturePolicy):
         return temperature
-    if isinstance(temperature, bool) or not isinstance(temperature, numbers.Real) or not 0 < temperature < float("inf"):
-        if isinstance(temperature, (numbers.Real, str)) or temperature is None:
-            raise ConfigError(f"{owner}: temperature must be > 0 and finite, got {temperature!r}")
-        raise ConfigError(
-            f"{owner}: temperature must be a number > 0 or an ssl_app.temperature policy, got {type(temperature).__name__}"
-        )
-    return Constant(float(temperature))
+    if isinstance(temperature, (numbers.Real, str)) or temperature is None:
+        return Constant(check(PositiveFinite, temperature, f"{owner}: temperature"))
+    raise ConfigError(
+        f"{owner}: temperature must be a number > 0 or an ssl_app.temperature policy, got {type(temperature).__name__}"
+    )
 
 
 def check_num_negatives(num_negatives: int, owner: str) -> int:
     """Return K; raise ``ConfigError`` unless it is an int >= 1."""
-    if isinstance(num_negatives, bool) or not isinstance(num_negatives, numbers.Integral) or num_negatives < 1:
-        raise ConfigError(f"{owner}: num_negatives must be an int >= 1, got {num_negatives!r}")
-    return int(num_negatives)
+    return check(PositiveInt, num_negatives, f"{owner}: num_negatives")
 
 
 def own_copy(loss: ContrastiveLoss) -> ContrastiveLoss:

@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import math
-import numbers
-
 import torch
 from torch import Tensor
 
 from ssl_app import distributed
-from ssl_app.errors import ConfigError
+from ssl_app.checks import PositiveFinite, check
 from ssl_app.losses.base import (
     ContrastiveLoss,
     LossTerms,
@@ -136,11 +133,9 @@ class DCLW(DCL):
         sigma: σ > 0, the scale of the weight's softmax (default 0.5, the paper's and lightly's).
     """
 
-    def __init__(self, temperature: Temperature = 0.1, sigma: float = 0.5) -> None:
+    def __init__(self, temperature: Temperature = 0.1, sigma: PositiveFinite = 0.5) -> None:
         super().__init__(temperature)
-        if isinstance(sigma, bool) or not isinstance(sigma, numbers.Real) or not 0 < sigma < math.inf:
-            raise ConfigError(f"DCLW: sigma must be > 0 and finite, got {sigma!r}")
-        self.sigma = float(sigma)
+        self.sigma = check(PositiveFinite, sigma, "DCLW: sigma")
 
     def hparams(self) -> dict[str, object]:
         return {"temperature": self.temperature_setting(), "sigma": self.sigma}

@@ -3,13 +3,12 @@ for the false negatives a class prior τ⁺ predicts."""
 
 from __future__ import annotations
 
-import numbers
 from typing import Optional
 
 import torch
 from torch import Tensor
 
-from ssl_app.errors import ConfigError
+from ssl_app.checks import UnitIntervalOpenAbove, check
 from ssl_app.losses.base import (
     ContrastiveLoss,
     LossTerms,
@@ -24,9 +23,7 @@ from ssl_app.losses.registry import LOSSES
 
 def check_class_prior(tau_plus: float, owner: str) -> float:
     """Return τ⁺ as a float; raise ``ConfigError`` unless it is in [0, 1)."""
-    if isinstance(tau_plus, bool) or not isinstance(tau_plus, numbers.Real) or not 0 <= tau_plus < 1:
-        raise ConfigError(f"{owner}: tau_plus (the class prior) must be in [0, 1), got {tau_plus!r}")
-    return float(tau_plus)
+    return check(UnitIntervalOpenAbove, tau_plus, f"{owner}: tau_plus (the class prior)")
 
 
 def masked_softmax(logits: Tensor, mask: Tensor) -> Tensor:
@@ -105,7 +102,7 @@ class Debiased(ContrastiveLoss):
         tau_plus: τ⁺ ∈ [0, 1), the class prior (default 0.1, the authors' ``main.py``).
     """
 
-    def __init__(self, temperature: Temperature = 0.5, tau_plus: float = 0.1) -> None:
+    def __init__(self, temperature: Temperature = 0.5, tau_plus: UnitIntervalOpenAbove = 0.1) -> None:
         super().__init__()
         self.temperature = check_temperature(temperature, type(self).__name__)
         self.tau_plus = check_class_prior(tau_plus, type(self).__name__)

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import numbers
 from fractions import Fraction
 
 from torch import Tensor
 
+from ssl_app.checks import OpenUnitInterval, PositiveInt, check
 from ssl_app.errors import ConfigError
 from ssl_app.losses.base import (
     ContrastiveLoss,
@@ -90,8 +90,8 @@ class HardContrastive(ContrastiveLoss):
     def __init__(
         self,
         temperature: Temperature = 0.5,
-        num_negatives: int | None = None,
-        quantile: float | None = None,
+        num_negatives: PositiveInt | None = None,
+        quantile: OpenUnitInterval | None = None,
     ) -> None:
         super().__init__()
         self.temperature = check_temperature(temperature, "HardContrastive")
@@ -104,10 +104,8 @@ class HardContrastive(ContrastiveLoss):
         self.quantile: float | None = None
         self._fraction: tuple[int, int] | None = None
         if quantile is not None:
-            if isinstance(quantile, bool) or not isinstance(quantile, numbers.Real) or not 0 < quantile < 1:
-                raise ConfigError(f"HardContrastive: quantile must be in (0, 1), got {quantile!r}")
-            fraction = Fraction(float(quantile)).limit_denominator(_QUANTILE_MAX_DENOMINATOR)
-            self.quantile = float(quantile)
+            self.quantile = check(OpenUnitInterval, quantile, "HardContrastive: quantile")
+            fraction = Fraction(self.quantile).limit_denominator(_QUANTILE_MAX_DENOMINATOR)
             self._fraction = (fraction.numerator, fraction.denominator)
 
     def hparams(self) -> dict[str, object]:

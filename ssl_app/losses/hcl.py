@@ -3,12 +3,9 @@ importance-weighted towards the hard ones."""
 
 from __future__ import annotations
 
-import math
-import numbers
-
 from torch import Tensor
 
-from ssl_app.errors import ConfigError
+from ssl_app.checks import NonNegativeFinite, UnitIntervalOpenAbove, check
 from ssl_app.losses.base import (
     ContrastiveLoss,
     LossTerms,
@@ -51,12 +48,12 @@ class HCL(ContrastiveLoss):
         tau_plus: τ⁺ ∈ [0, 1), the class prior (default 0.1, the authors' ``image/main.py``).
     """
 
-    def __init__(self, temperature: Temperature = 0.5, beta: float = 1.0, tau_plus: float = 0.1) -> None:
+    def __init__(
+        self, temperature: Temperature = 0.5, beta: NonNegativeFinite = 1.0, tau_plus: UnitIntervalOpenAbove = 0.1
+    ) -> None:
         super().__init__()
         self.temperature = check_temperature(temperature, "HCL")
-        if isinstance(beta, bool) or not isinstance(beta, numbers.Real) or not 0 <= beta < math.inf:
-            raise ConfigError(f"HCL: beta must be >= 0 and finite, got {beta!r}")
-        self.beta = float(beta)
+        self.beta = check(NonNegativeFinite, beta, "HCL: beta")
         self.tau_plus = check_class_prior(tau_plus, "HCL")
 
     def hparams(self) -> dict[str, object]:

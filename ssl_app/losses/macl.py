@@ -6,6 +6,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from ssl_app.checks import ClosedUnitInterval
 from ssl_app.errors import ConfigError
 from ssl_app.losses.base import (
     ContrastiveLoss,
@@ -56,7 +57,7 @@ class MACL(ContrastiveLoss):
             be < 1, so that τ > 0 for every Ā⁺ ≥ −1.
     """
 
-    def __init__(self, temperature: Temperature = 0.1, alpha: float = 0.5, a_0: float = 0.0) -> None:
+    def __init__(self, temperature: Temperature = 0.1, alpha: ClosedUnitInterval = 0.5, a_0: ClosedUnitInterval = 0.0) -> None:
         super().__init__()
         self.alpha = check_unit_interval(alpha, "MACL: alpha")
         self.a_0 = check_unit_interval(a_0, "MACL: a_0")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import numbers
 from collections.abc import Sequence
 from typing import Any, Optional
 
@@ -12,6 +11,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torchmetrics.classification import MulticlassAccuracy
 
+from ssl_app.checks import NonNegativeFinite, NonNegativeInt, check, check_all, int_at_least, is_a
 from ssl_app.errors import ConfigError
 from ssl_app.losses.base import (
     ContrastiveLoss,
@@ -31,10 +31,10 @@ def log_class_prior(class_counts: Sequence[int]) -> Tensor:
 
     Raises ``ConfigError`` unless the counts are integers >= 0 with a positive total.
     """
-    counts = list(class_counts)
-    if not counts or any(isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 0 for n in counts):
-        raise ConfigError(f"PaCo: class_counts must be a non-empty list of integers >= 0, got {class_counts!r}")
-    total = sum(int(n) for n in counts)
+    counts = check_all(NonNegativeInt, class_counts, "PaCo: class_counts")
+    if not counts:
+        raise ConfigError(f"PaCo: class_counts must be a non-empty list, got {class_counts!r}")
+    total = sum(counts)
     if total == 0:
         raise ConfigError("PaCo: class_counts are all 0; the prior needs at least one training sample")
     return torch.tensor([math.log(n / total) if n > 0 else -math.inf for n in counts], dtype=torch.float32)
@@ -108,18 +108,15 @@ class PaCo(ContrastiveLoss):
     def __init__(
         self,
         temperature: Temperature = 0.05,
-        alpha: float = 0.05,
+        alpha: NonNegativeFinite = 0.05,
         class_counts: Optional[list[int]] = None,
         normalise_weights: bool = True,
         num_classes: Optional[int] = None,
     ) -> None:
         super().__init__()
         self.temperature = check_temperature(temperature, "PaCo")
-        if isinstance(alpha, bool) or not isinstance(alpha, numbers.Real) or not 0 <= alpha < math.inf:
-            raise ConfigError(f"PaCo: alpha must be >= 0 and finite, got {alpha!r}")
-        if num_classes is not None and (isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 2):
-            raise ConfigError(f"PaCo: num_classes must be an int >= 2 or null, got {num_classes!r}")
-        self.alpha = float(alpha)
+        self.alpha = check(NonNegativeFinite, alpha, "PaCo: alpha")
+        num_classes = check(int_at_least(2), num_classes, "PaCo: num_classes", none=True)
         self.normalise_weights = bool(normalise_weights)
         self.register_buffer("log_prior", torch.empty(0))
         self.classifier: Optional[nn.Linear] = None
@@ -151,7 +148,7 @@ class PaCo(ContrastiveLoss):
         """Build the centres for ``feature_dim``-wide features and, in ``fit``, set the prior from the
         datamodule's ``class_counts``; counts given to the loss must agree with them."""
         width = self.num_classes or num_classes
-        if isinstance(width, bool) or not isinstance(width, int) or width < 2:
+        if not is_a(int_at_least(2), width):
             raise ConfigError(
                 "PaCo needs the number of classes: set model.init_args.loss.init_args.num_classes (the datamodule does "
                 "not say how many classes it has)"

@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import math
-import numbers
-
 import torch
 from torch import Tensor
 
-from ssl_app.errors import ConfigError
+from ssl_app.checks import PositiveFinite, PositiveInt, check
 from ssl_app.losses.base import (
     ContrastiveLoss,
     LossTerms,
@@ -81,11 +78,9 @@ class Simple(ContrastiveLoss):
 
     examples = ({}, {"lam": 0.5})
 
-    def __init__(self, lam: float | None = None) -> None:
+    def __init__(self, lam: PositiveFinite | None = None) -> None:
         super().__init__()
-        if lam is not None and (isinstance(lam, bool) or not isinstance(lam, numbers.Real) or not 0 < lam < math.inf):
-            raise ConfigError(f"Simple: lam must be > 0 and finite (or None for the mean over negatives), got {lam!r}")
-        self.lam = None if lam is None else float(lam)
+        self.lam = check(PositiveFinite, lam, "Simple: lam", none=True)  # None: the mean over negatives
 
     def hparams(self) -> dict[str, object]:
         return {"lam": self.lam}
@@ -122,7 +117,7 @@ class HardSimple(ContrastiveLoss):
 
     examples = ({"num_negatives": 3},)
 
-    def __init__(self, num_negatives: int) -> None:
+    def __init__(self, num_negatives: PositiveInt) -> None:
         super().__init__()
         self.num_negatives = check_num_negatives(num_negatives, "HardSimple")
 

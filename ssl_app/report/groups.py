@@ -21,6 +21,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from ssl_app.checks import Finite, is_a
 from ssl_app.report.runs import Run
 from ssl_app.runs.spec import LOSS_CLASS_KEY, LOSS_OPTIONS, METHOD_KEY, SEED_KEY, SYMBOLS, TAU_KEY, RunSpec
 
@@ -206,7 +207,7 @@ def _short_name(key: str, keys: list[str]) -> str:
 
 
 def _number(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    if not is_a(Finite, value):
         return None
     return float(value)
 

@@ -91,7 +91,7 @@ class RunRecord:
         """A record from its JSON; unknown keys (a newer version's) are ignored, missing ones defaulted."""
         if not isinstance(data, dict):
             raise RecordError("not a JSON object")
-        if not isinstance(data.get("kind"), str) or not isinstance(data.get("status"), str):
+        if not all(isinstance(data.get(key), str) for key in ("kind", "status")):
             raise RecordError("no 'kind' or 'status'")
         names = {f.name for f in dataclasses.fields(cls)}
         return cls(**{key: value for key, value in data.items() if key in names})

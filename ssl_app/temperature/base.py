@@ -11,13 +11,12 @@ run, which restores the progress and the state, continues with the τ it would h
 from __future__ import annotations
 
 import inspect
-import math
-import numbers
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, NoReturn, Optional, Union
 
 from torch import Tensor, nn
 
+from ssl_app.checks import Finite, PositiveFinite, check
 from ssl_app.errors import ConfigError
 from ssl_app.temperature.spelling import LabelForm, spell, spell_generic
 
@@ -114,16 +113,12 @@ class TemperaturePolicy(nn.Module):
 
 def check_positive(value: float, option: str) -> float:
     """Return ``value`` as a float; raise ``ConfigError`` naming ``option`` unless it is finite and > 0."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 < value < math.inf:
-        raise ConfigError(f"{option} must be > 0 and finite, got {value!r}")
-    return float(value)
+    return check(PositiveFinite, value, option)
 
 
 def check_real(value: float, option: str) -> float:
     """Return ``value`` as a float; raise ``ConfigError`` naming ``option`` unless it is a finite number."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
-        raise ConfigError(f"{option} must be a finite number, got {value!r}")
-    return float(value)
+    return check(Finite, value, option)
 
 
 def check_unit(unit: str, option: str) -> Unit:

@@ -129,7 +129,8 @@ class PolicySpec:
         (no temperature, or a value no policy could be)."""
         if _is_number(value):
             return cls("Constant", (("value", value),))
-        if not isinstance(value, Mapping) or not isinstance(value.get("class_path"), str) or not value["class_path"]:
+        class_path = value.get("class_path") if isinstance(value, Mapping) else None
+        if not (isinstance(class_path, str) and class_path):
             return None
         class_path = value["class_path"]
         init_args = value.get("init_args")

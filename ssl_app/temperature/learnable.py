@@ -8,6 +8,7 @@ from typing import Any, Optional
 import torch
 from torch import Tensor, nn
 
+from ssl_app.checks import PositiveFinite
 from ssl_app.errors import ConfigError
 from ssl_app.temperature.base import Progress, TemperaturePolicy, check_positive
 from ssl_app.temperature.registry import TEMPERATURES
@@ -54,7 +55,7 @@ class Learnable(TemperaturePolicy):
     label_form = LabelForm("learnable", ("init",), {"min": "min", "max": "max"})
     examples = ({}, {"init": 0.2, "min": 0.05, "max": 0.5})
 
-    def __init__(self, init: float = 0.07, min: float = 0.01, max: float = 1.0) -> None:  # noqa: A002 (the option names)
+    def __init__(self, init: PositiveFinite = 0.07, min: PositiveFinite = 0.01, max: PositiveFinite = 1.0) -> None:  # noqa: A002 (the option names)
         super().__init__()
         self.min = check_positive(min, "Learnable: min")
         self.max = check_positive(max, "Learnable: max")

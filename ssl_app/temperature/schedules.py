@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any, Optional
 
+from ssl_app.checks import PositiveFinite
 from ssl_app.errors import ConfigError
 from ssl_app.temperature.base import Progress, TemperaturePolicy, Unit, check_positive, check_unit
 from ssl_app.temperature.registry import TEMPERATURES
@@ -22,7 +23,7 @@ class Constant(TemperaturePolicy):
     label_form = LabelForm("", ("value",))
     examples = ({"value": 0.5}, {"value": 0.07})
 
-    def __init__(self, value: float) -> None:
+    def __init__(self, value: PositiveFinite) -> None:
         super().__init__()
         self.constant = check_positive(value, "Constant: value")
 
@@ -56,7 +57,9 @@ class Cosine(TemperaturePolicy):
     label_form = LabelForm("cosine", ("low", "high"), {"T": "period", "unit": "unit"})
     examples = ({}, {"low": 0.2, "high": 0.8, "period": 3.0, "unit": "step"})
 
-    def __init__(self, low: float = 0.1, high: float = 1.0, period: float = DEFAULT_PERIOD, unit: Unit = "epoch") -> None:
+    def __init__(
+        self, low: PositiveFinite = 0.1, high: PositiveFinite = 1.0, period: PositiveFinite = DEFAULT_PERIOD, unit: Unit = "epoch"
+    ) -> None:
         super().__init__()
         self.low = check_positive(low, "Cosine: low")
         self.high = check_positive(high, "Cosine: high")
@@ -86,7 +89,7 @@ class Linear(TemperaturePolicy):
     label_form = LabelForm("linear", ("start", "end"), {"L": "length", "unit": "unit"}, required=("L",))
     examples = ({"start": 0.1, "end": 0.5, "length": 100.0}, {"start": 1.0, "end": 0.05, "length": 2.5, "unit": "step"})
 
-    def __init__(self, start: float, end: float, length: float, unit: Unit = "epoch") -> None:
+    def __init__(self, start: PositiveFinite, end: PositiveFinite, length: PositiveFinite, unit: Unit = "epoch") -> None:
         super().__init__()
         self.start = check_positive(start, "Linear: start")
         self.end = check_positive(end, "Linear: end")
