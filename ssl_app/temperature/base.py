@@ -82,8 +82,9 @@ class TemperaturePolicy(nn.Module):
 
     def options(self) -> dict[str, Any]:
         """The policy's constructor arguments, as it was built (``init`` of a learnable τ, not its current value):
-        what its label and its config say. By default the attribute of each constructor argument's name."""
-        return {name: getattr(self, name) for name in type(self).defaults(required=True)}
+        what its label and its config say. By default the attribute of each constructor argument's name (None where
+        the policy keeps it under another: override this then)."""
+        return {name: getattr(self, name, None) for name in type(self).defaults(required=True)}
 
     @classmethod
     def defaults(cls, required: bool = False) -> dict[str, Any]:
