@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import warnings
 from collections.abc import Callable
-from typing import Any, Literal, Optional, get_args
+from typing import Any, Literal, Optional, Union, get_args
 
 import torch
 from lightning import LightningDataModule
@@ -21,6 +21,7 @@ from datamodules.device_augment import (
     check_one_size,
     collate_images,
 )
+from datamodules.eval_images import EvalImageCache, EvalImages, EvalOn, check_eval_options, resolve_eval_batch_size
 from datamodules.long_tail import (
     check_imbalance_factor,
     class_counts,
@@ -40,6 +41,8 @@ AugmentOn = Literal["workers", "workers_batched", "device"]
 #: Training views per sample when the method does not say (``train_views``): SimCLR and MoCo use 2.
 DEFAULT_TRAIN_VIEWS = 2
 SPLITS: tuple[str, ...] = get_args(Split)
+#: The epoch word of the validation/test views' keys on the device: no training epoch reaches it.
+EVALUATION_EPOCH = 2**32 - 1
 #: The most DataLoader workers per process that ``num_workers: null`` gives.
 MAX_DEFAULT_WORKERS = 4
 
@@ -101,9 +104,15 @@ class ContrastiveDataModule(LightningDataModule):
     :meth:`on_after_batch_transfer` makes the views on the device the batch was moved to
     (:class:`~datamodules.device_augment.BatchViewAugmentation`, same settings and distributions as
     the worker path), so the training batch the method sees has the same form. All training images
-    must then share one size. Validation, test and embedding loaders keep the worker path (their
-    views are a fixed function of ``(val_seed, index)``). The hook runs only when the datamodule
-    is handed to the Trainer (as the CLI does).
+    must then share one size. The validation and test views are then made on the device too, from
+    the same uint8 batches (when the split's images share one size; else in the workers): two views
+    keyed ``(val_seed, EVALUATION_EPOCH, index)``, a fixed function of the sample as on the worker
+    path (other draws than the PIL path's, from the same distributions). The hook runs only when the
+    datamodule is handed to the Trainer (as the CLI does).
+
+    The evaluation passes (:meth:`embedding_dataloader`'s clean images, for kNN, the metrics and
+    the projector) read each split from the module's device when ``eval_on`` allows
+    (:meth:`eval_images`, ``datamodules.eval_images``), in batches of ``eval_batch_size``.
 
     Args:
         batch_size: samples per batch and per process.
@@ -117,7 +126,15 @@ class ContrastiveDataModule(LightningDataModule):
         augment_on: ``workers``: the training views are made in the DataLoader workers, image by
             image (PIL); ``workers_batched``: in the workers, a whole batch at once with tensor ops
             (the CPU's fastest: benchmarks/README.md); ``device``: on the training batch's device,
-            batched (for GPU runs on small images, where CPU workers cannot keep up).
+            batched (for GPU runs on small images, where CPU workers cannot keep up); the
+            validation and test views are then made there too (``val_dataloader``).
+        eval_on: where the evaluation passes' images are made (``datamodules.eval_images``):
+            ``device``: each split they read is kept on the module's device as uint8 after the eval
+            pipeline's resize and crop, and normalised there in batches; ``workers``: through the
+            DataLoader workers at every pass; ``auto``: ``device`` for a split that takes at most a
+            quarter of the device's free memory.
+        eval_batch_size: images per inference batch of the evaluation passes; ``auto``: ``batch_size``
+            on the CPU, as large as memory allows on an accelerator (``datamodules.eval_images``).
     """
 
     #: The split a classifier's accuracy is measured on during ``fit`` (balanced, unlike train).
@@ -135,6 +152,8 @@ class ContrastiveDataModule(LightningDataModule):
         imbalance_factor: float = 1.0,
         imbalance_seed: int = 0,
         augment_on: AugmentOn = "workers",
+        eval_on: EvalOn = "auto",
+        eval_batch_size: Union[int, Literal["auto"]] = "auto",
     ) -> None:
         super().__init__()
         name = type(self).__name__
@@ -162,6 +181,8 @@ class ContrastiveDataModule(LightningDataModule):
         self.val_seed = val_seed
         self.pin_memory = torch.cuda.is_available() if pin_memory is None else pin_memory
         self.augment_on = augment_on
+        self.eval_on, self.eval_batch_size = check_eval_options(eval_on, eval_batch_size, name)
+        self._eval_images = EvalImageCache(self.eval_on)
         self._datasets: dict[str, Dataset] = {}
         self._train_counts: Optional[list[int]] = None
         self._device_augmentation: Optional[BatchViewAugmentation] = None
@@ -331,15 +352,22 @@ class ContrastiveDataModule(LightningDataModule):
 
     # --- views on the device (augment_on: device) --------------------------------------------
     def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
-        """Training batches of ``augment_on: device``: uint8 images -> ``(views, labels, indices)``.
+        """Batches of ``augment_on: device``: uint8 images -> ``(views, labels, indices)``.
 
-        Lightning calls this on every batch once it is on the device; validation and sanity-check
-        batches (``trainer.training`` is false) already hold their views and pass through.
+        Lightning calls this on every batch once it is on the device. Training batches get the
+        method's ``train_views`` keyed ``(seed, epoch, index)``; validation, test and sanity-check
+        batches of uint8 images (``val_dataloader``) get two views keyed ``(val_seed,
+        EVALUATION_EPOCH, index)``; batches that already hold their views pass through.
         """
-        if self.augment_on != "device" or self.trainer is None or not self.trainer.training:
+        if self.augment_on != "device" or self.trainer is None:
             return batch
         images, labels, indices = batch
-        views = self.device_augmentation(images, self.train_views(), keys=self.view_keys(indices))
+        if self.trainer.training:
+            views = self.device_augmentation(images, self.train_views(), keys=self.view_keys(indices))
+        elif isinstance(images, torch.Tensor):
+            views = self.device_augmentation(images, 2, keys=self.evaluation_view_keys(indices))
+        else:
+            return batch
         return views, labels, indices
 
     @property
@@ -357,11 +385,31 @@ class ContrastiveDataModule(LightningDataModule):
         seed, epoch = (sampler.seed, sampler.epoch) if sampler is not None else (int(os.getenv("PL_GLOBAL_SEED", 0)), 0)
         return torch.stack((torch.full_like(indices, seed), torch.full_like(indices, epoch), indices), dim=1)
 
+    def evaluation_view_keys(self, indices: torch.Tensor) -> torch.Tensor:
+        """The keys ``(val_seed, EVALUATION_EPOCH, index)`` of a validation/test batch's device views:
+        a fixed function of the sample, in any process, never a training view's key."""
+        keys = (torch.full_like(indices, self.val_seed), torch.full_like(indices, EVALUATION_EPOCH), indices)
+        return torch.stack(keys, dim=1)
+
     def val_dataloader(self) -> DataLoader:
-        return self._loader(self._deterministic_views("val"), shuffle=False, drop_last=False)
+        return self._evaluation_loader("val")
 
     def test_dataloader(self) -> DataLoader:
-        return self._loader(self._deterministic_views("test"), shuffle=False, drop_last=False)
+        return self._evaluation_loader("test")
+
+    def _evaluation_loader(self, split: Split) -> DataLoader:
+        """Two augmented views per sample, a fixed function of ``(val_seed, index)``: made in the workers
+        (PIL), or with ``augment_on: device`` and images of one size, made on the device from the uint8
+        images (``on_after_batch_transfer``: the workers only load them)."""
+        if self.augment_on == "device":
+            images = UnaugmentedImages(self.dataset(split))
+            try:
+                check_one_size(images, type(self).__name__)
+            except ConfigError:  # photos of many sizes: the workers crop them
+                pass
+            else:
+                return self._loader(images, shuffle=False, drop_last=False, collate_fn=collate_images)
+        return self._loader(self._deterministic_views(split), shuffle=False, drop_last=False)
 
     def embedding_dataloader(
         self,
@@ -398,6 +446,18 @@ class ContrastiveDataModule(LightningDataModule):
         if world_size > 1:
             data = Subset(data, range(rank, len(data), world_size))  # type: ignore[arg-type]
         return self._loader(data, shuffle=False, drop_last=False, batch_size=batch_size, persistent=False)
+
+    def eval_images(self, split: Split, device: torch.device) -> Optional[EvalImages]:
+        """``split``'s images on ``device`` for the evaluation passes (``eval_on``;
+        ``datamodules.eval_images``), built when first asked for; ``None``: use
+        :meth:`embedding_dataloader` / :meth:`classification_dataloader` (the worker path)."""
+        options = self._loader_options(drop_last=False, batch_size=max(self.batch_size, 256), persistent=False)
+        return self._eval_images.get(split, self.dataset(split), self.augmentation, torch.device(device), options)
+
+    def inference_batch_size(self, device: torch.device) -> int:
+        """The evaluation passes' batch size on ``device`` (``eval_batch_size``)."""
+        crop = self.augmentation.crop_size or 224
+        return resolve_eval_batch_size(self.eval_batch_size, self.batch_size, crop, torch.device(device))
 
     def classification_dataloader(
         self, split: Split, *, batch_size: Optional[int] = None, rank: int = 0, world_size: int = 1
