@@ -50,3 +50,17 @@ def test_train_step_runs_in_bf16_and_writes_its_numbers_as_json(tmp_path):
     sides = record["methods"]["simclr"]["sides"]
     assert sorted(sides) == ["ours", "ours+channels_last"] and all(side["against"] == "reference" for side in sides.values())
     assert all(side["img_per_s"] > 0 and side["ratio"] > 0 and side["peak_mb"] is None for side in sides.values())
+
+
+@pytest.mark.slow
+def test_evaluation_times_each_callback_here_and_in_another_checkout(tmp_path):
+    """Catches the evaluation benchmark rotting: a callback's hooks no longer timed (the projector
+    writes at the end of training), or the side-by-side run in another checkout failing."""
+    quick = ["--config", "configs/quickstart.yaml", "--epochs", "2", "--set", "trainer.limit_train_batches=2"]
+    _run("evaluation.py", *quick, "--against", str(ROOT), "--json", str(tmp_path / "evaluation.json"))
+    results = json.loads((tmp_path / "evaluation.json").read_text())
+    assert sorted(results) == [str(ROOT), "this tree"]
+    for (summary,) in results.values():
+        assert summary["steady"]["eval"] > summary["steady"]["loop"] > 0
+        assert {"KNNMonitor", "EmbeddingMetrics"} <= set(summary["steady"]["callbacks"])
+        assert summary["fit_end"]["EmbeddingProjector"] > 0
