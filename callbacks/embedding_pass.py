@@ -5,10 +5,11 @@ when it can (``datamodules.eval_images``), never through compiled code."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
+import sys
 import weakref
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Literal, Optional
 
@@ -36,7 +37,7 @@ def require_embedding_dataloader(trainer: L.Trainer, who: str) -> Any:
     )
 
 
-@contextmanager
+@contextlib.contextmanager
 def evaluation_mode(module: torch.nn.Module) -> Iterator[None]:
     """Eval mode, no_grad and eager code inside; afterwards every submodule gets back its own
     train/eval flag.
@@ -49,11 +50,19 @@ def evaluation_mode(module: torch.nn.Module) -> Iterator[None]:
     modes = [(m, m.training) for m in module.modules()]
     module.eval()
     try:
-        with torch.no_grad(), torch.compiler.set_stance("force_eager"):
+        with torch.no_grad(), eager():
             yield
     finally:
         for m, training in modes:
             m.training = training
+
+
+def eager() -> contextlib.AbstractContextManager:
+    """``torch.compiler.set_stance("force_eager")`` when anything can have been compiled (dynamo is
+    loaded); else nothing, since importing dynamo for the stance costs a second."""
+    if "torch._dynamo" not in sys.modules:
+        return contextlib.nullcontext()
+    return torch.compiler.set_stance("force_eager")
 
 
 def encoder(pl_module: L.LightningModule, features: Features) -> Callable[[Tensor], Tensor]:
