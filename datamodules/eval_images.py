@@ -17,7 +17,7 @@ numbers as the worker path, since both halves are the worker path's own transfor
 - ``device``: every split an evaluation reads is kept on the device;
 - ``auto`` (default): a split is kept on the device when its uint8 images take at most
   :data:`DEVICE_SHARE` of the device's free memory when it is first needed (CUDA:
-  ``torch.cuda.mem_get_info``; the CPU: the host's available memory); otherwise the worker path.
+  ``torch.cuda.mem_get_info``; the CPU: the host's free memory); otherwise the worker path.
   CIFAR-10's 60,000 images take 184 MB; ImageNet-100's training split at 224 px, 19 GB.
 
 ``eval_batch_size`` (a datamodule option): images per inference batch of the evaluation passes;
@@ -70,8 +70,8 @@ def check_eval_options(eval_on: Any, eval_batch_size: Any, owner: str) -> tuple[
 
 
 def free_memory(device: torch.device) -> Optional[int]:
-    """Bytes free on ``device`` (CUDA: outside PyTorch's cache too; the CPU: the host's available
-    memory); ``None`` where unknown."""
+    """Bytes free on ``device`` (CUDA: outside PyTorch's cache; the CPU: the host's free physical
+    memory, ``SC_AVPHYS_PAGES``); ``None`` where unknown (another device, or not Linux)."""
     if device.type == "cuda":
         return torch.cuda.mem_get_info(device)[0]
     if device.type == "cpu":
