@@ -13,7 +13,7 @@ worker count), and the driver rewrites ``DIR/summary.md`` (one Markdown table) a
 what was measured. ``DIR/log.txt`` holds every part's output. Three files in all: the GPU call
 returns at most 8.
 
-Parts (they run in the order of ``PARTS``: epoch, train_step, loader, syncs, tests; ``--parts`` picks
+Parts (they run in the order of ``PARTS``: epoch, train_step, loader, syncs, tests, augment; ``--parts`` picks
 some, e.g. to rerun one that failed):
 
 - ``tests``: ``tests/benchmarks/test_on_device.py`` with ``SSL_APP_TEST_DEVICE`` = the device (each
@@ -29,6 +29,9 @@ some, e.g. to rerun one that failed):
   functions alone at 50,000 embeddings.
 - ``syncs``: a few training steps of the CIFAR-10 SimCLR, MoCo and memory bank under
   ``torch.cuda.set_sync_debug_mode("warn")``, every sync listed by its line (``syncs.py``).
+- ``augment``: one call of the batched training views (``BatchViewAugmentation``, CIFAR-10's
+  augmentation, 512 images × 2 views of 32 px, keyed as training calls it, and from a generator):
+  tensor ops, CUDA kernels and milliseconds per call (``augment.py --calls``).
 - ``loader``: the ImageNet-100 config's loader (``configs/imagenet100/memory_bank.yaml``: 224 crops,
   batch 128) over JPEGs of mixed sizes written to a temporary folder, at 8 and 16 workers, against
   the ResNet-50 bf16 step on batches of it.
@@ -56,10 +59,11 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-PARTS = ("epoch", "train_step", "loader", "syncs", "tests")
-# Seconds per part: on the GPU (the whole run: 450 s, inside the 8 minutes of the issue) and --quick on the CPU.
-BUDGETS = {"epoch": 120, "train_step": 160, "loader": 70, "syncs": 50, "tests": 50}
-QUICK_BUDGETS = {"epoch": 40, "train_step": 20, "loader": 35, "syncs": 25, "tests": 55}
+PARTS = ("epoch", "train_step", "loader", "syncs", "tests", "augment")
+# Seconds per part: on the GPU (the whole run: 465 s, inside the 8 minutes of the issue) and --quick on the CPU.
+BUDGETS = {"epoch": 120, "train_step": 160, "loader": 70, "syncs": 50, "tests": 50, "augment": 15}
+QUICK_BUDGETS = {"epoch": 40, "train_step": 20, "loader": 35, "syncs": 25, "tests": 55, "augment": 25}
+AUGMENT_BEFORE = "5.2–5.6 ms and 608 kernels per call on an H200 before issue 38"  # /work/notes: the lead's probe, 2026-11-28
 LIGHTLY_S_PER_EPOCH = 26.0  # lightly's published CIFAR-10 benchmark: SimCLR, batch 512, ResNet-18, one A6000
 TARGET_S_PER_EPOCH = 6.0  # 200 epochs in under 20 minutes on one H100
 
@@ -132,6 +136,13 @@ def summary_rows(results: dict[str, Any]) -> list[tuple[str, str, str, str, str]
         sites = "; ".join(f"{row['ours']} ({row['count']}× / {row['steps']} steps)" for row in record["sites"][:4])
         rows.append(("syncs", f"{key[6:]}", "syncs per step in training_step", f"{per_step:.1f}",
                      f"{record['steps']} steps, {len(record['sites'])} sites: {sites or 'none'}"))  # fmt: skip
+    augment = results.get("augment")
+    if augment:
+        for path, numbers in augment["paths"].items():
+            kernels = "" if numbers["kernels_per_call"] is None else f", {numbers['kernels_per_call']} CUDA kernels"
+            rows.append(("augment", f"batched views, {path} (b{augment['batch']} × 2 views, 32 px)", "ms per call",
+                         f"**{numbers['ms_per_call']:.2f}**",
+                         f"{numbers['ops_per_call']} tensor ops{kernels} per call; target ≤ 2 ms; {AUGMENT_BEFORE}"))  # fmt: skip
     loader = results.get("loader")
     if loader:
         step = loader.get("step_img_per_s")
@@ -457,6 +468,20 @@ def part_loader(args: argparse.Namespace) -> None:
     save(args.out, "loader", record)
 
 
+def part_augment(args: argparse.Namespace) -> None:
+    """One call of the batched training views: tensor ops, CUDA kernels, ms (augment.py --calls)."""
+    import torch
+    from augment import call_cases, time_calls
+
+    from datamodules import device_augment
+
+    device, batch = torch.device(args.device), 64 if args.quick else 512
+    cases = call_cases(device_augment, device, batch)
+    time_calls(cases, device, calls=3 if args.quick else 50, rounds=1 if args.quick else 3)
+    paths = {path: {key: value for key, value in case.items() if key != "call"} for path, case in cases.items()}
+    save(args.out, "augment", {"batch": batch, "paths": paths})
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", choices=["cpu", "cuda"], required=True)
@@ -478,6 +503,7 @@ def main(argv: list[str] | None = None) -> int:
     save(args.out, "versions", {"torch": torch.__version__, "lightning": lightning.__version__})
     torch.set_num_threads(2 if args.quick else min(8, os.cpu_count() or 1))
     parts = {"tests": part_tests, "train_step": part_train_step, "epoch": part_epoch, "syncs": part_syncs, "loader": part_loader}
+    parts["augment"] = part_augment
     parts[args.part](args)
     # Everything is saved: skip the interpreter's teardown (loader workers, logger threads), which took
     # several seconds on 2 busy cores, enough to run a part past its budget after it had finished.

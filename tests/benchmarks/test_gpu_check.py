@@ -31,6 +31,8 @@ RESULTS = {
     "syncs/cifar10_moco": {"steps": 12, "sites": [{"ours": "ssl_app/methods/moco.py:10 in training_step", "count": 12,
                                                    "steps": 12, "in_training_step": True}]},
     "loader": {"batch": 128, "images": 3200, "sizes": "mixed", "loader_img_per_s": {"8": 2000.0}, "precision": ""},
+    "augment": {"batch": 512, "paths": {"keys": {"ops_per_call": 230, "kernels_per_call": 190, "ms_per_call": 1.25},
+                                        "generator": {"ops_per_call": 159, "kernels_per_call": None, "ms_per_call": 1.0}}},
 }  # fmt: skip
 
 
@@ -52,6 +54,8 @@ def test_the_summary_is_one_table_with_every_part_and_what_a_timeout_left(tmp_pa
     assert any(row[0] == "syncs" and row[3] == "1.0" for row in rows)
     assert any(row[0] == "loader" and row[3] == "2,000" and "step not measured" in row[4] for row in rows)
     assert ("loader", "(the part)", "status", "timeout (partial)", "after 80 of 80 s") in rows
+    (keys,) = [row for row in rows if row[0] == "augment" and "keys" in row[1]]
+    assert keys[3] == "**1.25**" and "230 tensor ops, 190 CUDA kernels per call" in keys[4] and "≤ 2 ms" in keys[4]
     assert "NVIDIA H100" in lines[0]
 
 
