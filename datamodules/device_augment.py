@@ -33,6 +33,7 @@ from torch import Tensor
 from torch.utils.data import Dataset
 
 from datamodules import batch_ops
+from datamodules.arrays import PixelArray, pixel_array
 from datamodules.augment import ViewAugmentation
 from datamodules.batch_ops import constant
 from datamodules.keyed_draws import ViewKeys, keyed_uniforms
@@ -276,9 +277,22 @@ class UnaugmentedImages(Dataset):
 
     def __init__(self, base: Dataset) -> None:
         self.base = base
+        self._array: Optional[PixelArray] = pixel_array(base)
 
     def __len__(self) -> int:
         return len(self.base)  # type: ignore[arg-type]
+
+    def __getitems__(self, keys: list[Any]) -> list[tuple[Any, ...]]:
+        """The items of a whole batch (the DataLoader asks for them so): from the uint8 array
+        behind the data when there is one (``arrays.pixel_array``: CIFAR, SVHN, STL-10, the shapes),
+        one indexing for the batch instead of a PIL image per sample; else item by item."""
+        if self._array is None:
+            return [self[key] for key in keys]
+        keyed = isinstance(keys[0], tuple)
+        indices = [int(key[2]) for key in keys] if keyed else [int(key) for key in keys]
+        images, labels = self._array.batch(indices)
+        items = list(zip(images.unbind(0), labels.tolist(), indices))
+        return [(*item, int(key[0]), int(key[1])) for item, key in zip(items, keys)] if keyed else items
 
     def __getitem__(self, index: Union[int, tuple[int, int, int]]) -> tuple[Any, ...]:
         key = index if isinstance(index, tuple) else None
