@@ -20,7 +20,8 @@ some, e.g. to rerun one that failed):
   method's Trainer fit in bf16-mixed and channels_last with views made on the device, the metrics,
   the batched views).
 - ``train_step``: ``train_step.py``, SimCLR and MoCo, resnet18_cifar, batch 512, bf16, against
-  lightly's step in the same process; first without compile (the layout on/off), then compiled.
+  lightly's step in the same process; first without compile, at the defaults (NHWC) and in NCHW,
+  then SimCLR's layouts with small_cnn and with resnet50 (224 px, batch 64), then compiled.
 - ``epoch``: the CIFAR-10 SimCLR (``configs/base/cifar10.yaml`` + the SimCLR model with
   resnet18_cifar, batch 512: there is no shipped CIFAR-10 SimCLR experiment) and the shipped
   ``configs/cifar10/memory_bank.yaml``, ``augment_on: device``, on 50,000 + 10,000 random 32×32
@@ -109,8 +110,10 @@ def summary_rows(results: dict[str, Any]) -> list[tuple[str, str, str, str, str]
         settings = record["settings"]
         for method, data in record["methods"].items():
             for side, numbers in data["sides"].items():
+                size = "" if settings.get("size", 32) == 32 else f", {settings['size']} px"
+                case = f"{method} {side} ({settings['backbone']}, b{settings['batch']}{size}, {settings['precision']})"
                 rows.append((
-                    "train_step", f"{method} {side} ({settings['backbone']}, b{settings['batch']}, {settings['precision']})",
+                    "train_step", case,
                     "img/s; ratio to the reference", f"{_f(numbers['img_per_s'])}; **{numbers['ratio']:.2f}**",
                     f"{numbers['against']} {_f(numbers['reference_img_per_s'])} img/s; spread "
                     f"{numbers['ratio_spread'][0]:.2f}–{numbers['ratio_spread'][1]:.2f}; peak {_f(numbers['peak_mb'])} MB "
@@ -257,21 +260,27 @@ def part_train_step(args: argparse.Namespace) -> None:
     import train_step
 
     methods = ["simclr", "moco"]
+    # Ours runs at its defaults (channels_last: auto, NHWC on CUDA) and in NCHW (the contiguous variant):
+    # the layout's gain per backbone, which `auto` rests on (ssl_app.models.channels_last_pays).
     if args.quick:  # the machinery only: SimCLR, no compile (MoCo's step runs in train_step.py's own test)
         common = ["--backbone", "small_cnn", "--batch", "16", "--rounds", "1", "--steps", "1", "--warm-up", "1"]
-        passes, methods = {"layouts": ["--variants", "channels_last"]}, ["simclr"]
+        passes, methods = {"layouts": ["--variants", "contiguous"]}, ["simclr"]
     else:
         common = ["--backbone", "resnet18_cifar", "--batch", "512", "--precision", "bf16", "--rounds", "5", "--steps", "5"]
         common += ["--threads", "8"]
         passes = {
-            "layouts": ["--variants", "channels_last", "--warm-up", "5"],
-            "compiled": ["--variants", "compile", "channels_last_compile", "--warm-up", "3"],
+            "layouts": ["--variants", "contiguous", "--warm-up", "5"],
+            # the other backbones' layouts, SimCLR only, a few rounds each (~10 s)
+            "layouts_small_cnn": ["--variants", "contiguous", "--warm-up", "3", "--backbone", "small_cnn", "--rounds", "3"],
+            "layouts_resnet50": ["--variants", "contiguous", "--warm-up", "3", "--backbone", "resnet50", "--batch", "64"]
+            + ["--size", "224", "--rounds", "3", "--steps", "3"],
+            "compiled": ["--variants", "compile", "--warm-up", "3"],  # at the defaults (NHWC): one compile per method
         }
     temporary = Path(tempfile.mkdtemp(prefix="gpu_check_")) / "step.json"
     for name, options in passes.items():
         for method in methods:
-            if name == "compiled" and method == "moco":  # each compile takes ~a minute: MoCo in its default layout only
-                options = ["--variants", "compile", "--warm-up", "3"]
+            if name.startswith("layouts_") and method == "moco":
+                continue
             train_step.main([*common, *options, "--device", args.device, "--methods", method, "--json", str(temporary)])
             save(args.out, f"train_step/{name}/{method}", json.loads(temporary.read_text()))
 
