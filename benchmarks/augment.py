@@ -35,6 +35,11 @@ each is a kernel launch), the CUDA kernels it launches (with CUDA) and its time,
 with ``--baseline REV``, the same for the three modules of git revision ``REV`` side by side:
 
     python benchmarks/augment.py --calls --batch 512 --baseline 4f395d7 [--device cuda]
+
+``--fetch`` times what a worker of the device path does per batch (``UnaugmentedImages`` +
+``collate_images``: uint8 ``[B, 3, 32, 32]``, labels, indices) on CIFAR-like data served as PIL
+images, as torchvision's CIFAR-10 serves them: item by item (a PIL image per sample), and in one
+indexing of the array behind the data (``__getitems__``, ``datamodules/arrays.py``).
 """
 
 from __future__ import annotations
@@ -63,6 +68,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from datamodules import device_augment
 from datamodules.augment import ViewAugmentation
 from datamodules.base import ContrastiveDataModule
+from datamodules.device_augment import UnaugmentedImages, collate_images
 from datamodules.synthetic import ShapesDataset, SyntheticDataModule
 
 PREFETCH = 2  # DataLoader's default prefetch_factor: batches each worker makes ahead
@@ -259,6 +265,29 @@ def report_calls(args: argparse.Namespace) -> None:
         print(f"| {name} | {path} | {case['ops_per_call']} | {kernels} | {case['ms_per_call']:.2f} |")
 
 
+def report_fetch(args: argparse.Namespace) -> None:
+    dm = TextureDataModule(args.batch * 8, augmentation=ViewAugmentation(), batch_size=args.batch, num_workers=0)
+    data = UnaugmentedImages(dm.build_split("train"))
+    order = torch.randperm(len(data), generator=torch.Generator().manual_seed(0)).tolist()
+    batches = [[(0, 0, index) for index in order[i * args.batch : (i + 1) * args.batch]] for i in range(8)]
+    cases: dict[str, Callable[[list], Any]] = {
+        "item by item (a PIL image per sample)": lambda keys: collate_images([data[key] for key in keys]),
+        "one indexing of the array (__getitems__)": lambda keys: collate_images(data.__getitems__(keys)),
+    }
+    best = dict.fromkeys(cases, 0.0)
+    for _ in range(args.rounds):
+        for name, fetch in cases.items():
+            start = time.perf_counter()
+            for keys in batches[: args.batches]:
+                fetch(keys)
+            best[name] = max(best[name], args.batches * args.batch / (time.perf_counter() - start))
+    print(f"torch {torch.__version__}, one process, batch {args.batch} of CIFAR-like 32×32 images served as PIL")
+    print("| uint8 batches | images/s |")
+    print("| --- | ---: |")
+    for name, rate in best.items():
+        print(f"| {name} | {rate:,.0f} |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", nargs="+", default=["shapes", "cifar-like"], choices=["shapes", "cifar-like"])
@@ -269,10 +298,13 @@ def main() -> None:
     parser.add_argument("--calls", action="store_true", help="one BatchViewAugmentation call: tensor ops, kernels, time")
     parser.add_argument("--baseline", metavar="REV", help="with --calls: also the views of this git revision")
     parser.add_argument("--device", default="cpu", help="with --calls: where the views are made")
+    parser.add_argument("--fetch", action="store_true", help="the device path's uint8 batches: PIL per sample vs one indexing")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     if args.calls:
         return report_calls(args)
+    if args.fetch:
+        return report_fetch(args)
     size = args.batch * (args.batches + 2 + 2 * PREFETCH)
     print(f"torch {torch.__version__}, {args.threads} threads, CUDA: {torch.cuda.is_available()}, batch {args.batch}, 2 views")
     print("| data | path | images/s | / workers=2 |")
