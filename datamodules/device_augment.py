@@ -277,7 +277,12 @@ class UnaugmentedImages(Dataset):
 
     def __init__(self, base: Dataset) -> None:
         self.base = base
-        self._array: Optional[PixelArray] = pixel_array(base)
+        self._array: Union[PixelArray, None, bool] = False  # False: not looked for yet
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Workers started by spawn get the dataset pickled: the array is looked up again there (the
+        # lookup is cheap) rather than travelling as a second reference to the dataset's data.
+        return {**self.__dict__, "_array": False}
 
     def __len__(self) -> int:
         return len(self.base)  # type: ignore[arg-type]
@@ -286,7 +291,9 @@ class UnaugmentedImages(Dataset):
         """The items of a whole batch (the DataLoader asks for them so): from the uint8 array
         behind the data when there is one (``arrays.pixel_array``: CIFAR, SVHN, STL-10, the shapes),
         one indexing for the batch instead of a PIL image per sample; else item by item."""
-        if self._array is None:
+        if self._array is False:
+            self._array = pixel_array(self.base)
+        if not isinstance(self._array, PixelArray):
             return [self[key] for key in keys]
         keyed = isinstance(keys[0], tuple)
         indices = [int(key[2]) for key in keys] if keyed else [int(key) for key in keys]
