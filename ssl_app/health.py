@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, Optional
 
 import lightning as L
 import torch
@@ -34,15 +34,16 @@ class NumericalHealth(Callback):
     so a bad step never reaches the weights or the optimiser state. Under DDP the ranks agree
     (one-element all-reduce, on the device), so every rank stops or skips the same step.
 
-    The decision is taken on the device, and the host reads it only on the steps Lightning logs
-    (``trainer.log_every_n_steps``), at the end of each training epoch and of the fit, and when a
-    checkpoint is written: a step that does not log never waits for the GPU. On the other steps the
-    update is masked: the parameters and their optimiser state (momentum buffers, Adam's moments
-    and step count) are copied before the step and put back after it where the step was bad
-    (``torch.where``). Where masking cannot undo a step — the first one, which creates the
+    On an accelerator the decision is taken on the device, and the host reads it only on the steps
+    Lightning logs (``trainer.log_every_n_steps``), at the end of each training epoch and of the
+    fit, and when a checkpoint is written: a step that does not log never waits for the GPU. On the
+    other steps the update is masked: the parameters and their optimiser state (momentum buffers,
+    Adam's moments and step count) are copied before the step and put back after it where the step
+    was bad (``torch.where``). Where masking cannot undo a step — the first one, which creates the
     optimiser state, or state kept on another device than the parameters (non-capturable Adam's
     step count on a GPU is a host tensor) — the flag is read at once, as on a logged step, and the
-    step is skipped by dropping its gradients.
+    step is skipped by dropping its gradients. On the CPU (``read_every_step`` unset) the flag is
+    read every step that way: a read costs nothing there, and the masking's copies would.
 
     - ``on_nonfinite: stop`` (default): raise ``NonFiniteError`` naming the bad step, the loss, the
       gradient norm and the last finite loss; the CLI then writes ``last.ckpt`` of the last good
@@ -56,25 +57,35 @@ class NumericalHealth(Callback):
     (Lightning's step counter, the schedule, BatchNorm statistics and MoCo's queue and key
     encoder go on until the read).
 
-    Cost: no host-device synchronisation on a step that does not log (one on a logged step); a
-    fused norm over the gradients when ``check_gradients``, a copy of the parameters and their
-    optimiser state, one ``torch.where`` per tensor and a few one-element kernels per step. Under
-    fp16 mixed precision the gradient check is left to the GradScaler, which already skips such
-    steps by design (and reads its own flag on every step).
+    Cost on an accelerator: no host-device synchronisation on a step that does not log (one on a
+    logged step); a fused norm over the gradients when ``check_gradients``, a copy of the parameters
+    and their optimiser state, one ``torch.where`` per tensor and a few one-element kernels per
+    step. Under fp16 mixed precision the gradient check is left to the GradScaler, which already
+    skips such steps by design (and reads its own flag on every step).
 
     Args:
         on_nonfinite: ``stop`` or ``skip``.
         check_gradients: also check the gradient norm (a finite loss can still give NaN gradients).
         max_consecutive_skips: with ``skip``, stop after this many skipped steps in a row.
+        read_every_step: read the flag on the host every step (``true``) or only on logged steps,
+            masking the others on the device (``false``); unset: every step where the parameters
+            are on the CPU, on logged steps elsewhere.
     """
 
-    def __init__(self, on_nonfinite: OnNonFinite = "stop", check_gradients: bool = True, max_consecutive_skips: int = 10) -> None:
+    def __init__(
+        self,
+        on_nonfinite: OnNonFinite = "stop",
+        check_gradients: bool = True,
+        max_consecutive_skips: int = 10,
+        read_every_step: Optional[bool] = None,
+    ) -> None:
         super().__init__()
         if on_nonfinite not in ("stop", "skip"):
             raise ConfigError(f"NumericalHealth: on_nonfinite must be 'stop' or 'skip', got {on_nonfinite!r}")
         self.on_nonfinite = on_nonfinite
         self.check_gradients = bool(check_gradients)
         self.max_consecutive_skips = check_int(max_consecutive_skips, "NumericalHealth: max_consecutive_skips")
+        self.read_every_step = None if read_every_step is None else bool(read_every_step)
         self.skipped = 0
         self._losses: list[Tensor] = []
         self._record: Tensor | None = None
@@ -114,7 +125,8 @@ class NumericalHealth(Callback):
             bad = (~finite).float().to(trainer.strategy.root_device)
             finite = trainer.strategy.reduce(bad, reduce_op="sum") == 0
         keep = self._note(trainer, loss, norm, finite)
-        masked = self._masking(optimizer)
+        every_step = finite.device.type == "cpu" if self.read_every_step is None else self.read_every_step
+        masked = None if every_step else self._masking(optimizer)
         if masked is not None and not logs_this_step(trainer):
             self._mask(optimizer, keep, *masked)  # decided on the device: no host read in this step
             return

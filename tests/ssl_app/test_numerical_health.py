@@ -161,9 +161,9 @@ def test_too_many_consecutive_skips_stop(tmp_path, monkeypatch, capsys):
 
 
 @pytest.mark.parametrize(
-    ("nan_at", "log_every", "stop_at"), [(2, 1, 2), (4, 3, 5)], ids=["read_every_step", "decided_on_the_device"]
+    ("nan_at", "log_every", "on_host", "stop_at"), [(2, 1, "true", 2), (4, 3, "false", 5)], ids=["on_the_host", "on_the_device"]
 )
-def test_ddp_nan_on_one_rank_stops_every_rank_at_the_same_step(nan_at, log_every, stop_at, tmp_path):
+def test_ddp_nan_on_one_rank_stops_every_rank_at_the_same_step(nan_at, log_every, on_host, stop_at, tmp_path):
     """2 gloo processes, NaN loss on rank 1 only, gradients unchecked: the ranks must agree, or
     rank 0 would train on while rank 1 stops (and wait for it in a collective). Read on every
     step, and decided on the device (step 4 does not log; the flag is read at step 5)."""
@@ -180,6 +180,7 @@ def test_ddp_nan_on_one_rank_stops_every_rank_at_the_same_step(nan_at, log_every
         f"--model.init_args.nan_loss_at=[{nan_at}]",
         "--model.init_args.nan_rank=1",
         f"--trainer.log_every_n_steps={log_every}",
+        f"--health.read_every_step={on_host}",  # false: decided on the device, as on GPUs (read on logged steps)
     ]
     result = subprocess.run(
         [sys.executable, "-m", "ssl_app", *args],
@@ -199,13 +200,14 @@ def test_ddp_nan_on_one_rank_stops_every_rank_at_the_same_step(nan_at, log_every
 
 
 def fit_poisoned(
-    nan_loss_at: list[int], max_consecutive_skips: int, log_every_n_steps: int = 50, **options: Any
+    nan_loss_at: list[int], max_consecutive_skips: int, read_every_step: bool | None = None, **options: Any
 ) -> tuple[Any, Any, Any]:
-    """Two epochs of 6 steps in-process, NaN losses at ``nan_loss_at``; (trainer, health, error)."""
+    """Two epochs of 6 steps in-process (logging every 50: never), NaN losses at ``nan_loss_at``;
+    (trainer, health, error)."""
     torch.manual_seed(0)
     model = Poisoned(nan_loss_at=nan_loss_at, backbone="small_cnn", proj_dim=16, proj_hidden_dim=32, **options)
-    health = NumericalHealth(on_nonfinite="skip", max_consecutive_skips=max_consecutive_skips)
-    trainer = tiny_trainer(max_epochs=2, callbacks=[health], log_every_n_steps=log_every_n_steps)
+    health = NumericalHealth(on_nonfinite="skip", max_consecutive_skips=max_consecutive_skips, read_every_step=read_every_step)
+    trainer = tiny_trainer(max_epochs=2, callbacks=[health], log_every_n_steps=50)
     try:
         trainer.fit(model, tiny_data())  # 48 samples, batches of 8: 6 steps an epoch
     except NonFiniteError as error:
@@ -213,16 +215,16 @@ def fit_poisoned(
     return trainer, health, None
 
 
-@pytest.mark.parametrize(("log_every_n_steps", "stopped_at"), [(1, 8), (50, 12)], ids=["read_every_step", "read_at_epoch_end"])
-def test_scattered_skips_never_stop_only_more_than_k_in_a_row_do(log_every_n_steps, stopped_at, recwarn):  # recwarn: the skips
+@pytest.mark.parametrize(("read_every_step", "stopped_at"), [(None, 8), (False, 12)], ids=["on_the_host", "on_the_device"])
+def test_scattered_skips_never_stop_only_more_than_k_in_a_row_do(read_every_step, stopped_at, recwarn):  # recwarn: the skips
     """Catches the skip limit counting all skips instead of those in a row (the streak not reset by
     a finite step), or off by one: with k = 2, five scattered NaN steps (more than k in all) train
     to the end; two in a row (k) are skipped; the third in a row stops, naming that step. Read on
-    every step, the stop comes at that step; read on logged steps only (none here), at the
-    epoch's end, with the count the same."""
-    trainer, health, error = fit_poisoned([1, 3, 5, 7, 9], max_consecutive_skips=2, log_every_n_steps=log_every_n_steps)
+    every step (the CPU's default), the stop comes at that step; decided on the device and read on
+    logged steps only (none here), at the epoch's end, with the count the same."""
+    trainer, health, error = fit_poisoned([1, 3, 5, 7, 9], max_consecutive_skips=2, read_every_step=read_every_step)
     assert error is None and trainer.global_step == 12 and health.skipped == 5
-    trainer, health, error = fit_poisoned([2, 3, 6, 7, 8], max_consecutive_skips=2, log_every_n_steps=log_every_n_steps)
+    trainer, health, error = fit_poisoned([2, 3, 6, 7, 8], max_consecutive_skips=2, read_every_step=read_every_step)
     assert error is not None and "at step 8" in str(error) and "2 steps in a row" in str(error)
     assert health.skipped == 4 and trainer.global_step == stopped_at
 
@@ -239,7 +241,8 @@ def test_a_skip_decided_on_the_device_leaves_parameters_and_optimiser_state_bit_
     small = dict(backbone="small_cnn", proj_dim=16, proj_hidden_dim=32, optim=optim)
     model = Poisoned(nan_grad_at=[2], nan_loss_at=[3], **small)
     model.record = True
-    health, listing = NumericalHealth(on_nonfinite="skip"), SyncListing(own_code=[str(REPO / "ssl_app") + "/"], host_reads=True)
+    health = NumericalHealth(on_nonfinite="skip", read_every_step=False)  # on the CPU, as on a GPU
+    listing = SyncListing(own_code=[str(REPO / "ssl_app") + "/"], host_reads=True)
     trainer = tiny_trainer(max_steps=5, callbacks=[health, listing], log_every_n_steps=50)
     trainer.fit(model, tiny_data())
     after = model.after
@@ -260,7 +263,7 @@ def test_a_stop_read_after_the_bad_step_keeps_the_state_before_it(poison):
     torch.manual_seed(0)
     model = Poisoned(**{poison: [1]}, backbone="small_cnn", proj_dim=16, proj_hidden_dim=32)
     model.record = True
-    trainer = tiny_trainer(max_steps=6, callbacks=[NumericalHealth()], log_every_n_steps=4)
+    trainer = tiny_trainer(max_steps=6, callbacks=[NumericalHealth(read_every_step=False)], log_every_n_steps=4)
     with pytest.raises(NonFiniteError) as raised:
         trainer.fit(model, tiny_data())
     message = str(raised.value)
