@@ -82,6 +82,8 @@ class SyncListing(Callback):
     ``unlogged_steps`` count the recorded steps. The first steps are apart because a fit's first
     step does one-off work (the optimiser creates its state, a queue learns it is empty).
     ``host_reads``: record host reads instead of CUDA's warnings (default: where there is no CUDA).
+    Put it first among the Trainer's callbacks, so that a step's window opens before the other
+    callbacks' ``on_train_batch_start`` (``LearningRateMonitor`` reads the rates there on logged steps).
     """
 
     def __init__(

@@ -152,7 +152,7 @@ def test_a_training_step_that_does_not_log_never_waits_for_the_device(tmp_path, 
     listing = SyncListing()
     trainer = tiny_trainer(
         tmp_path, max_steps=8, accelerator="gpu" if cuda else "cpu", precision="bf16-mixed" if cuda else "32-true",
-        callbacks=[NumericalHealth(read_every_step=False if not cuda else None), listing], log_every_n_steps=3,
+        callbacks=[listing, NumericalHealth(read_every_step=False if not cuda else None)], log_every_n_steps=3,
         enable_progress_bar=True, logger=TensorBoardLogger(tmp_path, name="tb"),
     )  # fmt: skip
     trainer.fit(METHODS[name](), datamodule=tiny_data(augment_on="device", batch_size=16))
