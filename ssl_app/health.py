@@ -12,6 +12,7 @@ from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor
 
 from ssl_app.checks import check_int
+from ssl_app.distributed import all_reduce_sum
 from ssl_app.errors import ConfigError, NonFiniteError
 
 OnNonFinite = Literal["stop", "skip"]
@@ -121,9 +122,8 @@ class NumericalHealth(Callback):
             if grads:
                 norm = torch.nn.utils.get_total_norm(grads, norm_type=2.0, error_if_nonfinite=False)
                 finite = finite & torch.isfinite(norm)
-        if trainer.world_size > 1:
-            bad = (~finite).float().to(trainer.strategy.root_device)
-            finite = trainer.strategy.reduce(bad, reduce_op="sum") == 0
+        if trainer.world_size > 1:  # a plain all-reduce: Lightning's reduce adds a barrier, which waits on the host
+            finite = all_reduce_sum((~finite).float()) == 0
         keep = self._note(trainer, loss, norm, finite)
         every_step = finite.device.type == "cpu" if self.read_every_step is None else self.read_every_step
         masked = None if every_step else self._masking(optimizer)
