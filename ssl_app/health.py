@@ -127,10 +127,11 @@ class NumericalHealth(Callback):
         keep = self._note(trainer, loss, norm, finite)
         every_step = finite.device.type == "cpu" if self.read_every_step is None else self.read_every_step
         masked = None if every_step else self._masking(optimizer)
-        if masked is not None and not logs_this_step(trainer):
+        logged = logs_this_step(trainer)
+        if masked is not None and not logged:
             self._mask(optimizer, keep, *masked)  # decided on the device: no host read in this step
             return
-        if not self._read(trainer, pl_module, logged=logs_this_step(trainer)):
+        if not self._read(trainer, pl_module, logged=logged):
             optimizer.zero_grad(set_to_none=True)  # skipped: the optimiser leaves parameters without a gradient alone
 
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
