@@ -16,6 +16,7 @@ from torchvision.datasets.folder import IMG_EXTENSIONS, has_file_allowed_extensi
 from datamodules.augment import IMAGENET_MEAN, IMAGENET_STD, ViewAugmentation
 from datamodules.base import ContrastiveDataModule, Split
 from datamodules.class_lists import ClassList, read_class_list
+from datamodules.encoded_images import EncodedImages
 from datamodules.image_files import CorruptImageError, FolderLinkError, find_bad_images, list_images, load_rgb
 from datamodules.image_stats import SAMPLE_SIZE, measure_images
 from ssl_app.checks import check_int
@@ -320,11 +321,19 @@ class ImageFolderDataModule(ContrastiveDataModule):
 
     def _training_paths(self) -> list[str]:
         """The files that train: not those held out for evaluation, nor those a long tail leaves out."""
+        return [path for path, _ in self._training_samples()]
+
+    def _training_samples(self) -> list[tuple[str, int]]:
+        """``(path, label)`` of the training split, in its order (its indices are the samples')."""
         data, indices = self.dataset("train"), None
         if isinstance(data, Subset):
             data, indices = data.dataset, list(data.indices)
-        paths = [path for path, _ in data.samples]  # type: ignore[attr-defined]
-        return paths if indices is None else [paths[i] for i in indices]
+        samples = data.samples  # type: ignore[attr-defined]
+        return list(samples) if indices is None else [samples[i] for i in indices]
+
+    def training_files(self) -> EncodedImages:
+        """The training files, read as bytes by the workers and decoded on the device (``augment_on: device``)."""
+        return EncodedImages(self._training_samples())
 
     def setup(self, stage: Optional[str] = None) -> None:
         super().setup(stage)

@@ -1,0 +1,116 @@
+"""Training views of a batch of image files, decoded and augmented on the device (``augment_on: device``).
+
+The device side of ``datamodules.encoded_images``: :func:`decode_images` decodes a batch's JPEGs
+in one call of torchvision's ``decode_jpeg`` on the batch's device (nvJPEG on a GPU, libjpeg-turbo
+on the CPU, whose pixels equal PIL's) and copies there the images the workers decoded; then
+:func:`encoded_views` makes the views:
+
+- images of one size (a folder of CIFAR PNGs, a batch that happens to share a size): stacked, and
+  :class:`~datamodules.device_augment.BatchViewAugmentation` makes the views as for in-memory data;
+- images of mixed sizes (photos): every view's parameters are drawn on the host (no host-device
+  sync) from the same keyed numbers (``keyed_draws.keyed_uniforms``), each crop box from its own
+  image's size (``sample_crop_boxes``); each box is cropped and resized to the crop size by
+  ``F.interpolate(bilinear, antialias=True)``, one call per view (torchvision's ``resized_crop``
+  for tensors, so the same resampling as the one-size path to float precision, and PIL's, the
+  worker path's, to within one 8-bit level); the flip, jitter, grayscale, blur and normalisation
+  then run on the batch of crops (``BatchViewAugmentation.augment_crops``).
+
+Either way a view is a function of ``(seed, epoch, index, view)``, as on every ``augment_on`` path.
+
+A JPEG that the batched decode cannot read makes the batch decode again one image at a time on the
+CPU, and a file no decoder reads stops the run with ``image_files.CorruptImageError`` naming it (the
+policy of ``ImageFolderDataModule.on_bad_image`` for a file whose header reads but whose pixels do not).
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import fields
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+from torchvision.io import ImageReadMode, decode_jpeg
+
+from datamodules.device_augment import PARAM_COLUMNS, BatchViewAugmentation, ViewParams, as_uint8_chw
+from datamodules.encoded_images import EncodedBatch
+from datamodules.image_files import load_rgb
+from datamodules.keyed_draws import keyed_uniforms
+
+HOST = torch.device("cpu")
+
+
+def decode_images(batch: EncodedBatch, device: torch.device) -> list[Tensor]:
+    """Every image of ``batch`` as uint8 ``[3, H, W]`` on ``device``, in batch order."""
+    images: list[Optional[Tensor]] = [None] * len(batch)
+    if batch.jpeg_at:
+        paths = [batch.paths[k] for k in batch.jpeg_at]
+        for k, image in zip(batch.jpeg_at, _decode_jpegs(batch.jpegs(), paths, device)):
+            images[k] = image
+    if batch.pixels_at:
+        for k, image in zip(batch.pixels_at, batch.pixels):
+            images[k] = image.to(device, non_blocking=True)
+    return images  # type: ignore[return-value]
+
+
+def _decode_jpegs(jpegs: list[Tensor], paths: list[str], device: torch.device) -> list[Tensor]:
+    """All at once; if that fails, one by one on the CPU, so that a bad file is found and named."""
+    try:
+        with warnings.catch_warnings():
+            # torchvision 0.29 deprecates its decoders for TorchCodec's; they still decode on every device.
+            warnings.filterwarnings("ignore", category=DeprecationWarning)
+            return decode_jpeg(jpegs, mode=ImageReadMode.RGB, device=device)
+    except RuntimeError:
+        return [_decode_on_host(data, path).to(device, non_blocking=True) for data, path in zip(jpegs, paths)]
+
+
+def _decode_on_host(data: Tensor, path: str) -> Tensor:
+    """libjpeg-turbo's decode, else PIL's (``load_rgb``), which raises ``CorruptImageError`` naming ``path``."""
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", category=DeprecationWarning)
+            return decode_jpeg(data, mode=ImageReadMode.RGB)
+    except RuntimeError:
+        return as_uint8_chw(load_rgb(path))
+
+
+def encoded_views(
+    batch: EncodedBatch, augmentation: BatchViewAugmentation, num_views: int, device: torch.device, keys: Tensor
+) -> list[Tensor]:
+    """``num_views`` float32 views ``[B, 3, crop, crop]`` of ``batch`` on ``device``, normalised.
+
+    ``keys`` are the samples' ``(seed, epoch, index)``, int64 ``[B, 3]`` on the host.
+    """
+    images = decode_images(batch, device)
+    if len({tuple(image.shape) for image in images}) == 1:
+        whole = isinstance(batch.pixels, Tensor) and not batch.jpeg_at  # already one tensor, in batch order
+        stacked = batch.pixels.to(device, non_blocking=True) if whole else torch.stack(images)  # type: ignore[union-attr]
+        return augmentation(stacked, num_views, keys=keys.to(device, non_blocking=True))
+    return mixed_size_views(images, augmentation, num_views, keys)
+
+
+def mixed_size_views(images: list[Tensor], augmentation: BatchViewAugmentation, num_views: int, keys: Tensor) -> list[Tensor]:
+    """The views of uint8 ``images`` ``[3, H_b, W_b]`` of any sizes, on their device (module docstring).
+
+    Row ``v · B + b`` of the parameters is view ``v`` of image ``b``, as in ``BatchViewAugmentation``.
+    """
+    batch, device = len(images), images[0].device
+    heights = torch.tensor([image.shape[1] for image in images], dtype=torch.float32).repeat(num_views)
+    widths = torch.tensor([image.shape[2] for image in images], dtype=torch.float32).repeat(num_views)
+    uniform = keyed_uniforms(keys[:, 0], keys[:, 1], keys[:, 2], num_views, PARAM_COLUMNS)
+    params = augmentation.sample(num_views * batch, heights, widths, HOST, uniform=uniform)
+    crops = resized_crops(images, params.boxes, augmentation.augmentation.crop_size)
+    moved = ViewParams(**{f.name: getattr(params, f.name).to(device, non_blocking=True) for f in fields(params)})
+    views = augmentation.augment_crops(crops, moved)
+    return list(views.view(num_views, batch, *views.shape[1:]).unbind(0))
+
+
+def resized_crops(images: list[Tensor], boxes: Tensor, size: int) -> Tensor:
+    """Float ``[N, 3, size, size]`` in ``[0, 1]``: box ``n`` (``(left, top, width, height)``, host
+    ``[N, 4]``) of image ``n mod B``, resized by antialiased bilinear interpolation."""
+    crops = []
+    for row, (left, top, width, height) in enumerate(boxes.to(torch.int64).tolist()):
+        crop = images[row % len(images)][:, top : top + height, left : left + width]
+        crops.append(F.interpolate(crop.unsqueeze(0).float(), size=(size, size), mode="bilinear", antialias=True))
+    return torch.cat(crops).div_(255)
