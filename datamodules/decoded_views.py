@@ -25,6 +25,8 @@ policy of ``ImageFolderDataModule.on_bad_image`` for a file whose header reads b
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import fields
 from typing import Optional
 
@@ -57,12 +59,45 @@ def decode_images(batch: EncodedBatch, device: torch.device) -> list[Tensor]:
 def _decode_jpegs(jpegs: list[Tensor], paths: list[str], device: torch.device) -> list[Tensor]:
     """All at once; if that fails, one by one on the CPU, so that a bad file is found and named."""
     try:
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), _decoding_stream(device) as record:
             # torchvision 0.29 deprecates its decoders for TorchCodec's; they still decode on every device.
             warnings.filterwarnings("ignore", category=DeprecationWarning)
-            return decode_jpeg(jpegs, mode=ImageReadMode.RGB, device=device)
+            return record(decode_jpeg(jpegs, mode=ImageReadMode.RGB, device=device))
     except RuntimeError:
         return [_decode_on_host(data, path).to(device, non_blocking=True) for data, path in zip(jpegs, paths)]
+
+
+#: The stream each CUDA device's decoded images are allocated on (made once per process, when first decoding).
+_STREAMS: dict[torch.device, torch.cuda.Stream] = {}
+
+
+@contextmanager
+def _decoding_stream(device: torch.device) -> Iterator[Callable[[list[Tensor]], list[Tensor]]]:
+    """On a GPU, allocate the decoded images on a stream of their own.
+
+    nvJPEG writes them on torchvision's decoder stream, which does not wait for the work queued on
+    the current stream: an output allocated there could reuse memory that queued kernels (the
+    previous step's) still read. The caching allocator gives a stream's allocations only memory
+    freed on that stream, so this stream's pool never holds such memory; ``decode_jpeg`` returns
+    once its stream is done, and each image is marked used by the current stream (``record_stream``)
+    so that its memory waits for the kernels that read it. Yields what marks them.
+    """
+    if device.type != "cuda":
+        yield lambda images: images
+        return
+    current = torch.cuda.current_stream(device)
+    if device not in _STREAMS:
+        _STREAMS[device] = torch.cuda.Stream(device)
+    side = _STREAMS[device]
+
+    def record(images: list[Tensor]) -> list[Tensor]:
+        current.wait_stream(side)
+        for image in images:
+            image.record_stream(current)
+        return images
+
+    with torch.cuda.stream(side):
+        yield record
 
 
 def _decode_on_host(data: Tensor, path: str) -> Tensor:
