@@ -103,9 +103,12 @@ class ContrastiveDataModule(LightningDataModule):
     :meth:`on_after_batch_transfer` makes the views on the device the batch was moved to
     (:class:`~datamodules.device_augment.BatchViewAugmentation`, same settings and distributions as
     the worker path), so the training batch the method sees has the same form. All training images
-    must then share one size. Validation, test and embedding loaders keep the worker path (their
-    views are a fixed function of ``(val_seed, index)``). The hook runs only when the datamodule
-    is handed to the Trainer (as the CLI does).
+    must then share one size, except for a datamodule whose :meth:`training_files` gives files
+    (``ImageFolderDataModule``): its workers only read them, and the device decodes JPEGs in
+    batches and crops each image at its own size (``datamodules.decoded_views``). Validation, test
+    and embedding loaders keep the worker path (their views are a fixed function of
+    ``(val_seed, index)``). The hook runs only when the datamodule is handed to the Trainer (as the
+    CLI does).
 
     Args:
         batch_size: samples per batch and per process.
@@ -119,7 +122,7 @@ class ContrastiveDataModule(LightningDataModule):
         augment_on: ``workers``: the training views are made in the DataLoader workers, image by
             image (PIL); ``workers_batched``: in the workers, a whole batch at once with tensor ops
             (the CPU's fastest: benchmarks/README.md); ``device``: on the training batch's device,
-            batched (for GPU runs on small images, where CPU workers cannot keep up).
+            batched (for GPU runs, where CPU workers cannot keep up; image folders: JPEGs decoded there).
     """
 
     #: The split a classifier's accuracy is measured on during ``fit`` (balanced, unlike train).

@@ -10,7 +10,9 @@ so on a GPU the views of a batch cost a few kernels instead of a CPU worker's pe
 
 The worker side of this path, :class:`UnaugmentedImages` and :func:`collate_images`, only turns
 each sample into a uint8 ``[3, H, W]`` tensor, so all training images must share one size
-(:func:`check_one_size` probes a few before training, the collate checks every batch).
+(:func:`check_one_size` probes a few before training, the collate checks every batch). Image
+folders instead hand over their files, decoded on the device and cropped at each image's own size
+(``datamodules.encoded_images``, ``datamodules.decoded_views``).
 
 How the two paths differ (tests/datamodules/test_device_augment.py compares their statistics):
 the worker path runs on PIL images, which round (resize) or truncate (the colour ops) to 8 bits

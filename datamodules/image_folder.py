@@ -126,7 +126,10 @@ class ImageFolderDataModule(ContrastiveDataModule):
     reads all three from the data.
 
     Images are the files with torchvision's image extensions, read as 8-bit RGB by ``load_rgb``
-    (16-bit, float and transparent images included).
+    (16-bit, float and transparent images included). With ``augment_on: device`` the training
+    images may have any size: the workers read the files, JPEGs are decoded on the device in
+    batches and every view is cropped from its image at its own size (:meth:`training_files`,
+    ``datamodules.decoded_views``); other files are decoded in the workers by ``load_rgb``.
 
     **Bad images** (``on_bad_image``): at setup, before training, the header of every image of
     every split is opened (format and size, no pixels decoded: ``image_files.find_bad_images``),
@@ -135,10 +138,10 @@ class ImageFolderDataModule(ContrastiveDataModule):
     naming them (the first few, and the count). ``skip``: one warning naming them, training goes on
     without them, and :meth:`describe` (``run.json``, ``data.skipped_images``) keeps their count and
     names. A file whose header reads but whose pixels do not (a truncated JPEG) is found only when
-    first decoded, and stops the run naming it in either mode (skipping it then would change an
-    epoch already under way). Links to folders are followed (data on
-    another disk) unless they lead to a folder the split reads anyway: a loop, or another class
-    folder, is one ConfigError naming the link.
+    first decoded (in a worker, or on the device with ``augment_on: device``), and stops the run
+    naming it in either mode (skipping it then would change an epoch already under way). Links to
+    folders are followed (data on another disk) unless they lead to a folder the split reads anyway:
+    a loop, or another class folder, is one ConfigError naming the link.
 
     Args:
         root: the data set's folder.
