@@ -113,8 +113,7 @@ def test_jpegs_of_mixed_sizes_decode_and_augment_on_the_device(tmp_path, device)
     from datamodules.decoded_views import decode_images, encoded_views
     from datamodules.encoded_images import EncodedImages, collate_encoded
     from datamodules.image_files import CorruptImageError
-    from tests.datamodules.test_decoded_views import truncated_jpeg
-    from tests.datamodules.test_encoded_images import write_photos
+    from tests.datamodules.test_encoded_images import truncated_jpeg, write_photos
 
     paths = write_photos(tmp_path, [(320, 240), (517, 333), (300, 300), (241, 480)])
     paths += write_photos(tmp_path, [(250, 260)], seed=1, mode="L") + write_photos(tmp_path, [(90, 70)], seed=2, suffix=".png")

@@ -34,7 +34,7 @@ from ssl_app.checkpointing import InterruptCheckpoint
 from ssl_app.losses import InfoNCE
 from ssl_app.methods import SimCLR
 from tests.datamodules.test_device_augment import Z, ks_critical, ks_distances, mean_z, view_statistics
-from tests.datamodules.test_encoded_images import photo, write_photos
+from tests.datamodules.test_encoded_images import photo, truncated_jpeg, write_photos
 from tests.datamodules.test_resume_views import ViewLog, assert_same_batches
 from tests.helpers import tiny_trainer
 
@@ -227,13 +227,6 @@ def test_ddp_ranks_together_see_the_one_process_batch_and_its_views(tmp_path):
     for shard in ranks:
         for index, views in shard.items():
             torch.testing.assert_close(views, single[index], rtol=0, atol=1e-6)
-
-
-def truncated_jpeg(path: Path) -> Path:
-    """A JPEG cut short: its header (format, size) reads, its pixels do not."""
-    photo(120, 90, seed=99).save(path, quality=90)
-    path.write_bytes(path.read_bytes()[: path.stat().st_size * 3 // 4])
-    return path
 
 
 @pytest.mark.parametrize("on_bad_image", ["error", "skip"])

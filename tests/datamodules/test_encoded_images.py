@@ -36,6 +36,13 @@ def write_photos(
     return paths
 
 
+def truncated_jpeg(path: Path) -> Path:
+    """A JPEG cut short: its header (format, size) reads, its pixels do not."""
+    photo(120, 90, seed=99).save(path, quality=90)
+    path.write_bytes(path.read_bytes()[: path.stat().st_size * 3 // 4])
+    return path
+
+
 def test_jpegs_in_rgb_or_gray_travel_as_their_bytes_and_the_rest_as_the_worker_paths_pixels(tmp_path):
     """Catches a JPEG decoded in the worker (the GPU then has nothing to do), a CMYK JPEG or a PNG sent
     to ``decode_jpeg`` (nvJPEG and CMYK, PNG bytes: errors on the device), and worker pixels that are
