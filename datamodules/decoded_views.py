@@ -51,8 +51,14 @@ def decode_images(batch: EncodedBatch, device: torch.device) -> list[Tensor]:
         for k, image in zip(batch.jpeg_at, _decode_jpegs(batch.jpegs(), paths, device)):
             images[k] = image
     if batch.pixels_at:
-        for k, image in zip(batch.pixels_at, batch.pixels):
-            images[k] = image.to(device, non_blocking=True)
+        pixels = batch.pixels
+        moved = (
+            pixels.to(device, non_blocking=True).unbind(0)
+            if isinstance(pixels, Tensor)
+            else [p.to(device, non_blocking=True) for p in pixels]
+        )
+        for k, image in zip(batch.pixels_at, moved):
+            images[k] = image
     return images  # type: ignore[return-value]
 
 
@@ -117,11 +123,11 @@ def encoded_views(
 
     ``keys`` are the samples' ``(seed, epoch, index)``, int64 ``[B, 3]`` on the host.
     """
+    if isinstance(batch.pixels, Tensor) and not batch.jpeg_at:  # decoded in the workers, of one size, in batch order
+        return augmentation(batch.pixels.to(device, non_blocking=True), num_views, keys=keys.to(device, non_blocking=True))
     images = decode_images(batch, device)
     if len({tuple(image.shape) for image in images}) == 1:
-        whole = isinstance(batch.pixels, Tensor) and not batch.jpeg_at  # already one tensor, in batch order
-        stacked = batch.pixels.to(device, non_blocking=True) if whole else torch.stack(images)  # type: ignore[union-attr]
-        return augmentation(stacked, num_views, keys=keys.to(device, non_blocking=True))
+        return augmentation(torch.stack(images), num_views, keys=keys.to(device, non_blocking=True))
     return mixed_size_views(images, augmentation, num_views, keys)
 
 
