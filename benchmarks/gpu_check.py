@@ -36,8 +36,9 @@ Parts (they run in the order of ``PARTS``: epoch, compiled, train_step, loader, 
   ``torch.cuda.set_sync_debug_mode("warn")``: every sync by its line, and the syncs per step in the
   steps that do not log, where there should be none (``syncs.py``).
 - ``loader``: the ImageNet-100 config's loader (``configs/imagenet100/memory_bank.yaml``: 224 crops,
-  batch 128) over JPEGs of mixed sizes written to a temporary folder, at 8 and 16 workers, against
-  the ResNet-50 bf16 step on batches of it.
+  batch 128) over JPEGs of mixed sizes written to a temporary folder, at 8 and 16 workers, with the
+  views made in the workers (PIL) and with the JPEGs decoded and augmented on the device
+  (``augment_on: device``), against the ResNet-50 bf16 step on batches of it.
 
 ``--quick`` shrinks every part (small CNN, 2 batches per epoch of 640 CIFAR-sized images, 100 JPEGs,
 1 and 2 workers, ResNet-50 at batch 2, SimCLR's step only, no compile, MoCo's syncs only, listed as
@@ -194,10 +195,11 @@ def _loader_rows(results: dict[str, Any]) -> list[tuple[str, str, str, str, str]
     loader = results.get("loader")
     if loader:
         step = loader.get("step_img_per_s")
-        for workers, rate in loader["loader_img_per_s"].items():
-            ratio = f"loader / step **{rate / step:.2f}**" if step else "step not measured"
-            rows.append(("loader", f"ImageNet-100 shape, b{loader['batch']}, workers={workers}", "img/s", _f(rate),
-                         f"{ratio}; {loader['images']:,} JPEGs {loader['sizes']}"))  # fmt: skip
+        for key, made in (("loader_img_per_s", "views in the workers"), ("decoded_on_device_img_per_s", "decoded on the device")):
+            for workers, rate in loader.get(key, {}).items():
+                ratio = f"loader / step **{rate / step:.2f}**" if step else "step not measured"
+                rows.append(("loader", f"ImageNet-100 shape, b{loader['batch']}, {made}, workers={workers}", "img/s",
+                             _f(rate), f"{ratio}; {loader['images']:,} JPEGs {loader['sizes']}"))  # fmt: skip
         if step:
             name = f"ResNet-50 step, b{loader['batch']}, {loader['precision']}"
             rows.append(("loader", name, "img/s", _f(step, 1 if step < 10 else 0), "bare step"))
@@ -506,43 +508,18 @@ def part_syncs(args: argparse.Namespace) -> None:
         print(f"{name}: {syncs_per_unlogged_step(record):.1f} syncs per step that does not log; {syncs_notes(record)}")
 
 
-def _write_jpegs(job: tuple[Path, int, int]) -> int:
-    """JPEGs of mixed sizes (each side 240–520 pixels, about ImageNet's): smooth colour fields with
-    noise, so they compress and decode like photographs rather than like pure noise."""
-    import numpy as np
-    from PIL import Image
-
-    folder, first, count = job
-    rng = np.random.default_rng(first)
-    for index in range(first, first + count):
-        width, height = (int(x) for x in rng.integers(240, 521, size=2))
-        coarse = Image.fromarray(rng.integers(0, 256, (6, 8, 3), dtype=np.uint8)).resize((width, height), Image.BICUBIC)
-        pixels = np.asarray(coarse, dtype=np.int16) + rng.integers(-20, 21, (height, width, 3), dtype=np.int16)
-        Image.fromarray(pixels.clip(0, 255).astype(np.uint8)).save(folder / f"{index}.JPEG", quality=90)
-    return count
-
-
 def part_loader(args: argparse.Namespace) -> None:
-    """The ImageNet-100 loader at two worker counts against the ResNet-50 step on its batches."""
-    import multiprocessing
-
+    """The ImageNet-100 loader at two worker counts, the views made in the workers (PIL) and from JPEGs
+    decoded on the device (``augment_on: device``), against the ResNet-50 step on its batches."""
     import torch
-    from common import build_run
+    from common import build_run, write_jpeg_tree
     from data import loader_rate
     from train_step import autocast
 
-    from datamodules.class_lists import read_class_list
-
     per_class, batch, workers, batches = (1, 2, (1, 2), 4) if args.quick else (32, 128, (8, 16), 20)
     work = Path(tempfile.mkdtemp(prefix="gpu_check_"))
-    jobs = []
-    for number, wnid in enumerate(read_class_list("imagenet100")):
-        for split, count in (("train", per_class), ("val", 1)):
-            (work / split / wnid).mkdir(parents=True)
-            jobs.append((work / split / wnid, number * 1000, count))
     start = time.perf_counter()
-    with multiprocessing.Pool(os.cpu_count()) as pool:
-        images = sum(pool.map(_write_jpegs, jobs)) - len(jobs) // 2
+    images = write_jpeg_tree(work, per_class, os.cpu_count() or 1)
     print(f"{images} training JPEGs written in {time.perf_counter() - start:.1f} s", flush=True)
     cuda = args.device == "cuda"
     config = ["--config", "configs/imagenet100/memory_bank.yaml", f"--data.init_args.root={work}"]
@@ -554,14 +531,21 @@ def part_loader(args: argparse.Namespace) -> None:
     model.bank.resize(datamodule.num_samples("train"))
     print(f"model and data built ({time.perf_counter() - start:.0f} s into the part)", flush=True)
     record = {"batch": batch, "images": images, "sizes": "240–520 px a side", "loader_img_per_s": {}, "precision": ""}
-    taken: list = []
-    for count in workers:
-        datamodule.num_workers = count
-        rate, taken = loader_rate(datamodule, min(batches, images // batch - 1), model.train_views)
-        record["loader_img_per_s"][str(count)] = rate
-        save(args.out, "loader", record)
-        print(f"loader, {count} workers: {rate:.0f} img/s ({time.perf_counter() - start:.0f} s into the part)", flush=True)
+    record["decoded_on_device_img_per_s"] = {}
     device = torch.device(args.device)
+    taken: list = []
+    # The worker path first: its workers are forked before this process has touched CUDA.
+    for augment_on, key in (("workers", "loader_img_per_s"), ("device", "decoded_on_device_img_per_s")):
+        datamodule.augment_on = augment_on
+        for count in workers:
+            datamodule.num_workers = count
+            on = device if augment_on == "device" else None
+            rate, batches_taken = loader_rate(datamodule, min(batches, images // batch - 1), model.train_views, on)
+            taken = batches_taken if augment_on == "workers" else taken
+            record[key][str(count)] = rate
+            save(args.out, "loader", record)
+            print(f"loader, views made on {augment_on}, {count} workers: {rate:.0f} img/s "
+                  f"({time.perf_counter() - start:.0f} s into the part)", flush=True)  # fmt: skip
     precision = "bf16" if cuda else "32"
     model.to(device).train()
     optimizer = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)

@@ -10,7 +10,9 @@ so on a GPU the views of a batch cost a few kernels instead of a CPU worker's pe
 
 The worker side of this path, :class:`UnaugmentedImages` and :func:`collate_images`, only turns
 each sample into a uint8 ``[3, H, W]`` tensor, so all training images must share one size
-(:func:`check_one_size` probes a few before training, the collate checks every batch).
+(:func:`check_one_size` probes a few before training, the collate checks every batch). Image
+folders instead hand over their files, decoded on the device and cropped at each image's own size
+(``datamodules.encoded_images``, ``datamodules.decoded_views``).
 
 How the two paths differ (tests/datamodules/test_device_augment.py compares their statistics):
 the worker path runs on PIL images, which round (resize) or truncate (the colour ops) to 8 bits
@@ -45,6 +47,8 @@ CROP_TRIES = 10
 BLUR_SIGMA = (0.1, 2.0)
 #: U(0, 1) numbers per view: the crop's tries and place, then 13 for the rest (see ``sample``).
 PARAM_COLUMNS = 2 * CROP_TRIES + 2 + 13
+#: An image side: one for every view (a Python number), or each view's own (a float tensor ``[N]``).
+Size = Union[int, Tensor]
 
 
 @dataclass
@@ -72,15 +76,18 @@ class ViewParams:
     sigma: Tensor
 
 
-def sample_crop_boxes(uniform: Tensor, height: int, width: int, min_scale: float) -> Tensor:
+def sample_crop_boxes(uniform: Tensor, height: Size, width: Size, min_scale: float) -> Tensor:
     """RandomResizedCrop's boxes (``scale = (min_scale, 1)``, ratio 3/4–4/3), one per row of ``uniform``.
 
     ``uniform`` is ``[N, 2 · CROP_TRIES + 2]`` of U(0, 1) numbers. As ``RandomResizedCrop.make_params``:
     try an area fraction ``U(min_scale, 1)`` and a log-uniform aspect ratio ``CROP_TRIES`` times, keep
     the first whose rounded box fits, and place it uniformly; if none fits, the centred box of the
     whole image clipped to the nearest allowed aspect ratio. All tries are drawn at once and the
-    first that fits is picked, which leaves the distribution unchanged.
+    first that fits is picked, which leaves the distribution unchanged. ``height`` and ``width``:
+    one size for every row, or each row's own (float tensors ``[N]``, for images of mixed sizes).
     """
+    if isinstance(height, Tensor):
+        height, width = height.view(-1, 1), width.view(-1, 1)  # one per row: against each try
     area = (height * width) * (min_scale + (1.0 - min_scale) * uniform[:, :CROP_TRIES])
     low, high = math.log(CROP_RATIO[0]), math.log(CROP_RATIO[1])
     aspect = torch.exp(low + (high - low) * uniform[:, CROP_TRIES : 2 * CROP_TRIES])
@@ -91,22 +98,35 @@ def sample_crop_boxes(uniform: Tensor, height: int, width: int, min_scale: float
     w, h = w.gather(1, first).squeeze(1), h.gather(1, first).squeeze(1)
 
     # No try fits: the centre crop of the whole image at the nearest allowed aspect ratio.
-    ratio = width / height
-    if ratio < CROP_RATIO[0]:
-        fallback_w, fallback_h = width, int(round(width / CROP_RATIO[0]))
-    elif ratio > CROP_RATIO[1]:
-        fallback_w, fallback_h = int(round(height * CROP_RATIO[1])), height
+    if isinstance(height, Tensor):
+        height, width = height.view(-1), width.view(-1)
+        fallback_w, fallback_h = _fallback_box(height, width)
     else:
-        fallback_w, fallback_h = width, height
+        ratio = width / height
+        if ratio < CROP_RATIO[0]:
+            fallback_w, fallback_h = width, int(round(width / CROP_RATIO[0]))
+        elif ratio > CROP_RATIO[1]:
+            fallback_w, fallback_h = int(round(height * CROP_RATIO[1])), height
+        else:
+            fallback_w, fallback_h = width, height
     found = fits.any(dim=1)
-    w = torch.where(found, w, torch.full_like(w, fallback_w))
-    h = torch.where(found, h, torch.full_like(h, fallback_h))
+    w = torch.where(found, w, fallback_w)
+    h = torch.where(found, h, fallback_h)
     # randint(0, height - h + 1): floor(u · count), clamped since u · count may round up to count.
     top = torch.minimum((uniform[:, -2] * (height - h + 1)).floor(), height - h)
     left = torch.minimum((uniform[:, -1] * (width - w + 1)).floor(), width - w)
-    top = torch.where(found, top, torch.full_like(top, (height - fallback_h) // 2))
-    left = torch.where(found, left, torch.full_like(left, (width - fallback_w) // 2))
+    top = torch.where(found, top, (height - fallback_h) // 2)
+    left = torch.where(found, left, (width - fallback_w) // 2)
     return torch.stack((left, top, w, h), dim=1)
+
+
+def _fallback_box(height: Tensor, width: Tensor) -> tuple[Tensor, Tensor]:
+    """The fallback box's ``(width, height)`` of each image, as the scalar branch of :func:`sample_crop_boxes`."""
+    ratio = width / height
+    narrow, wide = ratio < CROP_RATIO[0], ratio > CROP_RATIO[1]
+    fallback_w = torch.where(wide, (height * CROP_RATIO[1]).round(), width)
+    fallback_h = torch.where(narrow, (width / CROP_RATIO[0]).round(), height)
+    return fallback_w, fallback_h
 
 
 class BatchViewAugmentation:
@@ -143,14 +163,15 @@ class BatchViewAugmentation:
     def sample(
         self,
         n: int,
-        height: int,
-        width: int,
+        height: Size,
+        width: Size,
         device: torch.device,
         generator: Optional[torch.Generator] = None,
         uniform: Optional[Tensor] = None,
     ) -> ViewParams:
-        """The random parameters of ``n`` views of ``height × width`` images, from ``uniform``
-        (U(0, 1) ``[n, PARAM_COLUMNS]``) or else one call of the RNG."""
+        """The random parameters of ``n`` views of ``height × width`` images (one size, or each
+        view's own: :func:`sample_crop_boxes`), from ``uniform`` (U(0, 1) ``[n, PARAM_COLUMNS]``) or
+        else one call of the RNG."""
         a = self.augmentation
         u = torch.rand(n, PARAM_COLUMNS, device=device, generator=generator) if uniform is None else uniform
         # rest: 0-3 jitter factors, 4 jitter or not, 5 flip, 6-9 keys of the jitter order, 10 gray, 11 blur, 12 sigma.
@@ -181,10 +202,16 @@ class BatchViewAugmentation:
     def apply(self, images: Tensor, params: ViewParams, num_views: int = 1) -> Tensor:
         """Views ``[num_views, B, 3, crop, crop]`` of float ``images [B, 3, H, W]`` in ``[0, 1]``;
         ``params`` holds ``num_views · B`` views, view-major (view ``v`` of image ``b`` is row ``v · B + b``)."""
-        a = self.augmentation
         batch = images.shape[0]
-        views = batch_ops.resized_crop(images, params.boxes.view(num_views, batch, 4), a.crop_size)
-        views = views.reshape(num_views * batch, *views.shape[2:])
+        views = batch_ops.resized_crop(images, params.boxes.view(num_views, batch, 4), self.augmentation.crop_size)
+        views = self.augment_crops(views.reshape(num_views * batch, *views.shape[2:]), params)
+        return views.reshape(num_views, batch, *views.shape[1:])
+
+    def augment_crops(self, views: Tensor, params: ViewParams) -> Tensor:
+        """What follows the crop: flip, colour jitter, grayscale, blur and normalisation of float
+        ``views [N, 3, crop, crop]`` in ``[0, 1]`` (one row of ``params`` each; ``params.boxes`` is not
+        read). For crops made elsewhere, e.g. of images of mixed sizes (``datamodules.decoded_views``)."""
+        a = self.augmentation
         if a.hflip_prob > 0:
             views = batch_ops.horizontal_flip(views, params.flip)
         if self.jitter_on:
@@ -195,7 +222,7 @@ class BatchViewAugmentation:
             blurred = batch_ops.gaussian_blur(views, a.blur_kernel_size, params.sigma)
             views = torch.where(params.blur.view(-1, 1, 1, 1), blurred, views)
         mean, std = self._normaliser(views.device, views.dtype)
-        return views.sub_(mean).div_(std).reshape(num_views, batch, *views.shape[1:])
+        return views.sub_(mean).div_(std)
 
     def colour_jitter(self, views: Tensor, params: ViewParams) -> Tensor:
         """ColorJitter with each view's factors and order of ops.

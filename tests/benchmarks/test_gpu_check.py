@@ -176,3 +176,15 @@ def test_the_quick_epoch_part_trains_both_cifar10_configs_and_times_their_evalua
         assert record["model"] == model and record["seconds_per_epoch"] > 0 and record["scaled"].startswith("scaled ×5")
         assert len(record["evaluations"]) == 1 and record["evaluations"][0]["eval"] > record["evaluations"][0]["loop"] > 0
     assert sorted(results["epoch/metrics"]["seconds"]) == ["alignment", "positive_and_top10_negatives", "tolerance", "uniformity"]
+
+
+def test_the_loader_rows_show_both_paths_against_the_step():
+    """Catches the device-decode numbers measured but not shown, or shown without their ratio to the step."""
+    loader = {"batch": 128, "images": 3200, "sizes": "mixed", "precision": "bf16", "step_img_per_s": 2000.0,
+              "loader_img_per_s": {"8": 1500.0, "16": 1600.0},
+              "decoded_on_device_img_per_s": {"8": 5000.0, "16": 6000.0}}  # fmt: skip
+    rows = gpu_check.summary_rows({"loader": loader})
+    shown = {(row[1], row[3]): row[4] for row in rows if row[0] == "loader"}
+    assert "loader / step **0.80**" in shown[("ImageNet-100 shape, b128, views in the workers, workers=16", "1,600")]
+    assert "loader / step **3.00**" in shown[("ImageNet-100 shape, b128, decoded on the device, workers=16", "6,000")]
+    assert ("ResNet-50 step, b128, bf16", "2,000") in shown and len(shown) == 5

@@ -8,10 +8,12 @@ import sys
 import warnings
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.loggers import TensorBoardLogger
+from PIL import Image
 
 from datamodules.augment import ViewAugmentation
 from datamodules.device_augment import BatchViewAugmentation
@@ -185,3 +187,42 @@ def test_views_are_made_on_the_device_of_the_images(device):
     views = augmentation(images, 2)
     assert len(views) == 2 and all(v.shape == (8, 3, 16, 16) and v.device.type == device.type for v in views)
     assert all(torch.isfinite(v).all().item() and v.abs().max().item() <= 2.0 + 1e-4 for v in views)
+
+
+def test_jpegs_of_mixed_sizes_decode_and_augment_on_the_device(tmp_path, device):
+    """The path of ``augment_on: device`` for image folders (``datamodules.decoded_views``): nvJPEG's
+    pixels within torchvision's own tolerance of PIL's (a mean of 2 levels; libjpeg-turbo's on the
+    CPU: equal), views of mixed sizes made on the device close to the CPU's from the same keys, and a
+    truncated JPEG either named in one error or decoded as far as it goes, the device still usable
+    (not a CUDA error that poisons the process)."""
+    from datamodules.decoded_views import decode_images, encoded_views
+    from datamodules.encoded_images import EncodedImages, collate_encoded
+    from datamodules.image_files import CorruptImageError
+    from tests.datamodules.test_encoded_images import truncated_jpeg, write_photos
+
+    paths = write_photos(tmp_path, [(320, 240), (517, 333), (300, 300), (241, 480)])
+    paths += write_photos(tmp_path, [(250, 260)], seed=1, mode="L") + write_photos(tmp_path, [(90, 70)], seed=2, suffix=".png")
+    data = EncodedImages([(str(path), 0) for path in paths])
+    batch = collate_encoded([data[(0, 0, k)] for k in range(len(paths))])[0]
+    images = decode_images(batch, device)
+    for path, image in zip(paths, images):
+        pil = torch.from_numpy(np.asarray(Image.open(path).convert("RGB")).copy()).permute(2, 0, 1)
+        assert image.device.type == device.type and image.dtype == torch.uint8 and image.shape == pil.shape, path.name
+        assert (image.cpu().float() - pil.float()).abs().mean().item() < 2.0, path.name
+    augmentation = BatchViewAugmentation(ViewAugmentation(crop_size=64, blur_prob=0.5, mean=(0.5,) * 3, std=(0.25,) * 3))
+    keys = torch.tensor([(0, 0, k) for k in range(len(paths))], dtype=torch.int64)
+    views = encoded_views(batch, augmentation, 2, device, keys)
+    on_cpu = encoded_views(batch, augmentation, 2, torch.device("cpu"), keys)
+    assert all(v.shape == (len(paths), 3, 64, 64) and v.device.type == device.type for v in views)
+    for view, expected in zip(views, on_cpu):
+        assert (view.cpu() - expected).abs().mean().item() < 0.1  # decoders differ by ~1 level, not the draws
+
+    broken = truncated_jpeg(tmp_path / "broken.jpg")
+    bad = collate_encoded([data[(0, 0, 0)], EncodedImages([(str(broken), 0)])[0]])[0]
+    try:
+        decoded = decode_images(bad, device)
+    except CorruptImageError as error:
+        assert str(broken) in str(error)
+    else:
+        assert decoded[1].shape == (3, 90, 120)
+    assert torch.equal(decode_images(batch, device)[0].cpu(), images[0].cpu())
