@@ -14,6 +14,7 @@ from lightning.pytorch.utilities import rank_zero_info
 from torch.utils.data import DataLoader, Dataset, Subset
 
 from datamodules.augment import ViewAugmentation
+from datamodules.decoded_views import encoded_views
 from datamodules.device_augment import (
     AugmentingCollate,
     BatchViewAugmentation,
@@ -21,6 +22,7 @@ from datamodules.device_augment import (
     check_one_size,
     collate_images,
 )
+from datamodules.encoded_images import EncodedBatch, collate_encoded
 from datamodules.keyed_draws import ViewKeys
 from datamodules.long_tail import (
     check_imbalance_factor,
@@ -102,9 +104,12 @@ class ContrastiveDataModule(LightningDataModule):
     :meth:`on_after_batch_transfer` makes the views on the device the batch was moved to
     (:class:`~datamodules.device_augment.BatchViewAugmentation`, same settings and distributions as
     the worker path), so the training batch the method sees has the same form. All training images
-    must then share one size. Validation, test and embedding loaders keep the worker path (their
-    views are a fixed function of ``(val_seed, index)``). The hook runs only when the datamodule
-    is handed to the Trainer (as the CLI does).
+    must then share one size, except for a datamodule whose :meth:`training_files` gives files
+    (``ImageFolderDataModule``): its workers only read them, and the device decodes JPEGs in
+    batches and crops each image at its own size (``datamodules.decoded_views``). Validation, test
+    and embedding loaders keep the worker path (their views are a fixed function of
+    ``(val_seed, index)``). The hook runs only when the datamodule is handed to the Trainer (as the
+    CLI does).
 
     Args:
         batch_size: samples per batch and per process.
@@ -118,7 +123,7 @@ class ContrastiveDataModule(LightningDataModule):
         augment_on: ``workers``: the training views are made in the DataLoader workers, image by
             image (PIL); ``workers_batched``: in the workers, a whole batch at once with tensor ops
             (the CPU's fastest: benchmarks/README.md); ``device``: on the training batch's device,
-            batched (for GPU runs on small images, where CPU workers cannot keep up).
+            batched (for GPU runs, where CPU workers cannot keep up; image folders: JPEGs decoded there).
     """
 
     #: The split a classifier's accuracy is measured on during ``fit`` (balanced, unlike train).
@@ -289,10 +294,14 @@ class ContrastiveDataModule(LightningDataModule):
         return views
 
     def train_dataloader(self) -> ResumableDataLoader:
-        data: Dataset
-        if self.augment_on in ("device", "workers_batched"):
+        data: Optional[Dataset] = self.training_files() if self.augment_on == "device" else None
+        collate: Optional[Callable[[list[Any]], Any]] = None
+        if data is not None:  # files decoded on the device, of any size
+            collate = collate_encoded
+        elif self.augment_on in ("device", "workers_batched"):
             data = UnaugmentedImages(self.dataset("train"))
             check_one_size(data, type(self).__name__)
+            collate = collate_images if self.augment_on == "device" else AugmentingCollate(self.augmentation, self.train_views())
         else:
             views = self.train_views()
             data = MultiViewDataset(self.dataset("train"), self.augmentation.view_transforms(views), num_views=views)
@@ -303,10 +312,6 @@ class ContrastiveDataModule(LightningDataModule):
                 f"{type(self).__name__}: batch_size {self.batch_size} is larger than the train split "
                 f"per process ({len(data)} samples / {world_size} process(es)); lower batch_size"
             )
-        collate = {
-            "device": collate_images,
-            "workers_batched": AugmentingCollate(self.augmentation, self.train_views()),
-        }.get(self.augment_on)
         options = self._loader_options(drop_last=True, collate_fn=collate)
         self._train_sampler = sampler = self._train_sampler_for(data)
         with warnings.catch_warnings():
@@ -331,16 +336,31 @@ class ContrastiveDataModule(LightningDataModule):
         return ResumableDistributedSampler(data, shuffle=True, seed=seed, keyed=True, **shards)
 
     # --- views on the device (augment_on: device) --------------------------------------------
+    def training_files(self) -> Optional[Dataset]:
+        """The training set as files for ``augment_on: device`` to decode on the device
+        (``datamodules.encoded_images``), or None: images decoded in the workers, of one size."""
+        return None
+
     def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
-        """Training batches of ``augment_on: device``: uint8 images -> ``(views, labels, indices)``.
+        """Training batches of ``augment_on: device`` -> ``(views, labels, indices)`` (:meth:`device_views`).
 
         Lightning calls this on every batch once it is on the device; validation and sanity-check
         batches (``trainer.training`` is false) already hold their views and pass through.
         """
         if self.augment_on != "device" or self.trainer is None or not self.trainer.training:
             return batch
+        return self.device_views(batch, self.train_views())
+
+    def device_views(self, batch: Any, num_views: int) -> tuple[list[torch.Tensor], torch.Tensor, torch.Tensor]:
+        """``(views, labels, indices)`` of a training batch of ``augment_on: device``, the views made
+        on the device of ``indices``: from uint8 images ``[B, 3, H, W]``, or from an
+        ``EncodedBatch`` of files (:meth:`training_files`) decoded there."""
         images, labels, indices = batch
-        views = self.device_augmentation(images, self.train_views(), keys=self.view_keys(indices))
+        if isinstance(images, EncodedBatch):  # left on the host by the transfer: decode_jpeg reads host memory
+            keys = self.view_keys(images.indices)
+            views = encoded_views(images, self.device_augmentation, num_views, indices.device, keys)
+        else:
+            views = self.device_augmentation(images, num_views, keys=self.view_keys(indices))
         return views, labels, indices
 
     @property

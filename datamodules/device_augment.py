@@ -10,7 +10,9 @@ so on a GPU the views of a batch cost a few kernels instead of a CPU worker's pe
 
 The worker side of this path, :class:`UnaugmentedImages` and :func:`collate_images`, only turns
 each sample into a uint8 ``[3, H, W]`` tensor, so all training images must share one size
-(:func:`check_one_size` probes a few before training, the collate checks every batch).
+(:func:`check_one_size` probes a few before training, the collate checks every batch). Image
+folders instead hand over their files, decoded on the device and cropped at each image's own size
+(``datamodules.encoded_images``, ``datamodules.decoded_views``).
 
 How the two paths differ (tests/datamodules/test_device_augment.py compares their statistics):
 the worker path runs on PIL images, which round (resize) or truncate (the colour ops) to 8 bits
@@ -36,7 +38,7 @@ from datamodules import batch_ops
 from datamodules.arrays import PixelArray, pixel_array
 from datamodules.augment import ViewAugmentation
 from datamodules.batch_ops import constant
-from datamodules.keyed_draws import ViewKeys, keyed_uniforms
+from datamodules.keyed_draws import ViewKeys, key_columns, keyed_uniforms
 from ssl_app.errors import ConfigError
 
 # The colour jitter's ops, numbered as torchvision's ColorJitter numbers them.
@@ -47,6 +49,8 @@ CROP_TRIES = 10
 BLUR_SIGMA = (0.1, 2.0)
 #: U(0, 1) numbers per view: the crop's tries and place, then 13 for the rest (see ``sample``).
 PARAM_COLUMNS = 2 * CROP_TRIES + 2 + 13
+#: An image side: one for every view (a Python number), or each view's own (a float tensor ``[N]``).
+Size = Union[int, Tensor]
 
 
 @dataclass
@@ -74,35 +78,43 @@ class ViewParams:
     sigma: Tensor
 
 
-def sample_crop_boxes(uniform: Tensor, height: int, width: int, min_scale: float) -> Tensor:
+def sample_crop_boxes(uniform: Tensor, height: Size, width: Size, min_scale: float) -> Tensor:
     """RandomResizedCrop's boxes (``scale = (min_scale, 1)``, ratio 3/4–4/3), one per row of ``uniform``.
 
     ``uniform`` is ``[N, 2 · CROP_TRIES + 2]`` of U(0, 1) numbers. As ``RandomResizedCrop.make_params``:
     try an area fraction ``U(min_scale, 1)`` and a log-uniform aspect ratio ``CROP_TRIES`` times, keep
     the first whose rounded box fits, and place it uniformly; if none fits, the centred box of the
     whole image clipped to the nearest allowed aspect ratio. All tries are drawn at once and the
-    first that fits is picked, which leaves the distribution unchanged. Heights and widths go
-    through each step together (``[N, 2, …]``, height first), so that the boxes cost few kernels.
+    first that fits is picked, which leaves the distribution unchanged. ``height`` and ``width``:
+    one size for every row, or each row's own (float tensors ``[N]``, for images of mixed sizes).
+    Heights and widths go through each step together (``[N, 2, …]``, height first), so that the
+    boxes cost few kernels.
     """
-    device, dtype = uniform.device, uniform.dtype
+    if isinstance(height, Tensor):
+        height, width = height.view(-1, 1), width.view(-1, 1)  # one per row: against each try
     area = (height * width) * (min_scale + (1.0 - min_scale) * uniform[:, :CROP_TRIES])
     low, high = math.log(CROP_RATIO[0]), math.log(CROP_RATIO[1])
     aspect = torch.exp(low + (high - low) * uniform[:, CROP_TRIES : 2 * CROP_TRIES])
     sides = torch.stack((area / aspect, area * aspect), dim=1).sqrt_().round_()  # [N, 2, tries]: (h, w)
 
-    # No try fits: the centre crop of the whole image at the nearest allowed aspect ratio.
-    ratio = width / height
-    if ratio < CROP_RATIO[0]:
-        fallback_w, fallback_h = width, int(round(width / CROP_RATIO[0]))
-    elif ratio > CROP_RATIO[1]:
-        fallback_w, fallback_h = int(round(height * CROP_RATIO[1])), height
+    # Per side (h, w): the image's size, the fallback box's (no try fits: the centre crop of the whole
+    # image at the nearest allowed aspect ratio), and the fallback's place (centred).
+    if isinstance(height, Tensor):
+        height, width = height.view(-1), width.view(-1)
+        fallback_w, fallback_h = _fallback_box(height, width)
+        size, fallback = torch.stack((height, width), dim=1), torch.stack((fallback_h, fallback_w), dim=1)
+        centre = (size - fallback) // 2
     else:
-        fallback_w, fallback_h = width, height
-    # Per side (h, w): the image's size, the fallback's, and the fallback's place (centred).
-    size, fallback, centre = constant(
-        (height, width, fallback_h, fallback_w, (height - fallback_h) // 2, (width - fallback_w) // 2), device, dtype, (3, 2)
-    ).unbind(0)
-    fits = ((sides > 0) & (sides <= size.view(1, 2, 1))).all(dim=1)  # [N, tries]
+        ratio = width / height
+        if ratio < CROP_RATIO[0]:
+            fallback_w, fallback_h = width, int(round(width / CROP_RATIO[0]))
+        elif ratio > CROP_RATIO[1]:
+            fallback_w, fallback_h = int(round(height * CROP_RATIO[1])), height
+        else:
+            fallback_w, fallback_h = width, height
+        values = (height, width, fallback_h, fallback_w, (height - fallback_h) // 2, (width - fallback_w) // 2)
+        size, fallback, centre = constant(values, uniform.device, uniform.dtype, (3, 2)).unbind(0)
+    fits = ((sides > 0) & (sides <= size.view(-1, 2, 1))).all(dim=1)  # [N, tries]
     first = fits.to(torch.uint8).argmax(dim=1).view(-1, 1, 1).expand(-1, 2, 1)  # the first try that fits
     found = fits.any(dim=1, keepdim=True)
     sides = torch.where(found, sides.gather(2, first).squeeze(2), fallback)  # [N, 2]
@@ -111,6 +123,15 @@ def sample_crop_boxes(uniform: Tensor, height: int, width: int, min_scale: float
     place = torch.minimum((uniform[:, 2 * CROP_TRIES : 2 * CROP_TRIES + 2] * (room + 1)).floor_(), room)
     place = torch.where(found, place, centre)  # (top, left)
     return torch.stack((place[:, 1], place[:, 0], sides[:, 1], sides[:, 0]), dim=1)
+
+
+def _fallback_box(height: Tensor, width: Tensor) -> tuple[Tensor, Tensor]:
+    """The fallback box's ``(width, height)`` of each image, as the scalar branch of :func:`sample_crop_boxes`."""
+    ratio = width / height
+    narrow, wide = ratio < CROP_RATIO[0], ratio > CROP_RATIO[1]
+    fallback_w = torch.where(wide, (height * CROP_RATIO[1]).round(), width)
+    fallback_h = torch.where(narrow, (width / CROP_RATIO[0]).round(), height)
+    return fallback_w, fallback_h
 
 
 class BatchViewAugmentation:
@@ -126,7 +147,7 @@ class BatchViewAugmentation:
 
     On a GPU the cost of a call is the number of kernels it launches (a few microseconds of CPU
     each, for images this small), so every step works on all views at once, small per-view numbers
-    go through each formula together, and constants are made once per device: about 200 tensor
+    go through each formula together, and constants are made once per device: about 230 tensor
     operations per call with keys (``benchmarks/augment.py --calls`` counts them;
     ``tests/datamodules/test_device_augment.py`` bounds them).
 
@@ -165,8 +186,7 @@ class BatchViewAugmentation:
         batch, _, height, width = images.shape
         uniform = None
         if keys is not None:
-            seed, epoch, index = keys if isinstance(keys, ViewKeys) else keys.unbind(1)
-            uniform = keyed_uniforms(seed, epoch, index, num_views, PARAM_COLUMNS)
+            uniform = keyed_uniforms(*key_columns(keys), num_views, PARAM_COLUMNS)
         params = self.sample(num_views * batch, height, width, images.device, generator, uniform)
         views = self.apply(images.float().div_(255), params, num_views)
         return list(views.unbind(0))
@@ -174,14 +194,15 @@ class BatchViewAugmentation:
     def sample(
         self,
         n: int,
-        height: int,
-        width: int,
+        height: Size,
+        width: Size,
         device: torch.device,
         generator: Optional[torch.Generator] = None,
         uniform: Optional[Tensor] = None,
     ) -> ViewParams:
-        """The random parameters of ``n`` views of ``height × width`` images, from ``uniform``
-        (U(0, 1) ``[n, PARAM_COLUMNS]``) or else one call of the RNG."""
+        """The random parameters of ``n`` views of ``height × width`` images (one size, or each
+        view's own: :func:`sample_crop_boxes`), from ``uniform`` (U(0, 1) ``[n, PARAM_COLUMNS]``) or
+        else one call of the RNG."""
         a = self.augmentation
         u = torch.rand(n, PARAM_COLUMNS, device=device, generator=generator) if uniform is None else uniform
         # rest: 0-3 jitter factors, 4 jitter or not, 5 flip, 6-9 keys of the jitter order, 10 gray, 11 blur, 12 sigma.
@@ -206,11 +227,20 @@ class BatchViewAugmentation:
     def apply(self, images: Tensor, params: ViewParams, num_views: int = 1) -> Tensor:
         """Views ``[num_views, B, 3, crop, crop]`` of float ``images [B, 3, H, W]`` in ``[0, 1]``;
         ``params`` holds ``num_views · B`` views, view-major (view ``v`` of image ``b`` is row ``v · B + b``)."""
-        a = self.augmentation
-        batch = images.shape[0]
-        flip = params.flip.view(num_views, batch) if a.hflip_prob > 0 else None
+        a, batch = self.augmentation, images.shape[0]
+        flip = params.flip.view(num_views, batch) if a.hflip_prob > 0 else None  # folded into the crop's weights
         views = batch_ops.resized_crop(images, params.boxes.view(num_views, batch, 4), a.crop_size, flip)
-        views = views.reshape(num_views * batch, *views.shape[2:])
+        views = self.augment_crops(views.reshape(num_views * batch, *views.shape[2:]), params, flipped=True)
+        return views.reshape(num_views, batch, *views.shape[1:])
+
+    def augment_crops(self, views: Tensor, params: ViewParams, flipped: bool = False) -> Tensor:
+        """What follows the crop: flip (unless ``flipped``: done with the crop), colour jitter,
+        grayscale, blur and normalisation of float ``views [N, 3, crop, crop]`` in ``[0, 1]`` (one row
+        of ``params`` each; ``params.boxes`` is not read). For crops made elsewhere, e.g. of images of
+        mixed sizes (``datamodules.decoded_views``)."""
+        a = self.augmentation
+        if a.hflip_prob > 0 and not flipped:
+            views = batch_ops.horizontal_flip(views, params.flip)
         if self.jitter_on:
             views = self.colour_jitter(views, params)
         if a.grayscale_prob > 0:
@@ -220,7 +250,7 @@ class BatchViewAugmentation:
             views = torch.where(params.blur.view(-1, 1, 1, 1), blurred, views)
         mean = constant(tuple(a.mean), views.device, views.dtype, (1, 3, 1, 1))
         std = constant(tuple(a.std), views.device, views.dtype, (1, 3, 1, 1))
-        return views.sub_(mean).div_(std).reshape(num_views, batch, *views.shape[1:])
+        return views.sub_(mean).div_(std)
 
     def colour_jitter(self, views: Tensor, params: ViewParams) -> Tensor:
         """ColorJitter with each view's factors and order of ops.

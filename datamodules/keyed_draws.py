@@ -44,6 +44,15 @@ class ViewKeys(NamedTuple):
     epoch: Union[int, Tensor]
     index: Tensor
 
+    def to(self, device: torch.device, non_blocking: bool = False) -> ViewKeys:
+        """The same keys with their tensors on ``device`` (ints stay ints)."""
+        return ViewKeys(*(k.to(device, non_blocking=non_blocking) if isinstance(k, Tensor) else k for k in self))
+
+
+def key_columns(keys: Union[ViewKeys, Tensor]) -> ViewKeys:
+    """``keys`` as :class:`ViewKeys`: as they are, or the columns of int64 rows ``(seed, epoch, index)`` ``[B, 3]``."""
+    return keys if isinstance(keys, ViewKeys) else ViewKeys(*keys.unbind(1))
+
 
 def _mul32(x: Word, constant: int) -> Word:
     """``x · constant mod 2³²`` for ``0 <= x < 2³²``: ``x · c_lo + 2¹⁶ · (x · c_hi mod 2¹⁶)`` with the

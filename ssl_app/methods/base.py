@@ -304,8 +304,9 @@ class ContrastiveMethod(L.LightningModule, ABC):
         loss = result.value
         batch_size = contrast.sim.shape[0]
         if stage == "train":
-            # Not in the progress bar: Lightning reads the bar's values from the device after every batch,
-            # a host sync per step (tests/ssl_app/methods/test_loop_syncs.py); the bar shows the epoch's mean.
+            # Not in the progress bar: Lightning turns every prog_bar value into a number after each batch,
+            # a host sync per step on a GPU (the bar shows train/loss_epoch; the loggers get every logged step;
+            # tests/ssl_app/methods/test_loop_syncs.py).
             self.log("train/loss_step", loss, on_step=True, on_epoch=False, batch_size=batch_size)
             # Weighted by the batch size as Lightning's epoch mean is (the metric ignores ``weight`` when
             # its NaN check is disabled, so the value is repeated instead: a view, no copy).
