@@ -21,9 +21,13 @@ Parts (they run in the order of ``PARTS``: epoch, compiled, train_step, loader, 
 - ``tests``: ``tests/benchmarks/test_on_device.py`` with ``SSL_APP_TEST_DEVICE`` = the device (each
   method's Trainer fit in bf16-mixed and channels_last with views made on the device, no sync in a
   step that does not log, the metrics, the batched views).
-- ``train_step``: ``train_step.py``, SimCLR and MoCo, resnet18_cifar, batch 512, bf16, against
-  lightly's step in the same process; first without compile (the layout on/off), then SimCLR
-  compiled in NHWC (one compile: about a minute).
+- ``train_step``: first one call of the batched training views (``BatchViewAugmentation``,
+  CIFAR-10's augmentation, 512 images × 2 views of 32 px, keyed as training calls it, and from a
+  generator): tensor ops, CUDA kernels and milliseconds per call (``augment.py --calls``, a few
+  seconds). Then ``train_step.py``, SimCLR and MoCo, resnet18_cifar, batch 512, bf16, against
+  lightly's step in the same process; first without compile, ours at its defaults (NHWC) and in
+  NCHW, then SimCLR compiled in NHWC (one compile: about a minute), then SimCLR's layouts with
+  small_cnn and with resnet50 (224 px, batch 64), if the budget leaves time.
 - ``epoch``: the shipped ``configs/cifar10/simclr.yaml`` and ``configs/cifar10/memory_bank.yaml``,
   ``augment_on: device``, on 50,000 + 10,000 random 32×32 images generated on the device: two
   epochs (the first warms up), one evaluation after the second (validation loop, then the metric
@@ -68,6 +72,7 @@ PARTS = ("epoch", "compiled", "train_step", "loader", "syncs", "tests")
 # machine's start and the transfers) and --quick on the CPU.
 BUDGETS = {"epoch": 120, "compiled": 90, "train_step": 75, "loader": 60, "syncs": 35, "tests": 40}
 QUICK_BUDGETS = {"epoch": 60, "compiled": 45, "train_step": 20, "loader": 35, "syncs": 30, "tests": 60}
+AUGMENT_BEFORE = "5.2–5.6 ms and 608 kernels per call on an H200 before issue 38"  # the lead's probe, 2026-11-28
 LIGHTLY_S_PER_EPOCH = 26.0  # lightly's published CIFAR-10 benchmark: SimCLR, batch 512, ResNet-18, one A6000
 TARGET_S_PER_EPOCH = 6.0  # 200 epochs in under 20 minutes on one H100
 
@@ -103,7 +108,7 @@ def summary_rows(results: dict[str, Any]) -> list[tuple[str, str, str, str, str]
     rows = []
     for part, part_rows in (
         ("tests", _tests_rows), ("train_step", _train_step_rows), ("epoch", _epoch_rows), ("compiled", _compiled_rows),
-        ("syncs", _syncs_rows), ("loader", _loader_rows),
+        ("train_step", _augment_rows), ("syncs", _syncs_rows), ("loader", _loader_rows),
     ):  # fmt: skip
         try:
             rows += part_rows(results)
@@ -133,8 +138,10 @@ def _train_step_rows(results: dict[str, Any]) -> list[tuple[str, str, str, str, 
         settings = record["settings"]
         for method, data in record["methods"].items():
             for side, numbers in data["sides"].items():
+                size = "" if settings.get("size", 32) == 32 else f", {settings['size']} px"
+                case = f"{method} {side} ({settings['backbone']}, b{settings['batch']}{size}, {settings['precision']})"
                 rows.append((
-                    "train_step", f"{method} {side} ({settings['backbone']}, b{settings['batch']}, {settings['precision']})",
+                    "train_step", case,
                     "img/s; ratio to the reference", f"{_f(numbers['img_per_s'])}; **{numbers['ratio']:.2f}**",
                     f"{numbers['against']} {_f(numbers['reference_img_per_s'])} img/s; spread "
                     f"{numbers['ratio_spread'][0]:.2f}–{numbers['ratio_spread'][1]:.2f}; peak {_f(numbers['peak_mb'])} MB "
@@ -187,6 +194,18 @@ def _syncs_rows(results: dict[str, Any]) -> list[tuple[str, str, str, str, str]]
     for key, record in sorted((k, v) for k, v in results.items() if k.startswith("syncs/")):
         rows.append(("syncs", key[6:], "syncs per step that does not log", f"**{syncs_per_unlogged_step(record):.1f}**",
                      syncs_notes(record)))  # fmt: skip
+    return rows
+
+
+def _augment_rows(results: dict[str, Any]) -> list[tuple[str, str, str, str, str]]:
+    rows = []
+    augment = results.get("augment")
+    if augment:
+        for path, numbers in augment["paths"].items():
+            kernels = "" if numbers["kernels_per_call"] is None else f", {numbers['kernels_per_call']} CUDA kernels"
+            rows.append(("train_step", f"batched views, {path} (b{augment['batch']} × 2 views, 32 px)", "ms per call",
+                         f"**{numbers['ms_per_call']:.2f}**",
+                         f"{numbers['ops_per_call']} tensor ops{kernels} per call; target ≤ 2 ms; {AUGMENT_BEFORE}"))  # fmt: skip
     return rows
 
 
@@ -323,21 +342,28 @@ def part_train_step(args: argparse.Namespace) -> None:
     """train_step.py per method: first the layouts (fast), then compiled (slow to compile)."""
     import train_step
 
+    part_augment(args)  # the views of a training batch first: a few seconds
     methods = ["simclr", "moco"]
+    # Ours runs at its defaults (channels_last: auto, NHWC on CUDA) and in NCHW (the contiguous variant):
+    # the layout's gain per backbone, which `auto` rests on (ssl_app.models.channels_last_pays).
     if args.quick:  # the machinery only: SimCLR, no compile (MoCo's step runs in train_step.py's own test)
         common = ["--backbone", "small_cnn", "--batch", "16", "--rounds", "1", "--steps", "1", "--warm-up", "1"]
-        passes, methods = {"layouts": ["--variants", "channels_last"]}, ["simclr"]
+        passes, methods = {"layouts": ["--variants", "contiguous"]}, ["simclr"]
     else:
         common = ["--backbone", "resnet18_cifar", "--batch", "512", "--precision", "bf16", "--rounds", "3", "--steps", "5"]
         common += ["--threads", "8"]
         passes = {
-            "layouts": ["--variants", "channels_last", "--warm-up", "3"],
+            "layouts": ["--variants", "contiguous", "--warm-up", "3"],
             "compiled": ["--variants", "channels_last_compile", "--warm-up", "3"],
+            # the other backbones' layouts, SimCLR only, a few rounds each (~15 s), last: the budget may cut them
+            "layouts_small_cnn": ["--variants", "contiguous", "--warm-up", "3", "--backbone", "small_cnn"],
+            "layouts_resnet50": ["--variants", "contiguous", "--warm-up", "3", "--backbone", "resnet50", "--batch", "64"]
+            + ["--size", "224", "--steps", "3"],
         }
     temporary = Path(tempfile.mkdtemp(prefix="gpu_check_")) / "step.json"
     for name, options in passes.items():
         for method in methods:
-            if name == "compiled" and method == "moco":  # a compile takes ~a minute: SimCLR's fastest layout only
+            if name != "layouts" and method == "moco":  # a compile takes ~a minute: SimCLR's only; other layouts: SimCLR's
                 continue
             train_step.main([*common, *options, "--device", args.device, "--methods", method, "--json", str(temporary)])
             save(args.out, f"train_step/{name}/{method}", json.loads(temporary.read_text()))
@@ -570,6 +596,21 @@ def part_loader(args: argparse.Namespace) -> None:
     synchronize(args.device)
     record |= {"step_img_per_s": len(timed) * batch / (time.perf_counter() - start), "precision": precision}
     save(args.out, "loader", record)
+
+
+def part_augment(args: argparse.Namespace) -> None:
+    """One call of the batched training views: tensor ops, CUDA kernels, ms (augment.py --calls);
+    run at the start of the train_step part."""
+    import torch
+    from augment import call_cases, time_calls
+
+    from datamodules import device_augment
+
+    device, batch = torch.device(args.device), 64 if args.quick else 512
+    cases = call_cases(device_augment, device, batch)
+    time_calls(cases, device, calls=3 if args.quick else 50, rounds=1 if args.quick else 3)
+    paths = {path: {key: value for key, value in case.items() if key != "call"} for path, case in cases.items()}
+    save(args.out, "augment", {"batch": batch, "paths": paths})
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -23,6 +23,7 @@ from datamodules.device_augment import (
     collate_images,
 )
 from datamodules.encoded_images import EncodedBatch, collate_encoded
+from datamodules.keyed_draws import ViewKeys
 from datamodules.long_tail import (
     check_imbalance_factor,
     class_counts,
@@ -369,13 +370,13 @@ class ContrastiveDataModule(LightningDataModule):
             self._device_augmentation = BatchViewAugmentation(self.augmentation)
         return self._device_augmentation
 
-    def view_keys(self, indices: torch.Tensor) -> torch.Tensor:
-        """The keys ``(seed, epoch, index)`` int64 ``[B, 3]`` of a training batch's device views, on
-        the indices' device: the seed and epoch of the sampler that drew the batch (restored from a
-        checkpoint on resume), so the views are those the worker paths would key, in any process."""
+    def view_keys(self, indices: torch.Tensor) -> ViewKeys:
+        """The keys ``(seed, epoch, index)`` of a training batch's device views: the seed and epoch
+        (ints) of the sampler that drew the batch (restored from a checkpoint on resume) and the
+        indices, so the views are those the worker paths would key, in any process."""
         sampler = self._train_sampler
         seed, epoch = (sampler.seed, sampler.epoch) if sampler is not None else (int(os.getenv("PL_GLOBAL_SEED", 0)), 0)
-        return torch.stack((torch.full_like(indices, seed), torch.full_like(indices, epoch), indices), dim=1)
+        return ViewKeys(int(seed), int(epoch), indices)
 
     def val_dataloader(self) -> DataLoader:
         return self._loader(self._deterministic_views("val"), shuffle=False, drop_last=False)

@@ -28,7 +28,7 @@ import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import fields
-from typing import Optional
+from typing import Optional, Union
 
 import torch
 import torch.nn.functional as F
@@ -38,9 +38,11 @@ from torchvision.io import ImageReadMode, decode_jpeg
 from datamodules.device_augment import PARAM_COLUMNS, BatchViewAugmentation, ViewParams, as_uint8_chw
 from datamodules.encoded_images import EncodedBatch
 from datamodules.image_files import load_rgb
-from datamodules.keyed_draws import keyed_uniforms
+from datamodules.keyed_draws import ViewKeys, key_columns, keyed_uniforms
 
 HOST = torch.device("cpu")
+#: A batch's view keys: ``ViewKeys``, or int64 rows ``(seed, epoch, index)`` ``[B, 3]``.
+Keys = Union[ViewKeys, Tensor]
 
 
 def decode_images(batch: EncodedBatch, device: torch.device) -> list[Tensor]:
@@ -117,11 +119,12 @@ def _decode_on_host(data: Tensor, path: str) -> Tensor:
 
 
 def encoded_views(
-    batch: EncodedBatch, augmentation: BatchViewAugmentation, num_views: int, device: torch.device, keys: Tensor
+    batch: EncodedBatch, augmentation: BatchViewAugmentation, num_views: int, device: torch.device, keys: Keys
 ) -> list[Tensor]:
     """``num_views`` float32 views ``[B, 3, crop, crop]`` of ``batch`` on ``device``, normalised.
 
-    ``keys`` are the samples' ``(seed, epoch, index)``, int64 ``[B, 3]`` on the host.
+    ``keys`` are the samples' ``(seed, epoch, index)``: ``keyed_draws.ViewKeys`` with the indices on
+    the host, or int64 rows ``[B, 3]`` there.
     """
     if isinstance(batch.pixels, Tensor) and not batch.jpeg_at:  # decoded in the workers, of one size, in batch order
         return augmentation(batch.pixels.to(device, non_blocking=True), num_views, keys=keys.to(device, non_blocking=True))
@@ -131,7 +134,7 @@ def encoded_views(
     return mixed_size_views(images, augmentation, num_views, keys)
 
 
-def mixed_size_views(images: list[Tensor], augmentation: BatchViewAugmentation, num_views: int, keys: Tensor) -> list[Tensor]:
+def mixed_size_views(images: list[Tensor], augmentation: BatchViewAugmentation, num_views: int, keys: Keys) -> list[Tensor]:
     """The views of uint8 ``images`` ``[3, H_b, W_b]`` of any sizes, on their device (module docstring).
 
     Row ``v · B + b`` of the parameters is view ``v`` of image ``b``, as in ``BatchViewAugmentation``.
@@ -139,7 +142,7 @@ def mixed_size_views(images: list[Tensor], augmentation: BatchViewAugmentation, 
     batch, device = len(images), images[0].device
     heights = torch.tensor([image.shape[1] for image in images], dtype=torch.float32).repeat(num_views)
     widths = torch.tensor([image.shape[2] for image in images], dtype=torch.float32).repeat(num_views)
-    uniform = keyed_uniforms(keys[:, 0], keys[:, 1], keys[:, 2], num_views, PARAM_COLUMNS)
+    uniform = keyed_uniforms(*key_columns(keys), num_views, PARAM_COLUMNS)
     params = augmentation.sample(num_views * batch, heights, widths, HOST, uniform=uniform)
     crops = resized_crops(images, params.boxes, augmentation.augmentation.crop_size)
     moved = ViewParams(**{f.name: getattr(params, f.name).to(device, non_blocking=True) for f in fields(params)})

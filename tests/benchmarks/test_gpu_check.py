@@ -50,6 +50,8 @@ RESULTS = {
                                 "channels_last": True},
     "syncs/cifar10_moco": listed_syncs(),
     "loader": {"batch": 128, "images": 3200, "sizes": "mixed", "loader_img_per_s": {"2": 2000.0}, "precision": ""},
+    "augment": {"batch": 512, "paths": {"keys": {"ops_per_call": 230, "kernels_per_call": 190, "ms_per_call": 1.25},
+                                        "generator": {"ops_per_call": 159, "kernels_per_call": None, "ms_per_call": 1.0}}},
 }  # fmt: skip
 
 
@@ -77,6 +79,8 @@ def test_the_summary_is_one_table_with_every_part_and_what_a_timeout_left(tmp_pa
     assert any(row[0] == "loader" and row[3] == "2,000" and "step not measured" in row[4] for row in rows)
     assert not any(row[1] == "(the summary)" for row in rows)
     assert ("loader", "(the part)", "status", "timeout (partial)", "after 80 of 80 s") in rows
+    (keys,) = [row for row in rows if row[0] == "train_step" and "batched views, keys" in row[1]]
+    assert keys[3] == "**1.25**" and "230 tensor ops, 190 CUDA kernels per call" in keys[4] and "≤ 2 ms" in keys[4]
     assert "NVIDIA H100" in lines[0]
 
 

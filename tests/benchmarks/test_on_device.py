@@ -17,6 +17,7 @@ from PIL import Image
 
 from datamodules.augment import ViewAugmentation
 from datamodules.device_augment import BatchViewAugmentation
+from datamodules.keyed_draws import ViewKeys, keyed_uniforms
 from ssl_app.health import NumericalHealth
 from ssl_app.losses import InfoNCE
 from ssl_app.methods import MemoryBank, MoCo, SimCLR
@@ -226,3 +227,19 @@ def test_jpegs_of_mixed_sizes_decode_and_augment_on_the_device(tmp_path, device)
     else:
         assert decoded[1].shape == (3, 90, 120)
     assert torch.equal(decode_images(batch, device)[0].cpu(), images[0].cpu())
+
+
+def test_keyed_views_on_the_device_are_those_of_the_cpu(device):
+    """Catches the keyed hash computed otherwise on the device (an integer overflow, a word table
+    left on the CPU: a device mismatch on a GPU) and keyed views that depend on where they are made:
+    the same keys give the same numbers exactly and the same views as on the CPU."""
+    augmentation = BatchViewAugmentation(ViewAugmentation(crop_size=16, hue=0.3))
+    images = torch.randint(0, 256, (8, 3, 20, 24), dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
+    index = torch.tensor([0, 5, 2**32 + 1, 7, 9, 11, 13, 15])
+    numbers = keyed_uniforms(3, 1, index.to(device), 2, 35)
+    assert numbers.device.type == device.type and torch.equal(numbers.cpu(), keyed_uniforms(3, 1, index, 2, 35))
+    on_cpu = augmentation(images, 2, keys=ViewKeys(3, 1, index))
+    on_device = augmentation(images.to(device), 2, keys=ViewKeys(3, 1, index.to(device)))
+    for a, b in zip(on_cpu, on_device):
+        assert b.device.type == device.type
+        torch.testing.assert_close(b.cpu(), a, rtol=0, atol=2e-3)  # matrix products of another library

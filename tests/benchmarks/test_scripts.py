@@ -50,3 +50,17 @@ def test_train_step_runs_in_bf16_and_writes_its_numbers_as_json(tmp_path):
     sides = record["methods"]["simclr"]["sides"]
     assert sorted(sides) == ["ours", "ours+channels_last"] and all(side["against"] == "reference" for side in sides.values())
     assert all(side["img_per_s"] > 0 and side["ratio"] > 0 and side["peak_mb"] is None for side in sides.values())
+
+
+@pytest.mark.slow
+def test_augment_counts_a_calls_tensor_ops_beside_a_git_revision_and_times_the_fetch():
+    """Catches the views benchmark rotting: the baseline's modules loaded from git beside this
+    tree's (keys given as each version takes them), the op counts, and the fetch's two cases."""
+    out = _run("augment.py", "--calls", "--batch", "8", "--batches", "1", "--rounds", "1", "--baseline", "HEAD")
+    rows = [line.split("|")[1:-1] for line in out.splitlines() if line.startswith("| HEAD") or line.startswith("| this tree")]
+    assert [(row[0].strip(), row[1].strip()) for row in rows] == [
+        ("HEAD", "keys"), ("HEAD", "generator"), ("this tree", "keys"), ("this tree", "generator")
+    ]  # fmt: skip
+    assert all(int(row[2]) > 0 and row[3].strip() == "–" and float(row[4]) > 0 for row in rows)
+    out = _run("augment.py", "--fetch", "--batch", "16", "--batches", "2", "--rounds", "1")
+    assert "| item by item (a PIL image per sample) |" in out and "| one indexing of the array (__getitems__) |" in out
