@@ -230,7 +230,27 @@ def call_cases(module: ModuleType, device: torch.device, batch: int) -> dict[str
                 torch.cuda.synchronize()
             kernels = sum(event.device_type.name == "CUDA" for event in trace.events())
         cases[path] = {"call": call, "ops_per_call": ops.compute, "kernels_per_call": kernels}
+        if device.type == "cuda" and path == "keys":  # an experiment: the same call replayed as one CUDA graph
+            try:
+                cases["keys, one CUDA graph"] = {**cases[path], "call": captured(call)}
+            except Exception as error:  # noqa: BLE001 (recorded: whether the views can be captured at all)
+                cases["keys, one CUDA graph"] = {"error": f"{type(error).__name__}: {error}"[:300]}
     return cases
+
+
+def captured(call: Callable[[], object]) -> Callable[[], None]:
+    """``call`` captured as a CUDA graph (its inputs fixed: what replaying a training batch's views
+    would need static buffers for); returns the graph's replay."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm-up off the default stream, as torch.cuda.graphs asks
+        for _ in range(3):
+            call()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        call()
+    return graph.replay
 
 
 def time_calls(cases: dict[str, dict[str, Any]], device: torch.device, calls: int, rounds: int) -> None:
@@ -239,6 +259,8 @@ def time_calls(cases: dict[str, dict[str, Any]], device: torch.device, calls: in
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     for _ in range(rounds):
         for case in cases.values():
+            if "call" not in case:  # a case that could not be built (its "error" says why)
+                continue
             sync()
             start = time.perf_counter()
             for _ in range(calls):
@@ -261,6 +283,9 @@ def report_calls(args: argparse.Namespace) -> None:
     print("| version | path | tensor ops per call | CUDA kernels per call | ms per call |")
     print("| --- | --- | ---: | ---: | ---: |")
     for (name, path), case in cases.items():
+        if "error" in case:
+            print(f"| {name} | {path} | – | – | {case['error']} |")
+            continue
         kernels = "–" if case["kernels_per_call"] is None else case["kernels_per_call"]
         print(f"| {name} | {path} | {case['ops_per_call']} | {kernels} | {case['ms_per_call']:.2f} |")
 

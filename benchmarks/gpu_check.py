@@ -202,6 +202,9 @@ def _augment_rows(results: dict[str, Any]) -> list[tuple[str, str, str, str, str
     augment = results.get("augment")
     if augment:
         for path, numbers in augment["paths"].items():
+            if "error" in numbers:
+                rows.append(("train_step", f"batched views, {path}", "ms per call", "–", numbers["error"]))
+                continue
             kernels = "" if numbers["kernels_per_call"] is None else f", {numbers['kernels_per_call']} CUDA kernels"
             rows.append(("train_step", f"batched views, {path} (b{augment['batch']} × 2 views, 32 px)", "ms per call",
                          f"**{numbers['ms_per_call']:.2f}**",
