@@ -4,8 +4,8 @@
   and renamed over the old one, so a crash mid-save leaves the previous file intact; a state with
   NaN/inf is refused (:func:`first_nonfinite_entry`); a full disk is one line (:func:`output_error`).
 - :class:`InterruptCheckpoint`: SIGINT (Ctrl-C), SIGTERM (pre-emption) and SLURM's warning signals
-  (SIGUSR1, SIGUSR2) during ``fit`` stop the run after the current step, on every rank at the same step, and write ``last.ckpt`` of
-  that step (model, optimiser, scheduler, queue/bank, callback state, loop counters).
+  (SIGUSR1, SIGUSR2) during ``fit`` stop the run after the current step, on every rank at the same
+  step, and write ``last.ckpt`` of that step (model, optimiser, scheduler, queue/bank, callback state, loop counters).
 - :class:`ConfigWinsOnResume`: a resume takes this command's optimiser hyper-parameters.
 - :class:`FitOnlyCheckpointState`: ``validate``/``test`` leave the checkpoint's ModelCheckpoint state unread.
 

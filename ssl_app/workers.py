@@ -132,7 +132,8 @@ def start_fork_server() -> None:
 
     forkserver.set_forkserver_preload(list(FORKSERVER_PRELOAD))
     with stop_signals_blocked():
-        resource_tracker.ensure_running()
+        resource_tracker.ensure_running()  # it unblocks SIGINT and SIGTERM after starting its process: block again
+    with stop_signals_blocked():
         forkserver.ensure_running()
     _started_fork_server = os.getpid()
 
@@ -183,14 +184,14 @@ class WorkerDeath:
 
 def worker_death(error: BaseException) -> Optional[WorkerDeath]:
     """The data worker whose death ``error`` (or what caused it) reports, or None."""
+    deaths = []
     for cause in causes(error):
         found = _DIED.search(str(cause)) if isinstance(cause, RuntimeError) else None
-        if found is None:
-            continue
-        signum = _SIGNALS_BY_TEXT.get(found["signal"].strip()) if found["signal"] else None
-        code = int(found["code"]) if found["code"] else None
-        return WorkerDeath(found["pids"].strip(), signum, code)
-    return None
+        if found is not None:
+            signum = _SIGNALS_BY_TEXT.get(found["signal"].strip()) if found["signal"] else None
+            deaths.append(WorkerDeath(found["pids"].strip(), signum, int(found["code"]) if found["code"] else None))
+    # torch's SIGCHLD check says how the worker died; a wait for data that times out, that it died, raised from it
+    return next((death for death in deaths if death.signum is not None or death.code is not None), deaths[0] if deaths else None)
 
 
 #: ``strsignal`` text -> signal number: torch names the signal in the words of ``strsignal``.
