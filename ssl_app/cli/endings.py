@@ -157,7 +157,7 @@ def record_ending(error: BaseException, trainer: Any, interrupt: Optional[Interr
 
 
 class StartInterrupted(BaseException):
-    """SIGINT/SIGTERM before training started (before ``InterruptCheckpoint`` takes the signals over)."""
+    """A stop signal before training started (before ``InterruptCheckpoint`` takes the signals over)."""
 
     def __init__(self, signum: int) -> None:
         super().__init__(signal.Signals(signum).name)
@@ -166,7 +166,8 @@ class StartInterrupted(BaseException):
 
 @contextmanager
 def signals_before_training(recorder: RunRecorder) -> Iterator[None]:
-    """Until training starts, SIGINT and SIGTERM raise :class:`StartInterrupted`, so a start interrupted
+    """Until training starts, the stop signals (``ssl_app.signals.STOP_SIGNALS``: SIGINT, SIGTERM, SIGUSR1,
+    SIGUSR2) raise :class:`StartInterrupted`, so a start interrupted
     while it sets up still removes the folder it created and says one line; the previous handlers
     come back afterwards. From the first training step on, ``InterruptCheckpoint`` handles them (Lightning
     calls earlier SIGTERM handlers too, so this one stands down once ``recorder`` saw training start)."""
