@@ -19,7 +19,7 @@ starts its workers through :func:`worker_context` (``loader_options`` gives the 
   workers therefore start from a fork server: one clean process, started once with torch and the
   datamodules imported (``FORKSERVER_PRELOAD``), which forks each worker; the dataset and the collate
   function are pickled to it. Without a GPU they are forks of the main process, the fastest start.
-  No code that runs in a worker touches CUDA (tested: tests/datamodules/test_workers.py).
+  No code that runs in a worker touches CUDA (tested: tests/datamodules/test_no_cuda_in_workers.py).
 """
 
 from __future__ import annotations
@@ -58,6 +58,9 @@ def leave_stop_signals_to(main_pid: int) -> None:
     Blocked signals are not delivered, so a signal to the whole group leaves the worker running until
     the main process shuts it down; a thread takes each one (``sigwaitinfo``) and reads its sender.
     """
+    if not hasattr(signal, "sigwaitinfo"):  # macOS: no way to read the sender; the signals act as they did before
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+        return
     signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)  # already, when started through this module
     threading.Thread(target=_exit_when_sent_by, args=(main_pid,), name="stop-signals", daemon=True).start()
 
@@ -119,15 +122,9 @@ def loader_options(num_workers: int) -> dict[str, Any]:
     return {"multiprocessing_context": worker_context()} if num_workers > 0 else {}
 
 
-_started_fork_server: Optional[int] = None
-
-
 def start_fork_server() -> None:
-    """Start multiprocessing's fork server (and its resource tracker) once per process, with the stop
+    """Start multiprocessing's fork server (and its resource tracker) unless they run, with the stop
     signals blocked: they are processes of the job too, and the fork server's children inherit its mask."""
-    global _started_fork_server
-    if _started_fork_server == os.getpid():
-        return
     from multiprocessing import forkserver, resource_tracker
 
     forkserver.set_forkserver_preload(list(FORKSERVER_PRELOAD))
@@ -135,7 +132,6 @@ def start_fork_server() -> None:
         resource_tracker.ensure_running()  # it unblocks SIGINT and SIGTERM after starting its process: block again
     with stop_signals_blocked():
         forkserver.ensure_running()
-    _started_fork_server = os.getpid()
 
 
 # --- a worker that died ------------------------------------------------------------------------------

@@ -219,6 +219,8 @@ def state_saved(argv: list[str], interrupt: InterruptCheckpoint, recorder: RunRe
     if interrupt.saved_path is not None:
         hint = resume_hint(argv, interrupt.saved_path)
         return f"the state of step {interrupt.step} is saved in {interrupt.saved_path} (resume with: {hint})"
+    if recorder.folder is None:  # another rank than the one that writes the run folder
+        return "this step's state was not saved; --ckpt_path last resumes the run's last checkpoint, if it has one"
     previous = _previous_last_checkpoint(recorder.folder)
     if previous is not None:
         hint = resume_hint(argv, str(previous))
