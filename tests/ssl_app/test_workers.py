@@ -44,7 +44,9 @@ def alive(pid: int) -> bool:
     return state != "Z"
 
 
-@pytest.mark.parametrize("gpu_machine", [False, True], ids=["fork", "fork_server"])
+@pytest.mark.parametrize(
+    "gpu_machine", [False, pytest.param(True, marks=pytest.mark.slow)], ids=["fork", "fork_server"]
+)  # the fork server is a process that imports the application: slow
 def test_a_worker_leaves_the_stop_signals_to_the_main_process_which_alone_can_end_it(gpu_machine, monkeypatch):
     """Catches a worker that dies of a signal sent to every process of the job (the run then failed:
     ``DataLoader worker … is killed by signal: Terminated``), and one the main process cannot end (its
