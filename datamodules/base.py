@@ -36,6 +36,7 @@ from datamodules.multiview import Labelled, MultiViewDataset
 from datamodules.resumable import ResumableDataLoader, ResumableDistributedSampler
 from ssl_app.checks import check_int
 from ssl_app.errors import ConfigError
+from ssl_app.workers import loader_options
 
 Split = Literal["train", "val", "test"]
 #: Where the training views are made: in the DataLoader workers (PIL), or on the batch's device.
@@ -469,6 +470,7 @@ class ContrastiveDataModule(LightningDataModule):
             # Callbacks' one-off loaders would otherwise keep idle workers alive all run long.
             persistent_workers=persistent and workers > 0,
             collate_fn=collate_fn,
+            **loader_options(workers),  # they leave the stop signals to this process, and never inherit CUDA
         )
 
 

@@ -406,6 +406,12 @@ class ContrastiveMethod(L.LightningModule, ABC):
         for option in self.ignored_options():
             rank_zero_warn(f"{type(self).__name__}: model.{option} is ignored")
 
+    def on_train_epoch_start(self) -> None:
+        """A new epoch's mean training loss starts empty: a run resumed from a checkpoint written during
+        the previous epoch's validation got that epoch's mean back, which no training step of this
+        process logged, so Lightning never reset it."""
+        self.train_loss_mean.reset()
+
     def on_train_epoch_end(self) -> None:
         """Log ``loss/temperature_epoch`` (the τ of the epoch's last training step; written when it
         changes, ``ssl_app.runs.changes``) and the epoch's

@@ -243,3 +243,21 @@ def test_keyed_views_on_the_device_are_those_of_the_cpu(device):
     for a, b in zip(on_cpu, on_device):
         assert b.device.type == device.type
         torch.testing.assert_close(b.cpu(), a, rtol=0, atol=2e-3)  # matrix products of another library
+
+
+def test_data_workers_started_while_the_device_is_in_use_do_not_abort(device):
+    """Issue 38 item 8: on CUDA, DataLoader workers forked from a process that had used the GPU aborted
+    (``CUDA error: initialization error``, "terminate called") when they freed an inherited pinned or
+    device tensor: the parent's garbage, collected in the child. Garbage of that kind (a cycle, freed
+    only by the gc) is left right before the workers start; each loader of a run is read to its end.
+    Catches workers that inherit the process's CUDA state (they start from a fork server on a GPU
+    machine: ``ssl_app.workers``); a worker that aborts ends its loader with a RuntimeError here."""
+    cuda = device.type == "cuda"
+    copied = torch.ones(1 << 16).pin_memory() if cuda else torch.ones(1 << 16)
+    garbage: list = [copied, copied.to(device, non_blocking=True), torch.ones(64, device=device)]
+    garbage.append(garbage)
+    del garbage, copied
+    data = tiny_data(num_workers=2, pin_memory=cuda, augment_on="workers")
+    data.setup("fit")
+    for loader in (data.train_dataloader(), data.val_dataloader(), data.embedding_dataloader("train")):
+        assert sum(len(batch[2]) for batch in loader) > 0
