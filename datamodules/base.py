@@ -14,6 +14,7 @@ from lightning.pytorch.utilities import rank_zero_info
 from torch.utils.data import DataLoader, Dataset, Subset
 
 from datamodules.augment import ViewAugmentation
+from datamodules.decoded_views import encoded_views
 from datamodules.device_augment import (
     AugmentingCollate,
     BatchViewAugmentation,
@@ -21,7 +22,9 @@ from datamodules.device_augment import (
     check_one_size,
     collate_images,
 )
+from datamodules.encoded_images import EncodedBatch, collate_encoded
 from datamodules.eval_images import EvalImageCache, EvalImages, EvalOn, check_eval_options, resolve_eval_batch_size
+from datamodules.keyed_draws import ViewKeys
 from datamodules.long_tail import (
     check_imbalance_factor,
     class_counts,
@@ -34,6 +37,7 @@ from datamodules.multiview import Labelled, MultiViewDataset
 from datamodules.resumable import ResumableDataLoader, ResumableDistributedSampler
 from ssl_app.checks import check_int
 from ssl_app.errors import ConfigError
+from ssl_app.workers import loader_options
 
 Split = Literal["train", "val", "test"]
 #: Where the training views are made: in the DataLoader workers (PIL), or on the batch's device.
@@ -104,11 +108,14 @@ class ContrastiveDataModule(LightningDataModule):
     :meth:`on_after_batch_transfer` makes the views on the device the batch was moved to
     (:class:`~datamodules.device_augment.BatchViewAugmentation`, same settings and distributions as
     the worker path), so the training batch the method sees has the same form. All training images
-    must then share one size. The validation and test views are then made on the device too, from
-    the same uint8 batches (when the split's images share one size; else in the workers): two views
-    keyed ``(val_seed, EVALUATION_EPOCH, index)``, a fixed function of the sample as on the worker
-    path (other draws than the PIL path's, from the same distributions). The hook runs only when the
-    datamodule is handed to the Trainer (as the CLI does).
+    must then share one size, except for a datamodule whose :meth:`training_files` gives files
+    (``ImageFolderDataModule``): its workers only read them, and the device decodes JPEGs in
+    batches and crops each image at its own size (``datamodules.decoded_views``). The validation
+    and test views are then made on the device too, from uint8 batches the workers only load (when
+    the split's images share one size; else in the workers): two views keyed ``(val_seed,
+    EVALUATION_EPOCH, index)``, a fixed function of the sample as on the worker path (other draws
+    than the PIL path's, from the same distributions). The hook runs only when the datamodule is
+    handed to the Trainer (as the CLI does).
 
     The evaluation passes (:meth:`embedding_dataloader`'s clean images, for kNN, the metrics and
     the projector) read each split from the module's device when ``eval_on`` allows
@@ -126,8 +133,8 @@ class ContrastiveDataModule(LightningDataModule):
         augment_on: ``workers``: the training views are made in the DataLoader workers, image by
             image (PIL); ``workers_batched``: in the workers, a whole batch at once with tensor ops
             (the CPU's fastest: benchmarks/README.md); ``device``: on the training batch's device,
-            batched (for GPU runs on small images, where CPU workers cannot keep up); the
-            validation and test views are then made there too (``val_dataloader``).
+            batched (for GPU runs, where CPU workers cannot keep up; image folders: JPEGs decoded there);
+            the validation and test views are then made there too (``val_dataloader``).
         eval_on: where the evaluation passes' images are made (``datamodules.eval_images``):
             ``device``: each split they read is kept on the module's device as uint8 after the eval
             pipeline's resize and crop, and normalised there in batches; ``workers``: through the
@@ -309,10 +316,14 @@ class ContrastiveDataModule(LightningDataModule):
         return views
 
     def train_dataloader(self) -> ResumableDataLoader:
-        data: Dataset
-        if self.augment_on in ("device", "workers_batched"):
+        data: Optional[Dataset] = self.training_files() if self.augment_on == "device" else None
+        collate: Optional[Callable[[list[Any]], Any]] = None
+        if data is not None:  # files decoded on the device, of any size
+            collate = collate_encoded
+        elif self.augment_on in ("device", "workers_batched"):
             data = UnaugmentedImages(self.dataset("train"))
             check_one_size(data, type(self).__name__)
+            collate = collate_images if self.augment_on == "device" else AugmentingCollate(self.augmentation, self.train_views())
         else:
             views = self.train_views()
             data = MultiViewDataset(self.dataset("train"), self.augmentation.view_transforms(views), num_views=views)
@@ -323,10 +334,6 @@ class ContrastiveDataModule(LightningDataModule):
                 f"{type(self).__name__}: batch_size {self.batch_size} is larger than the train split "
                 f"per process ({len(data)} samples / {world_size} process(es)); lower batch_size"
             )
-        collate = {
-            "device": collate_images,
-            "workers_batched": AugmentingCollate(self.augmentation, self.train_views()),
-        }.get(self.augment_on)
         options = self._loader_options(drop_last=True, collate_fn=collate)
         self._train_sampler = sampler = self._train_sampler_for(data)
         with warnings.catch_warnings():
@@ -351,8 +358,13 @@ class ContrastiveDataModule(LightningDataModule):
         return ResumableDistributedSampler(data, shuffle=True, seed=seed, keyed=True, **shards)
 
     # --- views on the device (augment_on: device) --------------------------------------------
+    def training_files(self) -> Optional[Dataset]:
+        """The training set as files for ``augment_on: device`` to decode on the device
+        (``datamodules.encoded_images``), or None: images decoded in the workers, of one size."""
+        return None
+
     def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
-        """Batches of ``augment_on: device``: uint8 images -> ``(views, labels, indices)``.
+        """Batches of ``augment_on: device`` -> ``(views, labels, indices)``.
 
         Lightning calls this on every batch once it is on the device. Training batches get the
         method's ``train_views`` keyed ``(seed, epoch, index)``; validation, test and sanity-check
@@ -361,13 +373,23 @@ class ContrastiveDataModule(LightningDataModule):
         """
         if self.augment_on != "device" or self.trainer is None:
             return batch
-        images, labels, indices = batch
         if self.trainer.training:
-            views = self.device_augmentation(images, self.train_views(), keys=self.view_keys(indices))
-        elif isinstance(images, torch.Tensor):
-            views = self.device_augmentation(images, 2, keys=self.evaluation_view_keys(indices))
-        else:
+            return self.device_views(batch, self.train_views())
+        images, labels, indices = batch
+        if not isinstance(images, torch.Tensor):  # views made in the workers
             return batch
+        return self.device_augmentation(images, 2, keys=self.evaluation_view_keys(indices)), labels, indices
+
+    def device_views(self, batch: Any, num_views: int) -> tuple[list[torch.Tensor], torch.Tensor, torch.Tensor]:
+        """``(views, labels, indices)`` of a training batch of ``augment_on: device``, the views made
+        on the device of ``indices``: from uint8 images ``[B, 3, H, W]``, or from an
+        ``EncodedBatch`` of files (:meth:`training_files`) decoded there."""
+        images, labels, indices = batch
+        if isinstance(images, EncodedBatch):  # left on the host by the transfer: decode_jpeg reads host memory
+            keys = self.view_keys(images.indices)
+            views = encoded_views(images, self.device_augmentation, num_views, indices.device, keys)
+        else:
+            views = self.device_augmentation(images, num_views, keys=self.view_keys(indices))
         return views, labels, indices
 
     @property
@@ -377,19 +399,18 @@ class ContrastiveDataModule(LightningDataModule):
             self._device_augmentation = BatchViewAugmentation(self.augmentation)
         return self._device_augmentation
 
-    def view_keys(self, indices: torch.Tensor) -> torch.Tensor:
-        """The keys ``(seed, epoch, index)`` int64 ``[B, 3]`` of a training batch's device views, on
-        the indices' device: the seed and epoch of the sampler that drew the batch (restored from a
-        checkpoint on resume), so the views are those the worker paths would key, in any process."""
+    def view_keys(self, indices: torch.Tensor) -> ViewKeys:
+        """The keys ``(seed, epoch, index)`` of a training batch's device views: the seed and epoch
+        (ints) of the sampler that drew the batch (restored from a checkpoint on resume) and the
+        indices, so the views are those the worker paths would key, in any process."""
         sampler = self._train_sampler
         seed, epoch = (sampler.seed, sampler.epoch) if sampler is not None else (int(os.getenv("PL_GLOBAL_SEED", 0)), 0)
-        return torch.stack((torch.full_like(indices, seed), torch.full_like(indices, epoch), indices), dim=1)
+        return ViewKeys(int(seed), int(epoch), indices)
 
-    def evaluation_view_keys(self, indices: torch.Tensor) -> torch.Tensor:
+    def evaluation_view_keys(self, indices: torch.Tensor) -> ViewKeys:
         """The keys ``(val_seed, EVALUATION_EPOCH, index)`` of a validation/test batch's device views:
         a fixed function of the sample, in any process, never a training view's key."""
-        keys = (torch.full_like(indices, self.val_seed), torch.full_like(indices, EVALUATION_EPOCH), indices)
-        return torch.stack(keys, dim=1)
+        return ViewKeys(int(self.val_seed), EVALUATION_EPOCH, indices)
 
     def val_dataloader(self) -> DataLoader:
         return self._evaluation_loader("val")
@@ -508,6 +529,7 @@ class ContrastiveDataModule(LightningDataModule):
             # Callbacks' one-off loaders would otherwise keep idle workers alive all run long.
             persistent_workers=persistent and workers > 0,
             collate_fn=collate_fn,
+            **loader_options(workers),  # they leave the stop signals to this process, and never inherit CUDA
         )
 
 

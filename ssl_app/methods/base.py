@@ -28,7 +28,7 @@ from ssl_app.errors import ConfigError
 from ssl_app.losses import ContrastiveLoss, InfoNCE
 from ssl_app.losses.base import LossResult, MaskedSimilarities
 from ssl_app.losses.hardness import HardnessProfile, write_profile
-from ssl_app.models import BackboneName, build_backbone, build_projection_head
+from ssl_app.models import BackboneName, build_backbone, build_projection_head, channels_last_pays
 from ssl_app.models.backbones import NormName
 from ssl_app.optim import Optimization, run_length
 from ssl_app.runs.changes import OnChange
@@ -63,10 +63,11 @@ class ContrastiveMethod(L.LightningModule, ABC):
         optim: optimiser and learning-rate schedule (``ssl_app.optim.Optimization``).
         channels_last: keep the encoders' weights and input images in the channels-last memory
             layout (NHWC): ``true``, ``false``, or ``auto`` (the default: NHWC when the run
-            trains on the CPU, where every shipped backbone's step is 1.1–1.8× faster with it —
-            benchmarks/README.md; the default layout on GPUs, where it has not been measured
-            here — set ``true`` there with mixed precision on tensor-core GPUs). The numbers
-            are the same either way to rounding, and checkpoints load into either layout.
+            trains on the CPU or on CUDA, where it was measured faster — every shipped
+            backbone's step 1.1–1.8× on the CPU, ResNet-18's SimCLR step 2.4× and MoCo's 1.7×
+            on an H200 in bf16, benchmarks/README.md; PyTorch's default layout on other devices:
+            ``models.channels_last_pays``). The numbers are the same either way to rounding,
+            and checkpoints load into either layout.
         compile: compile the backbone(s) with ``torch.compile`` at the start of the run (the first
             steps then take longer while it compiles; needs a C++ compiler on the CPU). Training
             steps only: validation, test and the callbacks' evaluation passes run the eager code
@@ -176,7 +177,7 @@ class ContrastiveMethod(L.LightningModule, ABC):
         if self._trainer is not None:
             self._prepare_loss(stage)
         if self.channels_last == "auto":
-            self.memory_format = torch.channels_last if self._training_device().type == "cpu" else torch.contiguous_format
+            self.memory_format = torch.channels_last if channels_last_pays(self._training_device()) else torch.contiguous_format
         if self.memory_format is torch.channels_last:
             self.to(memory_format=torch.channels_last)
         if self.compile_backbone and not self._compiled:
@@ -306,7 +307,10 @@ class ContrastiveMethod(L.LightningModule, ABC):
         loss = result.value
         batch_size = contrast.sim.shape[0]
         if stage == "train":
-            self.log("train/loss_step", loss, prog_bar=True, on_step=True, on_epoch=False, batch_size=batch_size)
+            # Not in the progress bar: Lightning turns every prog_bar value into a number after each batch,
+            # a host sync per step on a GPU (the bar shows train/loss_epoch; the loggers get every logged step;
+            # tests/ssl_app/methods/test_loop_syncs.py).
+            self.log("train/loss_step", loss, on_step=True, on_epoch=False, batch_size=batch_size)
             # Weighted by the batch size as Lightning's epoch mean is (the metric ignores ``weight`` when
             # its NaN check is disabled, so the value is repeated instead: a view, no copy).
             self.train_loss_mean.update(loss.detach().expand(batch_size))
@@ -404,6 +408,12 @@ class ContrastiveMethod(L.LightningModule, ABC):
             )
         for option in self.ignored_options():
             rank_zero_warn(f"{type(self).__name__}: model.{option} is ignored")
+
+    def on_train_epoch_start(self) -> None:
+        """A new epoch's mean training loss starts empty: a run resumed from a checkpoint written during
+        the previous epoch's validation got that epoch's mean back, which no training step of this
+        process logged, so Lightning never reset it."""
+        self.train_loss_mean.reset()
 
     def on_train_epoch_end(self) -> None:
         """Log ``loss/temperature_epoch`` (the τ of the epoch's last training step; written when it

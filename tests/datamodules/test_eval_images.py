@@ -151,7 +151,7 @@ def test_validation_views_on_the_device_are_a_fixed_function_of_the_index():
     for view in range(2):
         torch.testing.assert_close(first[view][4:], second[view][:4], atol=0, rtol=0)
     keys = data.evaluation_view_keys(torch.arange(3))
-    assert keys[:, 0].tolist() == [data.val_seed] * 3 and keys[:, 1].tolist() == [EVALUATION_EPOCH] * 3
+    assert (keys.seed, keys.epoch) == (data.val_seed, EVALUATION_EPOCH) and keys.index.tolist() == [0, 1, 2]
 
 
 def test_validation_images_of_many_sizes_keep_their_views_in_the_workers():

@@ -250,8 +250,7 @@ def test_corrupt_data_on_one_rank_fails_every_rank_without_hanging(tmp_path):
         "--trainer.callbacks=[]",
         "--trainer.enable_progress_bar=false",
         "--trainer.num_sanity_val_steps=0",
-        # The PIL path reads each image in its rank's shard only (augment_on=device would also
-        # probe image sizes on every rank, so that both ranks would name the broken file).
+        # The PIL path reads each image in its rank's shard only, so one rank names the broken file.
         "--data.augment_on=workers",
     ]
     result = subprocess.run(
