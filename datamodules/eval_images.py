@@ -37,10 +37,12 @@ import os
 from collections.abc import Callable, Iterator
 from typing import Any, Literal, Optional, Union
 
+import numpy as np
 import torch
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
+from datamodules.arrays import pixel_array
 from datamodules.augment import ViewAugmentation
 from datamodules.device_augment import as_uint8_chw
 from datamodules.multiview import Labelled
@@ -158,8 +160,16 @@ def load_eval_images(
     data: Dataset, augmentation: ViewAugmentation, device: torch.device, loader_options: dict[str, Any]
 ) -> EvalImages:
     """Every image of ``data`` through ``EvalCrop`` (in DataLoader workers, as ``loader_options``
-    say), into one uint8 tensor on ``device``."""
+    say), into one uint8 tensor on ``device``; for data held in one uint8 array of crop-sized images
+    (``arrays.pixel_array``: CIFAR, SVHN, the shapes), where the crop is the identity, the array itself."""
     crop = augmentation.crop_size
+    found = pixel_array(data) if EvalCrop(augmentation).identity else None
+    if found is not None:
+        height, width = found.pixels.shape[1:3] if found.channels_last else found.pixels.shape[2:4]
+        if (height, width) == (crop, crop):
+            images, labels = found.batch(np.arange(len(found)))
+            normalise = augmentation.eval_normalise_transform()
+            return EvalImages(images.contiguous().to(device), labels.to(device), normalise)
     loader = DataLoader(Labelled(data, EvalCrop(augmentation)), shuffle=False, **loader_options)
     images = torch.empty(len(data), 3, crop, crop, dtype=torch.uint8, device=device)  # type: ignore[arg-type]
     labels = torch.empty(len(data), dtype=torch.int64, device=device)  # type: ignore[arg-type]

@@ -7,6 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from torch.utils.data import DataLoader
 
 from datamodules import SyntheticDataModule, eval_images
 from datamodules.augment import ViewAugmentation
@@ -161,3 +162,20 @@ def test_validation_images_of_many_sizes_keep_their_views_in_the_workers():
     data._datasets["val"] = mixed
     views, _, _ = next(iter(data.val_dataloader()))
     assert isinstance(views, list) and views[0].dtype == torch.float32  # made in the workers
+
+
+def test_the_array_path_keeps_what_the_per_image_path_keeps(monkeypatch):
+    """Catches the one-indexing shortcut for data held in a uint8 array (CIFAR, SVHN, the shapes)
+    keeping other pixels, another layout, order or labels than reading image by image."""
+    loads = []
+    monkeypatch.setattr(eval_images, "DataLoader", lambda *a, **k: loads.append(1) or DataLoader(*a, **k))
+    for split in ("train", "val"):
+        from_array = shapes(eval_on="device", imbalance_factor=2.0).eval_images(split, CPU)
+        assert not loads  # the array, no loader
+        monkeypatch.setattr(eval_images, "pixel_array", lambda data: None)
+        per_image = shapes(eval_on="device", imbalance_factor=2.0).eval_images(split, CPU)
+        monkeypatch.undo()
+        monkeypatch.setattr(eval_images, "DataLoader", lambda *a, **k: loads.append(1) or DataLoader(*a, **k))
+        assert loads and torch.equal(from_array.images, per_image.images) and torch.equal(from_array.labels, per_image.labels)
+        assert from_array.images.is_contiguous()
+        loads.clear()
