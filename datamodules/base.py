@@ -117,9 +117,7 @@ class ContrastiveDataModule(LightningDataModule):
     than the PIL path's, from the same distributions). The hook runs only when the datamodule is
     handed to the Trainer (as the CLI does).
 
-    The evaluation passes (:meth:`embedding_dataloader`'s clean images, for kNN, the metrics and
-    the projector) read each split from the module's device when ``eval_on`` allows
-    (:meth:`eval_images`, ``datamodules.eval_images``), in batches of ``eval_batch_size``.
+    The evaluation passes read clean images from the module's device when ``eval_on`` allows (:meth:`eval_images`).
 
     Args:
         batch_size: samples per batch and per process.
@@ -135,13 +133,10 @@ class ContrastiveDataModule(LightningDataModule):
             (the CPU's fastest: benchmarks/README.md); ``device``: on the training batch's device,
             batched (for GPU runs, where CPU workers cannot keep up; image folders: JPEGs decoded there);
             the validation and test views are then made there too (``val_dataloader``).
-        eval_on: where the evaluation passes' images are made (``datamodules.eval_images``):
-            ``device``: each split they read is kept on the module's device as uint8 after the eval
-            pipeline's resize and crop, and normalised there in batches; ``workers``: through the
-            DataLoader workers at every pass; ``auto``: ``device`` for a split that takes at most a
-            quarter of the device's free memory.
-        eval_batch_size: images per inference batch of the evaluation passes; ``auto``: ``batch_size``
-            on the CPU, as large as memory allows on an accelerator (``datamodules.eval_images``).
+        eval_on, eval_batch_size: where the evaluation passes' images are made (``device``: kept
+            on the module's device; ``workers``; ``auto``: ``device`` when they fit) and in what
+            batches (``auto``: ``batch_size`` on the CPU, as large as memory allows on a GPU):
+            ``datamodules.eval_images``.
     """
 
     #: The split a classifier's accuracy is measured on during ``fit`` (balanced, unlike train).
@@ -419,9 +414,8 @@ class ContrastiveDataModule(LightningDataModule):
         return self._evaluation_loader("test")
 
     def _evaluation_loader(self, split: Split) -> DataLoader:
-        """Two augmented views per sample, a fixed function of ``(val_seed, index)``: made in the workers
-        (PIL), or with ``augment_on: device`` and images of one size, made on the device from the uint8
-        images (``on_after_batch_transfer``: the workers only load them)."""
+        """Two views per sample, a fixed function of ``(val_seed, index)``: made in the workers, or
+        (``augment_on: device``, images of one size) on the device, by ``on_after_batch_transfer``."""
         if self.augment_on == "device":
             images = UnaugmentedImages(self.dataset(split))
             try:
