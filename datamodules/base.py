@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import warnings
 from collections.abc import Callable
-from typing import Any, Literal, Optional, get_args
+from typing import Any, Literal, Optional, Union, get_args
 
 import torch
 from lightning import LightningDataModule
@@ -23,6 +23,7 @@ from datamodules.device_augment import (
     collate_images,
 )
 from datamodules.encoded_images import EncodedBatch, collate_encoded
+from datamodules.eval_images import EvalImageCache, EvalImages, EvalOn, check_eval_options, resolve_eval_batch_size
 from datamodules.keyed_draws import ViewKeys
 from datamodules.long_tail import (
     check_imbalance_factor,
@@ -44,6 +45,8 @@ AugmentOn = Literal["workers", "workers_batched", "device"]
 #: Training views per sample when the method does not say (``train_views``): SimCLR and MoCo use 2.
 DEFAULT_TRAIN_VIEWS = 2
 SPLITS: tuple[str, ...] = get_args(Split)
+#: The epoch word of the validation/test views' keys on the device: no training epoch reaches it.
+EVALUATION_EPOCH = 2**32 - 1
 #: The most DataLoader workers per process that ``num_workers: null`` gives.
 MAX_DEFAULT_WORKERS = 4
 
@@ -107,10 +110,14 @@ class ContrastiveDataModule(LightningDataModule):
     the worker path), so the training batch the method sees has the same form. All training images
     must then share one size, except for a datamodule whose :meth:`training_files` gives files
     (``ImageFolderDataModule``): its workers only read them, and the device decodes JPEGs in
-    batches and crops each image at its own size (``datamodules.decoded_views``). Validation, test
-    and embedding loaders keep the worker path (their views are a fixed function of
-    ``(val_seed, index)``). The hook runs only when the datamodule is handed to the Trainer (as the
-    CLI does).
+    batches and crops each image at its own size (``datamodules.decoded_views``). The validation
+    and test views are then made on the device too, from uint8 batches the workers only load (when
+    the split's images share one size; else in the workers): two views keyed ``(val_seed,
+    EVALUATION_EPOCH, index)``, a fixed function of the sample as on the worker path (other draws
+    than the PIL path's, from the same distributions). The hook runs only when the datamodule is
+    handed to the Trainer (as the CLI does).
+
+    The evaluation passes read clean images from the module's device when ``eval_on`` allows (:meth:`eval_images`).
 
     Args:
         batch_size: samples per batch and per process.
@@ -124,7 +131,12 @@ class ContrastiveDataModule(LightningDataModule):
         augment_on: ``workers``: the training views are made in the DataLoader workers, image by
             image (PIL); ``workers_batched``: in the workers, a whole batch at once with tensor ops
             (the CPU's fastest: benchmarks/README.md); ``device``: on the training batch's device,
-            batched (for GPU runs, where CPU workers cannot keep up; image folders: JPEGs decoded there).
+            batched (for GPU runs, where CPU workers cannot keep up; image folders: JPEGs decoded there);
+            the validation and test views are then made there too (``val_dataloader``).
+        eval_on, eval_batch_size: where the evaluation passes' images are made (``device``: kept
+            on the module's device; ``workers``; ``auto``: ``device`` when they fit) and in what
+            batches (``auto``: ``batch_size`` on the CPU, as large as memory allows on a GPU):
+            ``datamodules.eval_images``.
     """
 
     #: The split a classifier's accuracy is measured on during ``fit`` (balanced, unlike train).
@@ -142,6 +154,8 @@ class ContrastiveDataModule(LightningDataModule):
         imbalance_factor: float = 1.0,
         imbalance_seed: int = 0,
         augment_on: AugmentOn = "workers",
+        eval_on: EvalOn = "auto",
+        eval_batch_size: Union[int, Literal["auto"]] = "auto",
     ) -> None:
         super().__init__()
         name = type(self).__name__
@@ -169,6 +183,8 @@ class ContrastiveDataModule(LightningDataModule):
         self.val_seed = val_seed
         self.pin_memory = torch.cuda.is_available() if pin_memory is None else pin_memory
         self.augment_on = augment_on
+        self.eval_on, self.eval_batch_size = check_eval_options(eval_on, eval_batch_size, name)
+        self._eval_images = EvalImageCache(self.eval_on)
         self._datasets: dict[str, Dataset] = {}
         self._train_counts: Optional[list[int]] = None
         self._device_augmentation: Optional[BatchViewAugmentation] = None
@@ -343,14 +359,21 @@ class ContrastiveDataModule(LightningDataModule):
         return None
 
     def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
-        """Training batches of ``augment_on: device`` -> ``(views, labels, indices)`` (:meth:`device_views`).
+        """Batches of ``augment_on: device`` -> ``(views, labels, indices)``.
 
-        Lightning calls this on every batch once it is on the device; validation and sanity-check
-        batches (``trainer.training`` is false) already hold their views and pass through.
+        Lightning calls this on every batch once it is on the device. Training batches get the
+        method's ``train_views`` keyed ``(seed, epoch, index)``; validation, test and sanity-check
+        batches of uint8 images (``val_dataloader``) get two views keyed ``(val_seed,
+        EVALUATION_EPOCH, index)``; batches that already hold their views pass through.
         """
-        if self.augment_on != "device" or self.trainer is None or not self.trainer.training:
+        if self.augment_on != "device" or self.trainer is None:
             return batch
-        return self.device_views(batch, self.train_views())
+        if self.trainer.training:
+            return self.device_views(batch, self.train_views())
+        images, labels, indices = batch
+        if not isinstance(images, torch.Tensor):  # views made in the workers
+            return batch
+        return self.device_augmentation(images, 2, keys=self.evaluation_view_keys(indices)), labels, indices
 
     def device_views(self, batch: Any, num_views: int) -> tuple[list[torch.Tensor], torch.Tensor, torch.Tensor]:
         """``(views, labels, indices)`` of a training batch of ``augment_on: device``, the views made
@@ -379,11 +402,29 @@ class ContrastiveDataModule(LightningDataModule):
         seed, epoch = (sampler.seed, sampler.epoch) if sampler is not None else (int(os.getenv("PL_GLOBAL_SEED", 0)), 0)
         return ViewKeys(int(seed), int(epoch), indices)
 
+    def evaluation_view_keys(self, indices: torch.Tensor) -> ViewKeys:
+        """The keys ``(val_seed, EVALUATION_EPOCH, index)`` of a validation/test batch's device views:
+        a fixed function of the sample, in any process, never a training view's key."""
+        return ViewKeys(int(self.val_seed), EVALUATION_EPOCH, indices)
+
     def val_dataloader(self) -> DataLoader:
-        return self._loader(self._deterministic_views("val"), shuffle=False, drop_last=False)
+        return self._evaluation_loader("val")
 
     def test_dataloader(self) -> DataLoader:
-        return self._loader(self._deterministic_views("test"), shuffle=False, drop_last=False)
+        return self._evaluation_loader("test")
+
+    def _evaluation_loader(self, split: Split) -> DataLoader:
+        """Two views per sample, a fixed function of ``(val_seed, index)``: made in the workers, or
+        (``augment_on: device``, images of one size) on the device, by ``on_after_batch_transfer``."""
+        if self.augment_on == "device":
+            images = UnaugmentedImages(self.dataset(split))
+            try:
+                check_one_size(images, type(self).__name__)
+            except ConfigError:  # photos of many sizes: the workers crop them
+                pass
+            else:
+                return self._loader(images, shuffle=False, drop_last=False, collate_fn=collate_images)
+        return self._loader(self._deterministic_views(split), shuffle=False, drop_last=False)
 
     def embedding_dataloader(
         self,
@@ -420,6 +461,18 @@ class ContrastiveDataModule(LightningDataModule):
         if world_size > 1:
             data = Subset(data, range(rank, len(data), world_size))  # type: ignore[arg-type]
         return self._loader(data, shuffle=False, drop_last=False, batch_size=batch_size, persistent=False)
+
+    def eval_images(self, split: Split, device: torch.device) -> Optional[EvalImages]:
+        """``split``'s images on ``device`` for the evaluation passes (``eval_on``;
+        ``datamodules.eval_images``), built when first asked for; ``None``: use
+        :meth:`embedding_dataloader` / :meth:`classification_dataloader` (the worker path)."""
+        options = self._loader_options(drop_last=False, batch_size=max(self.batch_size, 256), persistent=False)
+        return self._eval_images.get(split, self.dataset(split), self.augmentation, torch.device(device), options)
+
+    def inference_batch_size(self, device: torch.device) -> int:
+        """The evaluation passes' batch size on ``device`` (``eval_batch_size``)."""
+        crop = self.augmentation.crop_size or 224
+        return resolve_eval_batch_size(self.eval_batch_size, self.batch_size, crop, torch.device(device))
 
     def classification_dataloader(
         self, split: Split, *, batch_size: Optional[int] = None, rank: int = 0, world_size: int = 1

@@ -6,6 +6,7 @@ matrix and masks that every loss strategy reads (``ssl_app.losses.base``, where 
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import math
@@ -68,7 +69,9 @@ class ContrastiveMethod(L.LightningModule, ABC):
             ``models.channels_last_pays``). The numbers are the same either way to rounding,
             and checkpoints load into either layout.
         compile: compile the backbone(s) with ``torch.compile`` at the start of the run (the first
-            steps then take longer while it compiles; needs a C++ compiler on the CPU).
+            steps then take longer while it compiles; needs a C++ compiler on the CPU). Training
+            steps only: validation, test and the callbacks' evaluation passes run the eager code
+            (:meth:`uncompiled`), so an evaluation compiles nothing.
 
     The loss is called one way, ``loss(contrast, with_stats)`` (``ssl_app.losses.base``); the
     method asks for its diagnostics on the steps whose values reach the logger and logs them as
@@ -450,10 +453,17 @@ class ContrastiveMethod(L.LightningModule, ABC):
         return Progress(epoch=trainer.current_epoch + within, step=trainer.global_step, fraction=fraction)
 
     def validation_step(self, batch: Any, batch_idx: int) -> dict[str, Any]:
-        return self._step(batch, "val")
+        with self.uncompiled():
+            return self._step(batch, "val")
 
     def test_step(self, batch: Any, batch_idx: int) -> dict[str, Any]:
-        return self._step(batch, "test")
+        with self.uncompiled():
+            return self._step(batch, "test")
+
+    def uncompiled(self) -> contextlib.AbstractContextManager:
+        """Inside, compiled backbones (``compile``) run their eager code: validation and test steps
+        would otherwise recompile the training graphs for eval mode and each new batch shape."""
+        return torch.compiler.set_stance("force_eager") if self._compiled else contextlib.nullcontext()
 
     def configure_optimizers(self) -> dict:
         trainer = self.trainer

@@ -9,8 +9,9 @@ keys (``model.init_args.loss.init_args.temperature``) make it comparable key by 
   (for an image folder the root *is* the data; the hash cannot tell a copy from other images).
 - :func:`identity`: the keys a run cannot change and stay the same run — the method, its backbone,
   its loss, and the data (every datamodule option except how it is loaded: workers, pinned memory,
-  where the views are made, whether to download). Resuming a checkpoint whose identity differs
-  would continue one experiment on another's data or loss and mix both in one curve; the CLI
+  where the views and the evaluation images are made, the evaluation's batch size, whether to
+  download). Resuming a checkpoint whose identity differs would continue one experiment on
+  another's data or loss and mix both in one curve; the CLI
   refuses it (``--resume_anyway`` overrides). Everything else (learning rate, epochs, callbacks)
   may change on resume and the resume line says so.
 """
@@ -24,7 +25,7 @@ from typing import Any
 #: Keys that say where a run writes or what it resumed from: never part of what a run *is*.
 WHERE_KEYS = ("ckpt_path", "resume_anyway", "attach_to_run", "trainer.logger", "trainer.default_root_dir", "checkpoint.dirpath")
 #: Datamodule options that change how data is loaded, not which data (they may change on resume).
-LOADING_KEYS = ("num_workers", "pin_memory", "augment_on", "download")
+LOADING_KEYS = ("num_workers", "pin_memory", "augment_on", "eval_on", "eval_batch_size", "download")
 _MODEL = "model"
 _DATA = "data"
 _IDENTITY_MODEL_KEYS = ("model.class_path", "model.init_args.backbone", "model.init_args.loss")

@@ -42,7 +42,12 @@ RESULTS = {
         "methods": {"simclr": {"sides": {"ours": SIDE | {"peak_mb": 5000.0, "reference_peak_mb": 6000.0}}}}},
     "epoch/cifar10_simclr": {"model": "SimCLR/resnet18_cifar", "batch": 512, "train_images": 50000, "seconds_per_epoch": 9.5,
                              "img_per_s": 5263.0, "first_epoch_s": 20.0, "scaled": "a whole epoch", "precision": "bf16-mixed",
-                             "evaluations": [{"epoch": 1, "eval": 6.0, "loop": 2.0}]},
+                             "evaluations": [{"epoch": 1, "eval": 6.0, "loop": 2.0}],
+                             "evaluation_pieces": [
+                                 {"epoch": 0, "eval": 6.0, "loop": 2.0, "callbacks": {"KNNMonitor": 3.0, "ModelCheckpoint": 0.0}},
+                                 {"epoch": 1, "eval": 0.9, "loop": 0.3,
+                                  "callbacks": {"KNNMonitor": 0.4, "EmbeddingMetrics": 0.2}}],
+                             "fit_end_s": {"EmbeddingProjector": 0.05}},
     "epoch/metrics": {"n": 50000, "seconds": {"uniformity": 0.02}},
     "compiled/cifar10_simclr": {"model": "SimCLR/resnet18_cifar", "batch": 512, "train_images": 50000, "precision": "bf16-mixed",
                                 "epochs_s": [5.8, 2.9], "evaluations": [{"epoch": 1, "eval": 20.0, "loop": 12.9}],
@@ -69,10 +74,18 @@ def test_the_summary_is_one_table_with_every_part_and_what_a_timeout_left(tmp_pa
     assert any(row[0] == "train_step" and row[3] == "900; **0.90**" and "peak 5,000 MB" in row[4] for row in rows)
     (epoch,) = [row for row in rows if row[0] == "epoch" and row[2] == "s per training epoch"]
     assert epoch[3] == "**9.5**" and "lightly ~26 s" in epoch[4] and "≤ 6 s" in epoch[4]
-    assert any(row[1] == "cifar10_simclr evaluation" and row[3] == "6.0" and "callbacks 4.0 s" in row[4] for row in rows)
+    assert any(row[1] == "cifar10_simclr evaluation 1" and row[3] == "**6.00**" and "callbacks 4.00 s" in row[4] for row in rows)
+    (steady,) = [row for row in rows if row[1] == "cifar10_simclr evaluation 2"]
+    assert steady[3] == "**0.90**" and steady[4].startswith("steady") and "target ≤ 1.0 s" in steady[4]
+    # the evaluation's breakdown by callback, and the projector at the end of fit
+    assert ("epoch", "cifar10_simclr evaluation 2: KNNMonitor", "s", "0.400", "steady") in rows
+    assert ("epoch", "cifar10_simclr evaluation 2: EmbeddingMetrics", "s", "0.200", "steady") in rows
+    assert not any("ModelCheckpoint" in row[1] for row in rows)  # nothing to show
+    assert ("epoch", "cifar10_simclr end of fit: EmbeddingProjector", "s", "0.050", "target ≤ 1.0 s (H200)") in rows
     (compiled,) = [row for row in rows if row[0] == "compiled" and row[2] == "s per training epoch"]
     assert compiled[3] == "**2.9**" and "first epoch 5.8 s (compiling)" in compiled[4] and "compile true" in compiled[1]
-    assert ("compiled", "cifar10_simclr end of fit", "s", "55.7") == next(row for row in rows if "end of fit" in row[1])[:4]
+    (compiled_end,) = [row for row in rows if row[0] == "compiled" and "end of fit" in row[1]]
+    assert ("compiled", "cifar10_simclr end of fit", "s", "55.7") == compiled_end[:4]
     (syncs,) = [row for row in rows if row[0] == "syncs"]
     assert syncs[2] == "syncs per step that does not log" and syncs[3] == "**1.0**"
     assert "1 such steps of 3" in syncs[4] and "logged: [2]" in syncs[4] and "test_gpu_check.py" in syncs[4]
@@ -178,7 +191,10 @@ def test_the_quick_epoch_part_trains_both_cifar10_configs_and_times_their_evalua
     for name, model in (("cifar10_simclr", "SimCLR/small_cnn"), ("cifar10_memory_bank", "MemoryBank/small_cnn")):
         record = results[f"epoch/{name}"]
         assert record["model"] == model and record["seconds_per_epoch"] > 0 and record["scaled"].startswith("scaled ×5")
-        assert len(record["evaluations"]) == 1 and record["evaluations"][0]["eval"] > record["evaluations"][0]["loop"] > 0
+        assert len(record["evaluations"]) == 2 and record["evaluations"][0]["eval"] > record["evaluations"][0]["loop"] > 0
+        pieces = record["evaluation_pieces"]  # the breakdown by callback, and the projector's time
+        assert len(pieces) == 2 and {"KNNMonitor", "EmbeddingMetrics"} <= set(pieces[1]["callbacks"])
+        assert "EpochTimer" not in pieces[1]["callbacks"] and record["fit_end_s"]["EmbeddingProjector"] > 0
     assert sorted(results["epoch/metrics"]["seconds"]) == ["alignment", "positive_and_top10_negatives", "tolerance", "uniformity"]
 
 
