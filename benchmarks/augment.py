@@ -27,13 +27,33 @@ batches excluded):
 
 Rounds alternate the cases so that load from other processes hits them alike; the best round
 is reported, with the ratio to ``workers=2``. Not part of the test suite.
+
+``--calls`` measures one call of ``BatchViewAugmentation`` instead (CIFAR-10's augmentation, 2 views
+of 32-pixel images, ``--batch`` images, as the training step calls it: keyed by ``(seed, epoch,
+index)``; and drawn from a generator): the tensor operations it dispatches (views apart: on a GPU
+each is a kernel launch), the CUDA kernels it launches (with CUDA) and its time, on ``--device``;
+with ``--baseline REV``, the same for the three modules of git revision ``REV`` side by side:
+
+    python benchmarks/augment.py --calls --batch 512 --baseline 4f395d7 [--device cuda]
+
+``--fetch`` times what a worker of the device path does per batch (``UnaugmentedImages`` +
+``collate_images``: uint8 ``[B, 3, 32, 32]``, labels, indices) on CIFAR-like data served as PIL
+images, as torchvision's CIFAR-10 serves them: item by item (a PIL image per sample), and in one
+indexing of the array behind the data (``__getitems__``, ``datamodules/arrays.py``).
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import os
+import subprocess
+import sys
+import tempfile
 import time
+from pathlib import Path
+from types import ModuleType
+from typing import Any
 
 # As `python -m ssl_app` does (benchmarks/README.md, "Tuning notes"): spinning OpenMP threads made
 # CPU steps several times slower whenever DataLoader workers shared the cores.
@@ -43,9 +63,12 @@ from collections.abc import Callable, Iterator
 import torch
 import torch.nn.functional as TF
 from torch import Tensor
+from torch.utils._python_dispatch import TorchDispatchMode
 
+from datamodules import device_augment
 from datamodules.augment import ViewAugmentation
 from datamodules.base import ContrastiveDataModule
+from datamodules.device_augment import UnaugmentedImages, collate_images
 from datamodules.synthetic import ShapesDataset, SyntheticDataModule
 
 PREFETCH = 2  # DataLoader's default prefetch_factor: batches each worker makes ahead
@@ -140,6 +163,156 @@ def cases(data: str, size: int, batch: int) -> dict[str, Case]:
     return out
 
 
+# ---------------------------------------------------------------- one call of the batched views (--calls)
+ROOT = Path(__file__).resolve().parents[1]
+VIEW_MODULES = ("batch_ops", "keyed_draws", "device_augment")
+
+
+class TensorOps(TorchDispatchMode):
+    """Counts the tensor operations dispatched inside it, views (no kernel, no copy) apart."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.compute = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.compute += not func.is_view
+        return func(*args, **(kwargs or {}))
+
+
+def load_baseline(revision: str) -> ModuleType:
+    """``datamodules/device_augment.py`` and the two modules it draws on, as git ``revision`` has
+    them, imported as the package ``baseline_views`` (from a temporary folder)."""
+    folder = Path(tempfile.mkdtemp(prefix="augment_baseline_")) / "baseline_views"
+    folder.mkdir()
+    (folder / "__init__.py").write_text("")
+    for name in VIEW_MODULES:
+        text = subprocess.run(
+            ["git", "show", f"{revision}:datamodules/{name}.py"], cwd=ROOT, capture_output=True, text=True, check=True
+        ).stdout
+        for other in VIEW_MODULES:
+            text = text.replace(f"from datamodules import {other}", f"from baseline_views import {other}")
+            text = text.replace(f"from datamodules.{other} import", f"from baseline_views.{other} import")
+        (folder / f"{name}.py").write_text(text)
+    sys.path.insert(0, str(folder.parent))
+    import baseline_views.device_augment as baseline
+
+    return baseline
+
+
+def call_cases(module: ModuleType, device: torch.device, batch: int) -> dict[str, dict[str, Any]]:
+    """Per path (``keys``: as training calls it; ``generator``): ``call`` (one call of the views),
+    its non-view tensor ops and its CUDA kernels (``None`` on the CPU). ``module`` is
+    ``datamodules.device_augment`` or a baseline of it."""
+    augmentation = module.BatchViewAugmentation(ViewAugmentation())
+    gen = torch.Generator(device=device).manual_seed(0)
+    images = torch.randint(0, 256, (batch, 3, 32, 32), dtype=torch.uint8, device=device, generator=gen)
+    index = torch.randperm(50_000, device=device, generator=gen)[:batch]
+    keyed_draws = sys.modules[module.__name__.rsplit(".", 1)[0] + ".keyed_draws"]
+    if hasattr(keyed_draws, "ViewKeys"):  # the batch's seed and epoch as ints, as the datamodule gives them
+        keys = keyed_draws.ViewKeys(0, 3, index)
+    else:  # before ViewKeys: rows (seed, epoch, index), as the datamodule gave them then
+        keys = torch.stack((torch.zeros_like(index), torch.full_like(index, 3), index), dim=1)
+    cases: dict[str, dict[str, Any]] = {}
+    for path, options in (("keys", {"keys": keys}), ("generator", {"generator": gen})):
+        call = functools.partial(augmentation, images, 2, **options)
+        for _ in range(3):  # warm-up: per-device constants, the allocator's pools
+            call()
+        with TensorOps() as ops:
+            call()
+        kernels = None
+        if device.type == "cuda":
+            from torch.profiler import ProfilerActivity, profile
+
+            torch.cuda.synchronize()
+            with profile(activities=[ProfilerActivity.CUDA]) as trace:
+                call()
+                torch.cuda.synchronize()
+            kernels = sum(event.device_type.name == "CUDA" for event in trace.events())
+        cases[path] = {"call": call, "ops_per_call": ops.compute, "kernels_per_call": kernels}
+        if device.type == "cuda" and path == "keys":  # an experiment: the same call replayed as one CUDA graph
+            try:
+                cases["keys, one CUDA graph"] = {**cases[path], "call": captured(call)}
+            except Exception as error:  # noqa: BLE001 (recorded: whether the views can be captured at all)
+                cases["keys, one CUDA graph"] = {"error": f"{type(error).__name__}: {error}"[:300]}
+    return cases
+
+
+def captured(call: Callable[[], object]) -> Callable[[], None]:
+    """``call`` captured as a CUDA graph (its inputs fixed: what replaying a training batch's views
+    would need static buffers for); returns the graph's replay."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm-up off the default stream, as torch.cuda.graphs asks
+        for _ in range(3):
+            call()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        call()
+    return graph.replay
+
+
+def time_calls(cases: dict[str, dict[str, Any]], device: torch.device, calls: int, rounds: int) -> None:
+    """``ms_per_call`` of each case: the best of ``rounds`` rounds of ``calls`` calls (synchronised),
+    the rounds alternating the cases so that load from other processes hits them alike."""
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    for _ in range(rounds):
+        for case in cases.values():
+            if "call" not in case:  # a case that could not be built (its "error" says why)
+                continue
+            sync()
+            start = time.perf_counter()
+            for _ in range(calls):
+                case["call"]()
+            sync()
+            ms = (time.perf_counter() - start) / calls * 1000
+            case["ms_per_call"] = min(case.get("ms_per_call", ms), ms)
+
+
+def report_calls(args: argparse.Namespace) -> None:
+    device = torch.device(args.device)
+    versions = {"this tree": device_augment}
+    if args.baseline:
+        versions = {args.baseline: load_baseline(args.baseline), **versions}
+    cases = {}
+    for name, module in versions.items():
+        cases |= {(name, path): case for path, case in call_cases(module, device, args.batch).items()}
+    time_calls(cases, device, args.batches, args.rounds)
+    print(f"torch {torch.__version__}, {device}, {args.threads} threads, batch {args.batch} × 2 views of 32 px (CIFAR-10's)")
+    print("| version | path | tensor ops per call | CUDA kernels per call | ms per call |")
+    print("| --- | --- | ---: | ---: | ---: |")
+    for (name, path), case in cases.items():
+        if "error" in case:
+            print(f"| {name} | {path} | – | – | {case['error']} |")
+            continue
+        kernels = "–" if case["kernels_per_call"] is None else case["kernels_per_call"]
+        print(f"| {name} | {path} | {case['ops_per_call']} | {kernels} | {case['ms_per_call']:.2f} |")
+
+
+def report_fetch(args: argparse.Namespace) -> None:
+    dm = TextureDataModule(args.batch * 8, augmentation=ViewAugmentation(), batch_size=args.batch, num_workers=0)
+    data = UnaugmentedImages(dm.build_split("train"))
+    order = torch.randperm(len(data), generator=torch.Generator().manual_seed(0)).tolist()
+    batches = [[(0, 0, index) for index in order[i * args.batch : (i + 1) * args.batch]] for i in range(8)]
+    cases: dict[str, Callable[[list], Any]] = {
+        "item by item (a PIL image per sample)": lambda keys: collate_images([data[key] for key in keys]),
+        "one indexing of the array (__getitems__)": lambda keys: collate_images(data.__getitems__(keys)),
+    }
+    best = dict.fromkeys(cases, 0.0)
+    for _ in range(args.rounds):
+        for name, fetch in cases.items():
+            start = time.perf_counter()
+            for keys in batches[: args.batches]:
+                fetch(keys)
+            best[name] = max(best[name], args.batches * args.batch / (time.perf_counter() - start))
+    print(f"torch {torch.__version__}, one process, batch {args.batch} of CIFAR-like 32×32 images served as PIL")
+    print("| uint8 batches | images/s |")
+    print("| --- | ---: |")
+    for name, rate in best.items():
+        print(f"| {name} | {rate:,.0f} |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", nargs="+", default=["shapes", "cifar-like"], choices=["shapes", "cifar-like"])
@@ -147,8 +320,16 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--calls", action="store_true", help="one BatchViewAugmentation call: tensor ops, kernels, time")
+    parser.add_argument("--baseline", metavar="REV", help="with --calls: also the views of this git revision")
+    parser.add_argument("--device", default="cpu", help="with --calls: where the views are made")
+    parser.add_argument("--fetch", action="store_true", help="the device path's uint8 batches: PIL per sample vs one indexing")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    if args.calls:
+        return report_calls(args)
+    if args.fetch:
+        return report_fetch(args)
     size = args.batch * (args.batches + 2 + 2 * PREFETCH)
     print(f"torch {torch.__version__}, {args.threads} threads, CUDA: {torch.cuda.is_available()}, batch {args.batch}, 2 views")
     print("| data | path | images/s | / workers=2 |")

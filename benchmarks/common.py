@@ -1,19 +1,23 @@
 """Shared pieces of the benchmarks: a run built from a config as ``python -m ssl_app`` builds it,
-the bare training step on batches held in memory, and the real CIFAR-10 in torchvision's layout."""
+the bare training step on batches held in memory, the real CIFAR-10 in torchvision's layout, and an
+ImageNet-100-shaped folder of JPEGs."""
 
 from __future__ import annotations
 
+import multiprocessing
 import pickle
 import time
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 import torch
 from lightning import LightningDataModule, LightningModule
 from PIL import Image
 
+from datamodules.class_lists import read_class_list
+from datamodules.encoded_images import EncodedBatch
 from ssl_app.cli import SSLCLI, trainer_defaults
 from ssl_app.runtime import keep_freed_memory
 
@@ -34,14 +38,21 @@ def build_run(config_args: list[str]) -> SSLCLI:
     )
 
 
-def take_batches(loader: Iterable, count: int, datamodule: Any = None, views: int = 2) -> list[Any]:
+def take_batches(
+    loader: Iterable, count: int, datamodule: Any = None, views: int = 2, device: Optional[torch.device] = None
+) -> list[Any]:
     """The first ``count`` batches of ``loader``, in memory; with a ``datamodule`` whose views are
-    made on the device (``augment_on: device``), as training batches (its views already made)."""
+    made on the device (``augment_on: device``), as training batches (its views already made; files
+    decoded and views made on ``device``, the CPU by default, as the Trainer's hook does)."""
     batches = []
     device_views = getattr(datamodule, "augment_on", "workers") == "device"
     generator = torch.Generator().manual_seed(0)
     for batch in loader:
-        if device_views:
+        if device_views and isinstance(batch[0], EncodedBatch):
+            files, labels, indices = batch
+            on = torch.device("cpu") if device is None else device
+            batch = datamodule.device_views((files, labels.to(on, non_blocking=True), indices.to(on, non_blocking=True)), views)
+        elif device_views:
             images, labels, indices = batch
             batch = (datamodule.device_augmentation(images, views, generator=generator), labels, indices)
         batches.append(batch)
@@ -105,6 +116,31 @@ def cifar10_pickles(folder: Path, root: Path) -> Path:
     with open(target / "batches.meta", "wb") as handle:
         pickle.dump({"label_names": classes}, handle)
     return root
+
+
+def _write_jpegs(job: tuple[Path, int, int]) -> int:
+    """JPEGs of mixed sizes (each side 240–520 pixels, about ImageNet's): smooth colour fields with
+    noise, so they compress and decode like photographs rather than like pure noise."""
+    folder, first, count = job
+    rng = np.random.default_rng(first)
+    for index in range(first, first + count):
+        width, height = (int(x) for x in rng.integers(240, 521, size=2))
+        coarse = Image.fromarray(rng.integers(0, 256, (6, 8, 3), dtype=np.uint8)).resize((width, height), Image.BICUBIC)
+        pixels = np.asarray(coarse, dtype=np.int16) + rng.integers(-20, 21, (height, width, 3), dtype=np.int16)
+        Image.fromarray(pixels.clip(0, 255).astype(np.uint8)).save(folder / f"{index}.JPEG", quality=90)
+    return count
+
+
+def write_jpeg_tree(root: Path, per_class: int, processes: int) -> int:
+    """ImageNet-100's class folders in ``root/train`` (``per_class`` JPEGs each) and ``root/val`` (one
+    each), written by ``processes`` processes; returns the number of training images."""
+    jobs = []
+    for number, wnid in enumerate(read_class_list("imagenet100")):
+        for split, count in (("train", per_class), ("val", 1)):
+            (root / split / wnid).mkdir(parents=True)
+            jobs.append((root / split / wnid, number * 1000, count))
+    with multiprocessing.Pool(processes) as pool:
+        return sum(pool.map(_write_jpegs, jobs)) - len(jobs) // 2
 
 
 def trust_cifar_files() -> None:

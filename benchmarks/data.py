@@ -4,6 +4,8 @@ its bare training step on the same batches, side by side in one process.
     python benchmarks/data.py                                        # the quickstart
     python benchmarks/data.py --cifar10-folder DATA/cifar10          # + CIFAR-10 (memory bank, MoCo)
     python benchmarks/data.py --only quickstart --set data.init_args.augment_on=device
+    python benchmarks/data.py --jpeg-folder /tmp/jpegs --only imagenet100_memory_bank --loader-only \
+        --set data.init_args.num_workers=2 data.init_args.augment_on=device   # JPEGs decoded in the main process
 
 Each case is a shipped config, built exactly as ``python -m ssl_app fit --config ...`` builds it
 (``benchmarks/common.py``): its datamodule (default workers, augmentation, views per sample as
@@ -14,43 +16,62 @@ diagnostics off, as on 49 of 50 steps in the Trainer). The target is loader ≥ 
 workers keep ahead of the model even while sharing the cores with it. Rounds alternate loader and
 step. ``--cifar10-folder`` takes the image-folder tree of ``shared/data/get_cifar10.py`` and
 writes it once, beside it, in torchvision's CIFAR-10 layout (``benchmarks/common.py``).
+``--jpeg-folder`` is an ImageNet-100-shaped tree of 3,200 JPEGs of 240–520 px a side (written there
+once, as ``gpu_check.py``'s loader part writes it) for ``configs/imagenet100/memory_bank.yaml``;
+``--loader-only`` skips the step (a ResNet-50 step on a few CPU cores takes seconds).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import time
 from pathlib import Path
+from typing import Optional
 
-import torch
-from common import bare_step_rate, build_run, cifar10_pickles, take_batches, trust_cifar_files
+# As `python -m ssl_app` does: spinning OpenMP threads made the main process's batched views (augment_on:
+# device on the CPU) 6x slower beside the loader's workers (benchmarks/README.md, "Tuning notes").
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+import torch  # noqa: E402
+from common import bare_step_rate, build_run, cifar10_pickles, take_batches, trust_cifar_files, write_jpeg_tree
 
 CASES = {
     "quickstart": ["--config", "configs/quickstart.yaml"],
     "cifar10_memory_bank": ["--config", "configs/cifar10/memory_bank.yaml"],
     "cifar10_moco": ["--config", "configs/cifar10/moco.yaml"],
+    "imagenet100_memory_bank": ["--config", "configs/imagenet100/memory_bank.yaml"],
 }
 
 
-def loader_rate(datamodule, batches: int, views: int) -> tuple[float, list]:
+def loader_rate(datamodule, batches: int, views: int, device: Optional[torch.device] = None) -> tuple[float, list]:
     """Images per second of the train loader (timed from its first batch on) and its batches; with
-    ``augment_on: device``, the views made from each batch on the device count as loading."""
+    ``augment_on: device``, the views made from each batch on the device count as loading (on
+    ``device`` for image files decoded there; the CPU by default)."""
     loader = datamodule.train_dataloader()
     iterator = iter(loader)
-    first = take_batches([next(iterator)], 1, datamodule, views)[0]  # workers started, first batch delivered
+    first = take_batches([next(iterator)], 1, datamodule, views, device)[0]  # workers started, first batch delivered
+    synchronize(device)
     start = time.perf_counter()
-    taken = [first] + take_batches(iterator, batches, datamodule, views)
+    taken = [first] + take_batches(iterator, batches, datamodule, views, device)
+    synchronize(device)
     elapsed = time.perf_counter() - start
     images = sum(batch[1].shape[0] for batch in taken[1:])
     del iterator, loader  # stop the workers before the step is timed
     return images / elapsed, taken
 
 
+def synchronize(device: Optional[torch.device]) -> None:
+    if device is not None and device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
 def run_case(name: str, args: argparse.Namespace) -> None:
     config = ["fit", *CASES[name], *[f"--{item}" for item in args.set]]
     if name.startswith("cifar10"):
         config.append(f"--data.init_args.root={args.cifar10_root}")
+    if name.startswith("imagenet100"):
+        config.append(f"--data.init_args.root={args.jpeg_folder}")
     cli = build_run(config[1:] if config[0] == "fit" else config)
     model, datamodule = cli.model, cli.datamodule
     if name.endswith("memory_bank"):
@@ -63,14 +84,15 @@ def run_case(name: str, args: argparse.Namespace) -> None:
     for _ in range(args.rounds):
         rate, batches = loader_rate(datamodule, args.batches, model.train_views)
         loaders.append(rate)
-        steps.append(bare_step_rate(model, batches[1:]))
+        steps.append(float("nan") if args.loader_only else bare_step_rate(model, batches[1:]))
     loader, step = statistics.median(loaders), statistics.median(steps)
     ratios = [a / b for a, b in zip(loaders, steps)]
     print(
         f"{name}: {type(model).__name__}/{model.hparams['backbone']}, batch {datamodule.batch_size}, "
         f"{datamodule.num_workers} workers, views made on {datamodule.augment_on}, {model.train_views} view(s): "
         f"loader {loader:.0f} img/s, step {step:.0f} img/s, "
-        f"loader/step {statistics.median(ratios):.2f} (spread {min(ratios):.2f}–{max(ratios):.2f})"
+        f"loader/step {statistics.median(ratios):.2f} (spread {min(ratios):.2f}–{max(ratios):.2f}); "
+        f"loader per round: {', '.join(f'{rate:.0f}' for rate in loaders)} img/s"
     )
 
 
@@ -78,13 +100,24 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", nargs="*", choices=sorted(CASES), help="the cases to run (default: all that have data)")
     parser.add_argument("--cifar10-folder", type=Path, help="shared/data/get_cifar10.py's OUT/cifar10 folder")
+    parser.add_argument("--jpeg-folder", type=Path, help="an ImageNet-100-shaped tree of JPEGs (written there if absent)")
+    parser.add_argument("--loader-only", action="store_true", help="time the loader alone, not the step")
     parser.add_argument("--batches", type=int, default=20)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--set", nargs="*", default=[], help="extra config overrides, e.g. data.init_args.num_workers=2")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    cases = args.only or [name for name in CASES if args.cifar10_folder or not name.startswith("cifar10")]
+    cases = args.only or [
+        name
+        for name in CASES
+        if (args.cifar10_folder or not name.startswith("cifar10")) and (args.jpeg_folder or not name.startswith("imagenet100"))
+    ]
+    if any(name.startswith("imagenet100") for name in cases):
+        if args.jpeg_folder is None:
+            parser.error("the ImageNet-100 case needs --jpeg-folder")
+        if not (args.jpeg_folder / "train").is_dir():
+            write_jpeg_tree(args.jpeg_folder, 32, 2)
     if any(name.startswith("cifar10") for name in cases):
         if args.cifar10_folder is None:
             parser.error("the CIFAR-10 cases need --cifar10-folder")

@@ -27,8 +27,8 @@ same number of intra-op threads. Per step:
   contiguous``, what NHWC gains with it.
 - variants of ours (``--variants``), each timed in the same rounds and against ``reference``:
   ``stats_every_step`` (the diagnostics on every step), ``contiguous`` (NCHW), ``compile``
-  (``torch.compile`` of the backbones; compiled before timing), ``channels_last`` (NHWC: on a GPU
-  the default is NCHW) and ``channels_last_compile`` (both).
+  (``torch.compile`` of the backbones; compiled before timing), ``channels_last`` (NHWC: the
+  default on the CPU and CUDA anyway) and ``channels_last_compile`` (both).
 - ``--device cuda --precision bf16``: both sides on the GPU, forward and loss under bf16 autocast
   (as Lightning's ``bf16-mixed``); each timed round synchronises the device before reading the
   clock, and ``peak MB`` is the most memory the side's steps allocated on the device beyond what
@@ -194,6 +194,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--methods", nargs="+", default=["simclr", "moco"], choices=["simclr", "moco"])
     parser.add_argument("--backbone", default="small_cnn")
     parser.add_argument("--batch", type=int, default=256)
+    parser.add_argument("--size", type=int, default=32, help="image side in pixels (32: CIFAR; 224: ImageNet crops)")
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--threads", type=int, default=2)
@@ -211,11 +212,11 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     keep_freed_memory()
     torch.set_num_threads(args.threads)
-    batch = make_batch(args.batch, device=args.device)
+    batch = make_batch(args.batch, args.size, device=args.device)
     variants = list(dict.fromkeys(args.variants + (["contiguous"] if args.like_for_like else [])))
     print(
-        f"{args.backbone}, batch {args.batch}, {args.device}, precision {args.precision}, {args.threads} threads, "
-        f"{args.rounds} rounds × {args.steps} steps"
+        f"{args.backbone}, batch {args.batch} of {args.size} px, {args.device}, precision {args.precision}, "
+        f"{args.threads} threads, {args.rounds} rounds × {args.steps} steps"
     )
     record = {"settings": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}, "methods": {}}
     for kind in args.methods:

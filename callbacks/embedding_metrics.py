@@ -23,7 +23,7 @@ from callbacks.collapse import (
     LossEvidence,
     random_points_uniformity,
 )
-from callbacks.embedding_pass import embed_split, require_embedding_dataloader
+from callbacks.embedding_pass import embed_split, evaluation_mode, require_embedding_dataloader
 from callbacks.evaluation_figures import EvaluationFigures
 from callbacks.gather import SampleBuffer, Samples
 from callbacks.labels import missing_labels, say_skipped
@@ -365,7 +365,7 @@ class EmbeddingMetrics(Callback):
         views, labels, indices = batch
         embeddings = outputs.get("embeddings") if isinstance(outputs, Mapping) else None
         if embeddings is None:
-            with torch.no_grad(), trainer.precision_plugin.forward_context():
+            with evaluation_mode(pl_module), trainer.precision_plugin.forward_context():  # no grad, eager code
                 embeddings = [pl_module.embed(v) for v in views[:2]]
         if len(embeddings) < 2:
             raise ValueError(f"EmbeddingMetrics needs two views per sample, got {len(embeddings)}")

@@ -64,6 +64,18 @@ class SampleBuffer:
         self._features: list[Tensor] = []
         self._backbone: list[Tensor] = []
 
+    @classmethod
+    def holding(cls, samples: Samples, max_samples: Optional[int] = None) -> SampleBuffer:
+        """A buffer holding ``samples`` (of them, the rows below ``max_samples``): a pass served again."""
+        buffer = cls(max_samples)
+        if len(samples):
+            buffer._indices.append(samples.indices)
+            buffer._labels.append(samples.labels)
+            buffer._features.append(samples.features)
+            if samples.backbone is not None:
+                buffer._backbone.append(samples.backbone)
+        return buffer
+
     def keep_mask(self, indices: Tensor) -> Optional[Tensor]:
         """Bool mask of the rows to keep, or ``None`` when every row is kept."""
         return None if self.max_samples is None else indices < self.max_samples

@@ -31,8 +31,10 @@ class KNNMonitor(Callback):
     Every ``every_n_epochs`` validation epoch of ``fit`` (and on ``validate``/``test``) it embeds
     the train split (the bank) and the evaluation split (val; test during ``test``), one view
     each with the deterministic eval transform, through the datamodule's
-    ``embedding_dataloader``: each rank embeds a disjoint shard, the bank is gathered to every
-    rank, each rank classifies its own queries, and ``WeightedKNNAccuracy`` sums the counts
+    ``embedding_dataloader`` (or from the module's device, ``eval_on``; one pass per split and
+    evaluation, shared with the other callbacks: ``embed_split``): each rank embeds a disjoint
+    shard, the bank is gathered to every rank, each rank classifies its own queries, and
+    ``WeightedKNNAccuracy`` sums the counts
     over ranks. Each query's k most similar bank rows vote with weight ``exp(s/σ)``; the result
     is logged as ``metrics/knn_acc``. The module is in eval mode, without gradients, meanwhile.
     On data without labels (``labelled`` False: a folder of unlabelled images) it does nothing,
@@ -56,7 +58,8 @@ class KNNMonitor(Callback):
         max_train_samples: bank = the train samples with index < max_train_samples (``None``: all).
         features: ``projection``: the normalised embedding z (``pl_module.embed``);
             ``backbone``: the normalised backbone features ``pl_module(images)``.
-        batch_size: batch size of the embedding passes (default: the datamodule's).
+        batch_size: batch size of the embedding passes (default: the datamodule's ``eval_batch_size``;
+            a pass another callback already made at this evaluation is reused as it is).
         chunk_size: query rows per similarity block (default: 2^24 similarities per block).
         shot_groups: log the many/medium/few-shot kNN accuracies (when the datamodule has class counts).
         tail_k: neighbours of the per-class vote behind the groups (``null``: ``k``'s vote).

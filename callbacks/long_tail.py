@@ -8,7 +8,7 @@ import lightning as L
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 
-from callbacks.embedding_pass import evaluation_mode
+from callbacks.embedding_pass import device_images, evaluation_mode, inference_batch_size
 from callbacks.labels import missing_labels, say_skipped
 from ssl_app.checks import check_optional_int
 from ssl_app.errors import ConfigError
@@ -43,8 +43,9 @@ class LongTailAccuracy(Callback):
       ``datamodules`` class has both).
 
     Its own pass, once per evaluation: the split through the eval pipeline (clean images, as
-    the literature measures, not the validation loop's augmented views), the model in eval mode
-    without gradients, each DDP rank a disjoint shard (no DistributedSampler padding), the
+    the literature measures, not the validation loop's augmented views; from the module's device
+    when the datamodule keeps the split there, ``eval_on``), the model in eval mode, without
+    gradients or compiled code, each DDP rank a disjoint shard (no DistributedSampler padding), the
     per-class counts summed over ranks (``ClassAccuracy``): the values equal the single-process
     ones. The split is the datamodule's ``classification_split`` unless ``split`` says otherwise:
     ``val`` of a contrastive datamodule (CIFAR: the test set), ``test`` of
@@ -54,7 +55,7 @@ class LongTailAccuracy(Callback):
         many_shot_above: classes with more training images than this are many-shot (100).
         few_shot_below: classes with fewer training images than this are few-shot (20).
         split: ``val`` or ``test`` during fit/validate (``None``: the datamodule's ``classification_split``).
-        batch_size: batch size of the pass (default: the datamodule's).
+        batch_size: batch size of the pass (default: the datamodule's ``eval_batch_size``).
     """
 
     def __init__(
@@ -113,19 +114,25 @@ class LongTailAccuracy(Callback):
         if self.skipped:
             return {}
         num_classes = self.num_classes
-        loader = trainer.datamodule.classification_dataloader(
-            split, batch_size=self.batch_size, rank=trainer.global_rank, world_size=trainer.world_size
-        )
-        metric = ClassAccuracy(num_classes).to(pl_module.device)
+        datamodule, device = trainer.datamodule, pl_module.device
+        batch_size = self.batch_size or inference_batch_size(datamodule, device)
+        kept = device_images(datamodule, split, device)
+        if kept is not None:  # the split on the device (eval_on): the same images, no workers
+            loader = ((images, labels) for images, labels, _ in kept.batches(batch_size, trainer.global_rank, trainer.world_size))
+        else:
+            loader = datamodule.classification_dataloader(
+                split, batch_size=batch_size, rank=trainer.global_rank, world_size=trainer.world_size
+            )
+        metric = ClassAccuracy(num_classes).to(device)
         with evaluation_mode(pl_module), trainer.precision_plugin.forward_context():
             for inputs, labels in loader:
-                logits = pl_module.class_logits(inputs.to(pl_module.device, non_blocking=True))
+                logits = pl_module.class_logits(inputs.to(device, non_blocking=True))
                 if logits.dim() != 2 or logits.shape[1] != num_classes:
                     raise ConfigError(
                         f"LongTailAccuracy: {type(pl_module).__name__}.class_logits gave shape {tuple(logits.shape)}, "
                         f"but the datamodule has {num_classes} classes"
                     )
-                metric.update(logits.float(), labels)
+                metric.update(logits.float(), labels.to(device, non_blocking=True))
         correct, total = metric.compute()  # summed over the ranks
         values = group_accuracies(correct, total, self.groups)
         unseen = [name for name, classes in self.groups.items() if classes and name not in values]

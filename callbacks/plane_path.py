@@ -19,6 +19,8 @@ from typing import Any
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from callbacks.plots import fixed_margins
+
 #: The fixed uniformity axis: [0, 2t] at t = 2.
 UNIFORMITY_RANGE = (0.0, 4.0)
 PLANE_PATH_TAG = "figures/uniformity_tolerance_path"
@@ -74,5 +76,5 @@ class PlanePath:
         axes.grid(alpha=0.3)
         axes.legend(loc="upper right", fontsize="small")
         axes.set_title(title, fontsize="small")
-        figure.tight_layout()
+        fixed_margins(figure, left=0.13, bottom=0.12, top=0.88)
         return figure

@@ -1,4 +1,4 @@
-"""TensorBoard's embedding projector (``ssl_app.projector``) at the end of ``fit``: a fixed, seeded
+"""TensorBoard's embedding projector (``ssl_app.projector``) at the end of training: a fixed, seeded
 subset of evaluation images with their embeddings, labels and thumbnails (``add_embedding``).
 
     <log_dir>/projector_config.pbtxt            which embeddings there are (TensorBoard reads it)
@@ -13,13 +13,20 @@ from typing import Literal
 
 import lightning as L
 import torch
-import torch.nn.functional as F
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor
 
-from callbacks.embedding_pass import evaluation_mode, require_embedding_dataloader
+from callbacks.embedding_pass import (
+    PassRequest,
+    cached_pass,
+    device_images,
+    encoder,
+    evaluation_mode,
+    inference_batch_size,
+    require_embedding_dataloader,
+)
 from callbacks.plots import find_tensorboard
 from ssl_app.errors import ConfigError
 from ssl_app.projector import (
@@ -33,8 +40,9 @@ from ssl_app.projector import (
 
 
 class EmbeddingProjector(Callback):
-    """At the end of ``fit`` (and of ``validate``/``test`` with ``on_evaluate``), write
-    ``max_samples`` images of ``split`` to TensorBoard's projector as ``projector_<split>``.
+    """At the end of training in ``fit`` (``on_train_end``: the model still on its device; and at
+    the end of ``validate``/``test`` with ``on_evaluate``), write ``max_samples`` images of ``split``
+    to TensorBoard's projector as ``projector_<split>``.
 
     The subset is fixed (``projector_subset``: seeded, the same in every run of the data), its
     images embedded by the clean (evaluation) transform through ``pl_module.embed`` (or the
@@ -42,6 +50,12 @@ class EmbeddingProjector(Callback):
     index in its split, so rows align with any other output); thumbnails ``thumbnail_size`` pixels
     square. Only global rank 0 embeds and writes (no collective: the other ranks are not waited
     for). Needs a TensorBoardLogger (warned once, else nothing written).
+
+    What it costs: in one process, when the last evaluation embedded the split and the weights have
+    not changed since (the kNN and metric callbacks' clean pass, ``embed_split``'s cache), no forward
+    pass at all; else only the subset's images are embedded when the datamodule keeps the split on the
+    device (``eval_on``), and the split is read through its embedding dataloader only on the worker
+    path. Never through compiled code (``evaluation_mode``).
 
     Args:
         enabled: ``false`` writes nothing (the documented way to turn it off in a config).
@@ -85,7 +99,8 @@ class EmbeddingProjector(Callback):
         if self.enabled:  # fail before training, not after it
             require_embedding_dataloader(trainer, "EmbeddingProjector (or set enabled: false)")
 
-    def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        # Not on_fit_end: Lightning's teardown has then moved the model to the CPU.
         self.write(trainer, pl_module)
 
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
@@ -112,16 +127,42 @@ class EmbeddingProjector(Callback):
         chosen = projector_subset(len(datamodule.dataset(self.split)), self.max_samples, self.seed)
         augmentation = getattr(datamodule, "augmentation", None)
         mean, std = getattr(augmentation, "mean", None), getattr(augmentation, "std", None)
-        rows: list[tuple[Tensor, Tensor, Tensor, Tensor]] = []
+        cached = self._cached_rows(trainer, pl_module, chosen)
+        embed = encoder(pl_module, self.features)
+        rows: list[tuple[Tensor | None, Tensor, Tensor, Tensor]] = []
         with evaluation_mode(pl_module), trainer.precision_plugin.forward_context():
-            for views, labels, indices in datamodule.embedding_dataloader(self.split, views=1, augment=False):
-                keep = torch.isin(indices, chosen)
-                if not keep.any():
-                    continue
-                images = views[0][keep]
-                batch = images.to(pl_module.device)
-                z = pl_module.embed(batch) if self.features == "projection" else F.normalize(pl_module(batch), dim=1)
-                small = thumbnails(images, self.thumbnail_size, mean, std)
-                rows.append((z.float().cpu(), labels[keep].cpu(), indices[keep].cpu(), small))
-        embeddings, labels, indices, images = (torch.cat(part) for part in zip(*rows))
+            for images, labels, indices in self._subset_batches(datamodule, chosen, pl_module.device):
+                z = None if cached is not None else embed(images.to(pl_module.device)).float().cpu()
+                rows.append((z, labels.cpu(), indices.cpu(), thumbnails(images, self.thumbnail_size, mean, std)))
+        embeddings = cached.float().cpu() if cached is not None else torch.cat([z for z, *_ in rows])
+        labels, indices, images = (torch.cat(part) for part in list(zip(*rows))[1:])
         return embeddings, labels, indices, images
+
+    def _subset_batches(self, datamodule, chosen: Tensor, device: torch.device):
+        """``(eval-transform images, labels, indices)`` of the subset, in index order: from the
+        datamodule's device images (``eval_on``) in batches of its ``inference_batch_size``, else
+        the subset's rows of each batch of the split's embedding dataloader (the worker path)."""
+        kept = device_images(datamodule, self.split, device)
+        if kept is not None:
+            for part in chosen.split(inference_batch_size(datamodule, device) or len(chosen)):
+                images, labels = kept.select(part)
+                yield images, labels, part
+            return
+        for views, labels, indices in datamodule.embedding_dataloader(self.split, views=1, augment=False):
+            keep = torch.isin(indices, chosen)
+            if keep.any():
+                yield views[0][keep], labels[keep], indices[keep]
+
+    def _cached_rows(self, trainer: L.Trainer, pl_module: L.LightningModule, chosen: Tensor) -> Tensor | None:
+        """The subset's embeddings from the last evaluation's clean pass over the whole split, when
+        it is current and this is the only process (a rank's pass holds only its shard)."""
+        if trainer.world_size != 1:
+            return None
+        found = cached_pass(trainer, pl_module, self.split, 1, False, PassRequest(self.features, False, None))
+        if found is None:
+            return None
+        rows = found.local()
+        keep = torch.isin(rows.indices, chosen.to(rows.indices.device))
+        if int(keep.sum()) != len(chosen):
+            return None
+        return rows.view_features(0)[keep]  # rows are in index order, as ``chosen`` is

@@ -13,6 +13,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from torch import Tensor
 
+from callbacks.plots import fixed_margins, plain_log_labels
 from ssl_app.metrics.rank import SPECTRUM_FLOOR, power_law_exponent, singular_values, spectrum_effective_rank
 
 SPECTRUM_TAG = "figures/singular_value_spectrum"
@@ -48,6 +49,8 @@ def spectrum_figure(spectra: dict[str, Tensor], title: str) -> Figure:
         axes.plot(ranks, relative, color=colour, label=f"{name} (d={relative.size}): α={alpha:.2f}, eff. rank {erank:.1f}")
     axes.set_xscale("log")
     axes.set_yscale("log")
+    plain_log_labels(axes.xaxis)
+    plain_log_labels(axes.yaxis)
     axes.set_xlim(1, max(widest, 2))
     axes.set_ylim(SPECTRUM_FLOOR, 1.5)
     axes.set_xlabel("rank i")
@@ -55,5 +58,5 @@ def spectrum_figure(spectra: dict[str, Tensor], title: str) -> Figure:
     axes.grid(alpha=0.3, which="both")
     axes.legend(loc="lower left", fontsize="small")
     axes.set_title(title, fontsize="small")
-    figure.tight_layout()
+    fixed_margins(figure, left=0.17, bottom=0.13)
     return figure

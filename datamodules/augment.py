@@ -184,15 +184,27 @@ class ViewAugmentation:
         return [self.query_transform(), *[self.train_transform()] * (num_views - 1)]
 
     def eval_transform(self) -> v2.Compose:
-        """The deterministic pipeline: resize the shorter side, centre-crop, normalise."""
+        """The deterministic pipeline: resize the shorter side, centre-crop, normalise (in two
+        halves: :meth:`eval_crop_transform`, then :meth:`eval_normalise_transform`)."""
+        return v2.Compose([*self._eval_crop_steps(), *self._to_normalised_tensor()])
+
+    def eval_crop_transform(self) -> v2.Compose:
+        """The eval pipeline's first half, image by image: resize the shorter side to
+        ``crop_size / eval_crop_fraction``, centre-crop ``crop_size``, as a uint8 ``[3, crop, crop]``
+        tensor (what a device cache of evaluation images holds, ``datamodules.eval_images``)."""
+        return v2.Compose([*self._eval_crop_steps(), v2.ToImage(), v2.ToPureTensor()])
+
+    def eval_normalise_transform(self) -> v2.Compose:
+        """The eval pipeline's second half, for one uint8 image or a batch ``[B, 3, H, W]`` on any
+        device: scale to [0, 1] and normalise with ``mean``/``std`` (elementwise, so a batch gets
+        exactly what each of its images would)."""
+        self._require_settled()
+        return v2.Compose(self._to_normalised_tensor())
+
+    def _eval_crop_steps(self) -> list[v2.Transform]:
         self._require_settled()
         resize = int(math.floor(self.crop_size / self.eval_crop_fraction + 1e-6))
-        steps: list[v2.Transform] = [
-            v2.Resize(resize, antialias=True),
-            v2.CenterCrop(self.crop_size),
-            *self._to_normalised_tensor(),
-        ]
-        return v2.Compose(steps)
+        return [v2.Resize(resize, antialias=True), v2.CenterCrop(self.crop_size)]
 
     def _to_normalised_tensor(self) -> list[v2.Transform]:
         return [

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import warnings
 from collections.abc import Callable
-from typing import Any, Literal, Optional, get_args
+from typing import Any, Literal, Optional, Union, get_args
 
 import torch
 from lightning import LightningDataModule
@@ -14,6 +14,7 @@ from lightning.pytorch.utilities import rank_zero_info
 from torch.utils.data import DataLoader, Dataset, Subset
 
 from datamodules.augment import ViewAugmentation
+from datamodules.decoded_views import encoded_views
 from datamodules.device_augment import (
     AugmentingCollate,
     BatchViewAugmentation,
@@ -21,6 +22,9 @@ from datamodules.device_augment import (
     check_one_size,
     collate_images,
 )
+from datamodules.encoded_images import EncodedBatch, collate_encoded
+from datamodules.eval_images import EvalImageCache, EvalImages, EvalOn, check_eval_options, resolve_eval_batch_size
+from datamodules.keyed_draws import ViewKeys
 from datamodules.long_tail import (
     check_imbalance_factor,
     class_counts,
@@ -33,6 +37,7 @@ from datamodules.multiview import Labelled, MultiViewDataset
 from datamodules.resumable import ResumableDataLoader, ResumableDistributedSampler
 from ssl_app.checks import AtLeastOne, PositiveInt, check, check_int
 from ssl_app.errors import ConfigError
+from ssl_app.workers import loader_options
 
 Split = Literal["train", "val", "test"]
 #: Where the training views are made: in the DataLoader workers (PIL), or on the batch's device.
@@ -40,6 +45,8 @@ AugmentOn = Literal["workers", "workers_batched", "device"]
 #: Training views per sample when the method does not say (``train_views``): SimCLR and MoCo use 2.
 DEFAULT_TRAIN_VIEWS = 2
 SPLITS: tuple[str, ...] = get_args(Split)
+#: The epoch word of the validation/test views' keys on the device: no training epoch reaches it.
+EVALUATION_EPOCH = 2**32 - 1
 #: The most DataLoader workers per process that ``num_workers: null`` gives.
 MAX_DEFAULT_WORKERS = 4
 
@@ -101,9 +108,16 @@ class ContrastiveDataModule(LightningDataModule):
     :meth:`on_after_batch_transfer` makes the views on the device the batch was moved to
     (:class:`~datamodules.device_augment.BatchViewAugmentation`, same settings and distributions as
     the worker path), so the training batch the method sees has the same form. All training images
-    must then share one size. Validation, test and embedding loaders keep the worker path (their
-    views are a fixed function of ``(val_seed, index)``). The hook runs only when the datamodule
-    is handed to the Trainer (as the CLI does).
+    must then share one size, except for a datamodule whose :meth:`training_files` gives files
+    (``ImageFolderDataModule``): its workers only read them, and the device decodes JPEGs in
+    batches and crops each image at its own size (``datamodules.decoded_views``). The validation
+    and test views are then made on the device too, from uint8 batches the workers only load (when
+    the split's images share one size; else in the workers): two views keyed ``(val_seed,
+    EVALUATION_EPOCH, index)``, a fixed function of the sample as on the worker path (other draws
+    than the PIL path's, from the same distributions). The hook runs only when the datamodule is
+    handed to the Trainer (as the CLI does).
+
+    The evaluation passes read clean images from the module's device when ``eval_on`` allows (:meth:`eval_images`).
 
     Args:
         batch_size: samples per batch and per process.
@@ -117,7 +131,12 @@ class ContrastiveDataModule(LightningDataModule):
         augment_on: ``workers``: the training views are made in the DataLoader workers, image by
             image (PIL); ``workers_batched``: in the workers, a whole batch at once with tensor ops
             (the CPU's fastest: benchmarks/README.md); ``device``: on the training batch's device,
-            batched (for GPU runs on small images, where CPU workers cannot keep up).
+            batched (for GPU runs, where CPU workers cannot keep up; image folders: JPEGs decoded there);
+            the validation and test views are then made there too (``val_dataloader``).
+        eval_on, eval_batch_size: where the evaluation passes' images are made (``device``: kept
+            on the module's device; ``workers``; ``auto``: ``device`` when they fit) and in what
+            batches (``auto``: ``batch_size`` on the CPU, as large as memory allows on a GPU):
+            ``datamodules.eval_images``.
     """
 
     #: The split a classifier's accuracy is measured on during ``fit`` (balanced, unlike train).
@@ -135,6 +154,8 @@ class ContrastiveDataModule(LightningDataModule):
         imbalance_factor: AtLeastOne = 1.0,
         imbalance_seed: int = 0,
         augment_on: AugmentOn = "workers",
+        eval_on: EvalOn = "auto",
+        eval_batch_size: Union[int, Literal["auto"]] = "auto",
     ) -> None:
         super().__init__()
         name = type(self).__name__
@@ -162,6 +183,8 @@ class ContrastiveDataModule(LightningDataModule):
         self.val_seed = val_seed
         self.pin_memory = torch.cuda.is_available() if pin_memory is None else pin_memory
         self.augment_on = augment_on
+        self.eval_on, self.eval_batch_size = check_eval_options(eval_on, eval_batch_size, name)
+        self._eval_images = EvalImageCache(self.eval_on)
         self._datasets: dict[str, Dataset] = {}
         self._train_counts: Optional[list[int]] = None
         self._device_augmentation: Optional[BatchViewAugmentation] = None
@@ -286,10 +309,14 @@ class ContrastiveDataModule(LightningDataModule):
         return check(PositiveInt, views, f"{type(self).__name__}: the method's train_views")
 
     def train_dataloader(self) -> ResumableDataLoader:
-        data: Dataset
-        if self.augment_on in ("device", "workers_batched"):
+        data: Optional[Dataset] = self.training_files() if self.augment_on == "device" else None
+        collate: Optional[Callable[[list[Any]], Any]] = None
+        if data is not None:  # files decoded on the device, of any size
+            collate = collate_encoded
+        elif self.augment_on in ("device", "workers_batched"):
             data = UnaugmentedImages(self.dataset("train"))
             check_one_size(data, type(self).__name__)
+            collate = collate_images if self.augment_on == "device" else AugmentingCollate(self.augmentation, self.train_views())
         else:
             views = self.train_views()
             data = MultiViewDataset(self.dataset("train"), self.augmentation.view_transforms(views), num_views=views)
@@ -300,10 +327,6 @@ class ContrastiveDataModule(LightningDataModule):
                 f"{type(self).__name__}: batch_size {self.batch_size} is larger than the train split "
                 f"per process ({len(data)} samples / {world_size} process(es)); lower batch_size"
             )
-        collate = {
-            "device": collate_images,
-            "workers_batched": AugmentingCollate(self.augmentation, self.train_views()),
-        }.get(self.augment_on)
         options = self._loader_options(drop_last=True, collate_fn=collate)
         self._train_sampler = sampler = self._train_sampler_for(data)
         with warnings.catch_warnings():
@@ -328,16 +351,38 @@ class ContrastiveDataModule(LightningDataModule):
         return ResumableDistributedSampler(data, shuffle=True, seed=seed, keyed=True, **shards)
 
     # --- views on the device (augment_on: device) --------------------------------------------
-    def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
-        """Training batches of ``augment_on: device``: uint8 images -> ``(views, labels, indices)``.
+    def training_files(self) -> Optional[Dataset]:
+        """The training set as files for ``augment_on: device`` to decode on the device
+        (``datamodules.encoded_images``), or None: images decoded in the workers, of one size."""
+        return None
 
-        Lightning calls this on every batch once it is on the device; validation and sanity-check
-        batches (``trainer.training`` is false) already hold their views and pass through.
+    def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+        """Batches of ``augment_on: device`` -> ``(views, labels, indices)``.
+
+        Lightning calls this on every batch once it is on the device. Training batches get the
+        method's ``train_views`` keyed ``(seed, epoch, index)``; validation, test and sanity-check
+        batches of uint8 images (``val_dataloader``) get two views keyed ``(val_seed,
+        EVALUATION_EPOCH, index)``; batches that already hold their views pass through.
         """
-        if self.augment_on != "device" or self.trainer is None or not self.trainer.training:
+        if self.augment_on != "device" or self.trainer is None:
             return batch
+        if self.trainer.training:
+            return self.device_views(batch, self.train_views())
         images, labels, indices = batch
-        views = self.device_augmentation(images, self.train_views(), keys=self.view_keys(indices))
+        if not isinstance(images, torch.Tensor):  # views made in the workers
+            return batch
+        return self.device_augmentation(images, 2, keys=self.evaluation_view_keys(indices)), labels, indices
+
+    def device_views(self, batch: Any, num_views: int) -> tuple[list[torch.Tensor], torch.Tensor, torch.Tensor]:
+        """``(views, labels, indices)`` of a training batch of ``augment_on: device``, the views made
+        on the device of ``indices``: from uint8 images ``[B, 3, H, W]``, or from an
+        ``EncodedBatch`` of files (:meth:`training_files`) decoded there."""
+        images, labels, indices = batch
+        if isinstance(images, EncodedBatch):  # left on the host by the transfer: decode_jpeg reads host memory
+            keys = self.view_keys(images.indices)
+            views = encoded_views(images, self.device_augmentation, num_views, indices.device, keys)
+        else:
+            views = self.device_augmentation(images, num_views, keys=self.view_keys(indices))
         return views, labels, indices
 
     @property
@@ -347,19 +392,37 @@ class ContrastiveDataModule(LightningDataModule):
             self._device_augmentation = BatchViewAugmentation(self.augmentation)
         return self._device_augmentation
 
-    def view_keys(self, indices: torch.Tensor) -> torch.Tensor:
-        """The keys ``(seed, epoch, index)`` int64 ``[B, 3]`` of a training batch's device views, on
-        the indices' device: the seed and epoch of the sampler that drew the batch (restored from a
-        checkpoint on resume), so the views are those the worker paths would key, in any process."""
+    def view_keys(self, indices: torch.Tensor) -> ViewKeys:
+        """The keys ``(seed, epoch, index)`` of a training batch's device views: the seed and epoch
+        (ints) of the sampler that drew the batch (restored from a checkpoint on resume) and the
+        indices, so the views are those the worker paths would key, in any process."""
         sampler = self._train_sampler
         seed, epoch = (sampler.seed, sampler.epoch) if sampler is not None else (int(os.getenv("PL_GLOBAL_SEED", 0)), 0)
-        return torch.stack((torch.full_like(indices, seed), torch.full_like(indices, epoch), indices), dim=1)
+        return ViewKeys(int(seed), int(epoch), indices)
+
+    def evaluation_view_keys(self, indices: torch.Tensor) -> ViewKeys:
+        """The keys ``(val_seed, EVALUATION_EPOCH, index)`` of a validation/test batch's device views:
+        a fixed function of the sample, in any process, never a training view's key."""
+        return ViewKeys(int(self.val_seed), EVALUATION_EPOCH, indices)
 
     def val_dataloader(self) -> DataLoader:
-        return self._loader(self._deterministic_views("val"), shuffle=False, drop_last=False)
+        return self._evaluation_loader("val")
 
     def test_dataloader(self) -> DataLoader:
-        return self._loader(self._deterministic_views("test"), shuffle=False, drop_last=False)
+        return self._evaluation_loader("test")
+
+    def _evaluation_loader(self, split: Split) -> DataLoader:
+        """Two views per sample, a fixed function of ``(val_seed, index)``: made in the workers, or
+        (``augment_on: device``, images of one size) on the device, by ``on_after_batch_transfer``."""
+        if self.augment_on == "device":
+            images = UnaugmentedImages(self.dataset(split))
+            try:
+                check_one_size(images, type(self).__name__)
+            except ConfigError:  # photos of many sizes: the workers crop them
+                pass
+            else:
+                return self._loader(images, shuffle=False, drop_last=False, collate_fn=collate_images)
+        return self._loader(self._deterministic_views(split), shuffle=False, drop_last=False)
 
     def embedding_dataloader(
         self,
@@ -396,6 +459,18 @@ class ContrastiveDataModule(LightningDataModule):
         if world_size > 1:
             data = Subset(data, range(rank, len(data), world_size))  # type: ignore[arg-type]
         return self._loader(data, shuffle=False, drop_last=False, batch_size=batch_size, persistent=False)
+
+    def eval_images(self, split: Split, device: torch.device) -> Optional[EvalImages]:
+        """``split``'s images on ``device`` for the evaluation passes (``eval_on``;
+        ``datamodules.eval_images``), built when first asked for; ``None``: use
+        :meth:`embedding_dataloader` / :meth:`classification_dataloader` (the worker path)."""
+        options = self._loader_options(drop_last=False, batch_size=max(self.batch_size, 256), persistent=False)
+        return self._eval_images.get(split, self.dataset(split), self.augmentation, torch.device(device), options)
+
+    def inference_batch_size(self, device: torch.device) -> int:
+        """The evaluation passes' batch size on ``device`` (``eval_batch_size``)."""
+        crop = self.augmentation.crop_size or 224
+        return resolve_eval_batch_size(self.eval_batch_size, self.batch_size, crop, torch.device(device))
 
     def classification_dataloader(
         self, split: Split, *, batch_size: Optional[int] = None, rank: int = 0, world_size: int = 1
@@ -446,6 +521,7 @@ class ContrastiveDataModule(LightningDataModule):
             # Callbacks' one-off loaders would otherwise keep idle workers alive all run long.
             persistent_workers=persistent and workers > 0,
             collate_fn=collate_fn,
+            **loader_options(workers),  # they leave the stop signals to this process, and never inherit CUDA
         )
 
 

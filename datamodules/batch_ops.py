@@ -10,12 +10,22 @@ single-image op with the same parameter.
 
 from __future__ import annotations
 
+import functools
+from typing import Optional
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
 # rgb_to_grayscale's weights for tensors (ITU-R 601-2 luma, as torchvision rounds them).
 GRAY_WEIGHTS = (0.2989, 0.587, 0.114)
+
+
+@functools.lru_cache(maxsize=64)
+def constant(values: tuple[float, ...], device: torch.device, dtype: torch.dtype, shape: tuple[int, ...] = (-1,)) -> Tensor:
+    """``values`` as a tensor of ``shape`` on ``device``, made once per process: a tensor built from
+    host numbers in every call would be a host-to-device copy (and on CUDA a wait) per call. Read-only."""
+    return torch.tensor(values, device=device, dtype=dtype).view(shape)
 
 
 def _per_image(values: Tensor) -> Tensor:
@@ -32,32 +42,40 @@ def resize_weights(start: Tensor, length: Tensor, size: int, input_size: int) ->
     weigh 0, and each row is normalised to sum 1. Upscaling is thus plain bilinear with the span's
     edge pixels repeated; downscaling is a triangle filter as wide as two output pixels.
     """
-    start, length = start.view(-1, 1, 1), length.view(-1, 1, 1)
+    start, length = start.reshape(-1, 1, 1), length.reshape(-1, 1, 1)
     scale = length / size
-    centre = (torch.arange(size, device=start.device, dtype=start.dtype).view(1, -1, 1) + 0.5) * scale
-    offset = torch.arange(input_size, device=start.device, dtype=start.dtype).view(1, 1, -1) - start  # j
-    weights = (1.0 - (offset + 0.5 - centre).abs() / scale.clamp(min=1.0)).clamp(min=0.0)
-    weights = weights * ((offset >= 0) & (offset < length))
+    device, dtype = start.device, start.dtype
+    centre = constant(tuple(i + 0.5 for i in range(size)), device, dtype, (1, -1, 1)) * scale
+    offset = constant(tuple(j + 0.5 for j in range(input_size)), device, dtype, (1, 1, -1)) - start  # j + ½ in the span
+    weights = (1.0 - (offset - centre).abs_() / scale.clamp(min=1.0)).clamp_(min=0.0)
+    weights = weights * ((offset > 0) & (offset < length))  # j + ½ in (0, length): the whole pixels of the span
     return weights / weights.sum(dim=2, keepdim=True)
 
 
-def resized_crop(images: Tensor, boxes: Tensor, size: int) -> Tensor:
+def resized_crop(images: Tensor, boxes: Tensor, size: int, flip: Optional[Tensor] = None) -> Tensor:
     """Crop ``boxes`` out of ``images`` and resize each crop to ``size × size``: ``F.resized_crop``
-    with ``antialias=True`` (bilinear).
+    with ``antialias=True`` (bilinear), then mirrored where ``flip`` is set.
 
     ``images`` is ``[N, C, H, W]``; ``boxes`` is ``[..., N, 4]`` as ``(left, top, width, height)`` in
     whole pixels, one box per image (leading dimensions: several crops of each image, without
-    copying the images); the result is ``[..., N, C, size, size]``. The crop-and-resize is linear
-    and separable, so it is two batched matrix products, ``rows @ image @ columnsᵀ``, with the
-    weights of :func:`resize_weights`: torchvision's tensor resampling (to float precision; with
-    TF32 matmuls allowed on a GPU, to about 1e-3), including the antialiasing of crops larger than
-    ``size``, and PIL's (the worker path) to within one 8-bit level.
+    copying the images); ``flip`` is bool ``[..., N]`` or ``None``; the result is ``[..., N, C, size, size]``.
+    The crop-and-resize is linear and separable, so it is two batched matrix products,
+    ``rows @ image @ columnsᵀ``, with the weights of :func:`resize_weights` (a flip reverses the
+    columns' rows, which mirrors the output exactly): torchvision's tensor resampling (to float
+    precision; with TF32 matmuls allowed on a GPU, to about 1e-3), including the antialiasing of
+    crops larger than ``size``, and PIL's (the worker path) to within one 8-bit level.
     """
     _, _, height, width = images.shape
     lead = boxes.shape[:-1]
     left, top, box_width, box_height = boxes.to(images.dtype).reshape(-1, 4).unbind(1)
-    rows = resize_weights(top, box_height, size, height).view(*lead, 1, size, height)
-    columns = resize_weights(left, box_width, size, width).view(*lead, 1, size, width)
+    if height == width:  # both axes' weights at once (the usual square images): half the kernels
+        weights = resize_weights(torch.stack((top, left), 1), torch.stack((box_height, box_width), 1), size, height)
+        rows, columns = weights.view(-1, 2, size, height).unbind(1)
+    else:
+        rows, columns = resize_weights(top, box_height, size, height), resize_weights(left, box_width, size, width)
+    if flip is not None:
+        columns = torch.where(flip.reshape(-1, 1, 1), columns.flip(1), columns)
+    rows, columns = rows.view(*lead, 1, size, height), columns.view(*lead, 1, size, width)
     return rows @ images @ columns.transpose(-1, -2)
 
 
@@ -68,13 +86,12 @@ def horizontal_flip(images: Tensor, flip: Tensor) -> Tensor:
 
 def grayscale(images: Tensor) -> Tensor:
     """Luma ``0.2989 R + 0.587 G + 0.114 B``, ``[N, 1, H, W]``."""
-    r, g, b = images.unbind(1)
-    return (GRAY_WEIGHTS[0] * r + GRAY_WEIGHTS[1] * g + GRAY_WEIGHTS[2] * b).unsqueeze(1)
+    return (images * constant(GRAY_WEIGHTS, images.device, images.dtype, (1, 3, 1, 1))).sum(dim=1, keepdim=True)
 
 
 def to_grayscale(images: Tensor, convert: Tensor) -> Tensor:
     """Replace the images where ``convert`` (bool ``[N]``) is set by their luma, kept 3-channel."""
-    return torch.where(_per_image(convert), grayscale(images).expand_as(images), images)
+    return torch.where(_per_image(convert), grayscale(images), images)
 
 
 def blend_colour(images: Tensor, scale: Tensor, gray_weight: Tensor, mean_weight: Tensor) -> Tensor:
@@ -83,12 +100,12 @@ def blend_colour(images: Tensor, scale: Tensor, gray_weight: Tensor, mean_weight
     Brightness, contrast and saturation are all this blend (torchvision's ``_blend``) with one
     factor ``f``: brightness ``(f, 0, 0)``; contrast ``(f, 0, 1 − f)`` (towards the mean luma of
     the image); saturation ``(f, 1 − f, 0)`` (towards the pixel's luma); ``(1, 0, 0)`` leaves the
-    image as it is. One call thus applies a different one of them to every image.
+    image as it is. One call thus applies a different one of them to every image (in 7 kernels).
     """
     gray = grayscale(images)
-    mean = gray.mean(dim=(1, 2, 3), keepdim=True)
-    out = _per_image(scale) * images + _per_image(gray_weight) * gray + _per_image(mean_weight) * mean
-    return out.clamp_(0.0, 1.0)
+    mean = gray.mean(dim=(2, 3), keepdim=True)
+    offset = torch.addcmul(_per_image(mean_weight) * mean, _per_image(gray_weight), gray)
+    return torch.addcmul(offset, _per_image(scale), images).clamp_(0.0, 1.0)
 
 
 def adjust_brightness(images: Tensor, factor: Tensor) -> Tensor:
@@ -112,19 +129,24 @@ def adjust_hue(images: Tensor, shift: Tensor) -> Tensor:
 
     In HSV terms (torchvision's RGB -> HSV -> RGB, in closed form): with ``V = max``, spread
     ``Δ = max − min`` and the hue in sixths of a turn ``h = (g − b)/Δ``, ``2 + (b − r)/Δ`` or
-    ``4 + (r − g)/Δ`` as red, green or blue is largest, the rotated hue is
+    ``4 + (r − g)/Δ`` as red, green or blue is largest (the first of them on a tie), the rotated hue is
     ``h' = (h + 6 · shift) mod 6`` and channel ``c = V − Δ · clamp(min(k, 4 − k), 0, 1)`` with
     ``k = (n + h') mod 6``, ``n = 5, 3, 1`` for R, G, B (V and S = Δ/V are kept). Grays (Δ = 0)
     stay as they are.
     """
+    device, dtype = images.device, images.dtype
     r, g, b = images.unbind(1)
     maxc = images.amax(dim=1)
     spread = maxc - images.amin(dim=1)
     inverse = 1.0 / spread.clamp(min=1e-12)
-    hue = torch.where(maxc == r, (g - b) * inverse, torch.where(maxc == g, (b - r) * inverse + 2.0, (r - g) * inverse + 4.0))
-    hue = hue.add_(6.0 * shift.view(-1, 1, 1)).remainder_(6.0)
-    sector = 5.0 - 2.0 * torch.arange(3, device=images.device, dtype=images.dtype).view(1, 3, 1, 1)  # n = 5, 3, 1
-    k = (hue.unsqueeze(1) + sector).remainder_(6.0)
+    two, four = constant((2.0, 4.0), device, dtype).unbind(0)
+    hue = torch.where(
+        maxc == r,
+        (g - b) * inverse,
+        torch.where(maxc == g, torch.addcmul(two, b - r, inverse), torch.addcmul(four, r - g, inverse)),
+    )
+    hue = hue.add_(6.0 * shift.view(-1, 1, 1)).remainder_(6.0).unsqueeze(1)
+    k = (hue + constant((5.0, 3.0, 1.0), device, dtype, (1, 3, 1, 1))).remainder_(6.0)  # n = 5, 3, 1
     ramp = torch.minimum(k, 4.0 - k).clamp_(0.0, 1.0)
     return (maxc.unsqueeze(1) - spread.unsqueeze(1) * ramp).clamp_(0.0, 1.0)
 

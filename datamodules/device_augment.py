@@ -10,7 +10,9 @@ so on a GPU the views of a batch cost a few kernels instead of a CPU worker's pe
 
 The worker side of this path, :class:`UnaugmentedImages` and :func:`collate_images`, only turns
 each sample into a uint8 ``[3, H, W]`` tensor, so all training images must share one size
-(:func:`check_one_size` probes a few before training, the collate checks every batch).
+(:func:`check_one_size` probes a few before training, the collate checks every batch). Image
+folders instead hand over their files, decoded on the device and cropped at each image's own size
+(``datamodules.encoded_images``, ``datamodules.decoded_views``).
 
 How the two paths differ (tests/datamodules/test_device_augment.py compares their statistics):
 the worker path runs on PIL images, which round (resize) or truncate (the colour ops) to 8 bits
@@ -33,8 +35,10 @@ from torch import Tensor
 from torch.utils.data import Dataset
 
 from datamodules import batch_ops
+from datamodules.arrays import PixelArray, pixel_array
 from datamodules.augment import ViewAugmentation
-from datamodules.keyed_draws import keyed_uniforms
+from datamodules.batch_ops import constant
+from datamodules.keyed_draws import ViewKeys, key_columns, keyed_uniforms
 from ssl_app.errors import ConfigError
 
 # The colour jitter's ops, numbered as torchvision's ColorJitter numbers them.
@@ -45,6 +49,8 @@ CROP_TRIES = 10
 BLUR_SIGMA = (0.1, 2.0)
 #: U(0, 1) numbers per view: the crop's tries and place, then 13 for the rest (see ``sample``).
 PARAM_COLUMNS = 2 * CROP_TRIES + 2 + 13
+#: An image side: one for every view (a Python number), or each view's own (a float tensor ``[N]``).
+Size = Union[int, Tensor]
 
 
 @dataclass
@@ -72,41 +78,60 @@ class ViewParams:
     sigma: Tensor
 
 
-def sample_crop_boxes(uniform: Tensor, height: int, width: int, min_scale: float) -> Tensor:
+def sample_crop_boxes(uniform: Tensor, height: Size, width: Size, min_scale: float) -> Tensor:
     """RandomResizedCrop's boxes (``scale = (min_scale, 1)``, ratio 3/4–4/3), one per row of ``uniform``.
 
     ``uniform`` is ``[N, 2 · CROP_TRIES + 2]`` of U(0, 1) numbers. As ``RandomResizedCrop.make_params``:
     try an area fraction ``U(min_scale, 1)`` and a log-uniform aspect ratio ``CROP_TRIES`` times, keep
     the first whose rounded box fits, and place it uniformly; if none fits, the centred box of the
     whole image clipped to the nearest allowed aspect ratio. All tries are drawn at once and the
-    first that fits is picked, which leaves the distribution unchanged.
+    first that fits is picked, which leaves the distribution unchanged. ``height`` and ``width``:
+    one size for every row, or each row's own (float tensors ``[N]``, for images of mixed sizes).
+    Heights and widths go through each step together (``[N, 2, …]``, height first), so that the
+    boxes cost few kernels.
     """
+    if isinstance(height, Tensor):
+        height, width = height.view(-1, 1), width.view(-1, 1)  # one per row: against each try
     area = (height * width) * (min_scale + (1.0 - min_scale) * uniform[:, :CROP_TRIES])
     low, high = math.log(CROP_RATIO[0]), math.log(CROP_RATIO[1])
     aspect = torch.exp(low + (high - low) * uniform[:, CROP_TRIES : 2 * CROP_TRIES])
-    w = torch.sqrt(area * aspect).round()
-    h = torch.sqrt(area / aspect).round()
-    fits = (w > 0) & (w <= width) & (h > 0) & (h <= height)
-    first = fits.to(torch.uint8).argmax(dim=1, keepdim=True)  # the first try that fits
-    w, h = w.gather(1, first).squeeze(1), h.gather(1, first).squeeze(1)
+    sides = torch.stack((area / aspect, area * aspect), dim=1).sqrt_().round_()  # [N, 2, tries]: (h, w)
 
-    # No try fits: the centre crop of the whole image at the nearest allowed aspect ratio.
-    ratio = width / height
-    if ratio < CROP_RATIO[0]:
-        fallback_w, fallback_h = width, int(round(width / CROP_RATIO[0]))
-    elif ratio > CROP_RATIO[1]:
-        fallback_w, fallback_h = int(round(height * CROP_RATIO[1])), height
+    # Per side (h, w): the image's size, the fallback box's (no try fits: the centre crop of the whole
+    # image at the nearest allowed aspect ratio), and the fallback's place (centred).
+    if isinstance(height, Tensor):
+        height, width = height.view(-1), width.view(-1)
+        fallback_w, fallback_h = _fallback_box(height, width)
+        size, fallback = torch.stack((height, width), dim=1), torch.stack((fallback_h, fallback_w), dim=1)
+        centre = (size - fallback) // 2
     else:
-        fallback_w, fallback_h = width, height
-    found = fits.any(dim=1)
-    w = torch.where(found, w, torch.full_like(w, fallback_w))
-    h = torch.where(found, h, torch.full_like(h, fallback_h))
-    # randint(0, height - h + 1): floor(u · count), clamped since u · count may round up to count.
-    top = torch.minimum((uniform[:, -2] * (height - h + 1)).floor(), height - h)
-    left = torch.minimum((uniform[:, -1] * (width - w + 1)).floor(), width - w)
-    top = torch.where(found, top, torch.full_like(top, (height - fallback_h) // 2))
-    left = torch.where(found, left, torch.full_like(left, (width - fallback_w) // 2))
-    return torch.stack((left, top, w, h), dim=1)
+        ratio = width / height
+        if ratio < CROP_RATIO[0]:
+            fallback_w, fallback_h = width, int(round(width / CROP_RATIO[0]))
+        elif ratio > CROP_RATIO[1]:
+            fallback_w, fallback_h = int(round(height * CROP_RATIO[1])), height
+        else:
+            fallback_w, fallback_h = width, height
+        values = (height, width, fallback_h, fallback_w, (height - fallback_h) // 2, (width - fallback_w) // 2)
+        size, fallback, centre = constant(values, uniform.device, uniform.dtype, (3, 2)).unbind(0)
+    fits = ((sides > 0) & (sides <= size.view(-1, 2, 1))).all(dim=1)  # [N, tries]
+    first = fits.to(torch.uint8).argmax(dim=1).view(-1, 1, 1).expand(-1, 2, 1)  # the first try that fits
+    found = fits.any(dim=1, keepdim=True)
+    sides = torch.where(found, sides.gather(2, first).squeeze(2), fallback)  # [N, 2]
+    # randint(0, size - side + 1): floor(u · count), clamped since u · count may round up to count.
+    room = size - sides
+    place = torch.minimum((uniform[:, 2 * CROP_TRIES : 2 * CROP_TRIES + 2] * (room + 1)).floor_(), room)
+    place = torch.where(found, place, centre)  # (top, left)
+    return torch.stack((place[:, 1], place[:, 0], sides[:, 1], sides[:, 0]), dim=1)
+
+
+def _fallback_box(height: Tensor, width: Tensor) -> tuple[Tensor, Tensor]:
+    """The fallback box's ``(width, height)`` of each image, as the scalar branch of :func:`sample_crop_boxes`."""
+    ratio = width / height
+    narrow, wide = ratio < CROP_RATIO[0], ratio > CROP_RATIO[1]
+    fallback_w = torch.where(wide, (height * CROP_RATIO[1]).round(), width)
+    fallback_h = torch.where(narrow, (width / CROP_RATIO[0]).round(), height)
+    return fallback_w, fallback_h
 
 
 class BatchViewAugmentation:
@@ -114,10 +139,17 @@ class BatchViewAugmentation:
 
     ``augmentation(images, num_views)`` with uint8 ``images [B, 3, H, W]`` returns ``num_views``
     float32 views ``[B, 3, crop, crop]``, normalised, every view with its own random parameters
-    (drawn from ``generator``, or the default generator of the images' device; with ``keys``,
-    int64 ``[B, 3]`` rows ``(seed, epoch, index)`` on the images' device, a function of each
-    sample's key and view number alone: ``keyed_draws.keyed_uniforms``). ``sample`` and
-    ``apply`` are the two halves, for tests and for callers that pick their own parameters.
+    (drawn from ``generator``, or the default generator of the images' device; with ``keys``, the
+    ``keyed_draws.ViewKeys`` of the samples (or int64 ``[B, 3]`` rows ``(seed, epoch, index)``) on
+    the images' device, a function of each sample's key and view number alone:
+    ``keyed_draws.keyed_uniforms``). ``sample`` and ``apply`` are the two halves, for tests and for
+    callers that pick their own parameters.
+
+    On a GPU the cost of a call is the number of kernels it launches (a few microseconds of CPU
+    each, for images this small), so every step works on all views at once, small per-view numbers
+    go through each formula together, and constants are made once per device: about 230 tensor
+    operations per call with keys (``benchmarks/augment.py --calls`` counts them;
+    ``tests/datamodules/test_device_augment.py`` bounds them).
 
     Args:
         augmentation: the settings, shared with the worker path.
@@ -127,15 +159,34 @@ class BatchViewAugmentation:
         self.augmentation = augmentation
         a = augmentation
         self.jitter_on = a.jitter_prob > 0 and max(a.brightness, a.contrast, a.saturation, a.hue) > 0
-        self._normalisers: dict[tuple[torch.device, torch.dtype], tuple[Tensor, Tensor]] = {}
+        # The jitter factors' ranges: U(low, low + span) for brightness, contrast, saturation and hue.
+        self.factor_bounds = (
+            (max(0.0, 1.0 - a.brightness), 1.0 + a.brightness),
+            (max(0.0, 1.0 - a.contrast), 1.0 + a.contrast),
+            (max(0.0, 1.0 - a.saturation), 1.0 + a.saturation),
+            (-a.hue, a.hue),
+        )
+        # The blend passes of the colour jitter: the position in each view's order of ops each pass
+        # looks at, and whether it runs before the hue rotation (+1) or after it (-1).
+        if a.hue == 0:  # torchvision skips an op whose strength is 0: the four positions, no hue rotation
+            self.blend_positions: tuple[int, ...] = (0, 1, 2, 3)
+            self.blend_sides: tuple[int, ...] = ()
+        else:
+            self.blend_positions, self.blend_sides = (0, 1, 2, 1, 2, 3), (1, 1, 1, -1, -1, -1)
 
     def __call__(
-        self, images: Tensor, num_views: int = 2, generator: Optional[torch.Generator] = None, keys: Optional[Tensor] = None
+        self,
+        images: Tensor,
+        num_views: int = 2,
+        generator: Optional[torch.Generator] = None,
+        keys: Union[ViewKeys, Tensor, None] = None,
     ) -> list[Tensor]:
         if images.dtype != torch.uint8 or images.dim() != 4 or images.shape[1] != 3:
             raise ValueError(f"BatchViewAugmentation expects uint8 images [B, 3, H, W], got {images.dtype} {tuple(images.shape)}")
         batch, _, height, width = images.shape
-        uniform = None if keys is None else keyed_uniforms(keys[:, 0], keys[:, 1], keys[:, 2], num_views, PARAM_COLUMNS)
+        uniform = None
+        if keys is not None:
+            uniform = keyed_uniforms(*key_columns(keys), num_views, PARAM_COLUMNS)
         params = self.sample(num_views * batch, height, width, images.device, generator, uniform)
         views = self.apply(images.float().div_(255), params, num_views)
         return list(views.unbind(0))
@@ -143,30 +194,25 @@ class BatchViewAugmentation:
     def sample(
         self,
         n: int,
-        height: int,
-        width: int,
+        height: Size,
+        width: Size,
         device: torch.device,
         generator: Optional[torch.Generator] = None,
         uniform: Optional[Tensor] = None,
     ) -> ViewParams:
-        """The random parameters of ``n`` views of ``height × width`` images, from ``uniform``
-        (U(0, 1) ``[n, PARAM_COLUMNS]``) or else one call of the RNG."""
+        """The random parameters of ``n`` views of ``height × width`` images (one size, or each
+        view's own: :func:`sample_crop_boxes`), from ``uniform`` (U(0, 1) ``[n, PARAM_COLUMNS]``) or
+        else one call of the RNG."""
         a = self.augmentation
         u = torch.rand(n, PARAM_COLUMNS, device=device, generator=generator) if uniform is None else uniform
         # rest: 0-3 jitter factors, 4 jitter or not, 5 flip, 6-9 keys of the jitter order, 10 gray, 11 blur, 12 sigma.
         crop, rest = u[:, : 2 * CROP_TRIES + 2], u[:, 2 * CROP_TRIES + 2 :]
         jitter = rest[:, 4] < a.jitter_prob
-        bounds = [
-            (max(0.0, 1.0 - a.brightness), 1.0 + a.brightness),
-            (max(0.0, 1.0 - a.contrast), 1.0 + a.contrast),
-            (max(0.0, 1.0 - a.saturation), 1.0 + a.saturation),
-            (-a.hue, a.hue),
-        ]
         # Views without jitter get the identity factors (1, 1, 1, 0): every op leaves them as they are.
-        identity = (1.0, 1.0, 1.0, 0.0)
-        factors = torch.stack(
-            [torch.where(jitter, _uniform(rest[:, k], low, high), identity[k]) for k, (low, high) in enumerate(bounds)], dim=1
-        )
+        low, high = zip(*self.factor_bounds)
+        span = tuple(top - bottom for bottom, top in zip(low, high))
+        bounds = constant((*low, *span, 1.0, 1.0, 1.0, 0.0), u.device, u.dtype, (3, 4))
+        factors = torch.where(jitter.view(-1, 1), bounds[0] + bounds[1] * rest[:, :4], bounds[2])
         return ViewParams(
             boxes=sample_crop_boxes(crop, height, width, a.min_scale),
             flip=rest[:, 5] < a.hflip_prob,
@@ -181,11 +227,19 @@ class BatchViewAugmentation:
     def apply(self, images: Tensor, params: ViewParams, num_views: int = 1) -> Tensor:
         """Views ``[num_views, B, 3, crop, crop]`` of float ``images [B, 3, H, W]`` in ``[0, 1]``;
         ``params`` holds ``num_views · B`` views, view-major (view ``v`` of image ``b`` is row ``v · B + b``)."""
+        a, batch = self.augmentation, images.shape[0]
+        flip = params.flip.view(num_views, batch) if a.hflip_prob > 0 else None  # folded into the crop's weights
+        views = batch_ops.resized_crop(images, params.boxes.view(num_views, batch, 4), a.crop_size, flip)
+        views = self.augment_crops(views.reshape(num_views * batch, *views.shape[2:]), params, flipped=True)
+        return views.reshape(num_views, batch, *views.shape[1:])
+
+    def augment_crops(self, views: Tensor, params: ViewParams, flipped: bool = False) -> Tensor:
+        """What follows the crop: flip (unless ``flipped``: done with the crop), colour jitter,
+        grayscale, blur and normalisation of float ``views [N, 3, crop, crop]`` in ``[0, 1]`` (one row
+        of ``params`` each; ``params.boxes`` is not read). For crops made elsewhere, e.g. of images of
+        mixed sizes (``datamodules.decoded_views``)."""
         a = self.augmentation
-        batch = images.shape[0]
-        views = batch_ops.resized_crop(images, params.boxes.view(num_views, batch, 4), a.crop_size)
-        views = views.reshape(num_views * batch, *views.shape[2:])
-        if a.hflip_prob > 0:
+        if a.hflip_prob > 0 and not flipped:
             views = batch_ops.horizontal_flip(views, params.flip)
         if self.jitter_on:
             views = self.colour_jitter(views, params)
@@ -194,53 +248,48 @@ class BatchViewAugmentation:
         if a.blur_prob > 0:
             blurred = batch_ops.gaussian_blur(views, a.blur_kernel_size, params.sigma)
             views = torch.where(params.blur.view(-1, 1, 1, 1), blurred, views)
-        mean, std = self._normaliser(views.device, views.dtype)
-        return views.sub_(mean).div_(std).reshape(num_views, batch, *views.shape[1:])
+        mean = constant(tuple(a.mean), views.device, views.dtype, (1, 3, 1, 1))
+        std = constant(tuple(a.std), views.device, views.dtype, (1, 3, 1, 1))
+        return views.sub_(mean).div_(std)
 
     def colour_jitter(self, views: Tensor, params: ViewParams) -> Tensor:
         """ColorJitter with each view's factors and order of ops.
 
         Brightness, contrast and saturation are one blend op (``batch_ops.blend_colour``) whatever
-        the view, so each step applies to every view the op its order puts there. The hue rotation
-        costs most, so it runs once: the blends ordered before each view's hue (steps 0-2, the
-        identity for views whose hue comes earlier), the hue rotation, then the blends after it.
+        the view, so each pass applies to every view the op its order puts there. The hue rotation
+        costs most, so it runs once: the blends ordered before each view's hue (positions 0-2, the
+        identity for views whose hue comes earlier), the hue rotation, then the blends after it
+        (positions 1-3). The passes' factors are worked out for all passes at once.
         """
-        if self.augmentation.hue == 0:  # torchvision skips an op whose strength is 0
-            for step in range(4):
-                views = self._blend_step(views, params, step, None)
+        scale, gray_weight, mean_weight = self._blend_passes(params)
+        before = len(self.blend_sides) // 2 if self.blend_sides else len(self.blend_positions)
+        for step in range(before):
+            views = batch_ops.blend_colour(views, scale[step], gray_weight[step], mean_weight[step])
+        if not self.blend_sides:
             return views
-        hue_step = (params.order == HUE).to(torch.uint8).argmax(dim=1)
-        for step in range(3):
-            views = self._blend_step(views, params, step, step < hue_step)
-        shift = torch.where(params.jitter, params.factors[:, HUE], 0.0)
-        rotated = batch_ops.adjust_hue(views, shift)
+        rotated = batch_ops.adjust_hue(views, params.factors[:, HUE])  # the identity factor 0 without jitter
         views = torch.where(params.jitter.view(-1, 1, 1, 1), rotated, views)  # exactly unchanged without jitter
-        for step in range(1, 4):
-            views = self._blend_step(views, params, step, step > hue_step)
+        for step in range(before, len(self.blend_positions)):
+            views = batch_ops.blend_colour(views, scale[step], gray_weight[step], mean_weight[step])
         return views
 
-    @staticmethod
-    def _blend_step(views: Tensor, params: ViewParams, step: int, active: Optional[Tensor]) -> Tensor:
-        """Apply each view's ``step``-th op if it is a blend (and ``active``); others pass unchanged."""
-        op = params.order[:, step]
-        factor = params.factors.gather(1, op.unsqueeze(1)).squeeze(1)
-        applies = op != HUE if active is None else (op != HUE) & active
-        factor = torch.where(applies, factor, 1.0)  # the factor 1 is the identity of all three blends
-        zero = torch.zeros_like(factor)
-        gray_weight = torch.where(op == SATURATION, 1.0 - factor, zero)
-        mean_weight = torch.where(op == CONTRAST, 1.0 - factor, zero)
-        return batch_ops.blend_colour(views, factor, gray_weight, mean_weight)
-
-    def _normaliser(self, device: torch.device, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
-        # Cached per device: a fresh host tensor each step would be a host-to-device copy each step.
-        key = (device, dtype)
-        if key not in self._normalisers:
-            a = self.augmentation
-            self._normalisers[key] = (
-                torch.tensor(a.mean, device=device, dtype=dtype).view(1, 3, 1, 1),
-                torch.tensor(a.std, device=device, dtype=dtype).view(1, 3, 1, 1),
-            )
-        return self._normalisers[key]
+    def _blend_passes(self, params: ViewParams) -> tuple[Tensor, Tensor, Tensor]:
+        """``(scale, gray_weight, mean_weight)`` ``[passes, N]`` of ``batch_ops.blend_colour`` in each
+        blend pass: the view's op at the pass's position if it is a blend on the pass's side of the
+        hue rotation, else the identity ``(1, 0, 0)``."""
+        device = params.order.device
+        positions = constant(self.blend_positions, device, torch.int64)
+        op = params.order.index_select(1, positions)  # [N, passes]
+        if self.blend_sides:  # the op at position k runs before the hue if k < hue's position, after it if k > it
+            hue_at = (params.order == HUE).to(torch.uint8).argmax(dim=1, keepdim=True)
+            applies = (positions - hue_at) * constant(self.blend_sides, device, torch.int64) < 0
+        else:
+            applies = op != HUE
+        factor = torch.where(applies, params.factors.gather(1, op), 1.0)  # 1 is the identity of all three blends
+        towards = 1.0 - factor
+        gray_weight = towards * (op == SATURATION)
+        mean_weight = towards * (op == CONTRAST)
+        return factor.T, gray_weight.T, mean_weight.T
 
 
 def _uniform(u: Tensor, low: float, high: float) -> Tensor:
@@ -258,9 +307,29 @@ class UnaugmentedImages(Dataset):
 
     def __init__(self, base: Dataset) -> None:
         self.base = base
+        self._array: Union[PixelArray, None, bool] = False  # False: not looked for yet
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Workers started by spawn get the dataset pickled: the array is looked up again there (the
+        # lookup is cheap) rather than travelling as a second reference to the dataset's data.
+        return {**self.__dict__, "_array": False}
 
     def __len__(self) -> int:
         return len(self.base)  # type: ignore[arg-type]
+
+    def __getitems__(self, keys: list[Any]) -> list[tuple[Any, ...]]:
+        """The items of a whole batch (the DataLoader asks for them so): from the uint8 array
+        behind the data when there is one (``arrays.pixel_array``: CIFAR, SVHN, STL-10, the shapes),
+        one indexing for the batch instead of a PIL image per sample; else item by item."""
+        if self._array is False:
+            self._array = pixel_array(self.base)
+        if not isinstance(self._array, PixelArray):
+            return [self[key] for key in keys]
+        keyed = isinstance(keys[0], tuple)
+        indices = [int(key[2]) for key in keys] if keyed else [int(key) for key in keys]
+        images, labels = self._array.batch(indices)
+        items = list(zip(images.unbind(0), labels.tolist(), indices))
+        return [(*item, int(key[0]), int(key[1])) for item, key in zip(items, keys)] if keyed else items
 
     def __getitem__(self, index: Union[int, tuple[int, int, int]]) -> tuple[Any, ...]:
         key = index if isinstance(index, tuple) else None
@@ -330,5 +399,9 @@ class AugmentingCollate:
         images, labels, indices = collate_images(samples)
         keys = None
         if len(samples[0]) == 5:
-            keys = torch.tensor([(sample[3], sample[4], sample[2]) for sample in samples], dtype=torch.int64)
+            seeds, epochs = {sample[3] for sample in samples}, {sample[4] for sample in samples}
+            if len(seeds) == len(epochs) == 1:  # one sampler's batch: hash its seed and epoch once
+                keys = ViewKeys(seeds.pop(), epochs.pop(), indices)
+            else:
+                keys = torch.tensor([(sample[3], sample[4], sample[2]) for sample in samples], dtype=torch.int64)
         return self.views(images, self.num_views, keys=keys), labels, indices

@@ -16,6 +16,7 @@ from torchvision.datasets.folder import IMG_EXTENSIONS, has_file_allowed_extensi
 from datamodules.augment import IMAGENET_MEAN, IMAGENET_STD, ViewAugmentation
 from datamodules.base import ContrastiveDataModule, Split
 from datamodules.class_lists import ClassList, read_class_list
+from datamodules.encoded_images import EncodedImages
 from datamodules.image_files import CorruptImageError, FolderLinkError, find_bad_images, list_images, load_rgb
 from datamodules.image_stats import SAMPLE_SIZE, measure_images
 from datamodules.registry import DATAMODULES
@@ -125,7 +126,10 @@ class ImageFolderDataModule(ContrastiveDataModule):
     reads all three from the data.
 
     Images are the files with torchvision's image extensions, read as 8-bit RGB by ``load_rgb``
-    (16-bit, float and transparent images included).
+    (16-bit, float and transparent images included). With ``augment_on: device`` the training
+    images may have any size: the workers read the files, JPEGs are decoded on the device in
+    batches and every view is cropped from its image at its own size (:meth:`training_files`,
+    ``datamodules.decoded_views``); other files are decoded in the workers by ``load_rgb``.
 
     **Bad images** (``on_bad_image``): at setup, before training, the header of every image of
     every split is opened (format and size, no pixels decoded: ``image_files.find_bad_images``),
@@ -134,10 +138,10 @@ class ImageFolderDataModule(ContrastiveDataModule):
     naming them (the first few, and the count). ``skip``: one warning naming them, training goes on
     without them, and :meth:`describe` (``run.json``, ``data.skipped_images``) keeps their count and
     names. A file whose header reads but whose pixels do not (a truncated JPEG) is found only when
-    first decoded, and stops the run naming it in either mode (skipping it then would change an
-    epoch already under way). Links to folders are followed (data on
-    another disk) unless they lead to a folder the split reads anyway: a loop, or another class
-    folder, is one ConfigError naming the link.
+    first decoded (in a worker, or on the device with ``augment_on: device``), and stops the run
+    naming it in either mode (skipping it then would change an epoch already under way). Links to
+    folders are followed (data on another disk) unless they lead to a folder the split reads anyway:
+    a loop, or another class folder, is one ConfigError naming the link.
 
     Args:
         root: the data set's folder.
@@ -319,11 +323,19 @@ class ImageFolderDataModule(ContrastiveDataModule):
 
     def _training_paths(self) -> list[str]:
         """The files that train: not those held out for evaluation, nor those a long tail leaves out."""
+        return [path for path, _ in self._training_samples()]
+
+    def _training_samples(self) -> list[tuple[str, int]]:
+        """``(path, label)`` of the training split, in its order (its indices are the samples')."""
         data, indices = self.dataset("train"), None
         if isinstance(data, Subset):
             data, indices = data.dataset, list(data.indices)
-        paths = [path for path, _ in data.samples]  # type: ignore[attr-defined]
-        return paths if indices is None else [paths[i] for i in indices]
+        samples = data.samples  # type: ignore[attr-defined]
+        return list(samples) if indices is None else [samples[i] for i in indices]
+
+    def training_files(self) -> EncodedImages:
+        """The training files, read as bytes by the workers and decoded on the device (``augment_on: device``)."""
+        return EncodedImages(self._training_samples())
 
     def setup(self, stage: Optional[str] = None) -> None:
         super().setup(stage)

@@ -6,17 +6,25 @@ another number of DDP processes see the same views as an uninterrupted one, and 
 the same views to every configuration (a paired comparison of losses). So instead of a stateful
 RNG, each number is a counter-based hash of its key: the words of the key are absorbed one by one
 into a 32-bit state with MurmurHash3's finaliser ``fmix32`` (a bijection of 32-bit integers with
-full avalanche), ``h ← fmix32(h ⊕ fmix32(word + φ))``, φ = 0x9E3779B9.
+full avalanche), ``h ← fmix32(h ⊕ fmix32(word + φ mod 2³²))``, φ = 0x9E3779B9.
 
-Every operation keeps its operands below 2⁴⁹ (a 32 × 32-bit product is taken in 16-bit halves),
-so the same code runs exactly on Python ints and on int64 tensors of any device, without overflow,
-without a Python loop over samples and without a host sync. U(0, 1) floats take the hash's top
-24 bits, the resolution of ``torch.rand``'s float32.
+Every operation keeps its operands below 2⁴⁹ (a 32 × 32-bit product is taken with the constant's
+16-bit halves), so the same code runs exactly on Python ints and on int64 tensors of any device,
+without overflow, without a Python loop over samples and without a host sync. U(0, 1) floats take
+the hash's top 24 bits, the resolution of ``torch.rand``'s float32.
+
+On a GPU each tensor operation is a kernel launch, so :func:`keyed_uniforms` hashes what it can
+once, on the host: the batch's seed and epoch when they are Python ints (one per batch, as the
+training sampler gives them) and the view and column numbers (cached per device); only the sample
+indices go through the hash rounds on the device, then all views and columns of the batch at once.
+The numbers are the same either way (``tests/datamodules/test_keyed_draws.py`` checks them against
+the hash on Python ints).
 """
 
 from __future__ import annotations
 
-from typing import TypeVar, Union
+import functools
+from typing import NamedTuple, TypeVar, Union
 
 import torch
 from torch import Tensor
@@ -28,31 +36,66 @@ _GOLDEN = 0x9E3779B9
 _GENERATOR_SEED, _UNIFORM = 1, 2
 
 
+class ViewKeys(NamedTuple):
+    """The keys of a batch's views: the sampler's ``seed`` and ``epoch`` (Python ints, the batch's,
+    or int64 ``[B]`` tensors) and each sample's ``index`` (int64 ``[B]``)."""
+
+    seed: Union[int, Tensor]
+    epoch: Union[int, Tensor]
+    index: Tensor
+
+    def to(self, device: torch.device, non_blocking: bool = False) -> ViewKeys:
+        """The same keys with their tensors on ``device`` (ints stay ints)."""
+        return ViewKeys(*(k.to(device, non_blocking=non_blocking) if isinstance(k, Tensor) else k for k in self))
+
+
+def key_columns(keys: Union[ViewKeys, Tensor]) -> ViewKeys:
+    """``keys`` as :class:`ViewKeys`: as they are, or the columns of int64 rows ``(seed, epoch, index)`` ``[B, 3]``."""
+    return keys if isinstance(keys, ViewKeys) else ViewKeys(*keys.unbind(1))
+
+
 def _mul32(x: Word, constant: int) -> Word:
-    """``x · constant mod 2³²`` for ``0 <= x < 2³²``, through 16-bit halves (no int64 overflow)."""
-    high = ((x >> 16) * constant) & 0xFFFF
-    return ((high << 16) + (x & 0xFFFF) * constant) & _MASK  # type: ignore[return-value]
+    """``x · constant mod 2³²`` for ``0 <= x < 2³²``: ``x · c_lo + 2¹⁶ · (x · c_hi mod 2¹⁶)`` with the
+    constant's 16-bit halves ``c_lo``, ``c_hi``, every term below 2⁴⁹ (no int64 overflow)."""
+    low, high = constant & 0xFFFF, constant >> 16
+    if isinstance(x, Tensor):  # 5 kernels
+        return torch.add(x * low, (x * high).bitwise_and_(0xFFFF), alpha=0x10000).bitwise_and_(_MASK)
+    return (x * low + ((x * high) & 0xFFFF) * 0x10000) & _MASK
 
 
 def fmix32(h: Word) -> Word:
     """MurmurHash3's 32-bit finaliser."""
-    h = h ^ (h >> 16)
+    h = h ^ (h >> 16)  # a new tensor: the in-place steps below leave the caller's alone
     h = _mul32(h, 0x85EBCA6B)
-    h = h ^ (h >> 13)
+    h ^= h >> 13
     h = _mul32(h, 0xC2B2AE35)
-    return h ^ (h >> 16)
+    h ^= h >> 16
+    return h
+
+
+def _word(word: Word) -> Word:
+    """``fmix32(word + φ mod 2³²)``, what :func:`absorb` mixes into the state (any integer word:
+    only its value mod 2³² counts)."""
+    return fmix32((word + _GOLDEN) & _MASK)  # type: ignore[operator]
 
 
 def absorb(h: Word, word: Union[int, Tensor]) -> Word:
-    """The state after absorbing ``word`` (an integer, or a tensor of them, below 2³²)."""
-    return fmix32(h ^ fmix32((word + _GOLDEN) & _MASK))  # type: ignore[operator]
+    """The state after absorbing ``word`` (an integer, or a tensor of them; taken mod 2³²)."""
+    return fmix32(h ^ _word(word))  # type: ignore[operator]
 
 
 def _key_state(seed: Word, epoch: Word, index: Word, domain: int) -> Word:
-    h = absorb(domain, seed & _MASK)  # type: ignore[arg-type]
+    h = absorb(domain, seed)  # the low 32 bits of the seed, then the high ones
     for word in (seed >> 32, epoch, index):
-        h = absorb(h, word & _MASK)  # type: ignore[operator]
+        h = absorb(h, word)
     return h
+
+
+@functools.lru_cache(maxsize=32)
+def _counter_words(count: int, device: torch.device) -> Tensor:
+    """``_word(k)`` for ``k = 0 … count − 1``, int64 on ``device``: hashed once on the host (one copy
+    to the device per process), not in every call."""
+    return torch.tensor([_word(k) for k in range(count)], dtype=torch.int64, device=device)
 
 
 def generator_seed(seed: int, epoch: int, index: int) -> int:
@@ -61,11 +104,12 @@ def generator_seed(seed: int, epoch: int, index: int) -> int:
     return (absorb(h, 0) << 32) | absorb(h, 1)
 
 
-def keyed_uniforms(seed: Tensor, epoch: Tensor, index: Tensor, num_views: int, columns: int) -> Tensor:
+def keyed_uniforms(seed: Union[int, Tensor], epoch: Union[int, Tensor], index: Tensor, num_views: int, columns: int) -> Tensor:
     """U(0, 1) float32 numbers ``[num_views · B, columns]`` for the samples ``(seed, epoch, index)``
-    (int64 ``[B]`` each, on one device), view-major: row ``v · B + b`` holds view ``v`` of sample ``b``."""
-    h = _key_state(seed, epoch, index, _UNIFORM)  # [B]
-    view = torch.arange(num_views, device=index.device, dtype=torch.int64).view(num_views, 1)
-    column = torch.arange(columns, device=index.device, dtype=torch.int64).view(1, 1, columns)
-    h = absorb(absorb(h.view(1, -1), view).unsqueeze(2), column)  # [V, B, columns]
-    return ((h >> 8).to(torch.float32) * 2.0**-24).view(-1, columns)
+    (``index`` int64 ``[B]``; ``seed`` and ``epoch`` ints, or int64 ``[B]`` on the same device),
+    view-major: row ``v · B + b`` holds view ``v`` of sample ``b``; column ``c`` of it is the state of
+    the key absorbed with ``v`` and then ``c``."""
+    h = _key_state(seed, epoch, index, _UNIFORM)  # [B] (with int seed and epoch, only the index is hashed here)
+    h = fmix32(h.view(1, -1) ^ _counter_words(num_views, index.device).view(-1, 1))  # [V, B]
+    h = fmix32(h.unsqueeze(2) ^ _counter_words(columns, index.device).view(1, 1, -1))  # [V, B, columns]
+    return (h >> 8).to(torch.float32).mul_(2.0**-24).view(-1, columns)

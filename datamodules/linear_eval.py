@@ -13,6 +13,7 @@ from datamodules.base import ContrastiveDataModule
 from datamodules.multiview import Labelled
 from ssl_app.checks import check_int
 from ssl_app.errors import ConfigError
+from ssl_app.workers import loader_options
 
 
 class LinearEvalDataModule(LightningDataModule):
@@ -153,7 +154,8 @@ class LinearEvalDataModule(LightningDataModule):
         if world_size > 1:
             data = Subset(data, range(rank, len(data), world_size))  # type: ignore[arg-type]
         workers = 0 if isinstance(data, TensorDataset) or self._cache_mode() != "none" else self.num_workers
-        return DataLoader(data, batch_size=batch_size or self.batch_size, shuffle=False, num_workers=workers)
+        batch_size = batch_size or self.batch_size
+        return DataLoader(data, batch_size=batch_size, shuffle=False, num_workers=workers, **loader_options(workers))
 
     def _eval_loader(self, name: str) -> DataLoader:
         data = self._splits[name] if self._cache_mode() == "none" else self._cached(name)
@@ -164,7 +166,7 @@ class LinearEvalDataModule(LightningDataModule):
         workers = 0 if cached else self.num_workers
         return DataLoader(
             data, batch_size=self.batch_size, shuffle=shuffle, num_workers=workers,
-            persistent_workers=workers > 0, pin_memory=self.data.pin_memory and not cached,
+            persistent_workers=workers > 0, pin_memory=self.data.pin_memory and not cached, **loader_options(workers),
         )  # fmt: skip
 
     # --- cached features ----------------------------------------------------------------------

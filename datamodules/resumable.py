@@ -16,6 +16,12 @@ first indices too) *before* it calls ``set_epoch`` for the resumed epoch, and th
 inject is a fresh one at epoch 0, so skipping ahead in that sampler would skip ahead in epoch 0's
 order. :class:`ResumableDistributedSampler` keeps the epoch and the position in its iterator's
 state, which ``StatefulDataLoader`` saves with the loader's.
+
+A run requeued on another number of processes (2 ranks → 1, 1 → 2) goes on with the samples of the
+interrupted epoch that no rank had yet, shared out among its own ranks (``_ShardIterator``; one info
+line says so); the epochs after it are the usual ones. A saved place that cannot be continued (an
+epoch with fewer samples now) is said in one warning line, and that epoch restarts from its first
+sample, in the same order.
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any, Optional
 
-from lightning.pytorch.utilities import rank_zero_warn
+from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from torch.utils.data import DistributedSampler
 from torchdata.stateful_dataloader import StatefulDataLoader
 
@@ -104,10 +110,20 @@ class ResumableDistributedSampler(DistributedSampler):
 
 
 class _ShardIterator(Iterator[Any]):
+    """One epoch of one rank's samples: ``(padded permutation)[rank::replicas]``, from position ``yielded``.
+
+    Resumed on another number of processes, the epoch goes on with the samples no rank had yet: the
+    saved rank's ``yielded`` samples of ``replicas`` ranks are the permutation's first ``replicas ·
+    yielded`` (rank r took ``perm[r::replicas]``), so the rest, ``perm[start:]``, is shared out as
+    DistributedSampler shares an epoch (padded to equal shards). ``start`` is saved with the place,
+    so a second stop in that epoch resumes it again.
+    """
+
     def __init__(self, sampler: ResumableDistributedSampler) -> None:
         self.sampler = sampler
         self.epoch: Optional[int] = None
         self.seed: Optional[int] = None
+        self.start = 0  # samples of the epoch's permutation consumed before this order (another world size)
         self.yielded = 0
         self._order: Optional[list[int]] = None
 
@@ -126,18 +142,24 @@ class _ShardIterator(Iterator[Any]):
 
     def _epoch_order(self, epoch: int, seed: int) -> list[int]:
         sampler = self.sampler
-        current = sampler.epoch, sampler.seed
+        kept = sampler.epoch, sampler.seed, sampler.num_replicas, sampler.rank, sampler.num_samples, sampler.total_size
         sampler.epoch, sampler.seed = epoch, seed
+        if self.start:  # the whole permutation: one replica, no padding
+            sampler.num_replicas, sampler.rank, sampler.num_samples = 1, 0, len(sampler.dataset)
+            sampler.total_size = sampler.num_samples
         try:
-            return list(DistributedSampler.__iter__(sampler))
+            order = list(DistributedSampler.__iter__(sampler))
         finally:
-            sampler.epoch, sampler.seed = current
+            sampler.epoch, sampler.seed, sampler.num_replicas, sampler.rank, sampler.num_samples, sampler.total_size = kept
+        return shard(order[self.start :], sampler.num_replicas, sampler.rank) if self.start else order
 
     def state_dict(self) -> dict[str, Any]:
         return {
             "seed": self.sampler.seed if self.seed is None else self.seed,
             "epoch": self.sampler.epoch if self.epoch is None else self.epoch,
             "yielded": self.yielded,
+            "replicas": self.sampler.num_replicas,
+            "start": self.start,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -146,3 +168,32 @@ class _ShardIterator(Iterator[Any]):
             self.sampler.seed = int(state["seed"])
         self.seed = self.sampler.seed
         self.sampler.set_epoch(self.epoch)
+        self.start = int(state.get("start", 0))
+        replicas = int(state.get("replicas", self.sampler.num_replicas))  # older states: this run's
+        size, here = len(self.sampler.dataset), self.sampler.num_replicas
+        if self.start > size:
+            self._restart_epoch(f"it had seen {self.start} samples of an epoch that now has {size}")
+        elif replicas != here:
+            consumed = min(self.start + replicas * self.yielded, size)
+            self.start, self.yielded = consumed, 0
+            rank_zero_info(
+                f"Resumed on {here} process(es) from a checkpoint of {replicas}: epoch {self.epoch} goes on with its "
+                f"{size - consumed} samples not yet seen, shared among the {here}."
+            )
+        elif self.yielded > len(self._epoch_order(self.epoch, self.seed)):
+            self._restart_epoch(f"its place, {self.yielded} samples, lies beyond this process's share of the epoch")
+
+    def _restart_epoch(self, why: str) -> None:
+        rank_zero_warn(f"The training dataloader cannot continue epoch {self.epoch} where it stopped ({why}): it restarts "
+                       "that epoch from its first sample, in the same order.")  # fmt: skip
+        self.start = self.yielded = 0
+
+
+def shard(order: list[int], replicas: int, rank: int) -> list[int]:
+    """Rank ``rank``'s share of ``order`` as DistributedSampler shares an epoch: padded with its own first
+    samples to a multiple of ``replicas``, then every ``replicas``-th from ``rank``."""
+    if not order:
+        return []
+    total = -(-len(order) // replicas) * replicas
+    padded = (order * -(-total // len(order)))[:total]
+    return padded[rank::replicas]

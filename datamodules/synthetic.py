@@ -11,11 +11,13 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import torch
 from PIL import Image
 from torch import Tensor
 from torch.utils.data import Dataset
 
+from datamodules.arrays import PixelArray
 from datamodules.augment import ViewAugmentation
 from datamodules.base import SPLITS, ContrastiveDataModule, Split
 from datamodules.registry import DATAMODULES
@@ -125,6 +127,10 @@ class ShapesDataset(Dataset):
 
     def __getitem__(self, index: int) -> tuple[Image.Image, int]:
         return Image.fromarray(self.images[index]), int(self.labels[index])
+
+    def pixel_array(self) -> PixelArray:
+        """The images as one array, for batches of uint8 images without PIL (``datamodules.arrays``)."""
+        return PixelArray(self.images, True, np.asarray(self.labels, dtype=np.int64))
 
 
 @DATAMODULES.register

@@ -3,9 +3,9 @@
 - :class:`AtomicCheckpointIO`: every checkpoint is written to a temporary file in its own folder
   and renamed over the old one, so a crash mid-save leaves the previous file intact; a state with
   NaN/inf is refused (:func:`first_nonfinite_entry`); a full disk is one line (:func:`output_error`).
-- :class:`InterruptCheckpoint`: SIGINT (Ctrl-C) and SIGTERM (pre-emption) during ``fit`` stop
-  the run after the current step, on every rank at the same step, and write ``last.ckpt`` of
-  that step (model, optimiser, scheduler, queue/bank, callback state, loop counters).
+- :class:`InterruptCheckpoint`: SIGINT (Ctrl-C), SIGTERM (pre-emption) and SLURM's warning signals
+  (SIGUSR1, SIGUSR2) during ``fit`` stop the run after the current step, on every rank at the same
+  step, and write ``last.ckpt`` of that step (model, optimiser, scheduler, queue/bank, callback state, loop counters).
 - :class:`ConfigWinsOnResume`: a resume takes this command's optimiser hyper-parameters.
 - :class:`FitOnlyCheckpointState`: ``validate``/``test`` leave the checkpoint's ModelCheckpoint state unread.
 
@@ -35,6 +35,10 @@ from torch.optim.lr_scheduler import LambdaLR
 
 from ssl_app.errors import NonFiniteError, OutputError, causes
 from ssl_app.io.atomic import atomic_file
+from ssl_app.signals import WARNING_SIGNALS
+
+#: The stop signals this callback handles itself during training (SIGTERM comes through Lightning's handler).
+OWN_SIGNALS = (signal.SIGINT, *WARNING_SIGNALS)
 
 LAST_CHECKPOINT = re.compile(r"last(-v\d+)?\.ckpt")
 
@@ -129,7 +133,12 @@ def _write(text: str) -> None:
 
 
 class InterruptCheckpoint(Callback):
-    """Stop on SIGINT/SIGTERM after the current step and checkpoint it; resume with ``--ckpt_path``.
+    """Stop on a stop signal after the current step and checkpoint it; resume with ``--ckpt_path``.
+
+    The stop signals (``ssl_app.signals.STOP_SIGNALS``): SIGINT, SIGTERM, and SLURM's warning signals
+    SIGUSR1 and SIGUSR2, which would otherwise end the process by their default action. Data workers
+    leave them all to this process (``ssl_app.workers``), so a signal to every process of the run stops
+    it the same way as one to this process.
 
     The first signal only sets a flag. After each training (and validation) batch the ranks
     agree whether any of them got one (a one-element all-reduce under DDP; nothing in one
@@ -159,7 +168,7 @@ class InterruptCheckpoint(Callback):
     def __init__(self) -> None:
         super().__init__()
         self._reset()
-        self._previous_sigint: Any = None
+        self._previous_handlers: dict[int, Any] = {}
         self._trainer: L.Trainer | None = None
         self._saving_mid_validation = False
 
@@ -188,14 +197,15 @@ class InterruptCheckpoint(Callback):
             environment.auto_requeue = False
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        if threading.current_thread() is threading.main_thread():
-            self._previous_sigint = signal.signal(signal.SIGINT, self._on_signal)
+        if threading.current_thread() is threading.main_thread():  # SIGTERM: Lightning's handler calls ours
+            self._previous_handlers = {signum: signal.signal(signum, self._on_signal) for signum in OWN_SIGNALS}
         self._resume_dataloader_position(trainer)
 
-    def _restore_sigint(self) -> None:
-        if self._previous_sigint is not None and threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGINT, self._previous_sigint)
-        self._previous_sigint = None
+    def _restore_handlers(self) -> None:
+        if threading.current_thread() is threading.main_thread():
+            for signum, handler in self._previous_handlers.items():
+                signal.signal(signum, handler)
+        self._previous_handlers = {}
 
     def _on_signal(self, signum: int, frame: Any) -> None:
         trainer = self._trainer
@@ -246,7 +256,7 @@ class InterruptCheckpoint(Callback):
 
     # --- saving ---------------------------------------------------------------------------------
     def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
-        self._restore_sigint()
+        self._restore_handlers()
         if trainer.state.fn != TrainerFn.FITTING or trainer.sanity_checking or trainer.global_step == 0:
             return
         agreed = (isinstance(exception, SIGTERMException) and self.stopping) or isinstance(exception, NonFiniteError)
@@ -283,7 +293,7 @@ class InterruptCheckpoint(Callback):
             self._restart_validation(checkpoint)
 
     def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
-        self._restore_sigint()
+        self._restore_handlers()
 
     # --- resuming ------------------------------------------------------------------------------
     @staticmethod

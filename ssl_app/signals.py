@@ -1,4 +1,4 @@
-"""Signal handlers for the span of a block, in the main thread (where Python allows them)."""
+"""The signals that stop a run, and their handlers for the span of a block (in the main thread, where Python allows them)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,13 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-#: What SLURM, Kubernetes, torchrun and a terminal send to stop a job.
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+#: What stops a job: SIGINT (a terminal's Ctrl-C), SIGTERM (SLURM's scancel and pre-emption, Kubernetes,
+#: torchrun, ``timeout``), SIGUSR1 and SIGUSR2 (SLURM's warning before a time limit or a pre-emption,
+#: ``--signal=USR1@N``; the sweep's SLURM launcher asks submitit for USR2). Each stops a run after its
+#: step with a checkpoint, never by the signal's default action.
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2)
+#: The stop signals other than SIGINT and SIGTERM (whose handlers Lightning and the CLI install).
+WARNING_SIGNALS = (signal.SIGUSR1, signal.SIGUSR2)
 
 
 @contextmanager

@@ -42,7 +42,7 @@ FLOORS = (
     ),
     (
         "training's edges: data, observers, checkpoints",
-        ("datamodules", "callbacks", "ssl_app.checkpointing", "ssl_app.signals", "ssl_app.registry"),
+        ("datamodules", "callbacks", "ssl_app.checkpointing", "ssl_app.signals", "ssl_app.workers", "ssl_app.registry"),
     ),
     (
         "the records wing: run folders, their spec, and what reads them back",

@@ -46,6 +46,7 @@ from ssl_app.projector import (
     write_projector,
 )
 from ssl_app.trust import import_trusted, is_known_class
+from ssl_app.workers import loader_options
 
 SPLITS = ("train", "val", "test")
 
@@ -97,7 +98,7 @@ def folder_data(path: Path, encoder: TrainedEncoder, batch_size: int, num_worker
         raise ConfigError(f"--data: no image files in {path}")
     data = FolderImages(files, labels if labels is not None else [-1] * len(files), eval_transform(encoder))
     what = f"{len(files)} images of {path}" + (f" in {len(classes)} classes" if classes else " (no class folders: labels -1)")
-    loader = DataLoader(data, batch_size=batch_size, shuffle=False, num_workers=num_workers)
+    loader = DataLoader(data, batch_size=batch_size, shuffle=False, num_workers=num_workers, **loader_options(num_workers))
     return EmbeddingData(loader, [str(file) for file in files], classes, what)
 
 

@@ -7,8 +7,10 @@
     a file that cannot be written ``error: cannot write <file>: <reason>``, status 1
     a non-finite loss            ``error: …`` and where the last good state is, with the command that resumes it, status 1
     another rank failed          ``error: another process of this run failed …``, status 1
-    SIGINT/SIGTERM               ``Interrupted by SIGTERM at epoch e, step s: saved <ckpt>`` and ``Resume with: …``,
-                                 status 128 + the signal (130, 143)
+    a data worker that died      ``error: a data worker (pid p) was killed by SIGKILL: <likely cause>; <what to change>;
+                                 <where the state is saved>``, status 1
+    a stop signal                ``Interrupted by SIGTERM at epoch e, step s: saved <ckpt>`` and ``Resume with: …``,
+                                 status 128 + the signal (SIGINT 130, SIGUSR1 138, SIGUSR2 140, SIGTERM 143)
     anything else                a bug: its traceback (after the resume hint, when a checkpoint was saved)
 
 The reasons are read from the exception's causes (``ssl_app.errors.causes``, the one walk over them).
@@ -33,6 +35,7 @@ from ssl_app.errors import ConfigError, NonFiniteError, OutputError, causes, fin
 from ssl_app.runs.record import DIVERGED, FAILED, INTERRUPTED
 from ssl_app.runs.spec import LR_KEY, RunSpec
 from ssl_app.signals import handling
+from ssl_app.workers import WorkerDeath, worker_death
 
 if TYPE_CHECKING:  # Lightning and torch are imported where a run's ending is read: the sweep's own errors need neither
     from ssl_app.checkpointing import InterruptCheckpoint
@@ -106,6 +109,10 @@ def command_ending(
         if interrupt.saved_path is not None
         else ""
     )
+    death = worker_death(error)
+    if death is not None:
+        return Ending(f"error: {dead_worker(death, recorder.config)}; {state_saved(argv, interrupt, recorder)}", FAILURE,
+                      every_rank=True)  # fmt: skip
     reason = unwritable(error)
     if reason is not None:
         return Ending(f"error: {reason}{saved}", FAILURE, every_rank=True)
@@ -142,12 +149,15 @@ def record_ending(error: BaseException, trainer: Any, interrupt: Optional[Interr
         return INTERRUPTED, where + (f"; saved {saved}" if saved else "; nothing saved")
     if peer_failed(error):
         return FAILED, "another process of this run failed"
+    death = worker_death(error)
+    if death is not None:
+        return FAILED, dead_worker(death, recorder_config(trainer))
     lines = [line for line in str(error).splitlines() if line.strip()]
     return FAILED, f"{type(error).__name__}: {lines[0] if lines else ''}".strip()
 
 
 class StartInterrupted(BaseException):
-    """SIGINT/SIGTERM before training started (before ``InterruptCheckpoint`` takes the signals over)."""
+    """A stop signal before training started (before ``InterruptCheckpoint`` takes the signals over)."""
 
     def __init__(self, signum: int) -> None:
         super().__init__(signal.Signals(signum).name)
@@ -156,7 +166,8 @@ class StartInterrupted(BaseException):
 
 @contextmanager
 def signals_before_training(recorder: RunRecorder) -> Iterator[None]:
-    """Until training starts, SIGINT and SIGTERM raise :class:`StartInterrupted`, so a start interrupted
+    """Until training starts, the stop signals (``ssl_app.signals.STOP_SIGNALS``: SIGINT, SIGTERM, SIGUSR1,
+    SIGUSR2) raise :class:`StartInterrupted`, so a start interrupted
     while it sets up still removes the folder it created and says one line; the previous handlers
     come back afterwards. From the first training step on, ``InterruptCheckpoint`` handles them (Lightning
     calls earlier SIGTERM handlers too, so this one stands down once ``recorder`` saw training start)."""
@@ -179,6 +190,47 @@ def signals_before_training(recorder: RunRecorder) -> Iterator[None]:
 
     with handling(handler):
         yield
+
+
+def dead_worker(death: WorkerDeath, config: dict[str, Any]) -> str:
+    """What happened to a data worker, its likely cause and what to change (the run's data options)."""
+    workers, batch = data_option(config, "num_workers"), data_option(config, "batch_size")
+    if death.signum == signal.SIGBUS:
+        change = f"give the job more shared memory, or lower {workers}"
+    elif death.for_memory:
+        change = f"lower {workers} or {batch}, or give the job more memory"
+    else:
+        change = f"{workers.split(' ')[0]}=0 reads the data in the main process, where the error is shown"
+    return f"a data worker (pid {death.pids}) {death.fate}, {death.cause}: {change}"
+
+
+def data_option(config: dict[str, Any], name: str) -> str:
+    """``data.init_args.<name> (now <value>)``: the run's own key for a data option (a linear probe's data
+    nests its encoder's), with its value when the config has one."""
+    key, value = RunSpec.from_config(config).data_option_key(name)
+    return key if value is None else f"{key} (now {value})"
+
+
+def state_saved(argv: list[str], interrupt: InterruptCheckpoint, recorder: RunRecorder) -> str:
+    """Where the state of a failed run is: this step's checkpoint, else the newest ``last.ckpt`` of its run."""
+    if interrupt.saved_path is not None:
+        hint = resume_hint(argv, interrupt.saved_path)
+        return f"the state of step {interrupt.step} is saved in {interrupt.saved_path} (resume with: {hint})"
+    if recorder.folder is None:  # another rank than the one that writes the run folder
+        return "this step's state was not saved; --ckpt_path last resumes the run's last checkpoint, if it has one"
+    previous = _previous_last_checkpoint(recorder.folder)
+    if previous is not None:
+        hint = resume_hint(argv, str(previous))
+        return f"this step's state was not saved; the last checkpoint is {previous} (resume with: {hint})"
+    return "no state of this run was saved"
+
+
+def recorder_config(trainer: Any) -> dict[str, Any]:
+    """The run's config, as the trainer's RunRecorder keeps it ({} without one)."""
+    from ssl_app.runs.recorder import RunRecorder
+
+    found = [callback for callback in getattr(trainer, "callbacks", []) if isinstance(callback, RunRecorder)]
+    return found[0].config if found else {}
 
 
 def last_good_state(argv: list[str], interrupt: InterruptCheckpoint, recorder: RunRecorder) -> str:

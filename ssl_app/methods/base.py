@@ -24,12 +24,9 @@ from ssl_app.losses import ContrastiveLoss, InfoNCE
 from ssl_app.losses.base import LossResult, own_copy
 from ssl_app.methods.masks import MaskCache
 from ssl_app.methods.observer import LossObserver
-from ssl_app.models import BackboneName, build_backbone, build_projection_head
+from ssl_app.models import BackboneName, build_backbone, build_projection_head, channels_last_pays, eager
 from ssl_app.models.backbones import NormName
 from ssl_app.optim import Optimization, configure, progress
-
-#: Where a checkpoint keeps the mean training loss of the epoch it was saved in.
-TRAIN_LOSS_KEY = "ssl_app_train_loss_mean"
 
 
 class ContrastiveMethod(L.LightningModule, ABC):
@@ -55,12 +52,15 @@ class ContrastiveMethod(L.LightningModule, ABC):
         optim: optimiser and learning-rate schedule (``ssl_app.optim.Optimization``).
         channels_last: keep the encoders' weights and input images in the channels-last memory
             layout (NHWC): ``true``, ``false``, or ``auto`` (the default: NHWC when the run
-            trains on the CPU, where every shipped backbone's step is 1.1–1.8× faster with it —
-            benchmarks/README.md; the default layout on GPUs, where it has not been measured
-            here — set ``true`` there with mixed precision on tensor-core GPUs). The numbers
-            are the same either way to rounding, and checkpoints load into either layout.
+            trains on the CPU or on CUDA, where it was measured faster — every shipped
+            backbone's step 1.1–1.8× on the CPU, ResNet-18's SimCLR step 2.4× and MoCo's 1.7×
+            on an H200 in bf16, benchmarks/README.md; PyTorch's default layout on other devices:
+            ``models.channels_last_pays``). The numbers are the same either way to rounding,
+            and checkpoints load into either layout.
         compile: compile the backbone(s) with ``torch.compile`` at the start of the run (the first
-            steps then take longer while it compiles; needs a C++ compiler on the CPU).
+            steps then take longer while it compiles; needs a C++ compiler on the CPU). Training
+            steps only: validation, test and the callbacks' evaluation passes run the eager code
+            (``models.eager``), so an evaluation compiles nothing.
 
     The loss is called one way, ``loss(contrast, with_stats)`` (``ssl_app.losses.base``); the
     method asks for its diagnostics on the steps whose values reach the logger, and its
@@ -112,7 +112,6 @@ class ContrastiveMethod(L.LightningModule, ABC):
         self.memory_format = torch.channels_last if channels_last is True else torch.contiguous_format
         self.compile_backbone = bool(compile)
         self._compiled = False
-        self._resumed_train_loss: Optional[dict[str, Any]] = None
         # The run's optimiser steps (None: no limit), known once the optimiser is configured (Progress.fraction).
         self._run_steps: Optional[int] = None
         # What is logged and when (a loss that keeps every negative: ``on_train_start`` settles it for one that may not).
@@ -156,7 +155,7 @@ class ContrastiveMethod(L.LightningModule, ABC):
         if self._trainer is not None:
             self._prepare_loss(stage)
         if self.channels_last == "auto":
-            self.memory_format = torch.channels_last if self._training_device().type == "cpu" else torch.contiguous_format
+            self.memory_format = torch.channels_last if channels_last_pays(self._training_device()) else torch.contiguous_format
         if self.memory_format is torch.channels_last:
             self.to(memory_format=torch.channels_last)
         if self.compile_backbone and not self._compiled:
@@ -221,12 +220,11 @@ class ContrastiveMethod(L.LightningModule, ABC):
         return state_dict
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        """The running mean of this epoch's training loss (sum and weight), with the epoch it belongs to."""
-        checkpoint[TRAIN_LOSS_KEY] = self.observer.checkpoint_state(self.current_epoch)
+        self.observer.save_to(checkpoint, self.current_epoch)  # this epoch's mean training loss so far
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         self.upgrade_state_dict(checkpoint["state_dict"])
-        self._resumed_train_loss = checkpoint.get(TRAIN_LOSS_KEY)
+        self.observer.load_from(checkpoint)
 
     def compute_loss(self, contrast: MaskedSimilarities, with_stats: bool = False) -> LossResult:
         """The loss strategy on the hand-over (one call, one answer)."""
@@ -294,13 +292,14 @@ class ContrastiveMethod(L.LightningModule, ABC):
         return ignored
 
     def on_train_start(self) -> None:
-        """Name the settings that silently do nothing, once, before the first step (and, resumed, restore
-        the epoch's mean training loss: Lightning calls no ``on_train_epoch_start`` for an epoch resumed in its
-        middle; ``on_train_start`` runs once the loops are restored, with ``current_epoch`` the resumed one)."""
-        saved, self._resumed_train_loss = self._resumed_train_loss, None
-        self.observer.train_start(self, saved)
+        """Name the settings that silently do nothing, once, before the first step (``LossObserver.train_start``:
+        resumed mid-epoch, the epoch's mean training loss goes on)."""
+        self.observer.train_start(self)
         for option in self.ignored_options():
             rank_zero_warn(f"{type(self).__name__}: model.{option} is ignored")
+
+    def on_train_epoch_start(self) -> None:
+        self.observer.epoch_start()
 
     def on_train_epoch_end(self) -> None:
         self.observer.epoch_end(self)
@@ -310,10 +309,12 @@ class ContrastiveMethod(L.LightningModule, ABC):
         return self._step(batch, "train")
 
     def validation_step(self, batch: Any, batch_idx: int) -> dict[str, Any]:
-        return self._step(batch, "val")
+        with eager():  # a compiled backbone's eager code: no recompile for eval mode and new batch shapes
+            return self._step(batch, "val")
 
     def test_step(self, batch: Any, batch_idx: int) -> dict[str, Any]:
-        return self._step(batch, "test")
+        with eager():
+            return self._step(batch, "test")
 
     def configure_optimizers(self) -> dict:
         optimisers, self._run_steps = configure(self.optim, self.trainer, self.parameter_groups(), self.horizon_needed_by())

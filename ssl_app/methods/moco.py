@@ -335,8 +335,9 @@ class MoCo(ContrastiveMethod):
         super().optimizer_step(epoch, batch_idx, optimizer, optimizer_closure)
         momentum = self.momentum_at(step)
         self.update_key_encoder(momentum)
-        self.log("train/key_momentum", momentum, on_step=True, on_epoch=False, batch_size=1, logger=False)
-        if self._step_is_logged():  # constant without a schedule: written when it changes (ssl_app.io.changes)
+        if self._step_is_logged():  # only then: logging a number copies it to the device, a host sync
+            self.log("train/key_momentum", momentum, on_step=True, on_epoch=False, batch_size=1, logger=False)
+            # constant without a schedule: written when it changes (ssl_app.io.changes)
             self.changing_stats.write(self.loggers, {"train/key_momentum": momentum}, step)
 
     def on_after_backward(self) -> None:

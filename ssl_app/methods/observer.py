@@ -3,8 +3,9 @@
 The method trains (``contrast`` → loss → backward); :class:`LossObserver` observes. Each hook takes the
 LightningModule it logs through (``pl_module``), as a callback's do:
 
-- every training step: ``train/loss_step`` and the epoch's mean ``train/loss_epoch`` (kept here rather than by
-  Lightning's logger connector, so a checkpoint saved mid-epoch carries it: :meth:`checkpoint_state`);
+- every training step: ``train/loss_step`` (for the loggers, not the progress bar: :meth:`training_step`) and the
+  epoch's mean ``train/loss_epoch`` (kept here rather than by Lightning's logger connector, so a checkpoint saved
+  mid-epoch carries it: :meth:`save_to`; emptied at each fresh epoch's start: :meth:`epoch_start`);
 - the steps whose values reach the logger (every ``trainer.log_every_n_steps``, the only steps the method asks the
   loss for diagnostics): ``loss/<key>``, where the constant ones (``LOGGED_ON_CHANGE``) reach the loggers only when
   they change (``ssl_app.io.changes``) and ``loss/used_neg_sim`` only from a loss that keeps fewer than every
@@ -28,12 +29,14 @@ from torch import Tensor, nn
 from torchmetrics import MeanMetric
 
 from ssl_app.handover import MaskedSimilarities
-from ssl_app.io.changes import OnChange
+from ssl_app.io.changes import OnChange, logs_this_step
 from ssl_app.losses.base import LossResult
 from ssl_app.losses.hardness import HardnessProfile, write_profile
 
 #: Loss diagnostics that stay constant in most runs: written to the loggers when they change (``ssl_app.io.changes``).
 LOGGED_ON_CHANGE = ("loss/chance", "loss/used_negatives", "loss/temperature")
+#: Where a checkpoint keeps the mean training loss of the epoch it was saved in.
+TRAIN_LOSS_KEY = "ssl_app_train_loss_mean"
 
 
 class LossObserver(nn.Module):
@@ -53,25 +56,23 @@ class LossObserver(nn.Module):
         #: The last training step's ``(loss, chance value)``, detached; None on steps without the chance value.
         self.loss_and_chance: Optional[tuple[Tensor, Tensor]] = None
         self._pending: Optional[tuple[dict[str, Tensor], int]] = None
+        self._resumed: Optional[dict[str, Any]] = None  # a loaded checkpoint's epoch mean, until ``train_start``
         self._epoch_tau: Union[float, Tensor, None] = None
 
     # --- steps --------------------------------------------------------------------------------------------
     @staticmethod
     def logs_this_step(trainer: Any) -> bool:
-        """Whether values logged with ``on_step=True`` now reach the logger (True without a Trainer): the steps
-        on which the method asks the loss for its diagnostics."""
-        if trainer is None:
-            return True
-        try:
-            # Lightning's own rule (every log_every_n_steps, and on the last step before a stop).
-            return bool(trainer._logger_connector.should_update_logs)
-        except AttributeError:  # a Lightning without this property: compute every step
-            return True
+        """Whether values logged with ``on_step=True`` now reach the logger (``ssl_app.io.changes.logs_this_step``;
+        True without a Trainer): the steps on which the method asks the loss for its diagnostics."""
+        return trainer is None or logs_this_step(trainer)
 
     def training_step(self, pl_module: Any, result: LossResult, batch_size: int) -> None:
         """Log a training step's loss (and, when computed, its diagnostics), keep what the epoch's end needs."""
         loss = result.value
-        pl_module.log("train/loss_step", loss, prog_bar=True, on_step=True, on_epoch=False, batch_size=batch_size)
+        # Not in the progress bar: Lightning turns every prog_bar value into a number after each batch, a host sync
+        # per step on a GPU (the bar shows train/loss_epoch; the loggers get every logged step;
+        # tests/ssl_app/methods/test_loop_syncs.py).
+        pl_module.log("train/loss_step", loss, on_step=True, on_epoch=False, batch_size=batch_size)
         # Weighted by the batch size as Lightning's epoch mean is (the metric ignores ``weight`` when its NaN check
         # is disabled, so the value is repeated instead: a view, no copy).
         self.train_loss_mean.update(loss.detach().expand(batch_size))
@@ -111,7 +112,14 @@ class LossObserver(nn.Module):
         for name, metric in pl_module.loss.evaluation_metrics(contrast, stage).items():
             pl_module.log(f"{stage}/{name}", metric, on_epoch=True, batch_size=batch_size)
 
-    # --- the epoch's end ----------------------------------------------------------------------------------
+    # --- the epoch's start and end -------------------------------------------------------------------------
+    def epoch_start(self) -> None:
+        """A fresh epoch's mean training loss starts empty: a run resumed from a checkpoint written during the
+        previous epoch's validation got that epoch's mean back, which no training step of this process logged, so
+        Lightning never reset it. (Lightning calls no ``on_train_epoch_start`` for an epoch resumed in its middle,
+        whose mean :meth:`train_start` restores.)"""
+        self.train_loss_mean.reset()
+
     def epoch_end(self, pl_module: Any) -> None:
         """Log ``loss/temperature_epoch`` (the τ of the epoch's last training step; written when it changes) and
         the epoch's hardness profile, summed over processes (every rank computes it, since the sum is a
@@ -129,11 +137,12 @@ class LossObserver(nn.Module):
         if tensorboard is not None and pl_module.trainer.is_global_zero:
             write_profile(tensorboard.experiment, mean_share, negatives, pl_module.global_step)
 
-    def train_start(self, pl_module: Any, saved: Optional[dict[str, Any]]) -> None:
-        """Before the first step: go on with the epoch's mean training loss of a checkpoint saved mid-epoch
-        (:meth:`restore`), and settle whether the loss keeps every negative (a hard loss whose K reaches the
-        negatives an anchor has: then it is exactly the loss it names, which a warning says, and
-        ``loss/used_neg_sim`` would repeat ``loss/mean_neg_sim``)."""
+    def train_start(self, pl_module: Any) -> None:
+        """Before the first step (once the loops are restored, ``current_epoch`` the resumed one): go on with the
+        epoch's mean training loss of a checkpoint saved mid-epoch (:meth:`restore`), and settle whether the loss
+        keeps every negative (a hard loss whose K reaches the negatives an anchor has: then it is exactly the loss
+        it names, which a warning says, and ``loss/used_neg_sim`` would repeat ``loss/mean_neg_sim``)."""
+        saved, self._resumed = self._resumed, None
         self.restore(saved, pl_module.current_epoch)
         trainer, loss = pl_module.trainer, pl_module.loss
         batch_size = getattr(trainer.datamodule, "batch_size", None) if trainer.datamodule is not None else None
@@ -150,10 +159,15 @@ class LossObserver(nn.Module):
             )
 
     # --- the epoch's mean training loss across a checkpoint -------------------------------------------------
-    def checkpoint_state(self, epoch: int) -> dict[str, Any]:
-        """The running mean of this epoch's training loss (sum and weight), with the epoch it belongs to."""
+    def save_to(self, checkpoint: dict[str, Any], epoch: int) -> None:
+        """Into ``checkpoint``: the running mean of this epoch's training loss (sum and weight), with the epoch it
+        belongs to."""
         state = {name: value.detach().clone() for name, value in self.train_loss_mean.metric_state.items()}
-        return {"epoch": epoch, "state": state}
+        checkpoint[TRAIN_LOSS_KEY] = {"epoch": epoch, "state": state}
+
+    def load_from(self, checkpoint: dict[str, Any]) -> None:
+        """Keep a loaded checkpoint's epoch mean (none in an older version's) for :meth:`train_start`."""
+        self._resumed = checkpoint.get(TRAIN_LOSS_KEY)
 
     def restore(self, saved: Optional[dict[str, Any]], epoch: int) -> None:
         """Resumed mid-epoch: the epoch's mean training loss goes on from the steps before the stop, so

@@ -8,9 +8,12 @@ it, plus its name in ``BackboneName`` (the option's choices, which the CLI check
 
 from __future__ import annotations
 
+import contextlib
+import sys
 from collections.abc import Callable
 from typing import Literal, get_args
 
+import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 from torchvision.models import resnet18, resnet50
@@ -20,6 +23,29 @@ from ssl_app.models.registry import BACKBONES
 
 BackboneName = Literal["small_cnn", "resnet32_cifar", "resnet18_cifar", "resnet18", "resnet50"]
 NormName = Literal["batch", "group", "none"]
+
+
+#: Device types on which ``channels_last: auto`` trains the backbones in NHWC (benchmarks/README.md,
+#: "Tuning notes"): the CPU (oneDNN; every shipped backbone's step 1.15–1.8× faster) and CUDA (cuDNN's
+#: tensor-core convolutions take NHWC: ResNet-18's SimCLR step 2.4×, MoCo's 1.7× on an H200 in bf16).
+CHANNELS_LAST_DEVICES = frozenset({"cpu", "cuda"})
+
+
+def channels_last_pays(device: torch.device) -> bool:
+    """Whether the backbones train faster in the channels-last layout (NHWC) on ``device``, the
+    layout ``channels_last: auto`` picks; elsewhere (MPS, XLA, …: not measured) PyTorch's default."""
+    return device.type in CHANNELS_LAST_DEVICES
+
+
+def eager() -> contextlib.AbstractContextManager:
+    """Inside, compiled modules (``compile: true``) run their eager code: ``torch.compiler.set_stance("force_eager")``
+    when anything can have been compiled (dynamo is loaded); else nothing, since importing dynamo for the stance
+    costs a second. Validation, test and the callbacks' evaluation passes run under it: a backbone's graphs were
+    traced in training mode with the training batch's shape, and would otherwise be recompiled for eval mode and
+    each new batch shape (seconds to a minute per evaluation)."""
+    if "torch._dynamo" not in sys.modules:
+        return contextlib.nullcontext()
+    return torch.compiler.set_stance("force_eager")
 
 
 def _norm_layer(norm: NormName, channels: int) -> nn.Module:

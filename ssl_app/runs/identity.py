@@ -10,8 +10,9 @@ says which keys identify the experiment.
   (for an image folder the root *is* the data; the hash cannot tell a copy from other images).
 - :func:`identity`: the keys a run cannot change and stay the same run — the method, its backbone,
   its loss, and the data (every datamodule option except how it is loaded: workers, pinned memory,
-  where the views are made, whether to download). Resuming a checkpoint whose identity differs
-  would continue one experiment on another's data or loss and mix both in one curve; the CLI
+  where the views and the evaluation images are made, the evaluation's batch size, whether to
+  download). Resuming a checkpoint whose identity differs would continue one experiment on
+  another's data or loss and mix both in one curve; the CLI
   refuses it (``--resume_anyway`` overrides). Everything else (learning rate, epochs, callbacks)
   may change on resume and the resume line says so.
 """

@@ -56,7 +56,7 @@ SEED_KEY = "seed_everything"
 #: Keys that say where a run writes or what it resumed from: never part of what a run *is*.
 WHERE_KEYS = ("ckpt_path", "resume_anyway", "attach_to_run", "trainer.logger", "trainer.default_root_dir", "checkpoint.dirpath")
 #: Datamodule options that change how data is loaded, not which data (they may change on resume).
-LOADING_KEYS = ("num_workers", "pin_memory", "augment_on", "download")
+LOADING_KEYS = ("num_workers", "pin_memory", "augment_on", "eval_on", "eval_batch_size", "download")
 #: The keys that identify an experiment (with the data's, less ``LOADING_KEYS``): a resume may not change them.
 IDENTITY_KEYS = (METHOD_KEY, BACKBONE_KEY, LOSS_KEY)
 #: The loss options a label names by a symbol (the paper's τ, K, λ; q for a hard loss's quantile).
@@ -262,6 +262,14 @@ class RunSpec:
     def data_option(self, key: str) -> Any:
         """A datamodule option (``class_list``; nested ones by their dotted path, ``augmentation.crop_size``)."""
         return self.flat.get(DATA_OPTIONS + key)
+
+    def data_option_key(self, name: str) -> tuple[str, Any]:
+        """The run's own key for the datamodule option ``name`` and its value (``None`` when unset), for a hint that
+        names it: ``data.init_args.<name>``, or the shortest data key that ends in it (a linear probe's data nests
+        its encoder's: ``data.init_args.data.init_args.num_workers``)."""
+        flat = self.flat
+        keys = sorted((key for key in flat if under(key, (DATA_KEY,)) and key.endswith("." + name)), key=len)
+        return (keys[0], flat[keys[0]]) if keys else (DATA_OPTIONS + name, None)
 
     @property
     def augmentation(self) -> Optional[dict[str, Any]]:

@@ -7,11 +7,14 @@ writing ``<stage>.log`` in the run folder, started and judged as the local launc
 (``ssl_app.sweep.stages``: one way to run a stage). A folder another
 process writes (its run lock held: a fit started by hand) is not launched into: the task fails, naming it.
 
-One signal path. Before the time limit (and on pre-emption) SLURM signals the task; submitit catches
-it (``SIGUSR2``, ``--signal=USR2@90``) and calls :meth:`PointJob.checkpoint`, which sends the
-running fit SIGTERM: the project's own stop (``ssl_app.checkpointing.InterruptCheckpoint``) finishes
-the step, writes ``last.ckpt`` and records ``interrupted``. Then submitit requeues the task, and the
-requeued task runs the same entry, which resumes the fit from that checkpoint in the same folder.
+One signal path. Before the time limit (and on pre-emption) SLURM signals every process of the job
+step (``--signal=USR2@90``: the task, the fit and its data workers). The fit stops on it after its
+step, as on SIGTERM (``ssl_app.checkpointing.InterruptCheckpoint``: ``last.ckpt``, recorded
+``interrupted``; its data workers leave the signal to it, ``ssl_app.workers``). submitit catches it in
+the task and calls :meth:`PointJob.checkpoint`, which sends the fit SIGTERM too (for a signal that
+reached the task alone) and waits for it to exit. Then submitit requeues the task, and the requeued
+task runs the same entry, which resumes the fit from that checkpoint in the same folder. A job that
+warns with the other signal (``--signal=USR1@N``) is checkpointed and requeued the same way.
 Lightning's SLURM auto-requeue (SIGUSR1, an ``hpc_ckpt_<n>.ckpt`` in the Trainer's root folder,
 resumed without the project's checks) is turned off in every fit (``InterruptCheckpoint.setup``),
 and a sweep's fits do not treat the job as an ``srun`` launch (:func:`child_environment`).
@@ -39,6 +42,7 @@ from ssl_app.errors import ConfigError
 from ssl_app.io.lock import RUN_LOCK, SWEEP_LOCK, RunLock, is_locked
 from ssl_app.runs.layout import JobRecord, read_job_record, write_job_record
 from ssl_app.runs.record import now
+from ssl_app.signals import WARNING_SIGNALS
 from ssl_app.sweep.stages import PlannedRun, launch, note_exit, prepare_stage, stage_done, why_failed
 
 #: Seconds a fit gets, after the SIGTERM, to finish its step and write ``last.ckpt`` before the task is requeued.
@@ -115,9 +119,16 @@ class PointJob:
         if is_locked(run.directory, RUN_LOCK):  # a process writing the run itself (a fit started by hand)
             lock.release()
             raise RuntimeError(f"{run.label}: {run.directory} is held by {RunLock(run.directory).holder()}")
-        previous = signal.getsignal(signal.SIGTERM)
+        previous = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, *WARNING_SIGNALS)}
         # SLURM's own SIGTERM (scancel, the end of the time limit) reaches this task: pass it on, so the fit saves.
         signal.signal(signal.SIGTERM, lambda signum, frame: self._stop_fit())
+        # SLURM's warning (--signal=USR1@N, USR2@N) reaches every process of the job step, the fit included (which
+        # stops on it with its checkpoint): submitit checkpoints and requeues on the signal it asked for, and on
+        # the other one too, so a job that warns with USR1 is requeued in place as well.
+        requeue = next((previous[signum] for signum in WARNING_SIGNALS if callable(previous[signum])), None)
+        for signum in WARNING_SIGNALS:
+            if requeue is not None and not callable(previous[signum]):
+                signal.signal(signum, requeue)
         try:
             while True:
                 stages = run.stages()
@@ -134,7 +145,8 @@ class PointJob:
                     raise RuntimeError(f"{run.label} ({stage}): {why_failed(run, stage)}; log: {log}")
                 print(f"[sweep] done {run.label}: {stage}", flush=True)
         finally:
-            signal.signal(signal.SIGTERM, previous)
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
             lock.release()
 
     def _stop_fit(self) -> None:

@@ -4,15 +4,31 @@ the CPU (``--quick``). The numbers themselves are not checked here (benchmarks/R
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+import warnings
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 import gpu_check  # noqa: E402
+from syncs import SYNC_MESSAGE, SyncListing  # noqa: E402
+
+
+def listed_syncs() -> dict[str, Any]:
+    """The ``syncs`` part's record of 3 steps, made by its own code: a sync in the first step (left
+    out), one in a step that does not log, one in a logged step."""
+    listing = SyncListing(own_code=[str(Path(__file__).parent) + "/"], host_reads=False)
+    for logged in (False, False, True):
+        listing.start(logged=logged)
+        warnings.warn(f"called a {SYNC_MESSAGE}", UserWarning, stacklevel=1)
+        listing.stop()
+    return gpu_check.syncs_record(listing, "cuda")
+
 
 SIDE = {"against": "reference", "img_per_s": 900.0, "reference_img_per_s": 1000.0, "ratio": 0.9, "ratio_spread": [0.8, 1.0]}
 RESULTS = {
@@ -26,11 +42,21 @@ RESULTS = {
         "methods": {"simclr": {"sides": {"ours": SIDE | {"peak_mb": 5000.0, "reference_peak_mb": 6000.0}}}}},
     "epoch/cifar10_simclr": {"model": "SimCLR/resnet18_cifar", "batch": 512, "train_images": 50000, "seconds_per_epoch": 9.5,
                              "img_per_s": 5263.0, "first_epoch_s": 20.0, "scaled": "a whole epoch", "precision": "bf16-mixed",
-                             "evaluations": [{"epoch": 1, "eval": 6.0, "loop": 2.0}]},
+                             "evaluations": [{"epoch": 1, "eval": 6.0, "loop": 2.0}],
+                             "evaluation_pieces": [
+                                 {"epoch": 0, "eval": 6.0, "loop": 2.0, "callbacks": {"KNNMonitor": 3.0, "ModelCheckpoint": 0.0}},
+                                 {"epoch": 1, "eval": 0.9, "loop": 0.3,
+                                  "callbacks": {"KNNMonitor": 0.4, "EmbeddingMetrics": 0.2}}],
+                             "fit_end_s": {"EmbeddingProjector": 0.05}},
     "epoch/metrics": {"n": 50000, "seconds": {"uniformity": 0.02}},
-    "syncs/cifar10_moco": {"steps": 12, "sites": [{"ours": "ssl_app/methods/moco.py:10 in training_step", "count": 12,
-                                                   "steps": 12, "in_training_step": True}]},
-    "loader": {"batch": 128, "images": 3200, "sizes": "mixed", "loader_img_per_s": {"8": 2000.0}, "precision": ""},
+    "compiled/cifar10_simclr": {"model": "SimCLR/resnet18_cifar", "batch": 512, "train_images": 50000, "precision": "bf16-mixed",
+                                "epochs_s": [5.8, 2.9], "evaluations": [{"epoch": 1, "eval": 20.0, "loop": 12.9}],
+                                "scaled": "whole epochs", "after_last_evaluation_s": 55.7, "compile": True,
+                                "channels_last": True},
+    "syncs/cifar10_moco": listed_syncs(),
+    "loader": {"batch": 128, "images": 3200, "sizes": "mixed", "loader_img_per_s": {"2": 2000.0}, "precision": ""},
+    "augment": {"batch": 512, "paths": {"keys": {"ops_per_call": 230, "kernels_per_call": 190, "ms_per_call": 1.25},
+                                        "generator": {"ops_per_call": 159, "kernels_per_call": None, "ms_per_call": 1.0}}},
 }  # fmt: skip
 
 
@@ -46,13 +72,87 @@ def test_the_summary_is_one_table_with_every_part_and_what_a_timeout_left(tmp_pa
     rows = {tuple(cell.strip() for cell in line.strip("|").split("|")) for line in lines[table[0] + 2 :]}
     assert ("tests", "test_on_device.py on cuda", "passed", "1 of 2", "failed: test_b") in rows
     assert any(row[0] == "train_step" and row[3] == "900; **0.90**" and "peak 5,000 MB" in row[4] for row in rows)
-    (epoch,) = [row for row in rows if row[2] == "s per training epoch"]
+    (epoch,) = [row for row in rows if row[0] == "epoch" and row[2] == "s per training epoch"]
     assert epoch[3] == "**9.5**" and "lightly ~26 s" in epoch[4] and "≤ 6 s" in epoch[4]
-    assert any(row[1] == "cifar10_simclr evaluation" and row[3] == "6.0" and "callbacks 4.0 s" in row[4] for row in rows)
-    assert any(row[0] == "syncs" and row[3] == "1.0" for row in rows)
+    assert any(row[1] == "cifar10_simclr evaluation 1" and row[3] == "**6.00**" and "callbacks 4.00 s" in row[4] for row in rows)
+    (steady,) = [row for row in rows if row[1] == "cifar10_simclr evaluation 2"]
+    assert steady[3] == "**0.90**" and steady[4].startswith("steady") and "target ≤ 1.0 s" in steady[4]
+    # the evaluation's breakdown by callback, and the projector at the end of fit
+    assert ("epoch", "cifar10_simclr evaluation 2: KNNMonitor", "s", "0.400", "steady") in rows
+    assert ("epoch", "cifar10_simclr evaluation 2: EmbeddingMetrics", "s", "0.200", "steady") in rows
+    assert not any("ModelCheckpoint" in row[1] for row in rows)  # nothing to show
+    assert ("epoch", "cifar10_simclr end of fit: EmbeddingProjector", "s", "0.050", "target ≤ 1.0 s (H200)") in rows
+    (compiled,) = [row for row in rows if row[0] == "compiled" and row[2] == "s per training epoch"]
+    assert compiled[3] == "**2.9**" and "first epoch 5.8 s (compiling)" in compiled[4] and "compile true" in compiled[1]
+    (compiled_end,) = [row for row in rows if row[0] == "compiled" and "end of fit" in row[1]]
+    assert ("compiled", "cifar10_simclr end of fit", "s", "55.7") == compiled_end[:4]
+    (syncs,) = [row for row in rows if row[0] == "syncs"]
+    assert syncs[2] == "syncs per step that does not log" and syncs[3] == "**1.0**"
+    assert "1 such steps of 3" in syncs[4] and "logged: [2]" in syncs[4] and "test_gpu_check.py" in syncs[4]
     assert any(row[0] == "loader" and row[3] == "2,000" and "step not measured" in row[4] for row in rows)
+    assert not any(row[1] == "(the summary)" for row in rows)
     assert ("loader", "(the part)", "status", "timeout (partial)", "after 80 of 80 s") in rows
+    (keys,) = [row for row in rows if row[0] == "train_step" and "batched views, keys" in row[1]]
+    assert keys[3] == "**1.25**" and "230 tensor ops, 190 CUDA kernels per call" in keys[4] and "≤ 2 ms" in keys[4]
     assert "NVIDIA H100" in lines[0]
+
+
+def test_a_record_the_table_cannot_read_is_one_row_and_the_other_parts_still_show(tmp_path):
+    """Catches the summary crashing on one part's record (a field renamed, a partial or older record:
+    the CPU quick run and the first GPU call crashed there, issue 38), which loses every part's table."""
+    broken = json.loads(json.dumps(RESULTS)) | {"epoch/cifar10_simclr": {"model": "SimCLR/resnet18_cifar"}}
+    broken["syncs/cifar10_moco"] = {"steps": 12, "sites": []}  # the record of the first GPU call's listing
+    (tmp_path / "results.json").write_text(json.dumps(broken))
+    rows = gpu_check.summary_rows(broken)
+    unreadable = {row[0]: row[3] for row in rows if row[1] == "(the summary)"}
+    assert unreadable.keys() == {"epoch", "syncs"} and unreadable["epoch"].startswith("KeyError")
+    assert {"tests", "train_step", "compiled", "loader"} <= {row[0] for row in rows if row[1] != "(the summary)"}
+    assert "| epoch | (the summary) | unreadable record |" in gpu_check.write_summary(tmp_path)
+
+
+def test_the_gpu_budgets_fit_one_gpu_call_and_every_part_has_one():
+    """Catches a part added without a budget (a KeyError in the driver) or budgets that no longer fit
+    the one GPU call: 8 minutes with the machine's start and the other measurements, so at most 420 s."""
+    assert set(gpu_check.BUDGETS) == set(gpu_check.QUICK_BUDGETS) == set(gpu_check.PARTS)
+    assert sum(gpu_check.BUDGETS.values()) <= 420 and sum(gpu_check.QUICK_BUDGETS.values()) <= 300
+
+
+def missing_keys(fake: Any, real: Any, path: str = "") -> list[str]:
+    """The keys of ``fake`` (recursively; a list by its first item) that ``real`` does not have."""
+    if isinstance(fake, dict) and isinstance(real, dict):
+        return [found for key, value in fake.items() for found in
+                (missing_keys(value, real[key], f"{path}.{key}") if key in real else [f"{path}.{key}"])]  # fmt: skip
+    if isinstance(fake, list) and isinstance(real, list) and fake and real:
+        return missing_keys(fake[0], real[0], f"{path}[0]")
+    return []
+
+
+@pytest.fixture(scope="module")
+def quick_run(tmp_path_factory) -> Path:
+    """``benchmarks/gpu_check.sh --device cpu --quick``, every part, once for this module (2–4 minutes here)."""
+    out = tmp_path_factory.mktemp("gpu_check") / "out"
+    env = os.environ | {"PYTHONPATH": str(ROOT), "PYTHON": sys.executable}
+    result = subprocess.run([str(ROOT / "benchmarks" / "gpu_check.sh"), "--device", "cpu", "--quick", "--out", str(out)],
+                            capture_output=True, text=True, timeout=600, cwd=ROOT, env=env)  # fmt: skip
+    assert (out / "summary.md").is_file(), result.stdout[-2000:] + result.stderr[-3000:]
+    return out
+
+
+@pytest.mark.slow
+def test_the_quick_run_measures_every_part_and_its_table_reads_every_record(quick_run):
+    """Catches a part that fails or times out on the CPU, a record the table cannot read (the crash
+    after the loader part, issue 38), a part with no row, and the fake records of the test above
+    drifting from what the parts write (a key the table reads that the real record lacks)."""
+    results = json.loads((quick_run / "results.json").read_text())
+    assert {part: status["status"] for part, status in results["run"]["parts"].items()} == dict.fromkeys(gpu_check.PARTS, "ok")
+    rows = gpu_check.summary_rows(results)
+    assert not [row for row in rows if row[1] in ("(the summary)", "(the part)")]
+    assert {row[0] for row in rows} == set(gpu_check.PARTS)
+    for key, fake in RESULTS.items():
+        if key != "run":
+            assert key in results and missing_keys(fake, results[key]) == [], key
+    assert (quick_run / "summary.md").read_text() == gpu_check.write_summary(quick_run)
+    assert sorted(path.name for path in quick_run.iterdir()) == ["log.txt", "results.json", "summary.md"]
 
 
 @pytest.mark.slow
@@ -91,5 +191,20 @@ def test_the_quick_epoch_part_trains_both_cifar10_configs_and_times_their_evalua
     for name, model in (("cifar10_simclr", "SimCLR/small_cnn"), ("cifar10_memory_bank", "MemoryBank/small_cnn")):
         record = results[f"epoch/{name}"]
         assert record["model"] == model and record["seconds_per_epoch"] > 0 and record["scaled"].startswith("scaled ×5")
-        assert len(record["evaluations"]) == 1 and record["evaluations"][0]["eval"] > record["evaluations"][0]["loop"] > 0
+        assert len(record["evaluations"]) == 2 and record["evaluations"][0]["eval"] > record["evaluations"][0]["loop"] > 0
+        pieces = record["evaluation_pieces"]  # the breakdown by callback, and the projector's time
+        assert len(pieces) == 2 and {"KNNMonitor", "EmbeddingMetrics"} <= set(pieces[1]["callbacks"])
+        assert "EpochTimer" not in pieces[1]["callbacks"] and record["fit_end_s"]["EmbeddingProjector"] > 0
     assert sorted(results["epoch/metrics"]["seconds"]) == ["alignment", "positive_and_top10_negatives", "tolerance", "uniformity"]
+
+
+def test_the_loader_rows_show_both_paths_against_the_step():
+    """Catches the device-decode numbers measured but not shown, or shown without their ratio to the step."""
+    loader = {"batch": 128, "images": 3200, "sizes": "mixed", "precision": "bf16", "step_img_per_s": 2000.0,
+              "loader_img_per_s": {"8": 1500.0, "16": 1600.0},
+              "decoded_on_device_img_per_s": {"8": 5000.0, "16": 6000.0}}  # fmt: skip
+    rows = gpu_check.summary_rows({"loader": loader})
+    shown = {(row[1], row[3]): row[4] for row in rows if row[0] == "loader"}
+    assert "loader / step **0.80**" in shown[("ImageNet-100 shape, b128, views in the workers, workers=16", "1,600")]
+    assert "loader / step **3.00**" in shown[("ImageNet-100 shape, b128, decoded on the device, workers=16", "6,000")]
+    assert ("ResNet-50 step, b128, bf16", "2,000") in shown and len(shown) == 5

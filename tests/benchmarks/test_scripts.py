@@ -50,3 +50,31 @@ def test_train_step_runs_in_bf16_and_writes_its_numbers_as_json(tmp_path):
     sides = record["methods"]["simclr"]["sides"]
     assert sorted(sides) == ["ours", "ours+channels_last"] and all(side["against"] == "reference" for side in sides.values())
     assert all(side["img_per_s"] > 0 and side["ratio"] > 0 and side["peak_mb"] is None for side in sides.values())
+
+
+@pytest.mark.slow
+def test_augment_counts_a_calls_tensor_ops_beside_a_git_revision_and_times_the_fetch():
+    """Catches the views benchmark rotting: the baseline's modules loaded from git beside this
+    tree's (keys given as each version takes them), the op counts, and the fetch's two cases."""
+    out = _run("augment.py", "--calls", "--batch", "8", "--batches", "1", "--rounds", "1", "--baseline", "HEAD")
+    rows = [line.split("|")[1:-1] for line in out.splitlines() if line.startswith("| HEAD") or line.startswith("| this tree")]
+    assert [(row[0].strip(), row[1].strip()) for row in rows] == [
+        ("HEAD", "keys"), ("HEAD", "generator"), ("this tree", "keys"), ("this tree", "generator")
+    ]  # fmt: skip
+    assert all(int(row[2]) > 0 and row[3].strip() == "–" and float(row[4]) > 0 for row in rows)
+    out = _run("augment.py", "--fetch", "--batch", "16", "--batches", "2", "--rounds", "1")
+    assert "| item by item (a PIL image per sample) |" in out and "| one indexing of the array (__getitems__) |" in out
+
+
+@pytest.mark.slow
+def test_evaluation_times_each_callback_here_and_in_another_checkout(tmp_path):
+    """Catches the evaluation benchmark rotting: a callback's hooks no longer timed (the projector
+    writes at the end of training), or the side-by-side run in another checkout failing."""
+    quick = ["--config", "configs/quickstart.yaml", "--epochs", "2", "--set", "trainer.limit_train_batches=2"]
+    _run("evaluation.py", *quick, "--against", str(ROOT), "--json", str(tmp_path / "evaluation.json"))
+    results = json.loads((tmp_path / "evaluation.json").read_text())
+    assert sorted(results) == [str(ROOT), "this tree"]
+    for (summary,) in results.values():
+        assert summary["steady"]["eval"] > summary["steady"]["loop"] > 0
+        assert {"KNNMonitor", "EmbeddingMetrics"} <= set(summary["steady"]["callbacks"])
+        assert summary["fit_end"]["EmbeddingProjector"] > 0

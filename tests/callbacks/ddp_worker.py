@@ -71,9 +71,10 @@ def stub_trainer(data, rank: int, world_size: int) -> SimpleNamespace:
     )
 
 
-def callback_report(rank: int, world_size: int, uniformity_inputs: str):
-    """EmbeddingMetrics(split="val")'s report of a tiny model, each rank embedding its own shard."""
-    data, model = tiny_data(), tiny_model()
+def callback_report(rank: int, world_size: int, uniformity_inputs: str, eval_on: str = "auto"):
+    """EmbeddingMetrics(split="val")'s report of a tiny model, each rank embedding its own shard
+    (``eval_on: auto``: the clean images from the device, the CPU here)."""
+    data, model = tiny_data(eval_on=eval_on), tiny_model()
     trainer = stub_trainer(data, rank, world_size)
     callback = EmbeddingMetrics(
         split="val",

@@ -299,9 +299,12 @@ def test_train_negatives_need_another_evaluation_split():
 
 
 # --------------------------------------------------------------------------- 2 ranks
+@pytest.mark.parametrize("eval_on", ["device", "workers"])
 @pytest.mark.parametrize("inputs", ["clean", "augmented"])
-def test_two_ranks_measure_what_one_process_measures(ddp_results, inputs):
-    single = ddp_worker.callback_report(0, 1, inputs).scalars()
+def test_two_ranks_measure_what_one_process_measures(ddp_results, inputs, eval_on):
+    """The ranks read their clean shards from the device (``eval_on: auto``); one process reads
+    them from the device or through the workers: the same values."""
+    single = ddp_worker.callback_report(0, 1, inputs, eval_on).scalars()
     assert {"uniformity", "tolerance", "effective_rank", "alignment", "pos_sim", "top10_neg_sim"} <= set(single)
     # RankMe's backbone rows come with the clean pass only, gathered like the projections
     assert ("effective_rank_backbone" in single) == (inputs == "clean")

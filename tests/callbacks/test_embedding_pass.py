@@ -4,52 +4,108 @@ from __future__ import annotations
 
 import pytest
 import torch
+import torch.nn.functional as F
 from lightning.pytorch.callbacks import Callback
 
-from callbacks import EmbeddingMetrics, KNNMonitor, embedding_pass
+from callbacks import EmbeddingMetrics, EmbeddingProjector, KNNMonitor, embedding_pass
 from callbacks.embedding_pass import embed_split
-from tests.callbacks.helpers import EPOCHS, RecordingLogger, tiny_data, tiny_model, tiny_trainer
+from tests.callbacks.ddp_worker import stub_trainer
+from tests.callbacks.helpers import EPOCHS, VAL_SIZE, RecordingLogger, tensorboard, tiny_data, tiny_model, tiny_trainer
 
 
-def test_the_clean_validation_pass_is_shared_and_redone_after_training_changes_the_weights():
-    data = tiny_data()
-    requested = []
-    original = data.embedding_dataloader
+def count_passes(monkeypatch) -> list[tuple[str, int, bool]]:
+    """Every pass over a split that ``embed_split`` makes, as ``(split, views, augment)`` (on either path)."""
+    passes: list[tuple[str, int, bool]] = []
+    original = embedding_pass.split_batches
 
-    def counting(split, views=1, augment=False, **kwargs):
-        requested.append((split, views, augment))
-        return original(split, views=views, augment=augment, **kwargs)
+    def counting(trainer, datamodule, split, views, augment, *args, **kwargs):
+        passes.append((split, views, augment))
+        return original(trainer, datamodule, split, views, augment, *args, **kwargs)
 
-    data.embedding_dataloader = counting
-    tiny_trainer([EmbeddingMetrics(), KNNMonitor()]).fit(tiny_model(), datamodule=data)
+    monkeypatch.setattr(embedding_pass, "split_batches", counting)
+    return passes
+
+
+def count_backbone_images(model) -> list[int]:
+    """Appends the number of images of every backbone forward of ``model``."""
+    seen: list[int] = []
+    model.backbone.register_forward_hook(lambda module, inputs, output: seen.append(inputs[0].shape[0]))
+    return seen
+
+
+@pytest.mark.parametrize("eval_on", ["device", "workers"])
+def test_the_clean_validation_pass_is_shared_and_redone_after_training_changes_the_weights(monkeypatch, eval_on):
+    passes = count_passes(monkeypatch)
+    tiny_trainer([EmbeddingMetrics(), KNNMonitor()]).fit(tiny_model(), datamodule=tiny_data(eval_on=eval_on))
     # per epoch: one clean pass over val (both callbacks read it) and one over train (the kNN bank)
-    assert requested.count(("val", 1, False)) == EPOCHS
-    assert requested.count(("train", 1, False)) == EPOCHS
+    assert passes.count(("val", 1, False)) == EPOCHS
+    assert passes.count(("train", 1, False)) == EPOCHS
+    assert len(passes) == 2 * EPOCHS
 
 
-def test_the_clean_pass_keeps_the_backbone_features_and_is_shared_in_either_callback_order():
+@pytest.mark.parametrize("eval_on", ["device", "workers"])
+def test_one_evaluation_embeds_each_split_once_for_every_callback(tmp_path, eval_on):
+    """Catches a callback that embeds a split the others already embedded at this evaluation: the
+    backbone sees the validation loop's two views of each val image, the train split once (kNN
+    bank on the backbone features and on the projections, and the metrics' train-split negatives)
+    and the clean val split once (both kNN's queries, the metrics' clean embeddings with their
+    backbone features, and the projector), whatever each callback's batch size."""
+    model, data = tiny_model(), tiny_data(eval_on=eval_on)
+    seen = count_backbone_images(model)
+    callbacks = [
+        KNNMonitor(features="backbone", batch_size=7),
+        EmbeddingMetrics(negatives_from="train", log_histograms=False),
+        KNNMonitor(),
+        EmbeddingProjector(max_samples=12, thumbnail_size=8, on_evaluate=True),
+    ]
+    tiny_trainer(callbacks, logger=tensorboard(tmp_path)).validate(model, datamodule=data, verbose=False)
+    loop, train, val = 2 * VAL_SIZE, data.num_samples("train"), VAL_SIZE
+    assert sum(seen) == loop + train + val
+
+
+def test_the_device_images_give_the_worker_paths_embeddings_without_the_loader(monkeypatch):
+    """Catches the device path embedding other images than the worker path (a transform step
+    missing or doubled, another order, other labels or indices) for every shard of every pass
+    a callback makes, and either path reading through the other's source."""
+    model = tiny_model()
+    device_data, worker_data = tiny_data(eval_on="device"), tiny_data(eval_on="workers")
+    monkeypatch.setattr(device_data, "embedding_dataloader", lambda *args, **kwargs: pytest.fail("read the loader"))
+    assert worker_data.eval_images("val", torch.device("cpu")) is None  # eval_on: workers keeps nothing
+    for world_size in (1, 2):
+        for rank in range(world_size):
+            for split, options in (("train", {}), ("val", {"keep_backbone": True}), ("val", {"max_samples": 20})):
+                found = []
+                for data in (device_data, worker_data):
+                    trainer = stub_trainer(data, rank, world_size)
+                    embedding_pass._PASSES.pop(model, None)  # a fresh pass on each path
+                    found.append(embed_split(trainer, model, split, views=1, augment=False, **options).local())
+                on_device, through_workers = found
+                assert torch.equal(on_device.indices, through_workers.indices)
+                assert torch.equal(on_device.labels, through_workers.labels)
+                torch.testing.assert_close(on_device.features, through_workers.features, atol=1e-6, rtol=1e-5)
+                if "keep_backbone" in options:
+                    torch.testing.assert_close(on_device.backbone, through_workers.backbone, atol=1e-5, rtol=1e-5)
+    assert len(on_device) == 10  # rank 1 of 2 below max_samples=20: 1, 3, ..., 19
+
+
+def test_the_clean_pass_keeps_the_backbone_features_and_is_shared_in_either_callback_order(monkeypatch):
     """Catches the backbone features (RankMe's input) costing a second clean pass, in either
     callback order, or being other than the unnormalised ``model(images)`` of the same images."""
     data = tiny_data()
-    requested = []
-    original = data.embedding_dataloader
-
-    def counting(split, views=1, augment=False, **kwargs):
-        requested.append((split, views, augment))
-        return original(split, views=views, augment=augment, **kwargs)
-
-    data.embedding_dataloader = counting
+    passes = count_passes(monkeypatch)
     model = tiny_model()
     trainer = tiny_trainer([KNNMonitor(), EmbeddingMetrics(log_histograms=False)])
     trainer.validate(model, datamodule=data, verbose=False)
-    assert requested.count(("val", 1, False)) == 1
+    assert passes.count(("val", 1, False)) == 1
     samples = embed_split(trainer, model, "val", views=1, augment=False, keep_backbone=True).local()
-    assert requested.count(("val", 1, False)) == 1  # served from the cache
+    backbone = embed_split(trainer, model, "val", views=1, augment=False, features="backbone").local()
+    assert passes.count(("val", 1, False)) == 1  # both served from the cache
     model.eval()
     with torch.no_grad():
-        images = torch.cat([views[0] for views, _, _ in original("val", views=1, augment=False)])
+        images = torch.cat([views[0] for views, _, _ in data.embedding_dataloader("val", views=1, augment=False)])
         torch.testing.assert_close(samples.backbone, model(images), atol=1e-5, rtol=1e-5)
         torch.testing.assert_close(samples.view_features(0), model.embed(images), atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(backbone.view_features(0), F.normalize(model(images), dim=1), atol=1e-5, rtol=1e-5)
 
 
 def test_knn_accuracy_is_the_same_beside_a_callback_embedding_fewer_train_samples():
@@ -98,8 +154,8 @@ BASE = dict(split="val", views=1, augment=False, features="projection", max_samp
 def test_every_option_that_changes_a_pass_is_in_its_cache_key(field, first, second):
     """Catches a field missing from ``embed_split``'s cache key: two passes whose options differ
     only in it would share one, so the second caller would get the first one's split, number of
-    views, transform, features or subset. (``batch_size`` is in the key too, but changes no
-    embedding: the next test.)"""
+    views, transform, features or subset. (``batch_size`` is not in the key: it changes no
+    embedding, the next test.)"""
     passes = TwoPasses({**BASE, field: first}, {**BASE, field: second})
     tiny_trainer([passes]).validate(tiny_model(), tiny_data(), verbose=False)
     assert torch.equal(passes.cached.indices, passes.fresh.indices)

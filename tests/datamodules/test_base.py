@@ -6,6 +6,7 @@ import torch
 from lightning import LightningModule, Trainer, seed_everything
 
 from datamodules import SyntheticDataModule
+from datamodules.device_augment import UnaugmentedImages
 from ssl_app.errors import ConfigError
 
 
@@ -227,7 +228,9 @@ def fit_and_record(tmp_path, augment_on, seed=0, **attributes):
 
 def assert_batched_training_views(tmp_path, augment_on, train_views):
     """The method got ``train_views`` normalised float views with their own labels, and validation
-    (with the sanity check before it) the worker path's fixed views; returns the recorder."""
+    (with the sanity check before it) the worker path's fixed views (``device``: the device's views
+    keyed ``(val_seed, EVALUATION_EPOCH, index)``, tests/datamodules/test_eval_images.py); returns
+    the recorder."""
     recorded = fit_and_record(tmp_path, augment_on, train_views=train_views)
     workers = fit_and_record(tmp_path, "workers", train_views=train_views)
     views, labels, index = recorded.batches["train"]
@@ -236,8 +239,15 @@ def assert_batched_training_views(tmp_path, augment_on, train_views):
         assert view.shape == (8, 3, 32, 32) and view.dtype == torch.float32 and view.min() < 0
     data = small_module().dataset("train")
     assert labels.tolist() == [data[i][1] for i in index.tolist()]
-    for got, expected in zip(recorded.batches["val"][0], workers.batches["val"][0]):
-        assert torch.equal(got, expected)
+    expected = workers.batches["val"][0]
+    if augment_on == "device":
+        dm = small_module(augment_on="device")
+        val_index = recorded.batches["val"][2]
+        images = torch.stack([UnaugmentedImages(dm.dataset("val"))[int(i)][0] for i in val_index])
+        expected = dm.device_augmentation(images, 2, keys=dm.evaluation_view_keys(val_index))
+    assert len(recorded.batches["val"][0]) == len(expected) == 2
+    for got, view in zip(recorded.batches["val"][0], expected):
+        assert torch.equal(got, view)
     return recorded
 
 

@@ -30,18 +30,21 @@ import torch
 import torch.nn.functional as TF
 from PIL import Image
 from scipy.stats import ks_2samp
+from torch.utils._python_dispatch import TorchDispatchMode
 from torchvision.transforms import v2
 from torchvision.transforms.v2 import functional as F
 
 from datamodules.augment import ViewAugmentation
 from datamodules.device_augment import (
     HUE,
+    AugmentingCollate,
     BatchViewAugmentation,
     UnaugmentedImages,
     as_uint8_chw,
     collate_images,
     sample_crop_boxes,
 )
+from datamodules.keyed_draws import ViewKeys
 from datamodules.synthetic import SYNTHETIC_AUGMENTATION, make_shapes
 from ssl_app.errors import ConfigError
 
@@ -354,3 +357,61 @@ def test_collating_images_of_different_sizes_is_one_clear_error():
     assert images.shape == (2, 3, 8, 8) and labels.tolist() == [1, -1] and indices.tolist() == [4, 7]
     with pytest.raises(ConfigError, match=r"images of one size, got \(8, 8\) and \(9, 8\).*augment_on: workers"):
         collate_images([(torch.zeros(3, 8, 8, dtype=torch.uint8), 1, 0), (torch.zeros(3, 9, 8, dtype=torch.uint8), 1, 1)])
+
+
+# --- the cost of a call: tensor operations (each a kernel launch on a GPU) ------------------------
+class TensorOps(TorchDispatchMode):
+    """Counts the tensor operations dispatched inside it, views (no kernel, no copy) apart."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.compute = self.views = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func.is_view:
+            self.views += 1
+        else:
+            self.compute += 1
+        return func(*args, **(kwargs or {}))
+
+
+def tensor_ops(augmentation: BatchViewAugmentation, batch: int, keyed: bool) -> int:
+    images = textures(batch)
+    keys = ViewKeys(3, 1, torch.arange(batch)) if keyed else None
+    augmentation(images, 2, keys=keys)  # the first call makes the per-device constants
+    with TensorOps() as ops:
+        augmentation(images, 2, generator=None if keyed else torch.Generator().manual_seed(0), keys=keys)
+    return ops.compute
+
+
+#: Non-view tensor operations per call (CIFAR-10's augmentation, 2 views): each is a kernel launch on
+#: a GPU, where views of 32-pixel images cost a few microseconds of GPU time per kernel but about as
+#: much CPU time to launch it, so a call costs its count (issue 38: 604 kernels with keys, 10–13 ms
+#: per batch on an H200, before the batched hash and the fused colour passes; about 230 since).
+MAX_OPS = {"keys": 250, "generator": 180}
+
+
+@pytest.mark.parametrize("keyed", [True, False], ids=["keys", "generator"])
+def test_a_call_costs_a_bounded_number_of_tensor_ops_whatever_the_batch(keyed):
+    """Structural, not timed: catches a per-sample or per-column Python loop (the count would grow
+    with the batch) and a hash or colour op that falls back to many small kernels (the count would
+    pass the bound that the GPU's launch time rests on)."""
+    augmentation = BatchViewAugmentation(ViewAugmentation())
+    small, large = tensor_ops(augmentation, 4, keyed), tensor_ops(augmentation, 32, keyed)
+    assert small == large
+    assert small <= MAX_OPS["keys" if keyed else "generator"]
+
+
+def test_keys_given_as_ints_or_as_rows_give_the_same_views():
+    """The device path hashes the batch's seed and epoch once on the host (``ViewKeys`` of ints);
+    rows ``(seed, epoch, index)`` per sample (the collate's mixed batches) must give the same views."""
+    augmentation = BatchViewAugmentation(ViewAugmentation(hue=0.3))
+    images, index = textures(6), torch.tensor([4, 0, 9, 2**33, 5, 1])
+    rows = torch.stack((torch.full_like(index, 7), torch.full_like(index, 2), index), dim=1)
+    from_ints, from_rows = augmentation(images, 2, keys=ViewKeys(7, 2, index)), augmentation(images, 2, keys=rows)
+    assert all(torch.equal(a, b) for a, b in zip(from_ints, from_rows))
+    collated, _, _ = AugmentingCollate(augmentation.augmentation, 2)([(images[i], 0, int(index[i]), 7, 2) for i in range(6)])
+    assert all(torch.equal(a, b) for a, b in zip(collated, from_ints))
+    mixed, _, _ = AugmentingCollate(augmentation.augmentation, 2)([(images[0], 0, 4, 7, 2), (images[1], 0, 0, 7, 3)])
+    alone = augmentation(images[1:2], 2, keys=ViewKeys(7, 3, torch.tensor([0])))
+    assert torch.equal(mixed[0][1], alone[0][0]) and torch.equal(mixed[1][1], alone[1][0])

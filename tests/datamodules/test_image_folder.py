@@ -107,14 +107,9 @@ def test_val_labels_follow_the_train_classes(tmp_path):
     assert torch.tensor(labels).max() < dm.num_classes
 
 
-def test_device_views_need_one_image_size_and_say_so_before_training(tmp_path):
-    dm = small(make_tree(tmp_path), augment_on="device")  # widths 20, 21, 22
-    dm.setup("fit")
-    with pytest.raises(ConfigError, match=r"ImageFolderDataModule: augment_on=device needs training images of one size"):
-        dm.train_dataloader()
-
-
 def test_device_views_of_an_image_folder_of_one_size(tmp_path):
+    """PNGs are decoded in the workers (only JPEGs go to the device as bytes) and, of one size, travel
+    as one uint8 tensor; images of mixed sizes: tests/datamodules/test_decoded_views.py."""
     for k, name in enumerate(("cat", "dog")):
         for split in ("train", "val"):
             (tmp_path / split / name).mkdir(parents=True)
@@ -122,9 +117,10 @@ def test_device_views_of_an_image_folder_of_one_size(tmp_path):
                 Image.new("RGB", (20, 18), (40 * k + 10 * i, 100, 200)).save(tmp_path / split / name / f"{i}.png")
     dm = small(tmp_path, augment_on="device")
     dm.setup("fit")
-    images, labels, _ = next(iter(dm.train_dataloader()))
-    assert images.shape == (2, 3, 18, 20) and images.dtype == torch.uint8
-    views = dm.device_augmentation(images, 2)
+    batch = next(iter(dm.train_dataloader()))
+    files = batch[0]
+    assert files.pixels.shape == (2, 3, 18, 20) and files.pixels.dtype == torch.uint8 and not files.jpeg_at
+    views, labels, _ = dm.device_views(batch, 2)
     assert [v.shape for v in views] == [(2, 3, 16, 16)] * 2
 
 
@@ -216,10 +212,10 @@ def test_sixteen_bit_images_are_not_saturated(tmp_path):
                 image = Image.fromarray(np.full((12, 12), 32768, np.uint16))
                 assert image.mode == "I;16"
                 image.save(tmp_path / split / name / f"{i}.png")
-    dm = small(tmp_path, augment_on="device")  # images arrive as the uint8 pixels read
+    dm = small(tmp_path, augment_on="device")  # PNGs arrive as the uint8 pixels read in the workers
     dm.setup("fit")
-    images, _, _ = next(iter(dm.train_dataloader()))
-    assert images.dtype == torch.uint8 and images.unique().tolist() == [128]
+    files, _, _ = next(iter(dm.train_dataloader()))
+    assert files.pixels.dtype == torch.uint8 and files.pixels.unique().tolist() == [128]
 
 
 def bad_tree(root):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from datamodules.keyed_draws import fmix32, generator_seed, keyed_uniforms
+from datamodules.keyed_draws import absorb, fmix32, generator_seed, keyed_uniforms
 
 
 def uniforms(seed: int, epoch: int, indices: list[int], views: int = 2, columns: int = 35) -> torch.Tensor:
@@ -51,3 +51,42 @@ def test_python_ints_and_tensors_hash_alike():
     assert hashed.tolist() == [fmix32(int(word)) for word in words]
     assert 0 <= hashed.min() and hashed.max() < 2**32
     assert len({generator_seed(0, epoch, index) for epoch in range(3) for index in range(1000)}) == 3000
+
+
+def python_uniform(seed: int, epoch: int, index: int, view: int, column: int) -> float:
+    """One keyed number through the hash on Python ints, word by word (the definition)."""
+    h = 2  # the batched paths' domain word
+    for word in (seed, seed >> 32, epoch, index, view, column):
+        h = absorb(h, word)
+    return (h >> 8) * 2.0**-24
+
+
+def test_the_numbers_are_the_hash_of_each_key_word_by_word():
+    """Catches a batched hash that drifts from its definition (a wrong word order, a word masked
+    differently, an overflow on the device): every number equals the word-by-word hash on Python
+    ints, with seed and epoch given as ints (one per batch, as the device path hashes them on the
+    host) or as tensors, for seeds and indices past 2³²."""
+    for seed, epoch in ((0, 0), (11, 4), (2**40 + 5, 12), (2**63 - 1, 2**31)):
+        index = torch.tensor([0, 7, 2**32 - 1, 2**32 + 3, 123_456_789_012])
+        from_ints = keyed_uniforms(seed, epoch, index, 2, 3)
+        from_tensors = keyed_uniforms(torch.full_like(index, seed), torch.full_like(index, epoch), index, 2, 3)
+        assert torch.equal(from_ints, from_tensors)
+        expected = [[python_uniform(seed, epoch, int(i), v, c) for c in range(3)] for v in range(2) for i in index]
+        assert from_ints.tolist() == expected
+
+
+def test_the_numbers_are_those_of_earlier_versions():
+    """The keyed numbers are part of what a checkpoint resumes (the views after the resume must be
+    those the interrupted run would have seen): pinned values, as every version since the keyed
+    views draws them."""
+    index = torch.tensor([0, 7, 2**32 + 3])
+    got = (keyed_uniforms(11, 4, index, 2, 3) * 2**24).long().tolist()
+    assert got == [
+        [9427182, 6953356, 14860455],
+        [3494252, 10915442, 16207252],
+        [16407093, 6399638, 455969],
+        [15496645, 6185972, 9330935],
+        [11425123, 8403413, 15429816],
+        [10167138, 6702982, 5598328],
+    ]
+    assert generator_seed(11, 4, 7) == 8617823400830019214

@@ -158,6 +158,7 @@ CASES = [
     ),
     ("health_option", lambda t: ["--health.on_nonfinite=ignore"], ["health.on_nonfinite"]),
     ("imbalance_below_one", lambda t: ["--data.init_args.imbalance_factor=0.5"], ["imbalance_factor", ">= 1", "0.5"]),
+    ("eval_batch_size_zero", lambda t: ["--data.init_args.eval_batch_size=0"], ["eval_batch_size", "0"]),
     ("imbalance_nan", lambda t: ["--data.init_args.imbalance_factor=nan"], ["imbalance_factor", "nan"]),
     (
         "imbalance_inf_yaml",
@@ -250,8 +251,7 @@ def test_corrupt_data_on_one_rank_fails_every_rank_without_hanging(tmp_path):
         "--trainer.callbacks=[]",
         "--trainer.enable_progress_bar=false",
         "--trainer.num_sanity_val_steps=0",
-        # The PIL path reads each image in its rank's shard only (augment_on=device would also
-        # probe image sizes on every rank, so that both ranks would name the broken file).
+        # The PIL path reads each image in its rank's shard only, so one rank names the broken file.
         "--data.augment_on=workers",
     ]
     result = subprocess.run(

@@ -37,6 +37,7 @@ class Record(L.Callback):
         self.train: list[tuple[int, list[int]]] = []
         self.val_batches: list[tuple[int, int]] = []
         self.val_loss: dict[int, torch.Tensor] = {}
+        self.last_train_loss: torch.Tensor | None = None
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
         self.train.append((trainer.current_epoch, batch[2].tolist()))
@@ -47,6 +48,9 @@ class Record(L.Callback):
         self.val_batches.append((trainer.current_epoch, batch_idx))
         if trainer.current_epoch == 0 and batch_idx == self.stop_at_val_batch:
             self.interrupt.requested = signal.SIGTERM
+
+    def on_train_end(self, trainer: L.Trainer, pl_module: Any) -> None:
+        self.last_train_loss = trainer.callback_metrics["train/loss_epoch"].clone()  # the last epoch's mean
 
     def on_validation_end(self, trainer: L.Trainer, pl_module: Any) -> None:
         if not trainer.sanity_checking:
@@ -98,5 +102,7 @@ def test_a_stop_during_validation_redoes_that_validation_on_resume(tmp_path):
     assert sorted(path.name for path in folder.iterdir()) == ["epoch0.ckpt", "epoch1.ckpt", "last.ckpt"]
     saved = torch.load(folder / "epoch0.ckpt", map_location="cpu", weights_only=False)
     assert saved["global_step"] == TRAIN_BATCHES and saved["epoch"] == 0
-    # The next epoch trains on the uninterrupted run's order.
+    # The next epoch trains on the uninterrupted run's order, and its mean loss is of its own steps only
+    # (not also of the interrupted epoch's, whose mean the checkpoint carried).
     assert interrupted.train + resumed.train == straight.train
+    assert torch.equal(resumed.last_train_loss, straight.last_train_loss)

@@ -18,9 +18,13 @@ from ssl_app.cli import main
 from ssl_app.errors import NonFiniteError
 from ssl_app.health import NumericalHealth
 from ssl_app.methods import SimCLR
+from ssl_app.optim import Optimization
 from tests.helpers import tiny_data, tiny_trainer
 
 REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "benchmarks"))
+from syncs import SyncListing  # noqa: E402
+
 QUICKSTART = str(REPO / "configs" / "quickstart.yaml")
 STEPS = 4  # per epoch
 TINY = [
@@ -40,13 +44,15 @@ TINY = [
 
 class Poisoned(SimCLR):
     """SimCLR whose loss is NaN at the steps ``nan_loss_at`` and whose gradient (only) is NaN at
-    ``nan_grad_at``; records whether the parameters changed over each poisoned step."""
+    ``nan_grad_at``; records whether the parameters changed over each poisoned step, and (with
+    ``record`` set) the bits of the parameters and the optimiser state after every step."""
 
     def __init__(self, nan_loss_at: list[int] = [], nan_grad_at: list[int] = [], nan_rank: int = -1, **kwargs: Any) -> None:  # noqa: B006
         super().__init__(**kwargs)
         self.nan_loss_at, self.nan_grad_at, self.nan_rank = list(nan_loss_at), list(nan_grad_at), nan_rank
         self.unchanged: dict[int, bool] = {}
         self._before: list[torch.Tensor] = []
+        self.record, self.after = False, {}
 
     def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
         loss = super().training_step(batch, batch_idx)
@@ -68,6 +74,25 @@ class Poisoned(SimCLR):
         step = self.trainer.global_step - 1
         if step in self.nan_loss_at + self.nan_grad_at:
             self.unchanged[step] = all(torch.equal(a, b) for a, b in zip(self._before, self.parameters()))
+        if self.record:
+            self.after[step] = state_bits(self)
+
+
+def bits(tensor: torch.Tensor) -> torch.Tensor:
+    """The tensor's bytes (-0.0 and 0.0 differ, NaN equals itself)."""
+    return tensor.detach().reshape(-1).clone().view(torch.uint8)
+
+
+def state_bits(model: Any) -> dict[str, torch.Tensor]:
+    """Every parameter and every tensor of the optimiser's state, as bytes."""
+    found = {name: bits(p) for name, p in model.named_parameters()}
+    for index, state in model.trainer.optimizers[0].state_dict()["state"].items():
+        found |= {f"{index}.{key}": bits(value) for key, value in state.items() if isinstance(value, torch.Tensor)}
+    return found
+
+
+def same_bits(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool:
+    return a.keys() == b.keys() and all(torch.equal(a[key], b[key]) for key in a)
 
 
 def run(args: list[str], capsys: Any) -> tuple[int, str, Any]:
@@ -135,9 +160,13 @@ def test_too_many_consecutive_skips_stop(tmp_path, monkeypatch, capsys):
     assert "at step 3" in err and "max_consecutive_skips" in err, err[-3000:]
 
 
-def test_ddp_nan_on_one_rank_stops_every_rank_at_the_same_step(tmp_path):
+@pytest.mark.parametrize(
+    ("nan_at", "log_every", "on_host", "stop_at"), [(2, 1, "true", 2), (4, 3, "false", 5)], ids=["on_the_host", "on_the_device"]
+)
+def test_ddp_nan_on_one_rank_stops_every_rank_at_the_same_step(nan_at, log_every, on_host, stop_at, tmp_path):
     """2 gloo processes, NaN loss on rank 1 only, gradients unchecked: the ranks must agree, or
-    rank 0 would train on while rank 1 stops (and wait for it in a collective)."""
+    rank 0 would train on while rank 1 stops (and wait for it in a collective). Read on every
+    step, and decided on the device (step 4 does not log; the flag is read at step 5)."""
     args = [
         "fit",
         "--config",
@@ -148,8 +177,10 @@ def test_ddp_nan_on_one_rank_stops_every_rank_at_the_same_step(tmp_path):
         "--trainer.strategy=ddp",
         "--data.init_args.batch_size=16",
         "--health.check_gradients=false",
-        "--model.init_args.nan_loss_at=[2]",
+        f"--model.init_args.nan_loss_at=[{nan_at}]",
         "--model.init_args.nan_rank=1",
+        f"--trainer.log_every_n_steps={log_every}",
+        f"--health.read_every_step={on_host}",  # false: decided on the device, as on GPUs (read on logged steps)
     ]
     result = subprocess.run(
         [sys.executable, "-m", "ssl_app", *args],
@@ -163,17 +194,20 @@ def test_ddp_nan_on_one_rank_stops_every_rank_at_the_same_step(tmp_path):
     err = result.stderr
     assert result.returncode == 1, err[-3000:]
     lines = [line for line in err.splitlines() if line.startswith("error:")]
-    assert len(lines) == 1 and "at step 2 (epoch 0)" in lines[0], err[-3000:]
+    assert len(lines) == 1 and f"at step {nan_at} (epoch {nan_at // STEPS})" in lines[0], err[-3000:]
     assert "Traceback" not in err and "another process" not in err, err[-3000:]
-    assert last_checkpoint(tmp_path)["global_step"] == 2
+    assert last_checkpoint(tmp_path)["global_step"] == stop_at
 
 
-def fit_poisoned(nan_loss_at: list[int], max_consecutive_skips: int) -> tuple[Any, Any, Any]:
-    """Two epochs of 6 steps in-process, NaN losses at ``nan_loss_at``; (trainer, health, error)."""
+def fit_poisoned(
+    nan_loss_at: list[int], max_consecutive_skips: int, read_every_step: bool | None = None, **options: Any
+) -> tuple[Any, Any, Any]:
+    """Two epochs of 6 steps in-process (logging every 50: never), NaN losses at ``nan_loss_at``;
+    (trainer, health, error)."""
     torch.manual_seed(0)
-    model = Poisoned(nan_loss_at=nan_loss_at, backbone="small_cnn", proj_dim=16, proj_hidden_dim=32)
-    health = NumericalHealth(on_nonfinite="skip", max_consecutive_skips=max_consecutive_skips)
-    trainer = tiny_trainer(max_epochs=2, callbacks=[health])
+    model = Poisoned(nan_loss_at=nan_loss_at, backbone="small_cnn", proj_dim=16, proj_hidden_dim=32, **options)
+    health = NumericalHealth(on_nonfinite="skip", max_consecutive_skips=max_consecutive_skips, read_every_step=read_every_step)
+    trainer = tiny_trainer(max_epochs=2, callbacks=[health], log_every_n_steps=50)
     try:
         trainer.fit(model, tiny_data())  # 48 samples, batches of 8: 6 steps an epoch
     except NonFiniteError as error:
@@ -181,12 +215,58 @@ def fit_poisoned(nan_loss_at: list[int], max_consecutive_skips: int) -> tuple[An
     return trainer, health, None
 
 
-def test_scattered_skips_never_stop_only_more_than_k_in_a_row_do(recwarn):  # recwarn: the skip warnings
+@pytest.mark.parametrize(("read_every_step", "stopped_at"), [(None, 8), (False, 12)], ids=["on_the_host", "on_the_device"])
+def test_scattered_skips_never_stop_only_more_than_k_in_a_row_do(read_every_step, stopped_at, recwarn):  # recwarn: the skips
     """Catches the skip limit counting all skips instead of those in a row (the streak not reset by
     a finite step), or off by one: with k = 2, five scattered NaN steps (more than k in all) train
-    to the end; two in a row (k) are skipped; the third in a row stops at that step."""
-    trainer, health, error = fit_poisoned([1, 3, 5, 7, 9], max_consecutive_skips=2)
+    to the end; two in a row (k) are skipped; the third in a row stops, naming that step. Read on
+    every step (the CPU's default), the stop comes at that step; decided on the device and read on
+    logged steps only (none here), at the epoch's end, with the count the same."""
+    trainer, health, error = fit_poisoned([1, 3, 5, 7, 9], max_consecutive_skips=2, read_every_step=read_every_step)
     assert error is None and trainer.global_step == 12 and health.skipped == 5
-    trainer, health, error = fit_poisoned([2, 3, 6, 7, 8], max_consecutive_skips=2)
+    trainer, health, error = fit_poisoned([2, 3, 6, 7, 8], max_consecutive_skips=2, read_every_step=read_every_step)
     assert error is not None and "at step 8" in str(error) and "2 steps in a row" in str(error)
-    assert health.skipped == 4 and trainer.global_step == 8
+    assert health.skipped == 4 and trainer.global_step == stopped_at
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "adamw", "lars"])
+def test_a_skip_decided_on_the_device_leaves_parameters_and_optimiser_state_bit_identical(optimizer, recwarn):
+    """Catches a masked update that leaks (momentum buffers, Adam's moments or its step count changed
+    by a NaN step, a parameter restored but not its state) or a skip that reads its flag on the host
+    in a step that does not log (the on-device path not taken). A NaN gradient at step 2 and a NaN
+    loss at step 3, neither logged: the state after each equals the state before it, bit for bit,
+    and the steps around them do change it."""
+    torch.manual_seed(0)
+    optim = Optimization(optimizer=optimizer, lr=0.05, weight_decay=1e-3)
+    small = dict(backbone="small_cnn", proj_dim=16, proj_hidden_dim=32, optim=optim)
+    model = Poisoned(nan_grad_at=[2], nan_loss_at=[3], **small)
+    model.record = True
+    health = NumericalHealth(on_nonfinite="skip", read_every_step=False)  # on the CPU, as on a GPU
+    listing = SyncListing(own_code=[str(REPO / "ssl_app") + "/"], host_reads=True)
+    trainer = tiny_trainer(max_steps=5, callbacks=[health, listing], log_every_n_steps=50)
+    trainer.fit(model, tiny_data())
+    after = model.after
+    assert same_bits(after[1], after[2]) and same_bits(after[2], after[3])
+    assert not same_bits(after[0], after[1]) and not same_bits(after[3], after[4])
+    assert health.skipped == 2 and listing.logged == []
+    read = [row["ours"] for row in listing.sites() if "ssl_app/health.py" in row["ours"] and row["unlogged"]]
+    assert read == []  # the health check's host reads: the first step (it creates the state) and the fit's end only
+
+
+@pytest.mark.parametrize("poison", ["nan_loss_at", "nan_grad_at"])
+def test_a_stop_read_after_the_bad_step_keeps_the_state_before_it(poison):
+    """Catches the steps between a bad one and the next read being applied (the stop then comes with a
+    state that is not the last good one: here the finite step 2), or the message naming the step of
+    the read instead of the bad one. A NaN at step 1 with ``log_every_n_steps: 4``: the flag is read
+    at step 3, which stops the run naming step 1 and the last finite loss, of step 0; the parameters
+    and optimiser state are those after step 0, bit for bit."""
+    torch.manual_seed(0)
+    model = Poisoned(**{poison: [1]}, backbone="small_cnn", proj_dim=16, proj_hidden_dim=32)
+    model.record = True
+    trainer = tiny_trainer(max_steps=6, callbacks=[NumericalHealth(read_every_step=False)], log_every_n_steps=4)
+    with pytest.raises(NonFiniteError) as raised:
+        trainer.fit(model, tiny_data())
+    message = str(raised.value)
+    assert "at step 1 (epoch 0)" in message and "last finite loss" in message and "at step 0" in message
+    assert raised.value.state_is_good and trainer.global_step == 3 and sorted(model.after) == [0, 1, 2]
+    assert same_bits(state_bits(model), model.after[0])

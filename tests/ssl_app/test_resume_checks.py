@@ -67,6 +67,9 @@ def test_last_takes_the_newest_run_of_this_experiment_and_names_the_others(tmp_p
     assert "data.init_args.root" in found.passed_over[1][1]
     # only the data loader changes: the same experiment
     assert find_last(tmp_path, "version_*", changed(CONFIG, "data.init_args.num_workers", 8)).path == found.path
+    # where and in what batches the evaluation reads its images: also the loader (and new keys for older runs)
+    for key, value in (("eval_on", "workers"), ("eval_batch_size", 4096)):
+        assert find_last(tmp_path, "version_*", changed(CONFIG, f"data.init_args.{key}", value)).path == found.path
     assert find_last(tmp_path, "version_*", changed(CONFIG, "data.init_args.root", "c")).path is None
     assert find_last(tmp_path, "version_1", CONFIG).path is None  # a named version is the only candidate
 

@@ -101,6 +101,16 @@ def test_a_run_spec_reads_what_the_readers_ask_of_a_config():
     assert "model.init_args.loss.class_path" in spec.identity() and "seed_everything" not in spec.identity()
 
 
+def test_a_data_option_is_named_by_the_run_s_own_key():
+    """Catches a hint that names ``data.init_args.num_workers`` for a linear probe, whose encoder's data (where the
+    workers are) nests inside its own, or that drops the value the run has."""
+    probe = {"data": {"init_args": {"batch_size": 32, "data": {"init_args": {"num_workers": 6, "batch_size": 64}}}}}
+    spec = RunSpec.from_config(probe)
+    assert spec.data_option_key("num_workers") == ("data.init_args.data.init_args.num_workers", 6)
+    assert spec.data_option_key("batch_size") == ("data.init_args.batch_size", 32)
+    assert RunSpec.from_config({}).data_option_key("num_workers") == ("data.init_args.num_workers", None)
+
+
 @pytest.mark.parametrize(
     "config",
     [None, [], {"model": "x"}, {"model": {"init_args": {"loss": 3}}}, {"data": {"init_args": {"batch_size": "many"}}}],

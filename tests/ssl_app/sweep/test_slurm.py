@@ -114,7 +114,30 @@ def test_lightnings_slurm_requeue_is_off_so_sigterm_is_the_one_path(tmp_path, mo
     trainer = tiny_trainer(tmp_path, max_steps=1, callbacks=[InterruptCheckpoint(), Look()])
     trainer.fit(SimCLR(loss=InfoNCE(), backbone="small_cnn", proj_hidden_dim=16, proj_dim=8), tiny_data())
     assert isinstance(seen["environment"], SLURMEnvironment) and seen["environment"].auto_requeue is False
-    assert seen["usr1"] in (signal.SIG_DFL, None)
+    # SIGUSR1 is the project's stop (a checkpoint after the step), not Lightning's hpc checkpoint and requeue
+    assert getattr(seen["usr1"], "__func__", None) is InterruptCheckpoint._on_signal
+
+
+def parent_of(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` (its children, theirs, ...)."""
+    parents = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                parents[int(entry.name)] = parent_of(int(entry.name))
+            except (OSError, IndexError, ValueError):
+                continue
+    found, todo = [], [pid]
+    while todo:
+        below = todo.pop()
+        children = [child for child, parent in parents.items() if parent == below]
+        found += children
+        todo += children
+    return found
 
 
 def _wait(condition, seconds: float, what: str) -> None:
@@ -135,15 +158,17 @@ def _status(folder: Path) -> str | None:
 @pytest.mark.slow
 def test_a_grid_on_the_slurm_launcher_runs_and_a_requeued_job_resumes_in_place(tmp_path, capsys, monkeypatch):
     """A 2-point grid through submitit's local executor: both runs end ``done``, each folder has its job
-    id; one job gets submitit's pre-emption signal mid-fit: its fit saves ``last.ckpt`` through the
-    project's SIGTERM path, submitit requeues the task, and the requeued task resumes that checkpoint
-    in the same run folder (one resume in its record) and finishes. Catches a requeue that starts the
-    run afresh, in another folder, or that never comes."""
+    id; one job gets submitit's pre-emption signal mid-fit, as SLURM sends it, to every process of the
+    step (the task, the fit, its 2 data workers): the fit stops on it with ``last.ckpt``, submitit
+    requeues the task, and the requeued task resumes that checkpoint in the same run folder (one resume
+    in its record) and finishes. Catches a fit (or its workers) killed by the signal's default action,
+    a requeue that starts the run afresh, in another folder, or that never comes."""
     # The jobs' fits import the test's Pace callback: the repository on their path (the installed
     # package does not include tests/).
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
     pace = ["--trainer.callbacks+=tests.ssl_app.test_interrupt.Pace", "--trainer.callbacks.pause=0.4",
-            "--trainer.limit_train_batches=4"]  # fmt: skip
+            "--trainer.limit_train_batches=4", "--data.init_args.num_workers=2",
+            "--data.init_args.augment_on=workers"]  # fmt: skip
     args = ["--config", QUICKSTART, "--grid", f"{TAU}=0.2,0.5", "--out", str(tmp_path), "--name", "tau",
             "--launcher", "slurm", "--slurm.cluster", "local", "--slurm.time", "10"]  # fmt: skip
     assert main([*args, *FAST, *pace]) == 0
@@ -157,14 +182,15 @@ def test_a_grid_on_the_slurm_launcher_runs_and_a_requeued_job_resumes_in_place(t
     log = first / "fit.log"
     _wait(lambda: log.is_file() and "step 2" in log.read_text(), 120, "the first fit's second step")
     fit_pid = read_record(first).pid
-    task_pid = int(Path(f"/proc/{fit_pid}/stat").read_text().rsplit(")", 1)[1].split()[1])  # the fit's parent
-    os.kill(task_pid, signal.SIGUSR2)  # what submitit's controller sends before the time limit
+    task_pid = parent_of(fit_pid)
+    for pid in [task_pid, *descendants(task_pid)]:  # SLURM's --signal=USR2@90: every process of the step
+        os.kill(pid, signal.SIGUSR2)
 
     _wait(lambda: _status(first) == "done" and _status(second) == "done", 180, "both runs to finish")
     record = read_record(first)
     assert len(record.resumes) == 1 and record.resumes[0]["checkpoint"].startswith(str(first / "checkpoints"))
     text = log.read_text()
-    assert "Interrupted by SIGTERM" in text and "--ckpt_path=" in text
+    assert "Interrupted by SIGUSR2" in text and "--ckpt_path=" in text and "Traceback" not in text
     assert sorted(p.name for p in sweep.iterdir()) == [".slurm", "sweep_plan.json", "temperature=0.2", "temperature=0.5"]
     assert read_record(second).resumes == []
     task_log = Path(jobs[0].stdout).read_text()
@@ -262,3 +288,28 @@ def test_a_submission_leaves_no_empty_folder(tmp_path):
     folders = [path for path in (tmp_path / "s").rglob("*") if path.is_dir()]
     assert folders and all(any(folder.iterdir()) for folder in folders), [str(f) for f in folders if not any(f.iterdir())]
     assert not [path for path in (tmp_path / "s").rglob("*%*")]
+
+
+def test_a_job_warned_with_usr1_is_checkpointed_and_requeued_like_with_submitits_signal(tmp_path, monkeypatch):
+    """``--signal=USR1@N`` (a cluster's own warning) in a task whose submitit waits for USR2: catches the
+    task dying of USR1's default action instead of checkpointing and requeueing (issue 42 item 3)."""
+    from ssl_app.sweep import slurm
+    from tests.ssl_app.sweep.test_sweep import fake_fit, planned
+
+    requeued = []
+    warned = fake_fit("done", 0)
+
+    def launch(args, log, device, env=None):
+        process = warned(args, log, device)
+        os.kill(os.getpid(), signal.SIGUSR1)  # SLURM's warning, while the fit runs
+        return process
+
+    monkeypatch.setattr(slurm, "launch", launch)
+    previous = signal.signal(signal.SIGUSR2, lambda signum, frame: requeued.append(signum))  # submitit's handler
+    try:
+        [run] = planned(tmp_path)
+        assert slurm.PointJob(run)() == "done"
+        assert requeued == [signal.SIGUSR1]
+        assert signal.getsignal(signal.SIGUSR1) == signal.SIG_DFL  # the task's own handlers are back afterwards
+    finally:
+        signal.signal(signal.SIGUSR2, previous)
