@@ -73,7 +73,7 @@ def test_the_summary_is_one_table_with_every_part_and_what_a_timeout_left(tmp_pa
     assert ("tests", "test_on_device.py on cuda", "passed", "1 of 2", "failed: test_b") in rows
     assert any(row[0] == "train_step" and row[3] == "900; **0.90**" and "peak 5,000 MB" in row[4] for row in rows)
     (epoch,) = [row for row in rows if row[0] == "epoch" and row[2] == "s per training epoch"]
-    assert epoch[3] == "**9.5**" and "lightly ~26 s" in epoch[4] and "≤ 6 s" in epoch[4]
+    assert epoch[3] == "**9.5**" and "lightly ~26 s" in epoch[4] and "≤ 1.5 s (H200" in epoch[4]
     assert any(row[1] == "cifar10_simclr evaluation 1" and row[3] == "**6.00**" and "callbacks 4.00 s" in row[4] for row in rows)
     (steady,) = [row for row in rows if row[1] == "cifar10_simclr evaluation 2"]
     assert steady[3] == "**0.90**" and steady[4].startswith("steady") and "target ≤ 1.0 s" in steady[4]
