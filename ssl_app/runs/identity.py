@@ -25,7 +25,7 @@ from typing import Any
 #: Keys that say where a run writes or what it resumed from: never part of what a run *is*.
 WHERE_KEYS = ("ckpt_path", "resume_anyway", "attach_to_run", "trainer.logger", "trainer.default_root_dir", "checkpoint.dirpath")
 #: Datamodule options that change how data is loaded, not which data (they may change on resume).
-LOADING_KEYS = ("num_workers", "pin_memory", "augment_on", "eval_on", "eval_batch_size", "download")
+LOADING_KEYS = ("num_workers", "pin_memory", "augment_on", "eval_on", "eval_batch_size", "cuda_graph_views", "download")
 _MODEL = "model"
 _DATA = "data"
 _IDENTITY_MODEL_KEYS = ("model.class_path", "model.init_args.backbone", "model.init_args.loss")

@@ -18,6 +18,7 @@ from PIL import Image
 from datamodules.augment import ViewAugmentation
 from datamodules.device_augment import BatchViewAugmentation
 from datamodules.keyed_draws import ViewKeys, keyed_uniforms
+from datamodules.view_graphs import ViewGraphs
 from ssl_app.health import NumericalHealth
 from ssl_app.losses import InfoNCE
 from ssl_app.methods import MemoryBank, MoCo, SimCLR
@@ -243,6 +244,31 @@ def test_keyed_views_on_the_device_are_those_of_the_cpu(device):
     for a, b in zip(on_cpu, on_device):
         assert b.device.type == device.type
         torch.testing.assert_close(b.cpu(), a, rtol=0, atol=2e-3)  # matrix products of another library
+
+
+def test_training_views_replayed_from_a_cuda_graph_are_the_eager_views(device):
+    """Issue 38 item 4: the training path replays the keyed views of a batch shape from one CUDA graph
+    (``datamodules.view_graphs``). Catches views that differ from the eager call's by a bit (another
+    kernel, a constant re-made inside the capture), inputs not refreshed between batches, the seed or
+    epoch baked into the graph (the second epoch would repeat the first's views), a graph captured per
+    batch, and a capture that fails on CUDA (the shape would stay eager: ``graph`` None). On CUDA the
+    real capture; on the CPU a stand-in that replays the captured call eagerly (what the buffer logic
+    needs). CIFAR-10's augmentation, 64 images × 2 views of 32 px, 3 batches in each of 2 epochs."""
+    from tests.datamodules.test_view_graphs import StandIn
+
+    eager = BatchViewAugmentation(ViewAugmentation())
+    cuda = device.type == "cuda"
+    graphs = ViewGraphs(eager) if cuda else ViewGraphs(eager, capture=StandIn(), devices=("cpu",))
+    generator = torch.Generator(device=device).manual_seed(0)
+    for epoch in (0, 3):
+        for _ in range(3):
+            images = torch.randint(0, 256, (64, 3, 32, 32), dtype=torch.uint8, device=device, generator=generator)
+            index = torch.randperm(50_000, device=device, generator=generator)[:64]
+            keys = ViewKeys(5, epoch, index)
+            replayed = graphs(images, 2, keys)
+            expected = eager(images, 2, keys=keys)
+            assert all(a.device.type == device.type and torch.equal(a, b) for a, b in zip(replayed, expected)), (epoch,)
+    assert [graph is not None for graph in graphs._graphs.values()] == [True]  # one shape, captured once
 
 
 def test_data_workers_started_while_the_device_is_in_use_do_not_abort(device):

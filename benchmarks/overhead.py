@@ -1,0 +1,258 @@
+"""Where a training iteration's host time goes outside the model's forward and backward, per method,
+on the CPU: tensor ops per iteration by the code that dispatched them, and host milliseconds per
+iteration in the Trainer against the bare step on the same batches (issue 38 item 4).
+
+    python benchmarks/overhead.py                          # SimCLR, MoCo, the memory bank
+    python benchmarks/overhead.py --methods moco --steps 20 --profile
+
+On a GPU every tensor op outside a CUDA graph is a kernel launch, a few microseconds of CPU each,
+and with small images the GPU waits for the CPU: the epoch is as slow as the host's work per step.
+That work is found on the CPU. Each method's shipped CIFAR-10 config (``configs/cifar10/*.yaml``)
+is built as ``python -m ssl_app fit`` builds it (``common.build_run``), shrunk: a tiny backbone
+(``small_cnn``), batch ``--batch``, random 32×32 images (``gpu_check.fake_cifar10``), views made on
+the device (``augment_on: device``, here the CPU), no workers, the health check deciding on the
+device as on a GPU (``health.read_every_step: false``), logging every 50 steps as shipped.
+
+- **ops per iteration**: the aten ops dispatched (views apart: no kernel) from one
+  ``on_train_batch_end`` to the next, over the steps that do not log (49 of 50 as shipped), split by
+  the code that dispatched them: the forward (``contrast``), the loss, the backward, the optimiser
+  step (the bare step's own work), and everything else (the views, the health check, the key
+  encoder's EMA, the queue or bank update, logging, metrics, callbacks) by its innermost frame in the
+  application, Lightning, torchmetrics, lightly or ``torch.optim``.
+- **host ms per iteration**: the median wall time from one ``on_train_batch_end`` to the next over
+  the steps that do not log, against the bare step (``common.bare_step``: contrast, loss, backward,
+  the update, the queue/bank and EMA) on views made before it, over the same number of batches.
+  With ``--profile``: the slowest functions by cumulative time inside those iterations (cProfile).
+
+Run it on a git revision to compare (``git worktree add /tmp/old REV`` and the same command there:
+the script only needs ``common.build_run`` and ``gpu_check.fake_cifar10``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import cProfile
+import functools
+import io
+import os
+import pstats
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+import torch
+from lightning.pytorch.callbacks import Callback
+from torch.utils._python_dispatch import TorchDispatchMode
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIGS = {
+    "simclr": "configs/cifar10/simclr.yaml",
+    "moco": "configs/cifar10/moco.yaml",
+    "memory_bank": "configs/cifar10/memory_bank.yaml",
+}
+# The bare step's own work, by the function on the stack that dispatched it (outermost match wins).
+STEP_PARTS = (("contrast", "forward (contrast)"), ("compute_loss", "loss"), ("backward", "backward"))
+PACKAGES = ("ssl_app", "datamodules", "callbacks", "lightning", "torchmetrics", "lightly", "torchdata")
+SKIP = ("/torch/utils/_python_dispatch.py", "/overhead.py", "/torch/utils/_contextlib.py")
+
+
+@functools.cache
+def _package_path(path: str) -> str | None:
+    """``package/module.py`` of a file in one of ``PACKAGES`` or ``torch/optim``, else None."""
+    if "/torch/utils/data/" in path:
+        return "torch/utils/data (the loader)"
+    if path.endswith(SKIP):
+        return None
+    parts = Path(path).parts
+    for at in range(len(parts) - 1, -1, -1):
+        if parts[at] in PACKAGES or (parts[at] == "optim" and at > 0 and parts[at - 1] == "torch"):
+            return "/".join(parts[at:])
+    return None
+
+
+def site_of(frame: Any) -> str:
+    """Where an op came from: a part of the bare step, else its innermost frame in an application or
+    library package (``package/module.py:function``), else ``torch``."""
+    innermost = None
+    names = []
+    while frame is not None:
+        code = frame.f_code
+        names.append(code.co_name)
+        if innermost is None:
+            path = _package_path(code.co_filename)
+            if path is not None:
+                innermost = path if path.startswith("torch/utils/data") else f"{path}:{code.co_name}"
+        frame = frame.f_back
+    for name in reversed(names):  # outermost first: the optimiser step runs the closure (forward, backward)
+        for function, part in STEP_PARTS:
+            if name == function:
+                return part
+    return innermost or "torch"
+
+
+class OpsBySite(TorchDispatchMode):
+    """Counts the aten ops dispatched inside it, views apart, by :func:`site_of`."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.counts: collections.Counter = collections.Counter()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if not func.is_view:
+            self.counts[site_of(sys._getframe(1))] += 1
+        return func(*args, **(kwargs or {}))
+
+
+class IterationProbe(Callback):
+    """Per iteration (one ``on_train_batch_end`` to the next) after ``warm_up`` steps: ``timed``
+    iterations timed (and with ``profile`` profiled), then ``counted`` iterations whose ops are counted
+    by site (apart, since counting costs host time); each with whether the step logged."""
+
+    def __init__(self, warm_up: int, timed: int, profile: bool) -> None:
+        self.warm_up, self.timed = warm_up, timed
+        self.iterations: list[dict[str, Any]] = []
+        self.profiler = cProfile.Profile() if profile else None
+        self._mode: OpsBySite | None = None
+        self._start: float | None = None
+        self._logged = False
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        from ssl_app.health import logs_this_step
+
+        self._logged = self._logged or logs_this_step(trainer)
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        now = time.perf_counter()
+        self._finish(now)
+        self._logged = False
+        step = trainer.global_step
+        if step >= self.warm_up + self.timed:
+            self._mode = OpsBySite()
+            self._mode.__enter__()
+        elif step >= self.warm_up and self.profiler is not None:
+            self.profiler.enable()
+        self._start = time.perf_counter() if step >= self.warm_up else None
+
+    def on_train_epoch_end(self, trainer, pl_module) -> None:
+        self._finish(None)  # the epoch's last iteration is not a whole one (no next batch)
+
+    def _finish(self, now: float | None) -> None:
+        if self._start is None:
+            return
+        record = {"seconds": None if now is None else now - self._start, "logged": self._logged, "ops": None}
+        if self._mode is not None:
+            self._mode.__exit__(None, None, None)
+            record["ops"], self._mode = self._mode.counts, None
+        elif self.profiler is not None:
+            self.profiler.disable()
+        if now is not None:
+            self.iterations.append(record)
+        self._start = None
+
+
+def measure(method: str, args: argparse.Namespace, root: Path, logs: Path) -> dict[str, Any]:
+    from common import bare_step, build_run, take_batches
+
+    config = ["--config", str(ROOT / CONFIGS[method]), f"--data.init_args.root={root}", "--data.init_args.augment_on=device"]
+    config += ["--trainer.accelerator=cpu", "--trainer.precision=32-true", f"--trainer.logger.init_args.save_dir={logs}"]
+    config += ["--trainer.enable_progress_bar=false", "--trainer.num_sanity_val_steps=0", "--trainer.enable_model_summary=false"]
+    config += ["--trainer.max_epochs=1", f"--trainer.limit_train_batches={2 * args.steps + args.warm_up + 1}"]
+    config += ["--trainer.limit_val_batches=0", "--health.read_every_step=false"]
+    config += [
+        f"--model.init_args.backbone={args.backbone}",
+        f"--data.init_args.batch_size={args.batch}",
+        f"--data.init_args.num_workers={args.workers}",
+    ]
+    cli = build_run(config)
+    probe = IterationProbe(args.warm_up, args.steps, args.profile)
+    cli.trainer.callbacks.append(probe)
+    cli.trainer.fit(cli.model, cli.datamodule)
+
+    model, datamodule = cli.model, cli.datamodule
+    batches = take_batches(datamodule.train_dataloader(), args.steps, datamodule, model.train_views)
+    model.train()
+    step = bare_step(model, torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9))
+    step(batches[0])
+    bare_seconds, bare_ops = [], OpsBySite()
+    for number, batch in enumerate(batches):
+        start = time.perf_counter()
+        if number == len(batches) - 1:
+            with bare_ops:
+                step(batch)
+        else:
+            step(batch)
+        bare_seconds.append(time.perf_counter() - start)
+
+    quiet = [it for it in probe.iterations if not it["logged"] and it["ops"] is None]
+    counted = [it["ops"] for it in probe.iterations if not it["logged"] and it["ops"] is not None]
+    ops = collections.Counter()
+    for counts in counted:
+        ops.update(counts)
+    per_iteration = {site: count / len(counted) for site, count in ops.items()}
+    profile_text = ""
+    if probe.profiler is not None:
+        buffer = io.StringIO()
+        pstats.Stats(probe.profiler, stream=buffer).sort_stats("cumulative").print_stats(args.profile_rows)
+        profile_text = buffer.getvalue()
+    return {
+        "method": method, "batch": args.batch, "backbone": args.backbone, "iterations": len(quiet),
+        "host_ms": 1000 * statistics.median(it["seconds"] for it in quiet),
+        "bare_ms": 1000 * statistics.median(bare_seconds),
+        "ops": per_iteration, "ops_total": sum(per_iteration.values()),
+        "bare_ops": sum(bare_ops.counts.values()), "profile": profile_text,
+    }  # fmt: skip
+
+
+STEP_SITES = {part for _, part in STEP_PARTS}
+
+
+def report(record: dict[str, Any], rows: int) -> None:
+    ops = record["ops"]
+    in_step = sum(count for site, count in ops.items() if site in STEP_SITES or site.startswith("torch/optim"))
+    print(
+        f"\n## {record['method']} ({record['backbone']}, batch {record['batch']}, "
+        f"{record['iterations']} iterations that do not log)\n"
+        f"host ms per iteration: Trainer {record['host_ms']:.1f}, bare step {record['bare_ms']:.1f}, "
+        f"outside the bare step {record['host_ms'] - record['bare_ms']:.1f}\n"
+        f"ops per iteration: {record['ops_total']:.0f} (bare step {record['bare_ops']}; forward, loss, backward and "
+        f"torch.optim {in_step:.0f}; everything else {record['ops_total'] - in_step:.0f})"
+    )
+    print("| ops per iteration | dispatched from |\n| ---: | --- |")
+    for site, count in sorted(ops.items(), key=lambda item: -item[1])[:rows]:
+        print(f"| {count:.1f} | {site} |")
+    if record["profile"]:
+        print(record["profile"])
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--methods", nargs="+", default=list(CONFIGS), choices=list(CONFIGS))
+    parser.add_argument("--batch", type=int, default=16)
+    parser.add_argument("--backbone", default="small_cnn", help="resnet18_cifar: the shipped one (its op counts)")
+    parser.add_argument("--steps", type=int, default=12, help="iterations timed, then as many counted (after --warm-up)")
+    parser.add_argument("--warm-up", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--workers", type=int, default=1, help="loader workers (on a GPU the batches come from workers)")
+    parser.add_argument("--rows", type=int, default=25)
+    parser.add_argument("--profile", action="store_true", help="cProfile the measured iterations")
+    parser.add_argument("--profile-rows", type=int, default=40)
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from gpu_check import fake_cifar10
+
+    work = Path(tempfile.mkdtemp(prefix="ssl_app_overhead_"))
+    root = fake_cifar10(work / "cifar10", args.batch * (2 * args.steps + args.warm_up + 2), 64, "cpu")
+    print(f"torch {torch.__version__}, {args.threads} thread(s), CPU; tensor ops exclude views")
+    for method in args.methods:
+        report(measure(method, args, root, work / "runs"), args.rows)
+
+
+if __name__ == "__main__":
+    main()
