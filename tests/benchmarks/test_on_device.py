@@ -168,6 +168,33 @@ def test_a_training_step_that_does_not_log_never_waits_for_the_device(tmp_path, 
     assert any("ssl_app/health.py" in row["ours"] and row["steps"] >= 2 for row in sites)
 
 
+def test_a_nan_step_is_skipped_on_the_device_by_the_fused_optimiser(tmp_path, device, monkeypatch):
+    """Issue 38 item 2 with item 4's fused optimiser: on CUDA, SGD is torch's fused one and the health
+    check hands it the skip as ``found_inf`` (no copy of the parameters, no host read). Catches a flag
+    the fused kernel ignores or reads wrongly on a GPU (a NaN gradient applied, the momentum moved), or
+    the fused path not taken there. A NaN gradient at step 2 of 4, not logged: the parameters and
+    momentum after it equal those before it, bit for bit. On the CPU the fused SGD is asked for."""
+    from tests.ssl_app.test_numerical_health import Poisoned, same_bits
+
+    cuda = device.type == "cuda"
+    if not cuda:
+        monkeypatch.setattr("ssl_app.optim.fused_pays", lambda params: True)
+    torch.manual_seed(0)
+    model = Poisoned(nan_grad_at=[2], backbone="small_cnn", proj_hidden_dim=16, proj_dim=8, channels_last=True)
+    model.record = True
+    health = NumericalHealth(on_nonfinite="skip", read_every_step=None if cuda else False)
+    trainer = tiny_trainer(
+        tmp_path, max_steps=4, accelerator="gpu" if cuda else "cpu", precision="bf16-mixed" if cuda else "32-true",
+        callbacks=[health], log_every_n_steps=50,
+    )  # fmt: skip
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the skip's own warning
+        trainer.fit(model, datamodule=tiny_data(augment_on="device", batch_size=16))
+    assert trainer.optimizers[0].defaults["fused"] and health.skipped == 1
+    after = model.after
+    assert same_bits(after[1], after[2]) and not same_bits(after[0], after[1]) and not same_bits(after[2], after[3])
+
+
 def test_metrics_on_the_device_match_float64_on_the_cpu(device):
     """Catches a metric whose chunked path indexes, masks or accumulates wrongly on another device."""
     generator = torch.Generator().manual_seed(0)
