@@ -24,6 +24,10 @@ device as on a GPU (``health.read_every_step: false``), logging every 50 steps a
   the update, the queue/bank and EMA) on views made before it, over the same number of batches.
   With ``--profile``: the slowest functions by cumulative time inside those iterations (cProfile).
 
+By default (``--like-cuda``) the process dispatches what a CUDA run would where the code chooses by
+device (:func:`like_cuda`: the optimiser's update, MoCo's split BatchNorm, the views' graph), so the
+counts are those of a GPU step; ``--no-like-cuda`` keeps the CPU's own choices.
+
 Run it on a git revision to compare (``git worktree add /tmp/old REV`` and the same command there:
 the script only needs ``common.build_run`` and ``gpu_check.fake_cifar10``).
 """
@@ -59,6 +63,7 @@ CONFIGS = {
 # The bare step's own work, by the function on the stack that dispatched it (outermost match wins).
 STEP_PARTS = (("contrast", "forward (contrast)"), ("compute_loss", "loss"), ("backward", "backward"))
 PACKAGES = ("ssl_app", "datamodules", "callbacks", "lightning", "torchmetrics", "lightly", "torchdata")
+DETAIL = os.environ.get("OVERHEAD_DETAIL") == "1"  # split the bare step's parts by their innermost frame too
 SKIP = ("/torch/utils/_python_dispatch.py", "/overhead.py", "/torch/utils/_contextlib.py")
 
 
@@ -92,7 +97,7 @@ def site_of(frame: Any) -> str:
     for name in reversed(names):  # outermost first: the optimiser step runs the closure (forward, backward)
         for function, part in STEP_PARTS:
             if name == function:
-                return part
+                return f"{part}: {innermost or 'torch'}" if DETAIL else part
     return innermost or "torch"
 
 
@@ -156,6 +161,56 @@ class IterationProbe(Callback):
         self._start = None
 
 
+def like_cuda() -> list[str]:
+    """Make this process dispatch what a CUDA run dispatches, where the code chooses by device: the SGD
+    update ``foreach`` (torch's CUDA default) or fused (``ssl_app.optim.fused_pays``), MoCo's split
+    BatchNorm regrouped (``SplitBatchNorm.regroup``), and the training views replayed from a graph
+    (``datamodules.view_graphs``: the capture stood in for by a replay whose ops are not dispatched
+    to the counter, as a graph's kernels are not). Each only where the code has it (an older
+    revision); returns what was changed."""
+    import torch.optim.sgd as sgd
+    from torch.utils._python_dispatch import _disable_current_modes
+
+    changed = []
+    default = sgd._default_to_fused_or_foreach
+    sgd._default_to_fused_or_foreach = lambda params, differentiable, use_fused=False: (
+        default(params, differentiable, use_fused)[0],
+        True,
+    )
+    changed.append("SGD foreach")
+    try:
+        import ssl_app.optim as optim
+
+        if hasattr(optim, "fused_pays"):
+            optim.fused_pays = lambda params: True
+            changed.append("fused SGD")
+    except ImportError:
+        pass
+    from ssl_app.models.split_batchnorm import SplitBatchNorm
+
+    if "regroup" in vars(SplitBatchNorm):
+        SplitBatchNorm.regroup = True
+        changed.append("split BatchNorm regrouped")
+    try:
+        import datamodules.base as base
+        from datamodules.view_graphs import ViewGraphs
+    except ImportError:
+        return changed
+
+    def replay_uncounted(fn):
+        output = fn()
+
+        def replay() -> None:
+            with _disable_current_modes():
+                output.copy_(fn())
+
+        return replay, output
+
+    base.ViewGraphs = functools.partial(ViewGraphs, capture=replay_uncounted, devices=("cpu",))
+    changed.append("views from a graph")
+    return changed
+
+
 def measure(method: str, args: argparse.Namespace, root: Path, logs: Path) -> dict[str, Any]:
     from common import bare_step, build_run, take_batches
 
@@ -212,16 +267,20 @@ def measure(method: str, args: argparse.Namespace, root: Path, logs: Path) -> di
 STEP_SITES = {part for _, part in STEP_PARTS}
 
 
+def in_step(site: str) -> bool:
+    return site.split(":")[0] in STEP_SITES or site.startswith("torch/optim")
+
+
 def report(record: dict[str, Any], rows: int) -> None:
     ops = record["ops"]
-    in_step = sum(count for site, count in ops.items() if site in STEP_SITES or site.startswith("torch/optim"))
+    step_ops = sum(count for site, count in ops.items() if in_step(site))
     print(
         f"\n## {record['method']} ({record['backbone']}, batch {record['batch']}, "
         f"{record['iterations']} iterations that do not log)\n"
         f"host ms per iteration: Trainer {record['host_ms']:.1f}, bare step {record['bare_ms']:.1f}, "
         f"outside the bare step {record['host_ms'] - record['bare_ms']:.1f}\n"
         f"ops per iteration: {record['ops_total']:.0f} (bare step {record['bare_ops']}; forward, loss, backward and "
-        f"torch.optim {in_step:.0f}; everything else {record['ops_total'] - in_step:.0f})"
+        f"torch.optim {step_ops:.0f}; everything else {record['ops_total'] - step_ops:.0f})"
     )
     print("| ops per iteration | dispatched from |\n| ---: | --- |")
     for site, count in sorted(ops.items(), key=lambda item: -item[1])[:rows]:
@@ -241,6 +300,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--workers", type=int, default=1, help="loader workers (on a GPU the batches come from workers)")
     parser.add_argument("--rows", type=int, default=25)
     parser.add_argument("--profile", action="store_true", help="cProfile the measured iterations")
+    parser.add_argument("--like-cuda", action=argparse.BooleanOptionalAction, default=True, help="dispatch what CUDA would")
     parser.add_argument("--profile-rows", type=int, default=40)
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -249,7 +309,9 @@ def main(argv: list[str] | None = None) -> None:
 
     work = Path(tempfile.mkdtemp(prefix="ssl_app_overhead_"))
     root = fake_cifar10(work / "cifar10", args.batch * (2 * args.steps + args.warm_up + 2), 64, "cpu")
-    print(f"torch {torch.__version__}, {args.threads} thread(s), CPU; tensor ops exclude views")
+    changed = like_cuda() if args.like_cuda else []
+    as_on_cuda = ", ".join(changed) or "nothing"
+    print(f"torch {torch.__version__}, {args.threads} thread(s), CPU; tensor ops exclude views; as on CUDA: {as_on_cuda}")
     for method in args.methods:
         report(measure(method, args, root, work / "runs"), args.rows)
 
