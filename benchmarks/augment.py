@@ -231,12 +231,11 @@ def call_cases(module: ModuleType, device: torch.device, batch: int) -> dict[str
             if module is device_augment:  # what training runs: inputs copied in, the graph replayed, the views copied out
                 from datamodules.view_graphs import ViewGraphs
 
-                graphs = ViewGraphs(augmentation)
-                call = functools.partial(graphs, images, 2, keys)
+                call = functools.partial(ViewGraphs(), augmentation, images, 2, keys)
                 call()
                 with TensorOps() as ops:
                     call()
-                graphed = all(graph is not None for graph in graphs._graphs.values())
+                graphed = all(graph is not None for graph in call.func._graphs.values())
                 case = {"call": call, "ops_per_call": ops.compute, "kernels_per_call": cuda_kernels(call, device)}
                 cases["keys, training path (ViewGraphs)"] = case if graphed else {**case, "error": "not captured: eager"}
     return cases

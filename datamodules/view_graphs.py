@@ -69,30 +69,31 @@ class _Graph:
 
 
 class ViewGraphs:
-    """``views(images, num_views, keys)``: the keyed training views of ``augmentation``, from a
-    captured graph where one serves (``keys`` a :class:`~datamodules.keyed_draws.ViewKeys` with
-    int seed and epoch, ``images`` on one of ``devices``), else from the eager call.
+    """``views(augmentation, images, num_views, keys)``: the keyed training views of ``augmentation``,
+    from a captured graph where one serves (``enabled``, ``keys`` a :class:`~datamodules.keyed_draws.ViewKeys`
+    with int seed and epoch, ``images`` on one of ``devices``), else from the eager call.
 
     Args:
-        augmentation: the views' settings.
+        enabled: capture at all (``cuda_graph_views``).
         capture: how a call is captured (:data:`Capture`); tests stand in for CUDA's.
         devices: the device types whose batches are captured.
     """
 
-    def __init__(
-        self, augmentation: BatchViewAugmentation, capture: Capture = capture_cuda_graph, devices: tuple[str, ...] = ("cuda",)
-    ) -> None:
-        self.augmentation = augmentation
+    def __init__(self, enabled: bool = True, capture: Capture = capture_cuda_graph, devices: tuple[str, ...] = ("cuda",)) -> None:
+        self.enabled = bool(enabled)
         self.capture = capture
         self.devices = devices
+        self.augmentation: Optional[BatchViewAugmentation] = None  # the one the graphs were captured with
         self._graphs: dict[tuple, Optional[_Graph]] = {}  # None: the capture failed, eager for this shape
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_graphs": {}}  # graphs belong to one process and device
+        return {**self.__dict__, "_graphs": {}, "augmentation": None}  # graphs belong to one process and device
 
-    def __call__(self, images: Tensor, num_views: int, keys: ViewKeys) -> list[Tensor]:
-        if not self._capturable(images, keys):
-            return self.augmentation(images, num_views, keys=keys)
+    def __call__(self, augmentation: BatchViewAugmentation, images: Tensor, num_views: int, keys: ViewKeys) -> list[Tensor]:
+        if not (self.enabled and self._capturable(images, keys)):
+            return augmentation(images, num_views, keys=keys)
+        if augmentation is not self.augmentation:  # new settings: new graphs
+            self.augmentation, self._graphs = augmentation, {}
         shape = (tuple(images.shape), images.stride(), num_views, images.device)
         if shape not in self._graphs:
             if len(self._graphs) >= MAX_GRAPHS:
@@ -100,7 +101,7 @@ class ViewGraphs:
             self._graphs[shape] = self._capture(images, num_views, keys)
         graph = self._graphs[shape]
         if graph is None:
-            return self.augmentation(images, num_views, keys=keys)
+            return augmentation(images, num_views, keys=keys)
         self._fill(graph, images, keys)
         graph.replay()
         return list(graph.output.clone().unbind(0))
@@ -129,9 +130,8 @@ class ViewGraphs:
         static_images, index, state = inputs
         self._fill(_Graph(static_images, index, state, lambda: None, images), images, keys)  # warm-up on real data
         try:
-            replay, output = self.capture(
-                lambda: self.augmentation.stacked(static_images, num_views, keys=HashedKeys(state, index))
-            )
+            augmentation = self.augmentation
+            replay, output = self.capture(lambda: augmentation.stacked(static_images, num_views, keys=HashedKeys(state, index)))
         except Exception as error:  # noqa: BLE001 - eager views are always right: say so once, and go on
             rank_zero_warn(
                 f"cuda_graph_views: the training views of batches of {tuple(images.shape)} could not be captured as a "
