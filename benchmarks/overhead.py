@@ -115,16 +115,23 @@ class OpsBySite(TorchDispatchMode):
 
 
 class IterationProbe(Callback):
-    """Per iteration (one ``on_train_batch_end`` to the next) after ``warm_up`` steps: ``timed``
-    iterations timed (and with ``profile`` profiled), then ``counted`` iterations whose ops are counted
-    by site (apart, since counting costs host time); each with whether the step logged."""
+    """Per iteration (one ``on_train_batch_end`` to the next) after ``warm_up`` steps, in three phases
+    of ``steps`` iterations each (apart, since counting costs host time): timed (and with ``profile``
+    profiled); tensor ops counted by site; Python function calls counted. Each with whether the step
+    logged."""
 
-    def __init__(self, warm_up: int, timed: int, profile: bool) -> None:
-        self.warm_up, self.timed = warm_up, timed
+    PHASES = ("timed", "ops", "calls")
+    #: The profile counting calls now (``like_cuda``'s stand-in replay pauses it).
+    active_calls: cProfile.Profile | None = None
+
+    def __init__(self, warm_up: int, steps: int, profile: bool) -> None:
+        self.warm_up, self.steps = warm_up, steps
         self.iterations: list[dict[str, Any]] = []
         self.profiler = cProfile.Profile() if profile else None
+        self._phase: str | None = None
         self._mode: OpsBySite | None = None
-        self._start: float | None = None
+        self._calls: cProfile.Profile | None = None
+        self._start = 0.0
         self._logged = False
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
@@ -136,29 +143,52 @@ class IterationProbe(Callback):
         now = time.perf_counter()
         self._finish(now)
         self._logged = False
-        step = trainer.global_step
-        if step >= self.warm_up + self.timed:
+        number = (trainer.global_step - self.warm_up) // self.steps
+        self._phase = self.PHASES[number] if 0 <= number < len(self.PHASES) else None
+        if self._phase == "ops":
             self._mode = OpsBySite()
             self._mode.__enter__()
-        elif step >= self.warm_up and self.profiler is not None:
+        elif self._phase == "calls":
+            self._calls = IterationProbe.active_calls = cProfile.Profile()
+            self._calls.enable()
+        elif self._phase == "timed" and self.profiler is not None:
             self.profiler.enable()
-        self._start = time.perf_counter() if step >= self.warm_up else None
+        self._start = time.perf_counter()
 
     def on_train_epoch_end(self, trainer, pl_module) -> None:
         self._finish(None)  # the epoch's last iteration is not a whole one (no next batch)
 
     def _finish(self, now: float | None) -> None:
-        if self._start is None:
+        if self._phase is None:
             return
-        record = {"seconds": None if now is None else now - self._start, "logged": self._logged, "ops": None}
+        record = {"phase": self._phase, "seconds": None if now is None else now - self._start, "logged": self._logged}
         if self._mode is not None:
             self._mode.__exit__(None, None, None)
             record["ops"], self._mode = self._mode.counts, None
-        elif self.profiler is not None:
+        if self._calls is not None:
+            self._calls.disable()
+            record["calls"], record["calls_by_package"] = calls_by_package(self._calls)
+            record["calls_profile"] = self._calls
+            self._calls = IterationProbe.active_calls = None
+        if self._phase == "timed" and self.profiler is not None:
             self.profiler.disable()
         if now is not None:
             self.iterations.append(record)
-        self._start = None
+        self._phase = None
+
+
+def calls_by_package(profile: cProfile.Profile) -> tuple[int, collections.Counter]:
+    """The Python function calls a profile saw (built-in ones too), in all and by package."""
+    stats = pstats.Stats(profile)
+    by_package: collections.Counter = collections.Counter()
+    for (path, _, _name), (_, calls, *_) in stats.stats.items():  # type: ignore[attr-defined]
+        package = _package_path(path) if path != "~" else None
+        if package is None and path == "~":
+            package = "built-in"
+        elif package is None:
+            package = "torch" if "/torch/" in path else "other"
+        by_package[package.split("/")[0] if "/" in package else package] += calls
+    return stats.total_calls, by_package  # type: ignore[attr-defined]
 
 
 def like_cuda() -> list[str]:
@@ -201,8 +231,13 @@ def like_cuda() -> list[str]:
         output = fn()
 
         def replay() -> None:
+            profiler = IterationProbe.active_calls  # a graph's replay runs no Python either
+            if profiler is not None:
+                profiler.disable()
             with _disable_current_modes():
                 output.copy_(fn())
+            if profiler is not None:
+                profiler.enable()
 
         return replay, output
 
@@ -217,7 +252,7 @@ def measure(method: str, args: argparse.Namespace, root: Path, logs: Path) -> di
     config = ["--config", str(ROOT / CONFIGS[method]), f"--data.init_args.root={root}", "--data.init_args.augment_on=device"]
     config += ["--trainer.accelerator=cpu", "--trainer.precision=32-true", f"--trainer.logger.init_args.save_dir={logs}"]
     config += ["--trainer.enable_progress_bar=false", "--trainer.num_sanity_val_steps=0", "--trainer.enable_model_summary=false"]
-    config += ["--trainer.max_epochs=1", f"--trainer.limit_train_batches={2 * args.steps + args.warm_up + 1}"]
+    config += ["--trainer.max_epochs=1", f"--trainer.limit_train_batches={3 * args.steps + args.warm_up + 1}"]
     config += ["--trainer.limit_val_batches=0", "--health.read_every_step=false"]
     config += [
         f"--model.init_args.backbone={args.backbone}",
@@ -234,30 +269,47 @@ def measure(method: str, args: argparse.Namespace, root: Path, logs: Path) -> di
     model.train()
     step = bare_step(model, torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9))
     step(batches[0])
-    bare_seconds, bare_ops = [], OpsBySite()
+    bare_seconds, bare_ops, bare_calls = [], OpsBySite(), cProfile.Profile()
     for number, batch in enumerate(batches):
         start = time.perf_counter()
         if number == len(batches) - 1:
             with bare_ops:
                 step(batch)
+        elif number == len(batches) - 2:
+            bare_calls.enable()
+            step(batch)
+            bare_calls.disable()
         else:
             step(batch)
         bare_seconds.append(time.perf_counter() - start)
 
-    quiet = [it for it in probe.iterations if not it["logged"] and it["ops"] is None]
-    counted = [it["ops"] for it in probe.iterations if not it["logged"] and it["ops"] is not None]
+    def quiet(phase: str) -> list[dict[str, Any]]:
+        return [it for it in probe.iterations if it["phase"] == phase and not it["logged"]]
+
     ops = collections.Counter()
-    for counts in counted:
-        ops.update(counts)
-    per_iteration = {site: count / len(counted) for site, count in ops.items()}
+    for it in quiet("ops"):
+        ops.update(it["ops"])
+    per_iteration = {site: count / len(quiet("ops")) for site, count in ops.items()}
     profile_text = ""
     if probe.profiler is not None:
         buffer = io.StringIO()
-        pstats.Stats(probe.profiler, stream=buffer).sort_stats("cumulative").print_stats(args.profile_rows)
+        stats = pstats.Stats(probe.profiler, stream=buffer).sort_stats(args.sort)
+        stats.print_stats(args.profile_rows)
+        if args.callers:
+            stats.print_callers(args.callers)
         profile_text = buffer.getvalue()
+    if args.calls_rows:
+        buffer = io.StringIO()
+        pstats.Stats(quiet("calls")[-1]["calls_profile"], stream=buffer).sort_stats("ncalls").print_stats(args.calls_rows)
+        profile_text += buffer.getvalue()
     return {
-        "method": method, "batch": args.batch, "backbone": args.backbone, "iterations": len(quiet),
-        "host_ms": 1000 * statistics.median(it["seconds"] for it in quiet),
+        "method": method, "batch": args.batch, "backbone": args.backbone, "iterations": len(quiet("timed")),
+        "host_ms": 1000 * statistics.median(it["seconds"] for it in quiet("timed")),
+        "calls": statistics.median(it["calls"] for it in quiet("calls")), "bare_calls": pstats.Stats(bare_calls).total_calls,
+        "calls_by_package": {
+            package: statistics.median(it["calls_by_package"][package] for it in quiet("calls"))
+            for package in set().union(*(it["calls_by_package"] for it in quiet("calls")))
+        },
         "bare_ms": 1000 * statistics.median(bare_seconds),
         "ops": per_iteration, "ops_total": sum(per_iteration.values()),
         "bare_ops": sum(bare_ops.counts.values()), "profile": profile_text,
@@ -280,7 +332,10 @@ def report(record: dict[str, Any], rows: int) -> None:
         f"host ms per iteration: Trainer {record['host_ms']:.1f}, bare step {record['bare_ms']:.1f}, "
         f"outside the bare step {record['host_ms'] - record['bare_ms']:.1f}\n"
         f"ops per iteration: {record['ops_total']:.0f} (bare step {record['bare_ops']}; forward, loss, backward and "
-        f"torch.optim {step_ops:.0f}; everything else {record['ops_total'] - step_ops:.0f})"
+        f"torch.optim {step_ops:.0f}; everything else {record['ops_total'] - step_ops:.0f})\n"
+        f"Python function calls per iteration: {record['calls']:,.0f} (bare step {record['bare_calls']:,}; "
+        f"outside it {record['calls'] - record['bare_calls']:,.0f}); by package: "
+        + ", ".join(f"{name} {count:,.0f}" for name, count in sorted(record["calls_by_package"].items(), key=lambda kv: -kv[1]))
     )
     print("| ops per iteration | dispatched from |\n| ---: | --- |")
     for site, count in sorted(ops.items(), key=lambda item: -item[1])[:rows]:
@@ -294,7 +349,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--methods", nargs="+", default=list(CONFIGS), choices=list(CONFIGS))
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--backbone", default="small_cnn", help="resnet18_cifar: the shipped one (its op counts)")
-    parser.add_argument("--steps", type=int, default=12, help="iterations timed, then as many counted (after --warm-up)")
+    parser.add_argument("--steps", type=int, default=12, help="iterations timed, then as many ops counted, calls counted")
     parser.add_argument("--warm-up", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--workers", type=int, default=1, help="loader workers (on a GPU the batches come from workers)")
@@ -302,13 +357,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--profile", action="store_true", help="cProfile the measured iterations")
     parser.add_argument("--like-cuda", action=argparse.BooleanOptionalAction, default=True, help="dispatch what CUDA would")
     parser.add_argument("--profile-rows", type=int, default=40)
+    parser.add_argument("--sort", default="cumulative", help="the profile's order: cumulative, tottime")
+    parser.add_argument("--callers", help="with --profile: who calls the functions matching this")
+    parser.add_argument("--calls-rows", type=int, default=0, help="the functions called most in one iteration")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     sys.path.insert(0, str(ROOT / "benchmarks"))
     from gpu_check import fake_cifar10
 
     work = Path(tempfile.mkdtemp(prefix="ssl_app_overhead_"))
-    root = fake_cifar10(work / "cifar10", args.batch * (2 * args.steps + args.warm_up + 2), 64, "cpu")
+    root = fake_cifar10(work / "cifar10", args.batch * (3 * args.steps + args.warm_up + 2), 64, "cpu")
     changed = like_cuda() if args.like_cuda else []
     as_on_cuda = ", ".join(changed) or "nothing"
     print(f"torch {torch.__version__}, {args.threads} thread(s), CPU; tensor ops exclude views; as on CUDA: {as_on_cuda}")
