@@ -26,7 +26,9 @@ device as on a GPU (``health.read_every_step: false``), logging every 50 steps a
 
 By default (``--like-cuda``) the process dispatches what a CUDA run would where the code chooses by
 device (:func:`like_cuda`: the optimiser's update, MoCo's split BatchNorm, the views' graph), so the
-counts are those of a GPU step; ``--no-like-cuda`` keeps the CPU's own choices.
+counts are those of a GPU step; ``--no-like-cuda`` keeps the CPU's own choices. ``--device cuda``
+runs it for real on a GPU (bf16-mixed, the bare step under the same autocast; ``--batch 0``: the
+configs' own batches), the Trainer's iterations and the bare steps back to back, as they run.
 
 Run it on a git revision to compare (``git worktree add /tmp/old REV`` and the same command there:
 the script only needs ``common.build_run`` and ``gpu_check.fake_cifar10``).
@@ -39,6 +41,7 @@ import collections
 import cProfile
 import functools
 import io
+import json
 import os
 import pstats
 import statistics
@@ -249,16 +252,17 @@ def like_cuda() -> list[str]:
 def measure(method: str, args: argparse.Namespace, root: Path, logs: Path) -> dict[str, Any]:
     from common import bare_step, build_run, take_batches
 
+    cuda = args.device == "cuda"
     config = ["--config", str(ROOT / CONFIGS[method]), f"--data.init_args.root={root}", "--data.init_args.augment_on=device"]
-    config += ["--trainer.accelerator=cpu", "--trainer.precision=32-true", f"--trainer.logger.init_args.save_dir={logs}"]
+    config += [f"--trainer.logger.init_args.save_dir={logs}", f"--data.init_args.num_workers={args.workers}"]
     config += ["--trainer.enable_progress_bar=false", "--trainer.num_sanity_val_steps=0", "--trainer.enable_model_summary=false"]
     config += ["--trainer.max_epochs=1", f"--trainer.limit_train_batches={3 * args.steps + args.warm_up + 1}"]
-    config += ["--trainer.limit_val_batches=0", "--health.read_every_step=false"]
-    config += [
-        f"--model.init_args.backbone={args.backbone}",
-        f"--data.init_args.batch_size={args.batch}",
-        f"--data.init_args.num_workers={args.workers}",
-    ]
+    config += ["--trainer.limit_val_batches=0", f"--model.init_args.backbone={args.backbone}"]
+    if cuda:  # as a GPU run trains: bf16, the health check reading its flag on logged steps only
+        config += ["--trainer.accelerator=gpu", "--trainer.precision=bf16-mixed"]
+    else:  # the health check deciding on the device as on a GPU
+        config += ["--trainer.accelerator=cpu", "--trainer.precision=32-true", "--health.read_every_step=false"]
+    config += [f"--data.init_args.batch_size={args.batch}"] if args.batch else []  # 0: the config's own
     cli = build_run(config)
     probe = IterationProbe(args.warm_up, args.steps, args.profile)
     cli.trainer.callbacks.append(probe)
@@ -266,22 +270,29 @@ def measure(method: str, args: argparse.Namespace, root: Path, logs: Path) -> di
 
     model, datamodule = cli.model, cli.datamodule
     batches = take_batches(datamodule.train_dataloader(), args.steps, datamodule, model.train_views)
-    model.train()
-    step = bare_step(model, torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9))
+    device = torch.device(args.device)
+    batches = [([view.to(device) for view in views], labels.to(device), index.to(device)) for views, labels, index in batches]
+    model.to(device).train()  # Lightning's teardown left it on the CPU
+    plain = bare_step(model, torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9))
+
+    def step(batch: Any) -> None:
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=cuda):
+            plain(batch)
+
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
     step(batches[0])
-    bare_seconds, bare_ops, bare_calls = [], OpsBySite(), cProfile.Profile()
-    for number, batch in enumerate(batches):
-        start = time.perf_counter()
-        if number == len(batches) - 1:
-            with bare_ops:
-                step(batch)
-        elif number == len(batches) - 2:
-            bare_calls.enable()
-            step(batch)
-            bare_calls.disable()
-        else:
-            step(batch)
-        bare_seconds.append(time.perf_counter() - start)
+    bare_ops, bare_calls = OpsBySite(), cProfile.Profile()
+    with bare_ops:
+        step(batches[-1])
+    bare_calls.enable()
+    step(batches[-1])
+    bare_calls.disable()
+    sync()
+    start = time.perf_counter()
+    for batch in batches:
+        step(batch)
+    sync()
+    bare_seconds = [(time.perf_counter() - start) / len(batches)]  # steps back to back, as the Trainer's
 
     def quiet(phase: str) -> list[dict[str, Any]]:
         return [it for it in probe.iterations if it["phase"] == phase and not it["logged"]]
@@ -303,7 +314,7 @@ def measure(method: str, args: argparse.Namespace, root: Path, logs: Path) -> di
         pstats.Stats(quiet("calls")[-1]["calls_profile"], stream=buffer).sort_stats("ncalls").print_stats(args.calls_rows)
         profile_text += buffer.getvalue()
     return {
-        "method": method, "batch": args.batch, "backbone": args.backbone, "iterations": len(quiet("timed")),
+        "method": method, "batch": datamodule.batch_size, "backbone": args.backbone, "iterations": len(quiet("timed")),
         "host_ms": 1000 * statistics.median(it["seconds"] for it in quiet("timed")),
         "calls": statistics.median(it["calls"] for it in quiet("calls")), "bare_calls": pstats.Stats(bare_calls).total_calls,
         "calls_by_package": {
@@ -347,7 +358,8 @@ def report(record: dict[str, Any], rows: int) -> None:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--methods", nargs="+", default=list(CONFIGS), choices=list(CONFIGS))
-    parser.add_argument("--batch", type=int, default=16)
+    parser.add_argument("--batch", type=int, default=16, help="0: the config's own")
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="cuda: the real thing, bf16-mixed")
     parser.add_argument("--backbone", default="small_cnn", help="resnet18_cifar: the shipped one (its op counts)")
     parser.add_argument("--steps", type=int, default=12, help="iterations timed, then as many ops counted, calls counted")
     parser.add_argument("--warm-up", type=int, default=3)
@@ -360,18 +372,25 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--sort", default="cumulative", help="the profile's order: cumulative, tottime")
     parser.add_argument("--callers", help="with --profile: who calls the functions matching this")
     parser.add_argument("--calls-rows", type=int, default=0, help="the functions called most in one iteration")
+    parser.add_argument("--json", type=Path, help="also write the records here (after each method)")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     sys.path.insert(0, str(ROOT / "benchmarks"))
     from gpu_check import fake_cifar10
 
     work = Path(tempfile.mkdtemp(prefix="ssl_app_overhead_"))
-    root = fake_cifar10(work / "cifar10", args.batch * (3 * args.steps + args.warm_up + 2), 64, "cpu")
-    changed = like_cuda() if args.like_cuda else []
+    root = fake_cifar10(work / "cifar10", (args.batch or 512) * (3 * args.steps + args.warm_up + 2), 64, "cpu")
+    changed = like_cuda() if args.like_cuda and args.device == "cpu" else []
     as_on_cuda = ", ".join(changed) or "nothing"
-    print(f"torch {torch.__version__}, {args.threads} thread(s), CPU; tensor ops exclude views; as on CUDA: {as_on_cuda}")
+    print(
+        f"torch {torch.__version__}, {args.threads} thread(s), {args.device}; tensor ops exclude views; as on CUDA: {as_on_cuda}"
+    )
+    records = []
     for method in args.methods:
-        report(measure(method, args, root, work / "runs"), args.rows)
+        records.append(measure(method, args, root, work / "runs"))
+        report(records[-1], args.rows)
+        if args.json is not None:
+            args.json.write_text(json.dumps([{k: v for k, v in r.items() if k != "profile"} for r in records], indent=1))
 
 
 if __name__ == "__main__":
