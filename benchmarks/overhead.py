@@ -101,7 +101,8 @@ def site_of(frame: Any) -> str:
         for function, part in STEP_PARTS:
             if name == function:
                 return f"{part}: {innermost or 'torch'}" if DETAIL else part
-    return innermost or "torch"
+    # No frame of the application or a library: the autograd engine's own thread (CUDA's backward).
+    return innermost or "backward"
 
 
 class OpsBySite(TorchDispatchMode):
