@@ -139,7 +139,10 @@ class IterationProbe(Callback):
         self._logged = False
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
-        from ssl_app.health import logs_this_step
+        try:
+            from ssl_app.io.changes import logs_this_step
+        except ImportError:  # a revision before ssl_app.io
+            from ssl_app.health import logs_this_step
 
         self._logged = self._logged or logs_this_step(trainer)
 
