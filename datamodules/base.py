@@ -35,6 +35,7 @@ from datamodules.long_tail import (
 )
 from datamodules.multiview import Labelled, MultiViewDataset
 from datamodules.resumable import ResumableDataLoader, ResumableDistributedSampler
+from datamodules.view_graphs import ViewGraphs
 from ssl_app.checks import AtLeastOne, PositiveInt, check, check_int
 from ssl_app.errors import ConfigError
 from ssl_app.workers import loader_options
@@ -137,6 +138,8 @@ class ContrastiveDataModule(LightningDataModule):
             on the module's device; ``workers``; ``auto``: ``device`` when they fit) and in what
             batches (``auto``: ``batch_size`` on the CPU, as large as memory allows on a GPU):
             ``datamodules.eval_images``.
+        cuda_graph_views: with ``augment_on: device`` on CUDA, replay the training views from a CUDA
+            graph captured once per batch shape (``datamodules.view_graphs``); ``false``: always eager.
     """
 
     #: The split a classifier's accuracy is measured on during ``fit`` (balanced, unlike train).
@@ -156,6 +159,7 @@ class ContrastiveDataModule(LightningDataModule):
         augment_on: AugmentOn = "workers",
         eval_on: EvalOn = "auto",
         eval_batch_size: Union[int, Literal["auto"]] = "auto",
+        cuda_graph_views: bool = True,
     ) -> None:
         super().__init__()
         name = type(self).__name__
@@ -188,6 +192,7 @@ class ContrastiveDataModule(LightningDataModule):
         self._datasets: dict[str, Dataset] = {}
         self._train_counts: Optional[list[int]] = None
         self._device_augmentation: Optional[BatchViewAugmentation] = None
+        self._view_graphs = ViewGraphs(enabled=cuda_graph_views)
         self._train_sampler: Optional[ResumableDistributedSampler] = None
 
     # --- what subclasses provide -------------------------------------------------------------
@@ -357,13 +362,10 @@ class ContrastiveDataModule(LightningDataModule):
         return None
 
     def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
-        """Batches of ``augment_on: device`` -> ``(views, labels, indices)``.
-
-        Lightning calls this on every batch once it is on the device. Training batches get the
-        method's ``train_views`` keyed ``(seed, epoch, index)``; validation, test and sanity-check
-        batches of uint8 images (``val_dataloader``) get two views keyed ``(val_seed,
-        EVALUATION_EPOCH, index)``; batches that already hold their views pass through.
-        """
+        """Batches of ``augment_on: device`` -> ``(views, labels, indices)``, called by Lightning on every
+        batch once it is on the device. Training batches get the method's ``train_views`` keyed
+        ``(seed, epoch, index)``; validation, test and sanity-check batches of uint8 images get two
+        views keyed ``(val_seed, EVALUATION_EPOCH, index)``; batches holding their views pass through."""
         if self.augment_on != "device" or self.trainer is None:
             return batch
         if self.trainer.training:
@@ -381,8 +383,8 @@ class ContrastiveDataModule(LightningDataModule):
         if isinstance(images, EncodedBatch):  # left on the host by the transfer: decode_jpeg reads host memory
             keys = self.view_keys(images.indices)
             views = encoded_views(images, self.device_augmentation, num_views, indices.device, keys)
-        else:
-            views = self.device_augmentation(images, num_views, keys=self.view_keys(indices))
+        else:  # replayed from a CUDA graph where one serves (cuda_graph_views)
+            views = self._view_graphs(self.device_augmentation, images, num_views, self.view_keys(indices))
         return views, labels, indices
 
     @property

@@ -56,7 +56,7 @@ SEED_KEY = "seed_everything"
 #: Keys that say where a run writes or what it resumed from: never part of what a run *is*.
 WHERE_KEYS = ("ckpt_path", "resume_anyway", "attach_to_run", "trainer.logger", "trainer.default_root_dir", "checkpoint.dirpath")
 #: Datamodule options that change how data is loaded, not which data (they may change on resume).
-LOADING_KEYS = ("num_workers", "pin_memory", "augment_on", "eval_on", "eval_batch_size", "download")
+LOADING_KEYS = ("num_workers", "pin_memory", "augment_on", "eval_on", "eval_batch_size", "cuda_graph_views", "download")
 #: The keys that identify an experiment (with the data's, less ``LOADING_KEYS``): a resume may not change them.
 IDENTITY_KEYS = (METHOD_KEY, BACKBONE_KEY, LOSS_KEY)
 #: The loss options a label names by a symbol (the paper's τ, K, λ; q for a hard loss's quantile).

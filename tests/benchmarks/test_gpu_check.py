@@ -38,7 +38,7 @@ RESULTS = {
     "tests": {"device": "cuda", "rc": 1,
               "cases": [{"name": "test_a", "outcome": "passed"}, {"name": "test_b", "outcome": "failed"}]},
     "train_step/layouts/simclr": {
-        "settings": {"backbone": "resnet18_cifar", "batch": 512, "precision": "bf16"},
+        "settings": {"backbone": "resnet18_cifar", "batch": 512, "precision": "bf16", "key_bn": "none"},
         "methods": {"simclr": {"sides": {"ours": SIDE | {"peak_mb": 5000.0, "reference_peak_mb": 6000.0}}}}},
     "epoch/cifar10_simclr": {"model": "SimCLR/resnet18_cifar", "batch": 512, "train_images": 50000, "seconds_per_epoch": 9.5,
                              "img_per_s": 5263.0, "first_epoch_s": 20.0, "scaled": "a whole epoch", "precision": "bf16-mixed",
@@ -74,6 +74,8 @@ def test_the_summary_is_one_table_with_every_part_and_what_a_timeout_left(tmp_pa
     assert any(row[0] == "train_step" and row[3] == "900; **0.90**" and "peak 5,000 MB" in row[4] for row in rows)
     (epoch,) = [row for row in rows if row[0] == "epoch" and row[2] == "s per training epoch"]
     assert epoch[3] == "**9.5**" and "lightly ~26 s" in epoch[4] and "≤ 1.5 s (H200" in epoch[4]
+    (against,) = [row for row in rows if row[1] == "cifar10_simclr s per epoch / bare step"]
+    assert against[3] == "**0.17**" and "bare step 900 img/s = 55.56 s per epoch" in against[4] and "585%" in against[4]
     assert any(row[1] == "cifar10_simclr evaluation 1" and row[3] == "**6.00**" and "callbacks 4.00 s" in row[4] for row in rows)
     (steady,) = [row for row in rows if row[1] == "cifar10_simclr evaluation 2"]
     assert steady[3] == "**0.90**" and steady[4].startswith("steady") and "target ≤ 1.0 s" in steady[4]
