@@ -68,10 +68,13 @@ class ContrastiveMethod(L.LightningModule, ABC):
             on an H200 in bf16, benchmarks/README.md; PyTorch's default layout on other devices:
             ``models.channels_last_pays``). The numbers are the same either way to rounding,
             and checkpoints load into either layout.
-        compile: compile the backbone(s) with ``torch.compile`` at the start of the run (the first
-            steps then take longer while it compiles; needs a C++ compiler on the CPU). Training
-            steps only: validation, test and the callbacks' evaluation passes run the eager code
-            (:meth:`uncompiled`), so an evaluation compiles nothing.
+        compile: compile each encoder pass with ``torch.compile`` at the start of the run: the
+            backbone, the projection head and the normalisation as one graph (:meth:`run_encoder`;
+            the loss stays eager), for the query encoder and MoCo's key encoder. The first steps
+            then take longer while it compiles (needs a C++ compiler on the CPU). Training steps
+            only: validation, test and the callbacks' evaluation passes run the eager code
+            (:meth:`uncompiled`), so an evaluation compiles nothing, and training goes on with the
+            graphs it compiled (no recompilation after an evaluation or at an epoch's start).
 
     The loss is called one way, ``loss(contrast, with_stats)`` (``ssl_app.losses.base``); the
     method asks for its diagnostics on the steps whose values reach the logger and logs them as
@@ -127,6 +130,8 @@ class ContrastiveMethod(L.LightningModule, ABC):
         self.memory_format = torch.channels_last if channels_last is True else torch.contiguous_format
         self.compile_backbone = bool(compile)
         self._compiled = False
+        # ``encode_with``, compiled by ``setup`` when ``compile`` is set (one graph per encoder pass).
+        self._encoder: Callable[[nn.Module, nn.Module, Tensor], tuple[Tensor, Tensor]] = encode_with
         self.classifier_top1: Optional[nn.ModuleDict] = None
         # The epoch's mean training loss, kept by us rather than by Lightning's logger connector so that
         # a checkpoint saved mid-epoch carries it (see ``on_save_checkpoint``); "disable": no NaN check,
@@ -154,8 +159,13 @@ class ContrastiveMethod(L.LightningModule, ABC):
 
     def encode(self, images: Tensor) -> tuple[Tensor, Tensor]:
         """Backbone features [B, feature_dim] and their L2-normalised projections z [B, proj_dim]."""
-        features = self.backbone(self.to_memory_format(images))
-        return features, F.normalize(self.projection_head(features), dim=1)
+        return self.run_encoder(self.backbone, self.projection_head, images)
+
+    def run_encoder(self, backbone: nn.Module, head: nn.Module, images: Tensor) -> tuple[Tensor, Tensor]:
+        """``(backbone(images), normalize(head(features)))`` of ``images`` in the encoders' layout:
+        one graph when ``compile`` is set (one compiled function for every encoder: the query's and
+        MoCo's key encoder's weights are its inputs, not constants of it)."""
+        return self._encoder(backbone, head, self.to_memory_format(images))
 
     def embed(self, images: Tensor) -> Tensor:
         """L2-normalised projections z [B, proj_dim] (what the loss and the metrics read)."""
@@ -167,10 +177,6 @@ class ContrastiveMethod(L.LightningModule, ABC):
             return images
         return images.contiguous(memory_format=self.memory_format)
 
-    def backbones(self) -> list[torch.nn.Module]:
-        """The image encoders that ``compile`` compiles (MoCo adds its key backbone)."""
-        return [self.backbone]
-
     def setup(self, stage: str) -> None:
         """Give the loss what the data decides (``ContrastiveLoss.prepare``), then apply
         ``channels_last`` and ``compile`` (subclasses call this after changing modules)."""
@@ -181,8 +187,8 @@ class ContrastiveMethod(L.LightningModule, ABC):
         if self.memory_format is torch.channels_last:
             self.to(memory_format=torch.channels_last)
         if self.compile_backbone and not self._compiled:
-            for module in self.backbones():
-                module.compile()  # in place: parameter names and checkpoints stay as they were
+            # A compiled function, not compiled modules: parameter names and checkpoints stay as they were.
+            self._encoder = torch.compile(encode_with)
             self._compiled = True
 
     def _training_device(self) -> torch.device:
@@ -506,6 +512,13 @@ def _own_loss(loss: ContrastiveLoss) -> ContrastiveLoss:
         real = next(cls for cls in type(loss).__mro__ if issubclass(cls, ContrastiveLoss) and cls not in lazy)
         return real(**dict(loss.lazy_get_init_args()))
     return copy.deepcopy(loss)
+
+
+def encode_with(backbone: nn.Module, head: nn.Module, images: Tensor) -> tuple[Tensor, Tensor]:
+    """``(features, z)``: the backbone's features [B, feature_dim] of ``images`` and their projections
+    by ``head``, L2-normalised [B, proj_dim]: what ``compile`` compiles as one graph."""
+    features = backbone(images)
+    return features, F.normalize(head(features), dim=1)
 
 
 def similarity(anchors: Tensor, candidates: Tensor) -> Tensor:
