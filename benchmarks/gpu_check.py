@@ -21,13 +21,15 @@ Parts (they run in the order of ``PARTS``: epoch, compiled, train_step, loader, 
 - ``tests``: ``tests/benchmarks/test_on_device.py`` with ``SSL_APP_TEST_DEVICE`` = the device (each
   method's Trainer fit in bf16-mixed and channels_last with views made on the device, no sync in a
   step that does not log, the metrics, the batched views).
-- ``train_step``: first one call of the batched training views (``BatchViewAugmentation``,
+- ``train_step``: ``train_step.py``, SimCLR and MoCo, resnet18_cifar, batch 512, bf16, against
+  lightly's step in the same process; first without compile, ours at its defaults (NHWC) and in
+  NCHW, then SimCLR compiled in NHWC (one compile: about a minute; what dynamo compiled, and one
+  profiled step per side: CUDA kernels and their time against the step's wall time, so a step the
+  host holds up shows). Then one call of the batched training views (``BatchViewAugmentation``,
   CIFAR-10's augmentation, 512 images × 2 views of 32 px, keyed as training calls it, and from a
   generator): tensor ops, CUDA kernels and milliseconds per call (``augment.py --calls``, a few
-  seconds). Then ``train_step.py``, SimCLR and MoCo, resnet18_cifar, batch 512, bf16, against
-  lightly's step in the same process; first without compile, ours at its defaults (NHWC) and in
-  NCHW, then SimCLR compiled in NHWC (one compile: about a minute), then SimCLR's layouts with
-  small_cnn and with resnet50 (224 px, batch 64), if the budget leaves time.
+  seconds). Then SimCLR's layouts with small_cnn and with resnet50 (224 px, batch 64), if the
+  budget leaves time.
 - ``epoch``: the shipped ``configs/cifar10/simclr.yaml``, ``moco.yaml`` and ``memory_bank.yaml``,
   ``augment_on: device``, on 50,000 + 10,000 random 32×32 images generated on the device: two
   epochs (the first warms up), an evaluation after each (the first builds the device images), each
@@ -144,14 +146,27 @@ def _train_step_rows(results: dict[str, Any]) -> list[tuple[str, str, str, str, 
             for side, numbers in data["sides"].items():
                 size = "" if settings.get("size", 32) == 32 else f", {settings['size']} px"
                 case = f"{method} {side} ({settings['backbone']}, b{settings['batch']}{size}, {settings['precision']})"
-                rows.append((
-                    "train_step", case,
-                    "img/s; ratio to the reference", f"{_f(numbers['img_per_s'])}; **{numbers['ratio']:.2f}**",
-                    f"{numbers['against']} {_f(numbers['reference_img_per_s'])} img/s; spread "
-                    f"{numbers['ratio_spread'][0]:.2f}–{numbers['ratio_spread'][1]:.2f}; peak {_f(numbers['peak_mb'])} MB "
-                    f"(reference {_f(numbers['reference_peak_mb'])} MB)",
-                ))  # fmt: skip
+                notes = (f"{numbers['against']} {_f(numbers['reference_img_per_s'])} img/s; spread "
+                         f"{numbers['ratio_spread'][0]:.2f}–{numbers['ratio_spread'][1]:.2f}; peak {_f(numbers['peak_mb'])} MB "
+                         f"(reference {_f(numbers['reference_peak_mb'])} MB)")  # fmt: skip
+                notes += _profile_note(numbers.get("profile"), numbers.get("reference_profile"))
+                if "compile" in side and data.get("dynamo"):
+                    dynamo = data["dynamo"]
+                    notes += f"; dynamo: {dynamo['frames_compiled']} frame(s) compiled, {dynamo['graph_breaks']} graph breaks"
+                value = f"{_f(numbers['img_per_s'])}; **{numbers['ratio']:.2f}**"
+                rows.append(("train_step", case, "img/s; ratio to the reference", value, notes))
     return rows
+
+
+def _profile_note(profile: dict | None, reference: dict | None) -> str:
+    """One profiled step's GPU kernel time against its wall time (train_step.py --profile), and the reference's."""
+    if not profile or profile.get("gpu_busy_ms") is None:
+        return ""
+    note = (f"; one profiled step {profile['wall_ms']:.1f} ms, {profile['kernels']} kernels busy "
+            f"{profile['gpu_busy_ms']:.1f} ms ({profile['gpu_busy_ms'] / profile['wall_ms']:.0%})")  # fmt: skip
+    if reference and reference.get("gpu_busy_ms") is not None:
+        note += f" (reference {reference['wall_ms']:.1f} ms, busy {reference['gpu_busy_ms']:.1f} ms)"
+    return note
 
 
 def _epoch_rows(results: dict[str, Any]) -> list[tuple[str, str, str, str, str]]:
@@ -191,6 +206,10 @@ def _compiled_rows(results: dict[str, Any]) -> list[tuple[str, str, str, str, st
         later = f"**{epochs[-1]:.1f}**" if len(epochs) > 1 else "–"
         notes = f"first epoch {epochs[0]:.1f} s{' (compiling)' * record['compile']}" if epochs else "no epoch finished"
         notes += f"; {record['scaled']}; a process of its own"
+        if record.get("dynamo"):  # frames dynamo compiled (recompilations included) at each epoch's end and evaluation's
+            counts = ", ".join(f"{'evaluation' if d['validating'] else 'epoch'} {d['epoch'] + 1}: {d['frames_compiled']}"
+                               for d in record["dynamo"])  # fmt: skip
+            notes += f"; frames compiled so far at the end of {counts}; {record['dynamo'][-1]['graph_breaks']} graph breaks"
         rows.append(("compiled", name, "s per training epoch", later, notes))
         for evaluation in record["evaluations"]:
             seconds, loop = evaluation["eval"], evaluation["loop"]
@@ -355,22 +374,25 @@ def part_tests(args: argparse.Namespace) -> None:
 
 
 def part_train_step(args: argparse.Namespace) -> None:
-    """train_step.py per method: first the layouts (fast), then compiled (slow to compile)."""
+    """train_step.py per method: first the layouts (fast), then compiled (slow to compile), then the
+    batched views, then the other backbones' layouts (last: the budget may cut them)."""
     import train_step
 
-    part_augment(args)  # the views of a training batch first: a few seconds
     methods = ["simclr", "moco"]
     # Ours runs at its defaults (channels_last: auto, NHWC on CUDA) and in NCHW (the contiguous variant):
     # the layout's gain per backbone, which `auto` rests on (ssl_app.models.channels_last_pays).
     if args.quick:  # the machinery only: SimCLR, no compile (MoCo's step runs in train_step.py's own test)
         common = ["--backbone", "small_cnn", "--batch", "16", "--rounds", "1", "--steps", "1", "--warm-up", "1"]
-        passes, methods = {"layouts": ["--variants", "contiguous"]}, ["simclr"]
+        passes, methods = {"layouts": ["--variants", "contiguous"], "views": []}, ["simclr"]
     else:
         common = ["--backbone", "resnet18_cifar", "--batch", "512", "--precision", "bf16", "--rounds", "3", "--steps", "5"]
         common += ["--threads", "8"]
         passes = {
             "layouts": ["--variants", "contiguous", "--warm-up", "3"],
-            "compiled": ["--variants", "channels_last_compile", "--warm-up", "3"],
+            # one profiled step per side: GPU busy against wall time (a compiled step the host holds up shows);
+            # before the views' pass, whose profiler and CUDA graph would otherwise precede the compile in this process
+            "compiled": ["--variants", "channels_last_compile", "--warm-up", "3", "--profile"],
+            "views": [],  # the batched training views (augment.py --calls): a few seconds
             # the other backbones' layouts, SimCLR only, a few rounds each (~15 s), last: the budget may cut them
             "layouts_small_cnn": ["--variants", "contiguous", "--warm-up", "3", "--backbone", "small_cnn"],
             "layouts_resnet50": ["--variants", "contiguous", "--warm-up", "3", "--backbone", "resnet50", "--batch", "64"]
@@ -378,6 +400,9 @@ def part_train_step(args: argparse.Namespace) -> None:
         }
     temporary = Path(tempfile.mkdtemp(prefix="gpu_check_")) / "step.json"
     for name, options in passes.items():
+        if name == "views":
+            part_augment(args)
+            continue
         for method in methods:
             if name != "layouts" and method == "moco":  # a compile takes ~a minute: SimCLR's only; other layouts: SimCLR's
                 continue
@@ -506,10 +531,13 @@ def part_compiled(args: argparse.Namespace) -> None:
         "model": f"{type(cli.model).__name__}/{cli.model.hparams['backbone']}", "batch": cli.datamodule.batch_size,
         "train_images": train, "precision": str(cli.trainer.precision), "epochs_s": [], "evaluations": [],
         "scaled": "", "after_last_evaluation_s": None, "compile": bool(cli.model.hparams["compile"]),
-        "channels_last": cli.model.hparams["channels_last"],
+        "channels_last": cli.model.hparams["channels_last"], "dynamo": [],
     }  # fmt: skip
 
     def save_now(trainer: Any) -> None:
+        from train_step import dynamo_record
+
+        record["dynamo"].append({"epoch": trainer.current_epoch, "validating": trainer.validating, **dynamo_record()})
         epoch = len(trainer.train_dataloader) * cli.datamodule.batch_size  # images in a whole epoch
         record["epochs_s"] = [seconds * epoch / max(images, 1) for seconds, images in timer.train]  # 1 unless limited
         record["evaluations"] = list(timer.evaluations)
@@ -619,7 +647,8 @@ def part_loader(args: argparse.Namespace) -> None:
 
 def part_augment(args: argparse.Namespace) -> None:
     """One call of the batched training views: tensor ops, CUDA kernels, ms (augment.py --calls);
-    run at the start of the train_step part."""
+    run in the train_step part after the compiled step (its profiler and CUDA graph capture do not
+    precede the compile)."""
     import torch
     from augment import call_cases, time_calls
 
