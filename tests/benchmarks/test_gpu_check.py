@@ -57,7 +57,9 @@ RESULTS = {
                                            {"epoch": 1, "validating": True, "frames_compiled": 1, "graph_breaks": 0},
                                            {"epoch": 1, "validating": False, "frames_compiled": 2, "graph_breaks": 0}]},
     "syncs/cifar10_moco": listed_syncs(),
-    "loader": {"batch": 128, "images": 3200, "sizes": "mixed", "loader_img_per_s": {"2": 2000.0}, "precision": ""},
+    "loader": {"batch": 128, "images": 3200, "sizes": "mixed", "loader_img_per_s": {"2": 2000.0}, "precision": "",
+               "workers": {"2": {"start": "fork_server", "cpu_ms_per_image": 5.5, "busy": 0.5}},
+               "other_start": {"workers": 1, "img_per_s": 1000.0, "start": "fork", "cpu_ms_per_image": 5.0, "busy": 0.9}},
     "augment": {"batch": 512, "paths": {"keys": {"ops_per_call": 230, "kernels_per_call": 190, "ms_per_call": 1.25},
                                         "generator": {"ops_per_call": 159, "kernels_per_call": None, "ms_per_call": 1.0}}},
 }  # fmt: skip
@@ -93,7 +95,10 @@ def test_the_summary_is_one_table_with_every_part_and_what_a_timeout_left(tmp_pa
     (syncs,) = [row for row in rows if row[0] == "syncs"]
     assert syncs[2] == "syncs per step that does not log" and syncs[3] == "**1.0**"
     assert "1 such steps of 3" in syncs[4] and "logged: [2]" in syncs[4] and "test_gpu_check.py" in syncs[4]
-    assert any(row[0] == "loader" and row[3] == "2,000" and "step not measured" in row[4] for row in rows)
+    (loader,) = [row for row in rows if row[0] == "loader" and row[3] == "2,000"]
+    assert "step not measured" in loader[4] and "started by fork_server, their CPU 5.5 ms per image, busy 50%" in loader[4]
+    (other,) = [row for row in rows if row[0] == "loader" and row[1].endswith("workers=1, fork")]
+    assert other[3] == "1,000" and "does not take on this machine" in other[4] and "busy 90%" in other[4]
     assert not any(row[1] == "(the summary)" for row in rows)
     assert ("loader", "(the part)", "status", "timeout (partial)", "after 80 of 80 s") in rows
     (keys,) = [row for row in rows if row[0] == "train_step" and "batched views, keys" in row[1]]
@@ -229,3 +234,4 @@ def test_the_loader_rows_show_both_paths_against_the_step():
     assert "loader / step **0.80**" in shown[("ImageNet-100 shape, b128, views in the workers, workers=16", "1,600")]
     assert "loader / step **3.00**" in shown[("ImageNet-100 shape, b128, decoded on the device, workers=16", "6,000")]
     assert ("ResNet-50 step, b128, bf16", "2,000") in shown and len(shown) == 5
+    assert "started by" not in shown[("ImageNet-100 shape, b128, views in the workers, workers=16", "1,600")]  # an older record
