@@ -35,7 +35,7 @@ from datamodules.long_tail import (
 )
 from datamodules.multiview import Labelled, MultiViewDataset
 from datamodules.resumable import ResumableDataLoader, ResumableDistributedSampler
-from ssl_app.checks import check_int
+from ssl_app.checks import AtLeastOne, PositiveInt, check, check_int
 from ssl_app.errors import ConfigError
 from ssl_app.workers import loader_options
 
@@ -151,7 +151,7 @@ class ContrastiveDataModule(LightningDataModule):
         augmentation: ViewAugmentation = ViewAugmentation(),
         val_seed: int = 0,
         pin_memory: Optional[bool] = None,
-        imbalance_factor: float = 1.0,
+        imbalance_factor: AtLeastOne = 1.0,
         imbalance_seed: int = 0,
         augment_on: AugmentOn = "workers",
         eval_on: EvalOn = "auto",
@@ -306,9 +306,7 @@ class ContrastiveDataModule(LightningDataModule):
         trainer = self.trainer
         module = trainer.lightning_module if trainer is not None else None
         views = getattr(module, "train_views", DEFAULT_TRAIN_VIEWS) if module is not None else DEFAULT_TRAIN_VIEWS
-        if isinstance(views, bool) or not isinstance(views, int) or views < 1:
-            raise ConfigError(f"{type(self).__name__}: the method's train_views must be an integer >= 1, got {views!r}")
-        return views
+        return check(PositiveInt, views, f"{type(self).__name__}: the method's train_views")
 
     def train_dataloader(self) -> ResumableDataLoader:
         data: Optional[Dataset] = self.training_files() if self.augment_on == "device" else None

@@ -14,6 +14,7 @@ from torch import Tensor
 from ssl_app.checks import check_int
 from ssl_app.distributed import all_reduce_sum
 from ssl_app.errors import ConfigError, NonFiniteError
+from ssl_app.io.changes import logs_this_step
 
 OnNonFinite = Literal["stop", "skip"]
 
@@ -259,16 +260,6 @@ def _describe(event: list[float]) -> str:
     else:
         text += "; no finite loss before it in this run"
     return text
-
-
-def logs_this_step(trainer: L.Trainer) -> bool:
-    """Whether what a training step logs with ``on_step=True`` reaches the loggers: Lightning's own rule
-    (every ``log_every_n_steps``, and the step before a stop). Lightning has no public name for it;
-    its own callbacks (``LearningRateMonitor``, ``DeviceStatsMonitor``) read this property too."""
-    try:
-        return bool(trainer._logger_connector.should_update_logs)
-    except AttributeError:  # a Lightning without it: every step
-        return True
 
 
 def _scaler_handles_gradients(trainer: L.Trainer) -> bool:

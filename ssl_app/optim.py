@@ -27,6 +27,7 @@ from lightly.utils.lars import LARS
 from torch.optim.lr_scheduler import LambdaLR
 
 from ssl_app.errors import ConfigError
+from ssl_app.temperature.base import Progress
 
 
 @dataclass
@@ -132,6 +133,38 @@ def run_length(trainer: Any, needed_by: Sequence[str] = ()) -> Optional[int]:
             "which then has no length; set trainer.max_epochs or trainer.max_steps, or choose a schedule that needs none"
         )
     return None
+
+
+def configure(
+    optim: Optimization, trainer: Any, params: Iterable[Any], needed_by: Sequence[str] = ()
+) -> tuple[dict, Optional[int]]:
+    """A method's ``configure_optimizers`` dict for ``params`` under ``trainer``, and the run's optimiser steps (None:
+    no limit). The global batch is the datamodule's per-process batch × processes × accumulation; the steps per epoch
+    come from the dataloader, not total / max_epochs: a run bounded by max_steps would otherwise place multistep
+    milestones and warm-up at the wrong step."""
+    per_process_batch = getattr(trainer.datamodule, "batch_size", None) or optim.reference_batch_size
+    global_batch = per_process_batch * trainer.world_size * trainer.accumulate_grad_batches
+    total_steps = run_length(trainer, needed_by)  # also sizes the train dataloader
+    batches = trainer.num_training_batches
+    if math.isfinite(batches):
+        steps_per_epoch = max(math.ceil(batches / trainer.accumulate_grad_batches), 1)
+    else:  # an iterable dataloader without a length
+        steps_per_epoch = max((total_steps or 0) // max(trainer.max_epochs or 1, 1), 1)
+    # total_steps None (no limit): only a schedule that ignores the run's length gets here
+    return optim.build(params, global_batch, steps_per_epoch, total_steps or 0), total_steps
+
+
+def progress(trainer: Any, batch_idx: int, run_steps: Optional[int]) -> Progress:
+    """Where training stands at a training step, for a loss's temperature policy: fractional epochs
+    (``current_epoch + batch_idx / batches per epoch``), optimiser steps done (``global_step``) and their fraction
+    of the run's ``run_steps`` (``None`` without a length). Read from the Trainer's restored loop state, so a resumed
+    run (also mid-epoch) goes on where it stopped; ``Progress()`` without a Trainer."""
+    if trainer is None:
+        return Progress()
+    batches = trainer.num_training_batches
+    within = batch_idx / batches if isinstance(batches, int) and batches > 0 else 0.0
+    fraction = min(trainer.global_step / run_steps, 1.0) if run_steps else None
+    return Progress(epoch=trainer.current_epoch + within, step=trainer.global_step, fraction=fraction)
 
 
 # Checkpoints store the hyper-parameters, this dataclass among them; let torch's default
