@@ -13,7 +13,6 @@ from typing import Any, ClassVar, Literal, Optional, Union
 
 import lightning as L
 import torch
-import torch.nn.functional as F
 from jsonargparse import lazy_instance
 from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor, nn
@@ -26,6 +25,7 @@ from ssl_app.methods.masks import MaskCache
 from ssl_app.methods.observer import LossObserver
 from ssl_app.models import BackboneName, build_backbone, build_projection_head, channels_last_pays, eager
 from ssl_app.models.backbones import NormName
+from ssl_app.models.encoder import EncoderPass, compiled_encoder, encode_with
 from ssl_app.optim import Optimization, configure, progress
 
 
@@ -57,13 +57,10 @@ class ContrastiveMethod(L.LightningModule, ABC):
             on an H200 in bf16, benchmarks/README.md; PyTorch's default layout on other devices:
             ``models.channels_last_pays``). The numbers are the same either way to rounding,
             and checkpoints load into either layout.
-        compile: compile each encoder pass with ``torch.compile`` at the start of the run: the
-            backbone, the projection head and the normalisation as one graph (:meth:`run_encoder`;
-            the loss stays eager), for the query encoder and MoCo's key encoder. The first steps
-            then take longer while it compiles (needs a C++ compiler on the CPU). Training steps
-            only: validation, test and the callbacks' evaluation passes run the eager code
-            (``models.eager``), so an evaluation compiles nothing, and training goes on with the
-            graphs it compiled (no recompilation after an evaluation or at an epoch's start).
+        compile: ``torch.compile`` each encoder pass (backbone, head, normalisation: one graph,
+            :meth:`run_encoder`; the loss stays eager) at the start of the run (needs a C++ compiler
+            on the CPU). Training steps only: validation, test and the callbacks' evaluation passes
+            run the eager code (``models.eager``), so nothing recompiles for an evaluation.
 
     The loss is called one way, ``loss(contrast, with_stats)`` (``ssl_app.losses.base``); the
     method asks for its diagnostics on the steps whose values reach the logger, and its
@@ -115,8 +112,7 @@ class ContrastiveMethod(L.LightningModule, ABC):
         self.memory_format = torch.channels_last if channels_last is True else torch.contiguous_format
         self.compile_backbone = bool(compile)
         self._compiled = False
-        # ``encode_with``, compiled by ``setup`` when ``compile`` is set (one graph per encoder pass).
-        self._encoder: Callable[[nn.Module, nn.Module, Tensor], tuple[Tensor, Tensor]] = encode_with
+        self._encoder: EncoderPass = encode_with  # compiled by ``setup`` with ``compile``
         # The run's optimiser steps (None: no limit), known once the optimiser is configured (Progress.fraction).
         self._run_steps: Optional[int] = None
         # What is logged and when (a loss that keeps every negative: ``on_train_start`` settles it for one that may not).
@@ -140,9 +136,7 @@ class ContrastiveMethod(L.LightningModule, ABC):
         return self.run_encoder(self.backbone, self.projection_head, images)
 
     def run_encoder(self, backbone: nn.Module, head: nn.Module, images: Tensor) -> tuple[Tensor, Tensor]:
-        """``(backbone(images), normalize(head(features)))`` of ``images`` in the encoders' layout:
-        one graph when ``compile`` is set (one compiled function for every encoder: the query's and
-        MoCo's key encoder's weights are its inputs, not constants of it)."""
+        """``models.encode_with`` on ``images`` in the encoders' layout: one graph with ``compile``."""
         return self._encoder(backbone, head, self.to_memory_format(images))
 
     def embed(self, images: Tensor) -> Tensor:
@@ -165,9 +159,7 @@ class ContrastiveMethod(L.LightningModule, ABC):
         if self.memory_format is torch.channels_last:
             self.to(memory_format=torch.channels_last)
         if self.compile_backbone and not self._compiled:
-            # A compiled function, not compiled modules: parameter names and checkpoints stay as they were.
-            self._encoder = torch.compile(encode_with)
-            self._compiled = True
+            self._encoder, self._compiled = compiled_encoder(), True
 
     def _training_device(self) -> torch.device:
         """The Trainer's device (the model may not have moved there yet), else the parameters'."""
@@ -340,13 +332,6 @@ class ContrastiveMethod(L.LightningModule, ABC):
     def horizon_needed_by(self) -> list[str]:
         """The options that spread over the whole run, so need its length (``trainer.max_epochs`` or ``max_steps``)."""
         return ["model.init_args.optim.schedule=cosine"] if self.optim.schedule == "cosine" else []
-
-
-def encode_with(backbone: nn.Module, head: nn.Module, images: Tensor) -> tuple[Tensor, Tensor]:
-    """``(features, z)``: the backbone's features [B, feature_dim] of ``images`` and their projections
-    by ``head``, L2-normalised [B, proj_dim]: what ``compile`` compiles as one graph."""
-    features = backbone(images)
-    return features, F.normalize(head(features), dim=1)
 
 
 def similarity(anchors: Tensor, candidates: Tensor) -> Tensor:

@@ -13,7 +13,7 @@ import torch
 from ssl_app.errors import ConfigError
 from ssl_app.losses import InfoNCE
 from ssl_app.methods import MemoryBank, MoCo, SimCLR
-from ssl_app.methods.base import encode_with
+from ssl_app.models import encode_with
 from tests.generic import set_up
 from tests.helpers import compile_cheaply, dynamo_compiles, tiny_data, tiny_trainer
 
