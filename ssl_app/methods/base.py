@@ -13,10 +13,9 @@ from typing import Any, ClassVar, Literal, Optional, Union
 
 import lightning as L
 import torch
-import torch.nn.functional as F
 from jsonargparse import lazy_instance
 from lightning.pytorch.utilities import rank_zero_warn
-from torch import Tensor
+from torch import Tensor, nn
 
 from ssl_app.errors import ConfigError
 from ssl_app.handover import MaskedSimilarities
@@ -26,6 +25,7 @@ from ssl_app.methods.masks import MaskCache
 from ssl_app.methods.observer import LossObserver
 from ssl_app.models import BackboneName, build_backbone, build_projection_head, channels_last_pays, eager
 from ssl_app.models.backbones import NormName
+from ssl_app.models.encoder import EncoderPass, compiled_encoder, encode_with
 from ssl_app.optim import Optimization, configure, progress
 
 
@@ -57,10 +57,10 @@ class ContrastiveMethod(L.LightningModule, ABC):
             on an H200 in bf16, benchmarks/README.md; PyTorch's default layout on other devices:
             ``models.channels_last_pays``). The numbers are the same either way to rounding,
             and checkpoints load into either layout.
-        compile: compile the backbone(s) with ``torch.compile`` at the start of the run (the first
-            steps then take longer while it compiles; needs a C++ compiler on the CPU). Training
-            steps only: validation, test and the callbacks' evaluation passes run the eager code
-            (``models.eager``), so an evaluation compiles nothing.
+        compile: ``torch.compile`` each encoder pass (backbone, head, normalisation: one graph,
+            :meth:`run_encoder`; the loss stays eager) at the start of the run (needs a C++ compiler
+            on the CPU). Training steps only: validation, test and the callbacks' evaluation passes
+            run the eager code (``models.eager``), so nothing recompiles for an evaluation.
 
     The loss is called one way, ``loss(contrast, with_stats)`` (``ssl_app.losses.base``); the
     method asks for its diagnostics on the steps whose values reach the logger, and its
@@ -112,6 +112,7 @@ class ContrastiveMethod(L.LightningModule, ABC):
         self.memory_format = torch.channels_last if channels_last is True else torch.contiguous_format
         self.compile_backbone = bool(compile)
         self._compiled = False
+        self._encoder: EncoderPass = encode_with  # compiled by ``setup`` with ``compile``
         # The run's optimiser steps (None: no limit), known once the optimiser is configured (Progress.fraction).
         self._run_steps: Optional[int] = None
         # What is logged and when (a loss that keeps every negative: ``on_train_start`` settles it for one that may not).
@@ -132,8 +133,11 @@ class ContrastiveMethod(L.LightningModule, ABC):
 
     def encode(self, images: Tensor) -> tuple[Tensor, Tensor]:
         """Backbone features [B, feature_dim] and their L2-normalised projections z [B, proj_dim]."""
-        features = self.backbone(self.to_memory_format(images))
-        return features, F.normalize(self.projection_head(features), dim=1)
+        return self.run_encoder(self.backbone, self.projection_head, images)
+
+    def run_encoder(self, backbone: nn.Module, head: nn.Module, images: Tensor) -> tuple[Tensor, Tensor]:
+        """``models.encode_with`` on ``images`` in the encoders' layout: one graph with ``compile``."""
+        return self._encoder(backbone, head, self.to_memory_format(images))
 
     def embed(self, images: Tensor) -> Tensor:
         """L2-normalised projections z [B, proj_dim] (what the loss and the metrics read)."""
@@ -145,10 +149,6 @@ class ContrastiveMethod(L.LightningModule, ABC):
             return images
         return images.contiguous(memory_format=self.memory_format)
 
-    def backbones(self) -> list[torch.nn.Module]:
-        """The image encoders that ``compile`` compiles (MoCo adds its key backbone)."""
-        return [self.backbone]
-
     def setup(self, stage: str) -> None:
         """Give the loss what the data decides (``ContrastiveLoss.prepare``), then apply
         ``channels_last`` and ``compile`` (subclasses call this after changing modules)."""
@@ -159,9 +159,7 @@ class ContrastiveMethod(L.LightningModule, ABC):
         if self.memory_format is torch.channels_last:
             self.to(memory_format=torch.channels_last)
         if self.compile_backbone and not self._compiled:
-            for module in self.backbones():
-                module.compile()  # in place: parameter names and checkpoints stay as they were
-            self._compiled = True
+            self._encoder, self._compiled = compiled_encoder(), True
 
     def _training_device(self) -> torch.device:
         """The Trainer's device (the model may not have moved there yet), else the parameters'."""
@@ -309,7 +307,7 @@ class ContrastiveMethod(L.LightningModule, ABC):
         return self._step(batch, "train")
 
     def validation_step(self, batch: Any, batch_idx: int) -> dict[str, Any]:
-        with eager():  # a compiled backbone's eager code: no recompile for eval mode and new batch shapes
+        with eager():  # the compiled encoder's eager code: no recompile for eval mode and new batch shapes
             return self._step(batch, "val")
 
     def test_step(self, batch: Any, batch_idx: int) -> dict[str, Any]:

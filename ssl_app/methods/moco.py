@@ -6,7 +6,6 @@ import copy
 from typing import Any, Literal, Optional
 
 import torch
-import torch.nn.functional as F
 from jsonargparse import lazy_instance
 from lightly.models.utils import deactivate_requires_grad, update_momentum
 from lightly.utils.scheduler import cosine_schedule
@@ -156,10 +155,7 @@ class MoCo(ContrastiveMethod):
     def key_embed(self, images: Tensor) -> Tensor:
         """L2-normalised keys [B, proj_dim] of the momentum encoder (no gradient)."""
         with torch.no_grad():
-            return F.normalize(self.key_projection_head(self.key_backbone(self.to_memory_format(images))), dim=1)
-
-    def backbones(self) -> list[nn.Module]:
-        return [self.backbone, self.key_backbone]
+            return self.run_encoder(self.key_backbone, self.key_projection_head, images)[1]
 
     @torch.no_grad()
     def global_keys(self, images: Tensor) -> Tensor:
