@@ -15,6 +15,7 @@ from datamodules.augment import ViewAugmentation
 from ssl_app.cli.embed import main
 from ssl_app.models import build_backbone
 from tests.helpers import cli_in, tiny_data
+from tests.sprites import assert_tiles_show, expected_tiles, projector_entry, sprite_tiles
 from tests.ssl_app.cli.test_cli import QUICKSTART, TINY
 from tests.ssl_app.cli.test_export import TINY_DATA_CONFIG, checkpoint_backbone, export, trained_checkpoint
 
@@ -192,3 +193,21 @@ def test_projector_writes_the_seeded_subset_of_the_saved_rows(checkpoint, tmp_pa
         == 2
     )
     assert err.getvalue().count("\n") == 1 and "--thumbnail-size" in err.getvalue()
+
+
+def test_tile_i_of_the_projectors_sprite_is_the_image_of_row_i(checkpoint, tmp_path):
+    """Catches thumbnails out of step with the rows (a whole batch kept instead of the subset's images,
+    another order), or the run's normalisation not undone: each tile of the sprite, cut as TensorBoard
+    cuts it, against its row's image through the run's clean transform, resized to 4 px."""
+    board = tmp_path / "board"
+    embed("--ckpt", str(checkpoint), "--projector", str(board), "--projector-samples", "7", "--thumbnail-size", "4",
+          "--batch-size", "5", str(tmp_path / "f.npz"))  # fmt: skip
+    entry = projector_entry(board)
+    tiles, rest = sprite_tiles(board, entry)
+    indices = [int(line.split("\t")[1]) for line in (board / entry.metadata_path).read_text().splitlines()[1:]]
+    data = tiny_data()
+    transform, test = data.augmentation.eval_transform(), data.dataset("test")
+    images = torch.stack([transform(test[index][0]) for index in indices])
+    assert len(indices) == 7 and images.shape[-1] == 8
+    assert_tiles_show(tiles, expected_tiles(images, 4, data.augmentation.mean, data.augmentation.std))
+    assert len(rest) == 2 and not rest.any()  # 7 tiles in a 3 × 3 grid
