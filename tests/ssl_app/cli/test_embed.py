@@ -6,7 +6,7 @@ import io
 import os
 import signal
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, redirect_stderr, redirect_stdout
 from pathlib import Path
 
 import numpy as np
@@ -219,13 +219,15 @@ def test_tile_i_of_the_projectors_sprite_is_the_image_of_row_i(checkpoint, tmp_p
 @contextmanager
 def disk_full_after(size: int) -> Iterator[None]:
     """Every file this process writes stops at ``size`` bytes with an ``OSError`` (EFBIG), as on a full
-    disk, whatever the code writes it with (the file-size limit, its signal ignored so the write fails)."""
+    disk, whatever the code writes it with (the file-size limit, its signal ignored so the write fails).
+    The console (a progress bar) is kept in memory meanwhile: a log file it may be written to is larger."""
     resource = pytest.importorskip("resource")  # POSIX
     handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
     resource.setrlimit(resource.RLIMIT_FSIZE, (size, hard))
     try:
-        yield
+        with redirect_stdout(io.StringIO()), redirect_stderr(io.StringIO()):
+            yield
     finally:
         resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
         signal.signal(signal.SIGXFSZ, handler)
