@@ -4,10 +4,11 @@
 
 A loss's ``temperature`` given as a policy's label (``ssl_app.temperature.spelling``: ``cosine:LOW-HIGH[:T=..]``,
 ``linear:START-END:L=..``, ``learnable:INIT``, ``adaptive:BASE``) becomes the policy's class-path config
-(``{"class_path": "ssl_app.temperature.Cosine", "init_args": {...}}``) before LightningCLI reads it, by the
-sweep's own expansion (``ssl_app.sweep.tau_axis.tau_value``), so a grid value, a folder name, the report's
-label and ``fit``'s option are one spelling. A number, a class path or a config mapping passes as written;
-a value that starts with a policy's kind but is not one of its forms is one ``error:`` line naming the option.
+(``{"class_path": "ssl_app.temperature.Cosine", "init_args": {...}}``, every option filled in) before
+LightningCLI reads it, read as the sweep reads it (``PolicySpec.parse``) and checked by the policy itself,
+so a grid value, a folder name, the report's label and ``fit``'s option are one spelling. A number, a class
+path or a config mapping passes as written; a value that starts with a policy's kind but is not one of its
+forms is one ``error:`` line naming the option.
 """
 
 from __future__ import annotations
@@ -15,8 +16,17 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ssl_app.sweep.tau_axis import is_tau_key, tau_value
-from ssl_app.temperature.labels import TEMPERATURES
+from ssl_app.errors import ConfigError
+from ssl_app.runs.spec import TAU_KEY
+from ssl_app.temperature.labels import TEMPERATURES, PolicySpec
+
+#: How the key of any loss's temperature ends (a method's loss: ``TAU_KEY``; a probe's or a nested one).
+TEMPERATURE_SUFFIX = ".loss.init_args.temperature"
+
+
+def is_temperature_option(key: str) -> bool:
+    """Whether an option (without ``--``) sets a loss's temperature."""
+    return key == TAU_KEY or key.endswith(TEMPERATURE_SUFFIX)
 
 
 def _kinds() -> set[str]:
@@ -30,8 +40,19 @@ def is_preset(value: Any) -> bool:
     return isinstance(value, str) and value.strip().partition(":")[0].lower() in _kinds() and ":" in value
 
 
+def policy_config(value: str, option: str) -> Any:
+    """The class-path config of the policy ``value`` spells; a ``ConfigError`` naming ``option`` and ``value``
+    when it spells none (with the accepted forms) or the policy refuses its numbers (with its reason)."""
+    spec = PolicySpec.parse(value.strip(), option)
+    try:
+        spec.build()  # the policy's own checks (low <= high, τ > 0), before any run starts
+    except ConfigError as error:
+        raise ConfigError(f"{option}: {value!r}: {error}") from None
+    return spec.config()
+
+
 def _expanded(option: str, value: str) -> str:
-    return tau_value(value, option).value
+    return json.dumps(policy_config(value, option))
 
 
 def expand_in_argv(argv: list[str]) -> list[str]:
@@ -42,7 +63,7 @@ def expand_in_argv(argv: list[str]) -> list[str]:
     while index < len(argv):
         arg = argv[index]
         key, equals, value = arg[2:].partition("=") if arg.startswith("--") else ("", "", "")
-        if key and is_tau_key(key):
+        if key and is_temperature_option(key):
             if equals and is_preset(value):
                 arg = f"--{key}={_expanded(f'--{key}', value)}"
             elif not equals and index + 1 < len(argv) and is_preset(argv[index + 1]):
@@ -62,7 +83,7 @@ def expand_in_config(config: Any) -> bool:
         loss = config.get("loss")
         init_args = loss.get("init_args") if isinstance(loss, dict) else None
         if isinstance(init_args, dict) and is_preset(init_args.get("temperature")):
-            init_args["temperature"] = json.loads(_expanded("a config's loss temperature", init_args["temperature"]))
+            init_args["temperature"] = policy_config(init_args["temperature"], "a config's loss temperature")
             changed = True
         for value in config.values():
             changed |= expand_in_config(value)

@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
+from ssl_app.cli.tau_presets import is_temperature_option
 from ssl_app.errors import ConfigError
 from ssl_app.runs.spec import TAU_KEY
 from ssl_app.temperature.labels import POLICY_MODULE, PolicySpec, accepted_forms
@@ -48,7 +49,7 @@ class TauValue:
 
 def is_tau_key(key: str) -> bool:
     """Whether a grid key sets a loss's temperature (so its values may be presets)."""
-    return key in (TAU_KEY, TAU_ALIAS) or key.endswith(".loss.init_args.temperature")
+    return key == TAU_ALIAS or is_temperature_option(key)
 
 
 def short(x: float) -> str:

@@ -12,18 +12,16 @@ from ssl_app.cli import main
 from ssl_app.cli.tau_presets import expand_in_argv, expand_in_config
 from ssl_app.errors import ConfigError
 from ssl_app.runs.spec import TAU_KEY, RunSpec
-from ssl_app.sweep.tau_axis import tau_value
 
 REPO = Path(__file__).resolve().parents[3]
 QUICKSTART = str(REPO / "configs" / "quickstart.yaml")
 
 
 def test_a_preset_after_the_option_or_its_equals_sign_becomes_the_sweep_s_policy_config():
-    expected = tau_value("cosine:0.1-1:T=3").value
+    expected = json.dumps({"class_path": "ssl_app.temperature.Cosine",
+                           "init_args": {"low": 0.1, "high": 1.0, "period": 3.0, "unit": "epoch"}})  # fmt: skip
     assert expand_in_argv(["fit", f"--{TAU_KEY}=cosine:0.1-1:T=3"]) == ["fit", f"--{TAU_KEY}={expected}"]
     assert expand_in_argv(["fit", f"--{TAU_KEY}", "cosine:0.1-1:T=3"]) == ["fit", f"--{TAU_KEY}", expected]
-    assert json.loads(expected) == {"class_path": "ssl_app.temperature.Cosine",
-                                    "init_args": {"low": 0.1, "high": 1.0, "period": 3.0}}  # fmt: skip
 
 
 @pytest.mark.parametrize(
