@@ -23,6 +23,7 @@ from callbacks.collapse import (
     LossEvidence,
     random_points_uniformity,
 )
+from callbacks.distributions import similarity_distributions, write_histogram
 from callbacks.embedding_pass import embed_split, evaluation_mode, require_embedding_dataloader
 from callbacks.evaluation_figures import EvaluationFigures
 from callbacks.gather import SampleBuffer, Samples
@@ -39,8 +40,6 @@ log = logging.getLogger(__name__)
 
 UniformityInputs = Literal["clean", "augmented"]
 NegativesFrom = Literal["views", "train"]
-#: TensorBoard histogram of every negative view similarity s_ij, j ≠ i (``log_histograms``).
-NEGATIVE_HISTOGRAM_TAG = "similarity/negative"
 
 
 def embedding_report(
@@ -112,26 +111,6 @@ def markdown_text(text: str) -> str:
     return re.sub(r"([\\`*_{}\[\]()#+!|~-])", r"\\\1", text)
 
 
-def log_negative_histogram(experiment, histogram: SimilarityHistogram, step: int) -> None:
-    """``similarity/negative``: the histogram of every negative view similarity, written from its
-    bin counts (``add_histogram_raw``), so the N(N−1) values never leave the device. A leading
-    empty bucket at the lower edge gives readers the first bin's left edge."""
-    summary = histogram.summary()
-    if summary.count == 0:
-        return
-    experiment.add_histogram_raw(
-        NEGATIVE_HISTOGRAM_TAG,
-        min=summary.min,
-        max=summary.max,
-        num=summary.count,
-        sum=summary.sum,
-        sum_squares=summary.sum_squares,
-        bucket_limits=summary.edges,
-        bucket_counts=[0.0, *summary.counts],
-        global_step=step,
-    )
-
-
 class EmbeddingMetrics(Callback):
     """Embedding-space metrics of the evaluation split, logged every ``every_n_epochs``.
 
@@ -162,11 +141,13 @@ class EmbeddingMetrics(Callback):
     embeddings, clean rows plus view rows, had a NaN/inf entry; they are left out of the other
     metrics, warned about, and mark the evaluation collapsed), ``metrics/collapsed`` (0/1, see
     ``CollapseCriteria``); these two flags are in ``callback_metrics`` at every evaluation and
-    written to the loggers when they change (``ssl_app.runs.changes``). TensorBoard histograms ``similarity/positive``,
-    ``similarity/top{k}_negative`` and ``similarity/negative`` (every negative z_a,i·z_b,j,
-    j ≠ i: N(N−1) values in 200 fixed bins over [−1, 1], counted on the device from the top-k
+    written to the loggers when they change (``ssl_app.runs.changes``). TensorBoard histograms
+    (``callbacks.distributions``: 200 fixed bins over [−1, 1], counted on the device, exact count,
+    mean and extremes) ``similarity/positive``, ``similarity/top{k}_negative`` and
+    ``similarity/negative`` (every negative z_a,i·z_b,j, j ≠ i: N(N−1) values counted from the top-k
     search's own blocks and summed over ranks; the report's relative-penalty curve reads it),
-    the figures (``callbacks.evaluation_figures``; every title names the run and its loss/τ)
+    the figures (``callbacks.evaluation_figures``; every title names the run and its loss/τ;
+    drawn in a process of their own during ``fit``: ``figure_process``)
     ``similarity/positive_vs_top{k}_negative`` (fixed x-range ``similarity_range`` and bins),
     ``figures/uniformity_tolerance_path`` (the run's path on the uniformity–tolerance plane, kept
     in the checkpoint state, fixed axes) and ``figures/singular_value_spectrum`` (σ_i/σ_1 of the
@@ -230,6 +211,12 @@ class EmbeddingMetrics(Callback):
         similarity_range: the x-range ``[low, high]`` of the similarity figure (default
             [−1, 1]; −1 ≤ low < high ≤ 1), the same at every epoch and in every run; values
             outside it are counted in its edge bins.
+        figure_process: during ``fit``, draw the figures in a process of their own (rank 0;
+            ``callbacks.figure_process``): an evaluation hands over their data (a few kilobytes) and
+            goes on, and each figure is written at its evaluation's step and time when drawn, at the
+            latest at the end of ``fit`` (also after a stop signal or a failure). ``false``: drawn in the
+            training process, 0.3–0.7 s of CPU per evaluation that a GPU waits for. ``validate`` and
+            ``test`` draw in the training process.
     """
 
     def __init__(
@@ -254,6 +241,7 @@ class EmbeddingMetrics(Callback):
         stop_on_nonfinite: bool = True,
         negatives_from: NegativesFrom = "views",
         similarity_range: tuple[float, float] = SIMILARITY_RANGE,
+        figure_process: bool = True,
     ) -> None:
         super().__init__()
         every_n_epochs = check_every_n_epochs(every_n_epochs, "EmbeddingMetrics")
@@ -294,7 +282,7 @@ class EmbeddingMetrics(Callback):
         self._warned_no_labels = False
         self._labels_missing = False
         self._described_inputs = False
-        self.figures = EvaluationFigures(similarity_range)
+        self.figures = EvaluationFigures(similarity_range, process=figure_process)
         self._clean_rows: tuple[Tensor, Tensor | None] | None = None  # the last clean pass, for the spectrum
         self._flags = OnChange()
 
@@ -345,6 +333,7 @@ class EmbeddingMetrics(Callback):
     # --- collecting ------------------------------------------------------------------------
     def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._chance_gap.reset()
+        self.figures.drawer.collect()  # write the figures drawn since (never waits)
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         pair = getattr(pl_module, "loss_and_chance", None)
@@ -352,6 +341,7 @@ class EmbeddingMetrics(Callback):
             self._chance_gap.add(*pair)
 
     def on_validation_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.figures.drawer.collect()
         self._buffer = SampleBuffer(self.max_samples) if self._due(trainer) and self.split is None else None
 
     def on_test_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
@@ -512,16 +502,28 @@ class EmbeddingMetrics(Callback):
     @rank_zero_only
     def _log_distributions(self, trainer: L.Trainer, pl_module: L.LightningModule, report: EmbeddingReport) -> None:
         tensorboard = self._tensorboard(trainer)
-        positive, negatives = report["pos_sim"], report["neg_sim"]
-        if tensorboard is None or negatives.dim() != 2 or negatives.numel() == 0:
+        distributions = similarity_distributions(report, self.figures.similarity_range) if tensorboard else None
+        if distributions is None:
             return
         step, experiment = trainer.global_step, tensorboard.experiment
-        experiment.add_histogram("similarity/positive", positive.float().cpu(), step)
-        experiment.add_histogram(f"similarity/top{self.top_k}_negative", negatives.float().cpu().flatten(), step)
-        if report.negative_histogram is not None:
-            log_negative_histogram(experiment, report.negative_histogram, step)
+        for tag, summary in distributions.histograms.items():
+            write_histogram(experiment, tag, summary, step)
         fitting = trainer.state.fn == TrainerFn.FITTING
-        self.figures.log(experiment, trainer, pl_module, report, self._clean_rows, fitting)
+        drawings = self.figures.drawings(trainer, pl_module, report, distributions, self._clean_rows, fitting)
+        self.figures.log(experiment, trainer, drawings, fitting)
+
+    # --- the figures drawn beside training -------------------------------------------------
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.figures.drawer.finish()  # every figure written before the loggers close
+
+    def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
+        try:  # the figures of the evaluations done, written before the loggers close (SIGTERM, a failure)
+            self.figures.drawer.finish()
+        except Exception as error:  # noqa: BLE001 - never hide the exception that ends the run
+            rank_zero_warn(f"EmbeddingMetrics: the figures of the last evaluations could not be written: {error!r}")
+
+    def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        self.figures.drawer.finish()
 
     def _on_collapse(
         self, trainer: L.Trainer, e: CollapseEvidence, modes: dict[str, list[str]], best_before: float, dim: int

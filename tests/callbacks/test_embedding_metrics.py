@@ -124,24 +124,33 @@ def rankme(features: torch.Tensor) -> torch.Tensor:
     return torch.exp(-torch.special.xlogy(p, p).sum())
 
 
-def test_the_all_negatives_histogram_is_every_negative_view_similarity(tiny_run):
+def test_the_histograms_hold_every_value_in_the_fixed_bins(tiny_run):
     """Catches ``similarity/negative`` missing, holding the positives, only the top-k, or bins
-    that are not the fixed [-1, 1] ones the report reads."""
+    that are not the fixed [-1, 1] ones the report reads; and ``similarity/positive`` or
+    ``similarity/top10_negative`` (counted on the device since issue 38) holding other values, other
+    bins, or moments that are not the values' own."""
     _, model, data, log_dir = tiny_run
     _, _, za, zb = embed_views(model, data.val_dataloader())
     sims = F.normalize(za.double(), dim=1) @ F.normalize(zb.double(), dim=1).T
-    values = sims[~torch.eye(VAL_SIZE, dtype=torch.bool)].numpy()
-    logged = events(log_dir).Histograms("similarity/negative")
-    assert len(logged) == EPOCHS
-    final = logged[-1].histogram_value
-    assert final.num == VAL_SIZE * (VAL_SIZE - 1)
-    assert final.sum == pytest.approx(values.sum(), abs=1e-3)
-    assert (final.min, final.max) == pytest.approx((values.min(), values.max()), abs=1e-5)
-    expected, edges = np.histogram(values, bins=200, range=(-1.0, 1.0))
-    assert list(final.bucket_limit) == pytest.approx([-1.0, *edges[1:]])
-    assert final.bucket[0] == 0  # the leading empty bucket that carries the left edge
-    # float32 on the device against float64 here: a value on a bin edge may fall either side
-    assert np.abs(np.asarray(final.bucket[1:]) - expected).sum() <= 4
+    off_diagonal = ~torch.eye(VAL_SIZE, dtype=torch.bool)
+    expected_values = {
+        "similarity/negative": sims[off_diagonal].numpy(),
+        "similarity/positive": sims.diagonal().numpy(),
+        "similarity/top10_negative": sims.masked_fill(~off_diagonal, -2).topk(10, dim=1).values.flatten().numpy(),
+    }
+    for tag, values in expected_values.items():
+        logged = events(log_dir).Histograms(tag)
+        assert len(logged) == EPOCHS, tag
+        final = logged[-1].histogram_value
+        assert final.num == values.size, tag
+        assert final.sum == pytest.approx(values.sum(), abs=1e-3), tag
+        assert final.sum_squares == pytest.approx((values**2).sum(), abs=1e-3), tag
+        assert (final.min, final.max) == pytest.approx((values.min(), values.max()), abs=1e-5), tag
+        expected, edges = np.histogram(values, bins=200, range=(-1.0, 1.0))
+        assert list(final.bucket_limit) == pytest.approx([-1.0, *edges[1:]]), tag
+        assert final.bucket[0] == 0, tag  # the leading empty bucket that carries the left edge
+        # float32 on the device against float64 here: a value on a bin edge may fall either side
+        assert np.abs(np.asarray(final.bucket[1:]) - expected).sum() <= 4, tag
 
 
 def test_the_inputs_of_every_tag_are_described_in_tensorboard(tiny_run):
