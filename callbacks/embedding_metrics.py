@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import math
-import re
 from collections.abc import Collection, Mapping
 from typing import Any, Literal
 
@@ -27,18 +26,18 @@ from callbacks.distributions import similarity_distributions, write_histogram
 from callbacks.embedding_pass import embed_split, evaluation_mode, require_embedding_dataloader
 from callbacks.evaluation_figures import EvaluationFigures
 from callbacks.gather import SampleBuffer, Samples
+from callbacks.inputs_table import UniformityInputs, inputs_table
 from callbacks.labels import missing_labels, say_skipped
 from callbacks.plots import SIMILARITY_RANGE, find_tensorboard
 from callbacks.schedule import check_every_n_epochs, evaluation_due
 from ssl_app.checkpointing import first_nonfinite
 from ssl_app.errors import ConfigError, NonFiniteError
-from ssl_app.metrics import DEFAULT_TOP_K, EmbeddingInputs, EmbeddingReport, evaluate_metrics, registered_fields
+from ssl_app.metrics import DEFAULT_TOP_K, EmbeddingInputs, EmbeddingReport, evaluate_metrics
 from ssl_app.metrics.histogram import SimilarityHistogram
 from ssl_app.runs.changes import OnChange
 
 log = logging.getLogger(__name__)
 
-UniformityInputs = Literal["clean", "augmented"]
 NegativesFrom = Literal["views", "train"]
 
 
@@ -83,32 +82,6 @@ def collapse_evidence(report: EmbeddingReport) -> CollapseEvidence:
         nonfinite=report.nonfinite,
         total=report.total,
     )
-
-
-def inputs_table(top_k: int, uniformity_inputs: UniformityInputs, logged: Collection[str] | None = None) -> str:
-    """A Markdown table: each logged tag (``logged``: only those of these tags; ``None``: every
-    registered one), its formula and the inputs it was computed on, escaped for Markdown."""
-    clean = "clean (eval-transform) embeddings" if uniformity_inputs == "clean" else "first augmented view"
-    words = {
-        "clean": clean,
-        "views": "two augmented views",
-        "labels": "labels",
-        "backbone": "backbone features of the clean (eval-transform) images, unnormalised",
-        "train": "clean embeddings of the train split",
-    }
-    rows = [(f"metrics/{metric.tag(name, top_k)}", metric.formula(name, top_k), " + ".join(words[r] for r in metric.reads))
-            for metric, name in registered_fields()]  # fmt: skip
-    rows.append(("metrics/nonfinite", "embeddings with a NaN/inf entry (left out of the rest)", "all"))
-    lines = ["| tag | formula | inputs |", "|---|---|---|"]
-    lines += ["| " + " | ".join(map(markdown_text, row)) + " |" for row in rows if logged is None or row[0] in logged]
-    return "\n".join(lines)
-
-
-def markdown_text(text: str) -> str:
-    """``text`` as literal Markdown: ``&``, ``<``, ``>`` as HTML entities, and every other character
-    Markdown would read (``|`` splits a table cell, ``_`` and ``*`` emphasise) escaped with a backslash."""
-    text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-    return re.sub(r"([\\`*_{}\[\]()#+!|~-])", r"\\\1", text)
 
 
 class EmbeddingMetrics(Callback):
