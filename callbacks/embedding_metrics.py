@@ -187,9 +187,10 @@ class EmbeddingMetrics(Callback):
         figure_process: during ``fit``, draw the figures in a process of their own (rank 0;
             ``callbacks.figure_process``): an evaluation hands over their data (a few kilobytes) and
             goes on, and each figure is written at its evaluation's step and time when drawn, at the
-            latest at the end of ``fit`` (also after a stop signal or a failure). ``false``: drawn in the
-            training process, 0.3–0.7 s of CPU per evaluation that a GPU waits for. ``validate`` and
-            ``test`` draw in the training process.
+            latest at the end of ``fit`` (``on_fit_end``; after a stop signal or a failure in
+            ``on_exception``). The process starts with training (``on_train_start``). ``false``: drawn
+            in the training process, 0.3–0.7 s of CPU per evaluation that a GPU waits for.
+            ``validate`` and ``test`` draw in the training process.
     """
 
     def __init__(
@@ -486,8 +487,14 @@ class EmbeddingMetrics(Callback):
         self.figures.log(experiment, trainer, drawings, fitting)
 
     # --- the figures drawn beside training -------------------------------------------------
-    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self.figures.drawer.finish()  # every figure written before the loggers close
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if self.log_histograms and trainer.is_global_zero and find_tensorboard(trainer) is not None:
+            self.figures.drawer.start()  # its imports and fonts load during the first epoch, not at an evaluation's end
+
+    def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        # Every figure written before the loggers close; the other callbacks' end of training (the
+        # projector's files) ran meanwhile.
+        self.figures.drawer.finish()
 
     def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
         try:  # the figures of the evaluations done, written before the loggers close (SIGTERM, a failure)

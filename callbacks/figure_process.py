@@ -12,10 +12,15 @@ process and returns; :meth:`FigureDrawer.collect` writes the figures that are re
 epochs, never waiting), and :meth:`FigureDrawer.finish` waits for the rest and ends the process (at the
 end of ``fit``, also after an interruption or a failure). Figures the process cannot draw (it could not
 start, ended, failed on a figure or does not answer in ``finish``'s time) are drawn in this process,
-with one warning: no figure is lost, and an error in drawing one shows as it would here. The process
-starts at the first evaluation with the stop signals blocked (``ssl_app.workers``): a signal to the
-whole process group stops the training process, which collects the figures and closes the process's
-input, upon which it ends; it ends as well when the training process dies.
+with one warning: no figure is lost, and an error in drawing one shows as it would here. At most
+:data:`MAX_PENDING` jobs are in the process's hands: a process that stopped answering makes the next
+job wait for it (``FINISH_TIMEOUT_S``) and then draws here, never blocks ``fit`` on a full pipe.
+
+The process starts at the start of training (:meth:`FigureDrawer.start`, ``EmbeddingMetrics.on_train_start``:
+matplotlib's imports and fonts load beside the first epoch) with the stop signals blocked
+(``ssl_app.workers``): a signal to the whole process group stops the training process, which collects
+the figures and closes the process's input, upon which it ends; it ends as well when the training
+process dies (its input ends with it), so no run leaves it behind.
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO, Optional
+from typing import IO, Any, Optional
 
 from lightning.pytorch.utilities import rank_zero_warn
 
@@ -41,6 +46,8 @@ from ssl_app.workers import stop_signals_blocked
 Writer = Callable[[list[tuple[str, Rendered]]], None]
 #: Seconds ``finish`` waits for the process's figures by default before drawing the rest here.
 FINISH_TIMEOUT_S = 60.0
+#: Jobs in the process's hands at most (a few kilobytes each: far below a pipe's 64 KiB).
+MAX_PENDING = 4
 
 
 class FigureDrawer:
@@ -59,6 +66,14 @@ class FigureDrawer:
         self._next_job = 0
         self._stopped_because: Optional[str] = None  # the process failed: drawn here from then on
 
+    def __getstate__(self) -> dict[str, Any]:
+        """A copy (a pickled callback: ``ddp_spawn``, a deep copy) starts without the process or its jobs."""
+        return {"process": self.process, "drawn": list(self.drawn)}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["process"])
+        self.drawn = state["drawn"]
+
     @property
     def pending(self) -> int:
         """Jobs sent to the process and not yet written."""
@@ -73,6 +88,12 @@ class FigureDrawer:
             self._draw_here(drawings, write)
             return
         self.collect()
+        if len(self._pending) >= MAX_PENDING:  # the process fell behind or stopped answering
+            self.collect(FINISH_TIMEOUT_S)
+            if len(self._pending) >= MAX_PENDING:
+                self._stop(f"the drawing process did not answer within {FINISH_TIMEOUT_S:g} s")
+                self._draw_here(drawings, write)
+                return
         job = self._next_job
         self._next_job += 1
         self._pending[job] = (drawings, write)
@@ -114,6 +135,15 @@ class FigureDrawer:
                 self._stop(f"the drawing process did not finish its figures within {timeout:g} s")
         finally:
             self._close()
+
+    def start(self) -> None:
+        """Start the process now (it loads matplotlib and its fonts, about a second of its own CPU), so
+        that the first evaluation's figures do not wait for that; nothing without a process."""
+        if self.process and self._stopped_because is None:
+            try:
+                self._started()
+            except OSError as error:
+                self._stop(f"the drawing process could not start ({error})")
 
     # --- the process ----------------------------------------------------------------------
     def _started(self) -> subprocess.Popen:

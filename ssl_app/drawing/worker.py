@@ -20,8 +20,9 @@ import traceback
 
 def serve(jobs, answers) -> None:
     """Answer every job of the binary stream ``jobs`` on the binary stream ``answers`` until ``jobs`` ends."""
-    from ssl_app.drawing.figures import draw
+    from ssl_app.drawing.figures import PlanePathFigure, draw
 
+    draw([("warm-up", PlanePathFigure(((0, 1.0, 0.5),), "warm-up"))])  # fonts and the Agg renderer, before the first job
     while True:
         try:
             job_id, drawings = pickle.load(jobs)

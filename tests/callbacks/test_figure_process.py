@@ -4,6 +4,7 @@ when the process cannot draw them."""
 
 from __future__ import annotations
 
+import copy
 import io
 import os
 import signal
@@ -19,8 +20,8 @@ from lightning.pytorch.callbacks import Callback
 from PIL import Image
 from torch.utils.tensorboard._utils import figure_to_image
 
-from callbacks import EmbeddingMetrics
-from callbacks.figure_process import FigureDrawer
+from callbacks import EmbeddingMetrics, figure_process
+from callbacks.figure_process import MAX_PENDING, FigureDrawer
 from callbacks.plane_path import PLANE_PATH_TAG, PlanePath
 from callbacks.spectrum_plot import SPECTRUM_TAG, spectrum_drawing
 from ssl_app.drawing.figures import SimilarityDensities
@@ -66,6 +67,17 @@ def test_the_process_draws_the_images_add_figure_would_write():
         assert np.array_equal(pixels(png), expected)
 
 
+def test_a_copied_drawer_starts_without_the_process():
+    """Catches a callback that cannot be pickled or deep-copied (``ddp_spawn``) once its drawing process
+    runs, or a copy that shares the process and its jobs."""
+    drawer = FigureDrawer(process=True)
+    drawer.submit(drawings()[:1], lambda images: None)
+    copied = copy.deepcopy(drawer)
+    assert copied.process and copied.pending == 0 and copied._worker is None
+    drawer.finish()
+    assert drawer.pending == 0 and [where for _, where in drawer.drawn] == ["process"]
+
+
 def test_a_dead_process_leaves_its_figures_to_this_one():
     """Catches figures lost when the drawing process dies (killed, out of memory) with jobs in hand, or
     a drawer that keeps sending to it: the pending job and the later ones are drawn here, one warning."""
@@ -78,6 +90,39 @@ def test_a_dead_process_leaves_its_figures_to_this_one():
         drawer.submit(drawings()[:1], lambda images: written.extend(tag for tag, _ in images))
     assert written == ["a", "b", "c", "a"]
     assert [where for _, where in drawer.drawn] == ["here", "here"]
+
+
+def test_a_process_that_stops_answering_cannot_hang_the_fit(monkeypatch):
+    """Catches a fit blocked for good by a drawing process that no longer reads its jobs (stopped, stuck
+    in a draw: evaluation after evaluation would fill its pipe, and ``finish`` wait for it forever) or a
+    process left behind: past ``MAX_PENDING`` jobs the drawer waits ``FINISH_TIMEOUT_S``, ends the
+    process, and draws every job here, in order."""
+    monkeypatch.setattr(figure_process, "FINISH_TIMEOUT_S", 0.2)
+    written: list[int] = []
+    drawer = FigureDrawer(process=True)
+    drawer.start()
+    worker = drawer._worker
+    os.kill(worker.pid, signal.SIGSTOP)
+    with pytest.warns(UserWarning, match="did not answer within 0.2 s"):
+        for job in range(MAX_PENDING + 2):
+            drawer.submit(drawings()[:1], lambda images, job=job: written.append(job))
+    assert written == list(range(MAX_PENDING + 2)) and drawer.pending == 0
+    assert worker.poll() is not None and drawer._worker is None  # killed and reaped, not left behind
+    assert [where for _, where in drawer.drawn] == ["here"] * (MAX_PENDING + 2)
+
+
+def test_finish_ends_a_process_that_does_not_answer():
+    """Catches ``finish`` (the end of ``fit``, ``on_exception``) waiting forever for a stuck process, or
+    leaving it running: after ``timeout`` its job is drawn here and the process is killed."""
+    written: list[str] = []
+    drawer = FigureDrawer(process=True)
+    drawer.start()
+    worker = drawer._worker
+    os.kill(worker.pid, signal.SIGSTOP)
+    drawer.submit(drawings()[:1], lambda images: written.extend(tag for tag, _ in images))
+    with pytest.warns(UserWarning, match="did not finish its figures within 0.2 s"):
+        drawer.finish(timeout=0.2)
+    assert written == ["a"] and worker.poll() is not None and drawer.pending == 0
 
 
 def test_a_figure_the_process_cannot_draw_fails_here_as_it_would_have():
@@ -127,6 +172,36 @@ def test_a_fit_writes_each_figure_at_its_evaluations_step(tiny_run):
     assert image_steps(log_dir) == {tag: steps for tag in FIGURE_TAGS}
     assert {where for _, where in callback.figures.drawer.drawn} == {"process"}
     assert callback.figures.drawer.pending == 0 and callback.figures.drawer._worker is None  # ended with the fit
+
+
+class WorkerAtFirstStep(Callback):
+    """Notes the drawing process of ``metrics`` at the first training step of each fit (before any evaluation)."""
+
+    def __init__(self, metrics: EmbeddingMetrics) -> None:
+        self.metrics = metrics
+        self.workers: list[Any] = []
+
+    def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
+        if trainer.global_step == 0:
+            self.workers.append(self.metrics.figures.drawer._worker)
+
+
+def test_each_fit_starts_its_own_process_with_training_and_ends_it(tmp_path):
+    """Catches a process started only at the first evaluation (its imports and fonts then delay that
+    evaluation's figures), one that outlives its fit, or a second fit with the same callback (the same
+    command run again in one session) that reuses or loses it: each fit starts one at the start of
+    training, writes every figure at its evaluation's step and ends it."""
+    callback = EmbeddingMetrics()
+    seen = WorkerAtFirstStep(callback)
+    for run in range(2):
+        logger = tensorboard(tmp_path / str(run))
+        tiny_trainer([callback, seen], logger=logger).fit(tiny_model(), tiny_data())
+        steps = [event.step for event in events(logger.log_dir).Histograms("similarity/positive")]
+        assert steps == [2, 4] and image_steps(logger.log_dir) == {tag: steps for tag in FIGURE_TAGS}
+    assert len(seen.workers) == 2 and all(worker is not None for worker in seen.workers)
+    assert seen.workers[0].pid != seen.workers[1].pid
+    assert all(worker.poll() is not None for worker in seen.workers) and callback.figures.drawer._worker is None
+    assert [where for _, where in callback.figures.drawer.drawn] == ["process"] * 4
 
 
 class SignalGroupAfterEvaluation(Callback):
