@@ -32,6 +32,8 @@ is reported, with the ratio to ``workers=2``. Not part of the test suite.
 of 32-pixel images, ``--batch`` images, as the training step calls it: keyed by ``(seed, epoch,
 index)``; and drawn from a generator): the tensor operations it dispatches (views apart: on a GPU
 each is a kernel launch), the CUDA kernels it launches (with CUDA) and its time, on ``--device``;
+on CUDA also the keyed call captured as one CUDA graph, bare and as the training path replays it
+(``datamodules.view_graphs.ViewGraphs``: the inputs copied in, the replay, the views copied out);
 with ``--baseline REV``, the same for the three modules of git revision ``REV`` side by side:
 
     python benchmarks/augment.py --calls --batch 512 --baseline 4f395d7 [--device cuda]
@@ -220,22 +222,36 @@ def call_cases(module: ModuleType, device: torch.device, batch: int) -> dict[str
             call()
         with TensorOps() as ops:
             call()
-        kernels = None
-        if device.type == "cuda":
-            from torch.profiler import ProfilerActivity, profile
-
-            torch.cuda.synchronize()
-            with profile(activities=[ProfilerActivity.CUDA]) as trace:
-                call()
-                torch.cuda.synchronize()
-            kernels = sum(event.device_type.name == "CUDA" for event in trace.events())
-        cases[path] = {"call": call, "ops_per_call": ops.compute, "kernels_per_call": kernels}
+        cases[path] = {"call": call, "ops_per_call": ops.compute, "kernels_per_call": cuda_kernels(call, device)}
         if device.type == "cuda" and path == "keys":  # an experiment: the same call replayed as one CUDA graph
             try:
                 cases["keys, one CUDA graph"] = {**cases[path], "call": captured(call)}
             except Exception as error:  # noqa: BLE001 (recorded: whether the views can be captured at all)
                 cases["keys, one CUDA graph"] = {"error": f"{type(error).__name__}: {error}"[:300]}
+            if module is device_augment:  # what training runs: inputs copied in, the graph replayed, the views copied out
+                from datamodules.view_graphs import ViewGraphs
+
+                call = functools.partial(ViewGraphs(), augmentation, images, 2, keys)
+                call()
+                with TensorOps() as ops:
+                    call()
+                graphed = all(graph is not None for graph in call.func._graphs.values())
+                case = {"call": call, "ops_per_call": ops.compute, "kernels_per_call": cuda_kernels(call, device)}
+                cases["keys, training path (ViewGraphs)"] = case if graphed else {**case, "error": "not captured: eager"}
     return cases
+
+
+def cuda_kernels(call: Callable[[], object], device: torch.device) -> int | None:
+    """The CUDA kernels (and copies, fills) one call of ``call`` launches; None off CUDA."""
+    if device.type != "cuda":
+        return None
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as trace:
+        call()
+        torch.cuda.synchronize()
+    return sum(event.device_type.name == "CUDA" for event in trace.events())
 
 
 def captured(call: Callable[[], object]) -> Callable[[], None]:

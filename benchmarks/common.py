@@ -4,10 +4,12 @@ ImageNet-100-shaped folder of JPEGs."""
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
+import os
 import pickle
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, Optional
 
@@ -36,6 +38,58 @@ def build_run(config_args: list[str]) -> SSLCLI:
         args=config_args,
         run=False,
     )
+
+
+#: How DataLoader workers can be started (``ssl_app.workers``): ``auto`` as the application decides
+#: (from the fork server on a machine with a GPU, forks of the main process otherwise), or forced.
+WORKER_STARTS = ("auto", "fork", "fork_server")
+
+
+@contextlib.contextmanager
+def workers_started_by(start: str) -> Iterator[None]:
+    """Inside, every DataLoader the application builds starts its workers as ``start`` says
+    (``WORKER_STARTS``): how to time the fork server's workers on a CPU machine, or forked workers
+    on a GPU machine (only before CUDA is in use there: ``ssl_app.workers``)."""
+    import ssl_app.workers as workers
+
+    if start == "auto":
+        yield
+        return
+    original = workers.worker_context
+
+    def forced() -> multiprocessing.context.BaseContext:
+        if start == "fork":
+            return workers._ForkContext()
+        workers.start_fork_server()
+        return workers._ForkServerContext()
+
+    workers.worker_context = forced
+    try:
+        yield
+    finally:
+        workers.worker_context = original
+
+
+def worker_start_name(loader: Any) -> str:
+    """How ``loader``'s workers start: ``fork``, ``fork_server`` or ``main process`` (no workers)."""
+    if not getattr(loader, "num_workers", 0):
+        return "main process"
+    context = getattr(loader, "multiprocessing_context", None)
+    method = context.get_start_method() if context is not None else multiprocessing.get_start_method()
+    return "fork_server" if method == "forkserver" else method
+
+
+def cpu_seconds(pids: list[int]) -> Optional[float]:
+    """User + system CPU seconds the processes ``pids`` have used (Linux's /proc), or None."""
+    try:
+        total = 0
+        for pid in pids:
+            with open(f"/proc/{pid}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15 of proc(5))
+        return total / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def take_batches(

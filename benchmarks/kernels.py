@@ -14,8 +14,9 @@ Cases (milliseconds per call, median over ``--rounds``):
   by −inf, −1e30 (``MaskPlan``'s bias), −1e4 or −120 (whose exp results are denormal).
 - ``split_bn``: ``SplitBatchNorm`` (S = 8) forward + backward as shipped, and the two ways it
   can compute (without running statistics): one ``batch_norm`` per sub-batch (what ships for
-  images) and the batch regrouped as [G, S·C, ...] channels (what ships for vectors, and what
-  images had before); plain BatchNorm for scale; images in NCHW and NHWC, and vectors.
+  images on the CPU) and the batch regrouped as [G, S·C, ...] channels (what ships for vectors,
+  and for images off the CPU: NHWC stays NHWC); plain BatchNorm for scale; images in NCHW and
+  NHWC, and vectors.
 - ``encoder_pass``: SimCLR's encoder forward + backward over both views as one batch of 2B
   (what ships: BatchNorm over both views) against two passes of B (lightly's examples).
 
@@ -103,15 +104,9 @@ def log_softmax_fill_case(rounds: int) -> None:
 
 
 def regrouped(bn: SplitBatchNorm) -> Callable[[torch.Tensor], torch.Tensor]:
-    """The batch regrouped as [G, S·C, ...] channels for one batch_norm call (no running statistics)."""
-
-    def forward(x: torch.Tensor) -> torch.Tensor:
-        n, c, s, rest = x.shape[0], x.shape[1], bn.num_splits, x.shape[2:]
-        grouped = x.reshape(s, n // s, c, *rest).transpose(0, 1).reshape(n // s, s * c, *rest)
-        out = F.batch_norm(grouped, None, None, bn.weight.repeat(s), bn.bias.repeat(s), True, 0.1, bn.eps)
-        return out.reshape(n // s, s, c, *rest).transpose(0, 1).reshape(x.shape)
-
-    return forward
+    """The batch regrouped as [G, S·C, ...] channels for one batch_norm call (no running statistics):
+    ``SplitBatchNorm``'s own regrouping (what ships off the CPU), which keeps NHWC in NHWC."""
+    return lambda x: bn._grouped_as_channels(x, None, None, 0.1)
 
 
 def per_sub_batch(bn: SplitBatchNorm) -> Callable[[torch.Tensor], torch.Tensor]:

@@ -33,7 +33,7 @@ import torch
 from lightning.pytorch.callbacks import Callback
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from ssl_app.health import logs_this_step
+from ssl_app.io.changes import logs_this_step
 
 ROOT = Path(__file__).resolve().parents[1]
 OWN_CODE = tuple(str(ROOT / name) + "/" for name in ("ssl_app", "datamodules", "callbacks"))

@@ -27,8 +27,15 @@ same number of intra-op threads. Per step:
   contiguous``, what NHWC gains with it.
 - variants of ours (``--variants``), each timed in the same rounds and against ``reference``:
   ``stats_every_step`` (the diagnostics on every step), ``contiguous`` (NCHW), ``compile``
-  (``torch.compile`` of the backbones; compiled before timing), ``channels_last`` (NHWC: the
-  default on the CPU and CUDA anyway) and ``channels_last_compile`` (both).
+  (``compile: true``: each encoder pass — backbone, projection head, normalisation — compiled as
+  one graph; compiled before timing), ``channels_last`` (NHWC: the default on the CPU and CUDA
+  anyway) and ``channels_last_compile`` (both). The JSON keeps what dynamo did in the process
+  (``dynamo``: frames compiled, recompilations included, and graph breaks), so a compiled side
+  that recompiled or broke its graph shows.
+- ``--profile``: after the rounds, one more step of each side under ``torch.profiler``, synchronised:
+  its wall time and, on a GPU, its CUDA kernels and their summed time (``gpu_busy_ms``). A side
+  whose kernels take much less than its wall time is held up by the host (Python, launches), which
+  compiled kernels cannot help; one whose kernels fill it is bound by the GPU.
 - ``--device cuda --precision bf16``: both sides on the GPU, forward and loss under bf16 autocast
   (as Lightning's ``bf16-mixed``); each timed round synchronises the device before reading the
   clock, and ``peak MB`` is the most memory the side's steps allocated on the device beyond what
@@ -50,6 +57,7 @@ import contextlib
 import copy
 import json
 import statistics
+import sys
 import time
 from pathlib import Path
 
@@ -189,6 +197,45 @@ def timed(step, batch, steps: int, peaks: list | None = None) -> float:
     return steps * batch[0][0].shape[0] / elapsed
 
 
+def profiled_step(step, batch) -> dict[str, float | int | None]:
+    """One synchronised step of ``step``: ``wall_ms``, and on a GPU (under the profiler) ``kernels``
+    (CUDA kernels launched) and ``gpu_busy_ms`` (their summed duration); ``None`` off a GPU."""
+    device = batch[0][0].device
+    if device.type != "cuda":
+        start = time.perf_counter()
+        step(batch)
+        return {"wall_ms": (time.perf_counter() - start) * 1000, "kernels": None, "gpu_busy_ms": None}
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.cuda.synchronize(device)
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as trace:
+        start = time.perf_counter()
+        step(batch)
+        torch.cuda.synchronize(device)
+        wall = time.perf_counter() - start
+    kernels = [event for event in trace.events() if event.device_type.name == "CUDA"]
+    busy_us = sum(event.time_range.elapsed_us() for event in kernels)
+    return {"wall_ms": wall * 1000, "kernels": len(kernels), "gpu_busy_ms": busy_us / 1000}
+
+
+def _profiled(profile: dict | None) -> str:
+    if not profile:
+        return ""
+    if profile["gpu_busy_ms"] is None:
+        return f"; profiled step {profile['wall_ms']:.1f} ms"
+    return (
+        f"; profiled step {profile['wall_ms']:.1f} ms, {profile['kernels']} CUDA kernels busy "
+        f"{profile['gpu_busy_ms']:.1f} ms ({profile['gpu_busy_ms'] / profile['wall_ms']:.0%})"
+    )
+
+
+def dynamo_record() -> dict[str, int]:
+    """What dynamo did in this process: frames compiled (recompilations included) and graph breaks."""
+    counters = torch._dynamo.utils.counters if "torch._dynamo" in sys.modules else {}
+    frames = counters.get("frames", {})
+    return {"frames_compiled": int(frames.get("total", 0)), "graph_breaks": int(sum(counters.get("graph_break", {}).values()))}
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--methods", nargs="+", default=["simclr", "moco"], choices=["simclr", "moco"])
@@ -209,6 +256,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
     parser.add_argument("--precision", default="32", choices=["32", "bf16"], help="bf16: forward and loss under autocast")
     parser.add_argument("--json", type=Path, help="write the numbers here (rewritten after each method)")
+    parser.add_argument("--profile", action="store_true", help="then one profiled step per side: wall, GPU kernels, GPU busy")
     args = parser.parse_args(argv)
     keep_freed_memory()
     torch.set_num_threads(args.threads)
@@ -242,9 +290,10 @@ def main(argv: list[str] | None = None) -> None:
         for _ in range(args.rounds):
             for name, step in steps.items():
                 rates[name].append(timed(step, batch, args.steps, peaks[name]))
+        profiles = {name: profiled_step(step, batch) for name, step in steps.items()} if args.profile else {}
         layout = "NHWC" if sides[0][2].memory_format is torch.channels_last else "NCHW"
         print(f"{kind}: ours at its defaults runs in {layout}")
-        results = record["methods"][kind] = {"layout": layout, "sides": {}}
+        results = record["methods"][kind] = {"layout": layout, "sides": {}, "dynamo": dynamo_record()}
         for name, reference in pairs:
             ratios = [a / b for a, b in zip(rates[name], rates[reference])]
             peak = f", peak {max(peaks[name]):.0f} MB" if peaks[name] else ""
@@ -252,6 +301,7 @@ def main(argv: list[str] | None = None) -> None:
                 f"{kind}: {name} {statistics.median(rates[name]):.0f} img/s, {reference} "
                 f"{statistics.median(rates[reference]):.0f} img/s, ratio median "
                 f"{statistics.median(ratios):.2f} (spread {min(ratios):.2f}–{max(ratios):.2f}){peak}"
+                f"{_profiled(profiles.get(name))}"
             )
             results["sides"][name] = {
                 "against": reference,
@@ -261,7 +311,11 @@ def main(argv: list[str] | None = None) -> None:
                 "ratio_spread": [min(ratios), max(ratios)],
                 "peak_mb": max(peaks[name]) if peaks[name] else None,
                 "reference_peak_mb": max(peaks[reference]) if peaks[reference] else None,
+                "profile": profiles.get(name),
+                "reference_profile": profiles.get(reference),
             }
+        if any(name.endswith("compile") for name in steps):
+            print(f"{kind}: dynamo in this process so far: {results['dynamo']}")
         if args.json is not None:
             args.json.write_text(json.dumps(record, indent=1))
 

@@ -13,9 +13,10 @@ advises an epoch-level sync for such values, which ``python -m ssl_app`` silence
 Importing this package changes no global state, the warnings filter included.
 """
 
+from callbacks.collapse import CollapseCriteria
 from callbacks.embedding_metrics import EmbeddingMetrics, embedding_report
 from callbacks.knn import KNNMonitor
 from callbacks.long_tail import LongTailAccuracy
 from callbacks.projector import EmbeddingProjector
 
-__all__ = ["EmbeddingMetrics", "EmbeddingProjector", "KNNMonitor", "LongTailAccuracy", "embedding_report"]
+__all__ = ["CollapseCriteria", "EmbeddingMetrics", "EmbeddingProjector", "KNNMonitor", "LongTailAccuracy", "embedding_report"]

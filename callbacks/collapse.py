@@ -32,8 +32,10 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import torch
+from jsonargparse.typing import restricted_number_type
 from torch import Tensor
 
+from ssl_app.checks import Finite, NonNegativeFinite, OpenUnitInterval, PositiveFinite, check, int_at_least
 from ssl_app.errors import ConfigError
 
 #: The collapse modes, in the order that breaks ties between modes first seen at one epoch.
@@ -72,6 +74,10 @@ class LossEvidence:
     chance: float = math.nan
 
 
+Similarity = restricted_number_type("Similarity", float, [(">=", -1), ("<=", 1)], docstring="in [-1, 1]")
+AtLeastThree = int_at_least(3)
+
+
 @dataclass(frozen=True)
 class CollapseCriteria:
     """Collapsed when any enabled criterion holds (``None`` disables one):
@@ -107,16 +113,22 @@ class CollapseCriteria:
       fall, then a rise), which restarts the count.
     """
 
-    uniformity_below: float | None = 0.05
-    alignment_below: float | None = 1e-3
-    alignment_uniformity_below: float = 1.0
-    similarity_above: float | None = 0.995
-    uniformity_drop: float | None = 0.75
-    drop_min_best: float = 1.0
-    drop_similarity: float = 0.99
-    chance_tolerance: float | None = 0.01
-    concentrating_evaluations: int | None = 3
-    concentrating_drop: float = 0.5
+    uniformity_below: Finite | None = 0.05
+    alignment_below: Finite | None = 1e-3
+    alignment_uniformity_below: Finite = 1.0
+    similarity_above: Finite | None = 0.995
+    uniformity_drop: OpenUnitInterval | None = 0.75
+    drop_min_best: PositiveFinite = 1.0
+    drop_similarity: Similarity = 0.99
+    chance_tolerance: NonNegativeFinite | None = 0.01
+    concentrating_evaluations: AtLeastThree | None = 3
+    concentrating_drop: OpenUnitInterval = 0.5
+
+    def __post_init__(self) -> None:
+        """Each option in its range (``RANGES``), kept as a plain number: a ``ConfigError`` names the first that is not."""
+        for name, kind in RANGES.items():
+            value = check(kind, getattr(self, name), f"collapse.{name}", none=name in OPTIONAL)
+            object.__setattr__(self, name, value)
 
     def judge(
         self,
@@ -188,21 +200,44 @@ class CollapseCriteria:
             return False
         return e.uniformity < (1 - self.uniformity_drop) * best and e.neg_sim >= self.drop_similarity
 
-    def validate(self) -> None:
-        """Raise ``ConfigError`` naming the ``collapse_*`` option that is out of range."""
-        if self.uniformity_drop is not None and not 0 < self.uniformity_drop < 1:
-            raise ConfigError(f"collapse_uniformity_drop must be in (0, 1) or null, got {self.uniformity_drop!r}")
-        if not self.drop_min_best > 0:
-            raise ConfigError(f"collapse_drop_min_best must be > 0, got {self.drop_min_best!r}")
-        if not -1 <= self.drop_similarity <= 1:
-            raise ConfigError(f"collapse_drop_similarity must be in [-1, 1], got {self.drop_similarity!r}")
-        if self.chance_tolerance is not None and not 0 <= self.chance_tolerance < math.inf:
-            raise ConfigError(f"collapse_chance_tolerance must be >= 0 and finite, or null, got {self.chance_tolerance!r}")
-        n = self.concentrating_evaluations
-        if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 3):
-            raise ConfigError(f"collapse_concentrating_evaluations must be an int >= 3 or null, got {n!r}")
-        if not 0 < self.concentrating_drop < 1:
-            raise ConfigError(f"collapse_concentrating_drop must be in (0, 1), got {self.concentrating_drop!r}")
+
+#: Each option's range, and the options ``None`` turns off.
+RANGES = {
+    "uniformity_below": Finite, "alignment_below": Finite, "alignment_uniformity_below": Finite, "similarity_above": Finite,
+    "uniformity_drop": OpenUnitInterval, "drop_min_best": PositiveFinite, "drop_similarity": Similarity,
+    "chance_tolerance": NonNegativeFinite, "concentrating_evaluations": AtLeastThree, "concentrating_drop": OpenUnitInterval,
+}  # fmt: skip
+OPTIONAL = ("uniformity_below", "alignment_below", "similarity_above", "uniformity_drop", "chance_tolerance",
+            "concentrating_evaluations")  # fmt: skip
+#: ``EmbeddingMetrics``' options before the alarm's were one object (``collapse_uniformity``) → their field of ``collapse``.
+LEGACY_OPTIONS = {
+    "collapse_uniformity": "uniformity_below", "collapse_alignment": "alignment_below",
+    "collapse_alignment_uniformity": "alignment_uniformity_below", "collapse_similarity": "similarity_above",
+    "collapse_uniformity_drop": "uniformity_drop", "collapse_drop_min_best": "drop_min_best",
+    "collapse_drop_similarity": "drop_similarity", "collapse_chance_tolerance": "chance_tolerance",
+    "collapse_concentrating_evaluations": "concentrating_evaluations", "collapse_concentrating_drop": "concentrating_drop",
+}  # fmt: skip
+
+
+def upgrade_legacy_options(init_args: dict[str, Any]) -> bool:
+    """Move ``EmbeddingMetrics`` init args written before the alarm's options were one object (``collapse_uniformity:
+    0.05``, as every run folder's ``config.yaml`` of that version has them) into ``collapse`` (``collapse:
+    {uniformity_below: 0.05}``), in place; True when there were any. A value given both ways is a ``ConfigError``."""
+    legacy = [key for key in init_args if key in LEGACY_OPTIONS]
+    if not legacy:
+        return False
+    collapse = init_args.get("collapse")
+    collapse = dict(collapse) if isinstance(collapse, dict) else {}
+    for key in legacy:
+        field = LEGACY_OPTIONS[key]
+        value = init_args.pop(key)
+        if field in collapse and collapse[field] != value:
+            raise ConfigError(
+                f"EmbeddingMetrics: {key}={value!r} and collapse.{field}={collapse[field]!r}; give collapse.{field} only"
+            )
+        collapse[field] = value
+    init_args["collapse"] = collapse
+    return True
 
 
 class CollapseAlarm:

@@ -32,9 +32,9 @@ from callbacks.plots import SIMILARITY_RANGE, find_tensorboard
 from callbacks.schedule import check_every_n_epochs, evaluation_due
 from ssl_app.checkpointing import first_nonfinite
 from ssl_app.errors import ConfigError, NonFiniteError
+from ssl_app.io.changes import OnChange
 from ssl_app.metrics import DEFAULT_TOP_K, EmbeddingInputs, EmbeddingReport, evaluate_metrics
 from ssl_app.metrics.histogram import SimilarityHistogram
-from ssl_app.runs.changes import OnChange
 
 log = logging.getLogger(__name__)
 
@@ -114,7 +114,7 @@ class EmbeddingMetrics(Callback):
     embeddings, clean rows plus view rows, had a NaN/inf entry; they are left out of the other
     metrics, warned about, and mark the evaluation collapsed), ``metrics/collapsed`` (0/1, see
     ``CollapseCriteria``); these two flags are in ``callback_metrics`` at every evaluation and
-    written to the loggers when they change (``ssl_app.runs.changes``). TensorBoard histograms
+    written to the loggers when they change (``ssl_app.io.changes``). TensorBoard histograms
     (``callbacks.distributions``: 200 fixed bins over [−1, 1], counted on the device, exact count,
     mean and extremes) ``similarity/positive``, ``similarity/top{k}_negative`` and
     ``similarity/negative`` (every negative z_a,i·z_b,j, j ≠ i: N(N−1) values counted from the top-k
@@ -152,24 +152,15 @@ class EmbeddingMetrics(Callback):
             effective rank are computed on (see above).
         log_histograms: log the histograms (``similarity/negative`` costs one bincount per
             similarity block of the top-k search) and the figures.
-        collapse_uniformity: collapsed if uniformity is below this (``None``: off).
-        collapse_alignment: collapsed if alignment is below this while uniformity is below
-            ``collapse_alignment_uniformity`` (``None``: off).
-        collapse_alignment_uniformity: see ``collapse_alignment``.
-        collapse_similarity: collapsed if the mean positive and the mean top-k negative
-            similarities both reach this (``None``: off).
-        collapse_uniformity_drop: collapsed if uniformity falls below ``(1 − this) ×`` the best
-            uniformity of the run so far, once that best reached ``collapse_drop_min_best``, while
-            the mean top-k negative similarity is ≥ ``collapse_drop_similarity`` (``None``: off).
-        collapse_drop_min_best: see ``collapse_uniformity_drop``.
-        collapse_drop_similarity: see ``collapse_uniformity_drop``; also the top-k negative
-            similarity the ``concentrating`` rule needs.
-        collapse_chance_tolerance: collapsed (``loss_at_chance``) when every logged training step
-            of an epoch ≥ 1 has ``|loss − chance| ≤ this × max(|chance|, 1)`` (``None``: off).
-        collapse_concentrating_evaluations: collapsed (``concentrating``) when uniformity fell at
-            each of at least this many evaluations in a row (≥ 3; ``None``: off) ...
-        collapse_concentrating_drop: ... by at least this fraction of its value before the
-            first of those falls, with the top-k negatives at ``collapse_drop_similarity`` or above.
+        collapse: the alarm's criteria, one object (``callbacks.collapse.CollapseCriteria``; ``None`` turns one off):
+            ``uniformity_below`` (0.05), ``alignment_below`` (1e-3) with ``alignment_uniformity_below`` (1.0),
+            ``similarity_above`` (0.995: the mean positive and top-k negative similarities both reach it),
+            ``uniformity_drop`` (0.75 of the run's best, once that best reached ``drop_min_best``, 1.0, with the
+            top-k negatives at ``drop_similarity``, 0.99, or above), ``chance_tolerance`` (0.01: every logged
+            training step of an epoch ≥ 1 has ``|loss − chance| ≤ this × max(|chance|, 1)``),
+            ``concentrating_evaluations`` (3: uniformity fell at each of at least this many evaluations in a row)
+            by ``concentrating_drop`` (0.5) of its value before. A config written before they were one object
+            (``collapse_uniformity: 0.05``, …) is read as this (``callbacks.collapse.LEGACY_OPTIONS``).
         stop_on_collapse: stop training (``trainer.should_stop``) when collapsed.
         negatives_from: ``views`` (default): only the two-view comparison above. ``train``: also
             ``metrics/top{k}_train_neg_sim``, each evaluation anchor's (first view's) k largest
@@ -201,16 +192,7 @@ class EmbeddingMetrics(Callback):
         top_k: int = DEFAULT_TOP_K,
         uniformity_inputs: UniformityInputs = "clean",
         log_histograms: bool = True,
-        collapse_uniformity: float | None = 0.05,
-        collapse_alignment: float | None = 1e-3,
-        collapse_alignment_uniformity: float = 1.0,
-        collapse_similarity: float | None = 0.995,
-        collapse_uniformity_drop: float | None = 0.75,
-        collapse_drop_min_best: float = 1.0,
-        collapse_drop_similarity: float = 0.99,
-        collapse_chance_tolerance: float | None = 0.01,
-        collapse_concentrating_evaluations: int | None = 3,
-        collapse_concentrating_drop: float = 0.5,
+        collapse: CollapseCriteria = CollapseCriteria(),
         stop_on_collapse: bool = False,
         stop_on_nonfinite: bool = True,
         negatives_from: NegativesFrom = "views",
@@ -234,12 +216,8 @@ class EmbeddingMetrics(Callback):
                 "EmbeddingMetrics: negatives_from=train looks for negatives in the train split, so the evaluation "
                 "split must be another one (split: null, val or test)"
             )
-        criteria = CollapseCriteria(
-            collapse_uniformity, collapse_alignment, collapse_alignment_uniformity, collapse_similarity,
-            collapse_uniformity_drop, collapse_drop_min_best, collapse_drop_similarity,
-            collapse_chance_tolerance, collapse_concentrating_evaluations, collapse_concentrating_drop,
-        )  # fmt: skip
-        criteria.validate()
+        if not isinstance(collapse, CollapseCriteria):
+            raise ConfigError(f"EmbeddingMetrics: collapse must be a callbacks.CollapseCriteria, got {type(collapse).__name__}")
         self.split = split
         self.every_n_epochs = every_n_epochs
         self.max_samples = max_samples
@@ -247,7 +225,7 @@ class EmbeddingMetrics(Callback):
         self.uniformity_inputs = uniformity_inputs
         self.negatives_from = negatives_from
         self.log_histograms = log_histograms
-        self.alarm = CollapseAlarm(criteria)
+        self.alarm = CollapseAlarm(collapse)
         self.stop_on_collapse = stop_on_collapse
         self.stop_on_nonfinite = bool(stop_on_nonfinite)
         self._buffer: SampleBuffer | None = None

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import sys
 import weakref
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -21,6 +20,7 @@ from torch import Tensor
 from callbacks.gather import SampleBuffer, Samples
 from ssl_app.errors import ConfigError
 from ssl_app.methods.base import ContrastiveMethod
+from ssl_app.models import eager
 
 Features = Literal["projection", "backbone"]
 
@@ -43,9 +43,9 @@ def evaluation_mode(module: torch.nn.Module) -> Iterator[None]:
     train/eval flag.
 
     Eager: a backbone compiled for training (``compile: true``) runs uncompiled here
-    (``torch.compiler.set_stance("force_eager")``), since its graphs were traced in training mode
-    with gradients and the training batch's shape: an evaluation would otherwise recompile them
-    for eval mode and for each new batch shape (seconds to a minute per evaluation).
+    (``ssl_app.models.eager``), since its graphs were traced in training mode with gradients and
+    the training batch's shape: an evaluation would otherwise recompile them for eval mode and for
+    each new batch shape (seconds to a minute per evaluation).
     """
     modes = [(m, m.training) for m in module.modules()]
     module.eval()
@@ -55,14 +55,6 @@ def evaluation_mode(module: torch.nn.Module) -> Iterator[None]:
     finally:
         for m, training in modes:
             m.training = training
-
-
-def eager() -> contextlib.AbstractContextManager:
-    """``torch.compiler.set_stance("force_eager")`` when anything can have been compiled (dynamo is
-    loaded); else nothing, since importing dynamo for the stance costs a second."""
-    if "torch._dynamo" not in sys.modules:
-        return contextlib.nullcontext()
-    return torch.compiler.set_stance("force_eager")
 
 
 def encoder(pl_module: L.LightningModule, features: Features) -> Callable[[Tensor], Tensor]:

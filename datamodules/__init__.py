@@ -20,7 +20,7 @@ from datamodules.torchvision_sets import CIFAR10DataModule, CIFAR100DataModule, 
 from datamodules.image_folder import ImageFolderDataModule
 
 # isort: on
-from ssl_app.registry import DATAMODULES
+from datamodules.registry import DATAMODULES
 
 __all__ = [
     "BatchViewAugmentation",

@@ -35,7 +35,8 @@ from datamodules.long_tail import (
 )
 from datamodules.multiview import Labelled, MultiViewDataset
 from datamodules.resumable import ResumableDataLoader, ResumableDistributedSampler
-from ssl_app.checks import check_int
+from datamodules.view_graphs import ViewGraphs
+from ssl_app.checks import AtLeastOne, PositiveInt, check, check_int
 from ssl_app.errors import ConfigError
 from ssl_app.workers import loader_options
 
@@ -136,6 +137,8 @@ class ContrastiveDataModule(LightningDataModule):
             ``batch_size`` on the CPU, as large as memory allows on a GPU); val_batch_size: samples per validation/test
             loop batch (``None``: ``batch_size``; the batch's other samples are negatives of ``val/loss``, so it never
             depends on the device): ``datamodules.eval_images``.
+        cuda_graph_views: with ``augment_on: device`` on CUDA, replay the training views from a CUDA
+            graph captured once per batch shape (``datamodules.view_graphs``); ``false``: always eager.
     """
 
     #: The split a classifier's accuracy is measured on during ``fit`` (balanced, unlike train).
@@ -150,12 +153,13 @@ class ContrastiveDataModule(LightningDataModule):
         augmentation: ViewAugmentation = ViewAugmentation(),
         val_seed: int = 0,
         pin_memory: Optional[bool] = None,
-        imbalance_factor: float = 1.0,
+        imbalance_factor: AtLeastOne = 1.0,
         imbalance_seed: int = 0,
         augment_on: AugmentOn = "workers",
         eval_on: EvalOn = "auto",
         eval_batch_size: Union[int, Literal["auto"]] = "auto",
-        val_batch_size: Optional[int] = None,
+        val_batch_size: Optional[PositiveInt] = None,
+        cuda_graph_views: bool = True,
     ) -> None:
         super().__init__()
         name = type(self).__name__
@@ -189,6 +193,7 @@ class ContrastiveDataModule(LightningDataModule):
         self._datasets: dict[str, Dataset] = {}
         self._train_counts: Optional[list[int]] = None
         self._device_augmentation: Optional[BatchViewAugmentation] = None
+        self._view_graphs = ViewGraphs(enabled=cuda_graph_views)
         self._train_sampler: Optional[ResumableDistributedSampler] = None
 
     # --- what subclasses provide -------------------------------------------------------------
@@ -307,9 +312,7 @@ class ContrastiveDataModule(LightningDataModule):
         trainer = self.trainer
         module = trainer.lightning_module if trainer is not None else None
         views = getattr(module, "train_views", DEFAULT_TRAIN_VIEWS) if module is not None else DEFAULT_TRAIN_VIEWS
-        if isinstance(views, bool) or not isinstance(views, int) or views < 1:
-            raise ConfigError(f"{type(self).__name__}: the method's train_views must be an integer >= 1, got {views!r}")
-        return views
+        return check(PositiveInt, views, f"{type(self).__name__}: the method's train_views")
 
     def train_dataloader(self) -> ResumableDataLoader:
         data: Optional[Dataset] = self.training_files() if self.augment_on == "device" else None
@@ -360,13 +363,10 @@ class ContrastiveDataModule(LightningDataModule):
         return None
 
     def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
-        """Batches of ``augment_on: device`` -> ``(views, labels, indices)``.
-
-        Lightning calls this on every batch once it is on the device. Training batches get the
-        method's ``train_views`` keyed ``(seed, epoch, index)``; validation, test and sanity-check
-        batches of uint8 images (``val_dataloader``) get two views keyed ``(val_seed,
-        EVALUATION_EPOCH, index)``; batches that already hold their views pass through.
-        """
+        """Batches of ``augment_on: device`` -> ``(views, labels, indices)``, called by Lightning on every
+        batch once it is on the device. Training batches get the method's ``train_views`` keyed
+        ``(seed, epoch, index)``; validation, test and sanity-check batches of uint8 images get two
+        views keyed ``(val_seed, EVALUATION_EPOCH, index)``; batches holding their views pass through."""
         if self.augment_on != "device" or self.trainer is None:
             return batch
         if self.trainer.training:
@@ -384,8 +384,8 @@ class ContrastiveDataModule(LightningDataModule):
         if isinstance(images, EncodedBatch):  # left on the host by the transfer: decode_jpeg reads host memory
             keys = self.view_keys(images.indices)
             views = encoded_views(images, self.device_augmentation, num_views, indices.device, keys)
-        else:
-            views = self.device_augmentation(images, num_views, keys=self.view_keys(indices))
+        else:  # replayed from a CUDA graph where one serves (cuda_graph_views)
+            views = self._view_graphs(self.device_augmentation, images, num_views, self.view_keys(indices))
         return views, labels, indices
 
     @property

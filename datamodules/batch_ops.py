@@ -21,10 +21,12 @@ from torch import Tensor
 GRAY_WEIGHTS = (0.2989, 0.587, 0.114)
 
 
-@functools.lru_cache(maxsize=64)
+@functools.cache
 def constant(values: tuple[float, ...], device: torch.device, dtype: torch.dtype, shape: tuple[int, ...] = (-1,)) -> Tensor:
     """``values`` as a tensor of ``shape`` on ``device``, made once per process: a tensor built from
-    host numbers in every call would be a host-to-device copy (and on CUDA a wait) per call. Read-only."""
+    host numbers in every call would be a host-to-device copy (and on CUDA a wait) per call. Read-only,
+    and never evicted: a captured CUDA graph reads it by its address (``datamodules.view_graphs``);
+    the call sites ask for a few dozen."""
     return torch.tensor(values, device=device, dtype=dtype).view(shape)
 
 

@@ -38,7 +38,7 @@ from datamodules import batch_ops
 from datamodules.arrays import PixelArray, pixel_array
 from datamodules.augment import ViewAugmentation
 from datamodules.batch_ops import constant
-from datamodules.keyed_draws import ViewKeys, key_columns, keyed_uniforms
+from datamodules.keyed_draws import HashedKeys, ViewKeys, key_columns, keyed_uniforms, uniforms_after
 from ssl_app.errors import ConfigError
 
 # The colour jitter's ops, numbered as torchvision's ColorJitter numbers them.
@@ -179,17 +179,29 @@ class BatchViewAugmentation:
         images: Tensor,
         num_views: int = 2,
         generator: Optional[torch.Generator] = None,
-        keys: Union[ViewKeys, Tensor, None] = None,
+        keys: Union[ViewKeys, HashedKeys, Tensor, None] = None,
     ) -> list[Tensor]:
+        return list(self.stacked(images, num_views, generator, keys).unbind(0))
+
+    def stacked(
+        self,
+        images: Tensor,
+        num_views: int = 2,
+        generator: Optional[torch.Generator] = None,
+        keys: Union[ViewKeys, HashedKeys, Tensor, None] = None,
+    ) -> Tensor:
+        """The call's views as one tensor ``[num_views, B, 3, crop, crop]``; ``keys`` may also be
+        ``keyed_draws.HashedKeys`` (the batch's seed and epoch hashed already)."""
         if images.dtype != torch.uint8 or images.dim() != 4 or images.shape[1] != 3:
             raise ValueError(f"BatchViewAugmentation expects uint8 images [B, 3, H, W], got {images.dtype} {tuple(images.shape)}")
         batch, _, height, width = images.shape
         uniform = None
-        if keys is not None:
+        if isinstance(keys, HashedKeys):
+            uniform = uniforms_after(keys.state, keys.index, num_views, PARAM_COLUMNS)
+        elif keys is not None:
             uniform = keyed_uniforms(*key_columns(keys), num_views, PARAM_COLUMNS)
         params = self.sample(num_views * batch, height, width, images.device, generator, uniform)
-        views = self.apply(images.float().div_(255), params, num_views)
-        return list(views.unbind(0))
+        return self.apply(images.float().div_(255), params, num_views)
 
     def sample(
         self,

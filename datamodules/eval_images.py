@@ -50,7 +50,7 @@ from datamodules.arrays import pixel_array
 from datamodules.augment import ViewAugmentation
 from datamodules.device_augment import as_uint8_chw
 from datamodules.multiview import Labelled
-from ssl_app.checks import check_optional_int
+from ssl_app.checks import PositiveInt, check, describe, is_a
 from ssl_app.errors import ConfigError
 
 EvalOn = Literal["auto", "device", "workers"]
@@ -68,14 +68,15 @@ BYTES_PER_INPUT_BYTE = 64
 def check_eval_options(
     eval_on: Any, eval_batch_size: Any, val_batch_size: Any, owner: str
 ) -> tuple[str, Union[int, str], Optional[int]]:
-    """The three options, checked (one ConfigError naming ``owner``'s option)."""
+    """The three options, checked (one ConfigError naming ``owner``'s option); a batch size as a plain ``int``."""
     if eval_on not in EVAL_ON:
         raise ConfigError(f"{owner}: eval_on must be one of {EVAL_ON}, got {eval_on!r}")
-    if eval_batch_size != "auto" and (
-        isinstance(eval_batch_size, bool) or not isinstance(eval_batch_size, int) or eval_batch_size < 1
-    ):
-        raise ConfigError(f"{owner}: eval_batch_size must be an integer >= 1 or auto, got {eval_batch_size!r}")
-    return eval_on, eval_batch_size, check_optional_int(val_batch_size, f"{owner}: val_batch_size")
+    val_batch_size = check(PositiveInt, val_batch_size, f"{owner}: val_batch_size", none=True)
+    if eval_batch_size == "auto":
+        return eval_on, eval_batch_size, val_batch_size
+    if not is_a(PositiveInt, eval_batch_size):
+        raise ConfigError(f"{owner}: eval_batch_size must be {describe(PositiveInt)} or auto, got {eval_batch_size!r}")
+    return eval_on, int(eval_batch_size), val_batch_size
 
 
 def free_memory(device: torch.device) -> Optional[int]:

@@ -19,9 +19,9 @@ from datamodules.class_lists import ClassList, read_class_list
 from datamodules.encoded_images import EncodedImages
 from datamodules.image_files import CorruptImageError, FolderLinkError, find_bad_images, list_images, load_rgb
 from datamodules.image_stats import SAMPLE_SIZE, measure_images
-from ssl_app.checks import check_int
+from datamodules.registry import DATAMODULES
+from ssl_app.checks import OpenUnitInterval, check, check_int
 from ssl_app.errors import ConfigError
-from ssl_app.registry import DATAMODULES
 
 __all__ = ["CorruptImageError", "ImageFiles", "ImageFolderDataModule", "ListedImageFolder", "load_rgb"]
 
@@ -171,7 +171,7 @@ class ImageFolderDataModule(ContrastiveDataModule):
         *,
         labels: LabelSource = "auto",
         class_list: Optional[ClassList] = None,
-        val_fraction: float = 0.1,
+        val_fraction: OpenUnitInterval = 0.1,
         max_val_images: int = 10000,
         split_seed: int = 0,
         stats_sample: int = SAMPLE_SIZE,
@@ -185,8 +185,7 @@ class ImageFolderDataModule(ContrastiveDataModule):
         name = type(self).__name__
         if labels not in get_args(LabelSource):
             raise ConfigError(f"{name}: labels must be one of {get_args(LabelSource)}, got {labels!r}")
-        if isinstance(val_fraction, bool) or not isinstance(val_fraction, (int, float)) or not 0.0 < val_fraction < 1.0:
-            raise ConfigError(f"{name}: val_fraction must be in (0, 1), got {val_fraction!r}")
+        val_fraction = check(OpenUnitInterval, val_fraction, f"{name}: val_fraction")
         self.val_fraction = float(val_fraction)
         self.max_val_images = check_int(max_val_images, f"{name}: max_val_images")
         self.split_seed = check_int(split_seed, f"{name}: split_seed", minimum=0)

@@ -17,8 +17,10 @@ On a GPU each tensor operation is a kernel launch, so :func:`keyed_uniforms` has
 once, on the host: the batch's seed and epoch when they are Python ints (one per batch, as the
 training sampler gives them) and the view and column numbers (cached per device); only the sample
 indices go through the hash rounds on the device, then all views and columns of the batch at once.
-The numbers are the same either way (``tests/datamodules/test_keyed_draws.py`` checks them against
-the hash on Python ints).
+:func:`uniforms_after` starts from that state (:func:`batch_state`) given as a number or as a
+one-element tensor on the device, which a CUDA graph of the views takes as an input
+(``datamodules.view_graphs``). The numbers are the same every way (``tests/datamodules/test_keyed_draws.py``
+checks them against the hash on Python ints).
 """
 
 from __future__ import annotations
@@ -47,6 +49,14 @@ class ViewKeys(NamedTuple):
     def to(self, device: torch.device, non_blocking: bool = False) -> ViewKeys:
         """The same keys with their tensors on ``device`` (ints stay ints)."""
         return ViewKeys(*(k.to(device, non_blocking=non_blocking) if isinstance(k, Tensor) else k for k in self))
+
+
+class HashedKeys(NamedTuple):
+    """A batch's view keys with its seed and epoch already hashed: ``state`` (:func:`batch_state`, a
+    Python int or an int64 tensor of one element on the index's device) and each sample's ``index``."""
+
+    state: Union[int, Tensor]
+    index: Tensor
 
 
 def key_columns(keys: Union[ViewKeys, Tensor]) -> ViewKeys:
@@ -84,17 +94,28 @@ def absorb(h: Word, word: Union[int, Tensor]) -> Word:
     return fmix32(h ^ _word(word))  # type: ignore[operator]
 
 
-def _key_state(seed: Word, epoch: Word, index: Word, domain: int) -> Word:
+def _batch_state(seed: Word, epoch: Word, domain: int) -> Word:
     h = absorb(domain, seed)  # the low 32 bits of the seed, then the high ones
-    for word in (seed >> 32, epoch, index):
+    for word in (seed >> 32, epoch):
         h = absorb(h, word)
     return h
 
 
-@functools.lru_cache(maxsize=32)
+def _key_state(seed: Word, epoch: Word, index: Word, domain: int) -> Word:
+    return absorb(_batch_state(seed, epoch, domain), index)
+
+
+def batch_state(seed: int, epoch: int) -> int:
+    """The state of the view numbers' hash after a batch's ``seed`` and ``epoch`` (below 2³²): where
+    :func:`uniforms_after` starts each sample's key."""
+    return _batch_state(seed, epoch, _UNIFORM)
+
+
+@functools.cache
 def _counter_words(count: int, device: torch.device) -> Tensor:
     """``_word(k)`` for ``k = 0 … count − 1``, int64 on ``device``: hashed once on the host (one copy
-    to the device per process), not in every call."""
+    to the device per process), not in every call. Never evicted: a captured CUDA graph reads it by
+    its address (``datamodules.view_graphs``)."""
     return torch.tensor([_word(k) for k in range(count)], dtype=torch.int64, device=device)
 
 
@@ -109,7 +130,14 @@ def keyed_uniforms(seed: Union[int, Tensor], epoch: Union[int, Tensor], index: T
     (``index`` int64 ``[B]``; ``seed`` and ``epoch`` ints, or int64 ``[B]`` on the same device),
     view-major: row ``v · B + b`` holds view ``v`` of sample ``b``; column ``c`` of it is the state of
     the key absorbed with ``v`` and then ``c``."""
-    h = _key_state(seed, epoch, index, _UNIFORM)  # [B] (with int seed and epoch, only the index is hashed here)
+    return uniforms_after(_batch_state(seed, epoch, _UNIFORM), index, num_views, columns)  # int seed, epoch: hashed here
+
+
+def uniforms_after(state: Union[int, Tensor], index: Tensor, num_views: int, columns: int) -> Tensor:
+    """:func:`keyed_uniforms` of the samples ``index`` of a batch whose seed and epoch gave ``state``
+    (:func:`batch_state`): a Python int, or an int64 tensor of one element (or ``[B]``) on the
+    index's device."""
+    h = absorb(state, index)  # [B]
     h = fmix32(h.view(1, -1) ^ _counter_words(num_views, index.device).view(-1, 1))  # [V, B]
     h = fmix32(h.unsqueeze(2) ^ _counter_words(columns, index.device).view(1, 1, -1))  # [V, B, columns]
     return (h >> 8).to(torch.float32).mul_(2.0**-24).view(-1, columns)

@@ -22,8 +22,6 @@ training images, medium-shot 20–100, few-shot < 20.
 from __future__ import annotations
 
 import json
-import math
-import numbers
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Optional
@@ -33,6 +31,7 @@ import torch
 from torch import Tensor
 from torch.utils.data import Dataset, Subset
 
+from ssl_app.checks import AtLeastOne, check
 from ssl_app.errors import ConfigError
 from ssl_app.metrics.long_tail import FEW_SHOT_BELOW, MANY_SHOT_ABOVE, shot_groups
 
@@ -42,9 +41,7 @@ CLASS_COUNTS_FILE = "class_counts.json"
 
 def check_imbalance_factor(value: Any, option: str) -> float:
     """``value`` as a float >= 1; a ConfigError naming ``option`` for anything else (NaN, inf, text)."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) or value < 1:
-        raise ConfigError(f"{option} must be a finite number >= 1 (1: the balanced set), got {value!r}")
-    return float(value)
+    return check(AtLeastOne, value, option)
 
 
 def exponential_profile(n_max: int, num_classes: int, imbalance_factor: float) -> list[int]:

@@ -20,9 +20,9 @@ from torch.utils.data import Dataset
 from datamodules.arrays import PixelArray
 from datamodules.augment import ViewAugmentation
 from datamodules.base import SPLITS, ContrastiveDataModule, Split
+from datamodules.registry import DATAMODULES
 from ssl_app.checks import check_int
 from ssl_app.errors import ConfigError
-from ssl_app.registry import DATAMODULES
 
 ShapeFn = Callable[[Tensor, Tensor], Tensor]
 

@@ -38,10 +38,10 @@ from datamodules.augment import (
 from datamodules.base import ContrastiveDataModule, Split
 from datamodules.cifar import SafeCIFAR10, SafeCIFAR100
 from datamodules.per_class import first_per_class
+from datamodules.registry import DATAMODULES
 from ssl_app.checks import check_optional_int
 from ssl_app.errors import ConfigError
-from ssl_app.registry import DATAMODULES
-from ssl_app.runs.lock import DOWNLOAD_LOCK, one_at_a_time
+from ssl_app.io.lock import DOWNLOAD_LOCK, one_at_a_time
 
 
 class TorchvisionDataModule(ContrastiveDataModule):

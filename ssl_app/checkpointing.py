@@ -34,7 +34,7 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from torch.optim.lr_scheduler import LambdaLR
 
 from ssl_app.errors import NonFiniteError, OutputError, causes
-from ssl_app.runs.atomic import atomic_file
+from ssl_app.io.atomic import atomic_file
 from ssl_app.signals import WARNING_SIGNALS
 
 #: The stop signals this callback handles itself during training (SIGTERM comes through Lightning's handler).
@@ -47,7 +47,7 @@ class AtomicCheckpointIO(TorchCheckpointIO):
     """Checkpoints written whole or not at all, and never holding a NaN or an infinity.
 
     - ``torch.save`` to a temporary file beside the target, fsync, then ``os.replace``
-      (``ssl_app.runs.atomic.atomic_file``). Lightning's own ``_atomic_save`` commits an fsspec
+      (``ssl_app.io.atomic.atomic_file``). Lightning's own ``_atomic_save`` commits an fsspec
       transaction whose local temporary file lives in the system temp folder; when that is
       another filesystem than the run folder (node-local ``/tmp``, runs on NFS or Lustre), the
       commit is a copy that truncates the old checkpoint first. A rename inside one folder is

@@ -14,6 +14,7 @@ from torch import Tensor
 from ssl_app.checks import check_int
 from ssl_app.distributed import all_reduce_sum
 from ssl_app.errors import ConfigError, NonFiniteError
+from ssl_app.io.changes import logs_this_step
 
 OnNonFinite = Literal["stop", "skip"]
 
@@ -38,12 +39,15 @@ class NumericalHealth(Callback):
     On an accelerator the decision is taken on the device, and the host reads it only on the steps
     Lightning logs (``trainer.log_every_n_steps``), at the end of each training epoch and of the
     fit, and when a checkpoint is written: a step that does not log never waits for the GPU. On the
-    other steps the update is masked: the parameters and their optimiser state (momentum buffers,
+    other steps a fused optimiser (SGD, Adam, AdamW with ``fused=True``: what ``ssl_app.optim`` builds
+    on CUDA) is handed the decision as GradScaler hands it its ``found_inf`` flag, and applies nothing
+    of a bad step (parameters, state, Adam's step count) on the device, at no extra cost. Any other
+    optimiser's update is masked: the parameters and their optimiser state (momentum buffers,
     Adam's moments and step count) are copied before the step and put back after it where the step
-    was bad (``torch.where``). Where masking cannot undo a step — the first one, which creates the
-    optimiser state, or state kept on another device than the parameters (non-capturable Adam's
-    step count on a GPU is a host tensor) — the flag is read at once, as on a logged step, and the
-    step is skipped by dropping its gradients. On the CPU (``read_every_step`` unset) the flag is
+    was bad (``torch.where``, one per tensor). Where neither can undo a step — the first one, which
+    creates the optimiser state, or state kept on another device than the parameters (non-capturable
+    Adam's step count on a GPU is a host tensor) — the flag is read at once, as on a logged step, and
+    the step is skipped by dropping its gradients. On the CPU (``read_every_step`` unset) the flag is
     read every step that way: a read costs nothing there, and the masking's copies would.
 
     - ``on_nonfinite: stop`` (default): raise ``NonFiniteError`` naming the bad step, the loss, the
@@ -59,10 +63,10 @@ class NumericalHealth(Callback):
     encoder go on until the read).
 
     Cost on an accelerator: no host-device synchronisation on a step that does not log (one on a
-    logged step); a fused norm over the gradients when ``check_gradients``, a copy of the parameters
-    and their optimiser state, one ``torch.where`` per tensor and a few one-element kernels per
-    step. Under fp16 mixed precision the gradient check is left to the GradScaler, which already
-    skips such steps by design (and reads its own flag on every step).
+    logged step); a fused norm over the gradients when ``check_gradients`` and a few one-element
+    kernels per step (and, with an optimiser that is not fused, a copy of the parameters and their
+    state and one ``torch.where`` per tensor). Under fp16 mixed precision the gradient check is left
+    to the GradScaler, which already skips such steps by design (and reads its own flag on every step).
 
     Args:
         on_nonfinite: ``stop`` or ``skip``.
@@ -112,6 +116,7 @@ class NumericalHealth(Callback):
     def on_before_optimizer_step(self, trainer: L.Trainer, pl_module: L.LightningModule, optimizer: Any) -> None:
         losses, self._losses = self._losses, []
         self._pending = None
+        _forget_found_inf(optimizer)  # one this check set for a step that did not run
         if not losses:
             return
         loss = losses[-1] if len(losses) == 1 else torch.stack([value.float() for value in losses]).mean()
@@ -126,11 +131,15 @@ class NumericalHealth(Callback):
             finite = all_reduce_sum((~finite).float()) == 0
         keep = self._note(trainer, loss, norm, finite)
         every_step = finite.device.type == "cpu" if self.read_every_step is None else self.read_every_step
-        masked = None if every_step else self._masking(optimizer)
         logged = logs_this_step(trainer)
-        if masked is not None and not logged:
-            self._mask(optimizer, keep, *masked)  # decided on the device: no host read in this step
-            return
+        if not every_step and not logged:  # decided on the device: no host read in this step
+            if self._optimizer_skips(trainer, optimizer):
+                self._skip_unless(optimizer, keep)
+                return
+            masked = self._masking(optimizer)
+            if masked is not None:
+                self._mask(optimizer, keep, *masked)
+                return
         if not self._read(trainer, pl_module, logged=logged):
             optimizer.zero_grad(set_to_none=True)  # skipped: the optimiser leaves parameters without a gradient alone
 
@@ -176,6 +185,29 @@ class NumericalHealth(Callback):
         ])  # fmt: skip
         return keep
 
+    def _optimizer_skips(self, trainer: L.Trainer, optimizer: Any) -> bool:
+        """Whether ``optimizer`` skips its own step on the device when told so (``found_inf``, the flag
+        GradScaler hands the fused SGD, Adam and AdamW), with its state already made: a first step
+        skipped that way would leave the state it creates uninitialised."""
+        if _scaler_handles_gradients(trainer) or not getattr(optimizer, "_step_supports_amp_scaling", False):
+            return False  # a scaler sets found_inf itself
+        for group in optimizer.param_groups:
+            if not group.get("fused"):
+                return False
+            for p in group["params"]:
+                state = optimizer.state.get(p)
+                if p.grad is not None and not state and group.get("momentum", 1) != 0:  # SGD without momentum keeps none
+                    return False
+        return True
+
+    def _skip_unless(self, optimizer: Any, keep: Tensor) -> None:
+        """The fused optimiser's step applies nothing (parameters, state, Adam's step count) where ``keep``
+        is False: one flag it reads on the device, no copy of the parameters."""
+        optimizer.found_inf = (~keep).float()  # 0-d, as GradScaler's
+        optimizer._found_inf_by_health = True
+        if id(optimizer) not in self._hooks:
+            self._hooks[id(optimizer)] = optimizer.register_step_post_hook(self._after_step)
+
     def _masking(self, optimizer: Any) -> tuple[list[Tensor], list[tuple[Tensor, str]]] | None:
         """The parameters to update and their optimiser state as (parameter, key), or None where a masked
         update could not be undone: state not yet created (the first step), or not a tensor on the
@@ -205,6 +237,7 @@ class NumericalHealth(Callback):
         self._pending = (optimizer, keep, params, states, self._backups)
 
     def _after_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        _forget_found_inf(optimizer)
         pending, self._pending = self._pending, None
         if pending is None or pending[0] is not optimizer:
             return
@@ -261,14 +294,11 @@ def _describe(event: list[float]) -> str:
     return text
 
 
-def logs_this_step(trainer: L.Trainer) -> bool:
-    """Whether what a training step logs with ``on_step=True`` reaches the loggers: Lightning's own rule
-    (every ``log_every_n_steps``, and the step before a stop). Lightning has no public name for it;
-    its own callbacks (``LearningRateMonitor``, ``DeviceStatsMonitor``) read this property too."""
-    try:
-        return bool(trainer._logger_connector.should_update_logs)
-    except AttributeError:  # a Lightning without it: every step
-        return True
+def _forget_found_inf(optimizer: Any) -> None:
+    """Remove the flag :meth:`NumericalHealth._skip_unless` gave ``optimizer`` (a later step must not read it)."""
+    if getattr(optimizer, "_found_inf_by_health", False):
+        del optimizer.found_inf
+        optimizer._found_inf_by_health = False
 
 
 def _scaler_handles_gradients(trainer: L.Trainer) -> bool:

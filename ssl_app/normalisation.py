@@ -13,6 +13,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Optional
 
+from ssl_app.runs.spec import RunSpec
+
 KEYS = ("crop_size", "mean", "std")
 
 
@@ -25,16 +27,12 @@ def trained_input(checkpoint: dict[str, Any], path: str | Path) -> Optional[dict
 
 def input_of(config: Optional[dict[str, Any]], data: Optional[dict[str, Any]] = None) -> Optional[dict[str, Any]]:
     """What the run fed the backbone at evaluation: ``crop_size``, ``eval_crop_fraction``, ``mean``, ``std``
-    (from the run's ``data.init_args.augmentation``; a value the config left null for the data to
+    (the augmentation of the data its encoder was fed, ``RunSpec.augmentation``; a value the config left null for the data to
     decide comes from what the run read from its data, ``data["read_from_data"]``; None when
     neither says)."""
-    config_data = (config or {}).get("data")
-    init_args = config_data.get("init_args") if isinstance(config_data, dict) else None
-    if isinstance(init_args, dict) and "augmentation" not in init_args and isinstance(init_args.get("data"), dict):
-        config_data = init_args["data"]  # a linear probe's run: the data it wraps (LinearEvalDataModule.data)
-        init_args = config_data.get("init_args")
-    augmentation = init_args.get("augmentation") if isinstance(init_args, dict) else None
-    if not isinstance(augmentation, dict):
+    spec = RunSpec.from_config(config)
+    augmentation = spec.augmentation
+    if augmentation is None:
         return None
     measured = (data or {}).get("read_from_data") or {}
     resolved = {
@@ -44,7 +42,7 @@ def input_of(config: Optional[dict[str, Any]], data: Optional[dict[str, Any]] = 
     if resolved["mean"] is None or resolved["std"] is None:
         return None
     return {
-        "data": config_data.get("class_path"),
+        "data": spec.fed_data,
         "crop_size": resolved["crop_size"],
         "eval_crop_fraction": augmentation.get("eval_crop_fraction", 1.0),
         "mean": [float(value) for value in resolved["mean"]],
@@ -96,6 +94,6 @@ def _rounded(values: Any) -> list[float]:
 
 
 def _same(a: Any, b: Any) -> bool:
-    if isinstance(a, (int, float)) or isinstance(b, (int, float)):
+    if any(isinstance(value, (int, float)) for value in (a, b)):
         return a == b
     return _rounded(a) == _rounded(b)

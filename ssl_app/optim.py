@@ -27,6 +27,7 @@ from lightly.utils.lars import LARS
 from torch.optim.lr_scheduler import LambdaLR
 
 from ssl_app.errors import ConfigError
+from ssl_app.temperature.base import Progress
 
 
 @dataclass
@@ -97,17 +98,32 @@ class Optimization:
 
     def build(self, params: Iterable[Any], global_batch_size: int, steps_per_epoch: int, total_steps: int) -> dict:
         """Lightning's ``configure_optimizers`` dict for ``params`` (parameters, or parameter groups: dicts, where a
-        group may set its own ``weight_decay``); the schedule steps every optimiser step."""
+        group may set its own ``weight_decay``); the schedule steps every optimiser step. SGD and AdamW
+        are torch's fused ones when every parameter is on CUDA (:func:`fused_pays`)."""
         lr = self.scaled_lr(global_batch_size)
+        params = list(params)
+        fused = fused_pays(params)
         if self.optimizer == "sgd":
-            opt: torch.optim.Optimizer = torch.optim.SGD(params, lr=lr, momentum=self.momentum, weight_decay=self.weight_decay)
+            opt: torch.optim.Optimizer = torch.optim.SGD(
+                params, lr=lr, momentum=self.momentum, weight_decay=self.weight_decay, fused=fused or None
+            )
         elif self.optimizer == "adamw":
-            opt = torch.optim.AdamW(params, lr=lr, weight_decay=self.weight_decay)
+            opt = torch.optim.AdamW(params, lr=lr, weight_decay=self.weight_decay, fused=fused or None)
         else:
             opt = LARS(params, lr=lr, momentum=self.momentum, weight_decay=self.weight_decay)
         steps_per_epoch = max(steps_per_epoch, 1)
         scheduler = LambdaLR(opt, lambda step: self.lr_factor(step, steps_per_epoch, total_steps))
         return {"optimizer": opt, "lr_scheduler": {"scheduler": scheduler, "interval": "step", "name": "lr"}}
+
+
+def fused_pays(params: list[Any]) -> bool:
+    """Whether SGD and AdamW should be torch's fused kernels (``fused=True``) for ``params`` (tensors or
+    groups): when every parameter is on CUDA. One kernel for the whole update instead of a few per
+    step of the ``foreach`` default (host time, which a small model's step waits on), and the flag
+    through which ``ssl_app.health.NumericalHealth`` skips a bad step on the device. The same update
+    to rounding; on the CPU the default stays (its numbers are those of every earlier version)."""
+    tensors = [p for item in params for p in (item["params"] if isinstance(item, dict) else [item])]
+    return bool(tensors) and all(p.device.type == "cuda" for p in tensors)
 
 
 def run_length(trainer: Any, needed_by: Sequence[str] = ()) -> Optional[int]:
@@ -132,6 +148,38 @@ def run_length(trainer: Any, needed_by: Sequence[str] = ()) -> Optional[int]:
             "which then has no length; set trainer.max_epochs or trainer.max_steps, or choose a schedule that needs none"
         )
     return None
+
+
+def configure(
+    optim: Optimization, trainer: Any, params: Iterable[Any], needed_by: Sequence[str] = ()
+) -> tuple[dict, Optional[int]]:
+    """A method's ``configure_optimizers`` dict for ``params`` under ``trainer``, and the run's optimiser steps (None:
+    no limit). The global batch is the datamodule's per-process batch × processes × accumulation; the steps per epoch
+    come from the dataloader, not total / max_epochs: a run bounded by max_steps would otherwise place multistep
+    milestones and warm-up at the wrong step."""
+    per_process_batch = getattr(trainer.datamodule, "batch_size", None) or optim.reference_batch_size
+    global_batch = per_process_batch * trainer.world_size * trainer.accumulate_grad_batches
+    total_steps = run_length(trainer, needed_by)  # also sizes the train dataloader
+    batches = trainer.num_training_batches
+    if math.isfinite(batches):
+        steps_per_epoch = max(math.ceil(batches / trainer.accumulate_grad_batches), 1)
+    else:  # an iterable dataloader without a length
+        steps_per_epoch = max((total_steps or 0) // max(trainer.max_epochs or 1, 1), 1)
+    # total_steps None (no limit): only a schedule that ignores the run's length gets here
+    return optim.build(params, global_batch, steps_per_epoch, total_steps or 0), total_steps
+
+
+def progress(trainer: Any, batch_idx: int, run_steps: Optional[int]) -> Progress:
+    """Where training stands at a training step, for a loss's temperature policy: fractional epochs
+    (``current_epoch + batch_idx / batches per epoch``), optimiser steps done (``global_step``) and their fraction
+    of the run's ``run_steps`` (``None`` without a length). Read from the Trainer's restored loop state, so a resumed
+    run (also mid-epoch) goes on where it stopped; ``Progress()`` without a Trainer."""
+    if trainer is None:
+        return Progress()
+    batches = trainer.num_training_batches
+    within = batch_idx / batches if isinstance(batches, int) and batches > 0 else 0.0
+    fraction = min(trainer.global_step / run_steps, 1.0) if run_steps else None
+    return Progress(epoch=trainer.current_epoch + within, step=trainer.global_step, fraction=fraction)
 
 
 # Checkpoints store the hyper-parameters, this dataclass among them; let torch's default

@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from ssl_app.checks import PositiveInt, is_a
 from ssl_app.errors import ConfigError
 
 #: TensorBoard's projector draws a sprite image of at most 8192 × 8192 pixels.
@@ -28,10 +29,9 @@ def check_projector_size(max_samples: int, thumbnail_size: int, owner: str, name
     """``ConfigError`` (naming ``owner``'s options ``names``) unless 1 ≤ max_samples ≤ 10,000,
     4 ≤ thumbnail_size ≤ 128 and the sprite fits TensorBoard's 8192-pixel limit."""
     samples, size = names
-    if isinstance(max_samples, bool) or not isinstance(max_samples, int) or not 1 <= max_samples <= MAX_SAMPLES:
-        raise ConfigError(f"{owner}: {samples} must be an int in [1, {MAX_SAMPLES}], got {max_samples!r}")
-    if isinstance(thumbnail_size, bool) or not isinstance(thumbnail_size, int) or not 4 <= thumbnail_size <= 128:
-        raise ConfigError(f"{owner}: {size} must be an int in [4, 128], got {thumbnail_size!r}")
+    for value, option, low, high in ((max_samples, samples, 1, MAX_SAMPLES), (thumbnail_size, size, 4, 128)):
+        if not (is_a(PositiveInt, value) and low <= value <= high):
+            raise ConfigError(f"{owner}: {option} must be an int in [{low}, {high}], got {value!r}")
     if math.ceil(math.sqrt(max_samples)) * thumbnail_size > MAX_SPRITE_SIDE:
         raise ConfigError(
             f"{owner}: {samples}={max_samples} thumbnails of {thumbnail_size} px make a sprite wider than "

@@ -262,7 +262,7 @@ def load_checkpoint(path: str, option: str = "--ckpt_path") -> dict[str, Any]:
             checkpoint = torch.load(file, map_location="cpu", weights_only=True)
     except Exception as error:  # noqa: BLE001 - whatever torch.load raises, the file is not a checkpoint
         raise ConfigError(f"{option}: {path} is not a readable checkpoint ({_load_failure(error)})") from None
-    if not isinstance(checkpoint, dict) or not isinstance(checkpoint.get("state_dict"), dict):
+    if not isinstance((checkpoint if isinstance(checkpoint, dict) else {}).get("state_dict"), dict):
         raise ConfigError(f"{option}: {path} is not a Lightning checkpoint (it has no state_dict)")
     _check_lightning_version(checkpoint, path, option)
     check_saved_class_paths(checkpoint, path, option)

@@ -18,8 +18,6 @@ import sys
 from collections.abc import Iterator
 from typing import Any, Optional
 
-#: This application's packages: importing them is importing ourselves; the registries live in them.
-OWN_PACKAGES = ("ssl_app.losses", "ssl_app.methods", "ssl_app.evaluation", "datamodules", "callbacks")
 #: Keys whose value is a class path (jsonargparse's ``class_path``, LightningCLI's ``_class_path``).
 CLASS_PATH_KEYS = ("class_path", "_class_path")
 #: A bare string jsonargparse may also take as a class (``loss: mylosses.Loss``): dotted names, a capitalised last part.
@@ -29,10 +27,19 @@ _LOOKS_LIKE_CLASS = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*\.[A-Z]\w*")
 PARSED_AGAIN = ("model", "data")
 
 
+def import_own_packages() -> None:
+    """Import this application's packages whose classes a saved config names (importing them is importing
+    ourselves; the registries live in them). The linear probe (``ssl_app.evaluation``) is not among them: it
+    reads checkpoints through this module, and whoever builds a probe has imported it already."""
+    import callbacks  # noqa: F401
+    import datamodules  # noqa: F401
+    import ssl_app.losses  # noqa: F401
+    import ssl_app.methods  # noqa: F401
+
+
 def is_known_class(path: str) -> bool:
     """Whether ``path`` names a class of an already imported module (after importing our own packages)."""
-    for package in OWN_PACKAGES:
-        importlib.import_module(package)
+    import_own_packages()
     module_name, _, name = path.rpartition(".")
     module = sys.modules.get(module_name) if module_name else None
     return module is not None and isinstance(vars(module).get(name), type)

@@ -118,3 +118,19 @@ class HostSyncRecorder(TorchDispatchMode):
             if any(isinstance(t, torch.Tensor) and t.dtype in (torch.bool, torch.uint8) for t in indices):
                 self.syncs.append(f"{name} with a boolean mask")
         return func(*args, **(kwargs or {}))
+
+
+def compile_cheaply(monkeypatch: Any, backend: Any = "aot_eager") -> None:
+    """Make ``torch.compile`` trace with dynamo for real but build no kernels (``backend``:
+    ``aot_eager`` adds AOTAutograd's forward/backward split, ``eager`` only dynamo), so tests that
+    train with ``compile: true`` need no C++ build; and start from an empty dynamo cache and counters."""
+    original = torch.compile
+    monkeypatch.setattr(torch, "compile", lambda model=None, **options: original(model, **{**options, "backend": backend}))
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+
+
+def dynamo_compiles() -> int:
+    """Frames dynamo has compiled in this process since the counters were cleared: the first compile
+    of each graph and every recompilation (a guard that failed)."""
+    return int(torch._dynamo.utils.counters["frames"]["total"])

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from ssl_app.registry import Registry
+from ssl_app.registering import Registry
 
 
 def each(registry: Registry) -> list:

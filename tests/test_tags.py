@@ -19,7 +19,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from ssl_app.methods.base import LOGGED_ON_CHANGE
+from ssl_app.methods.observer import LOGGED_ON_CHANGE
 from ssl_app.metrics import DEFAULT_TOP_K, registered_fields
 from ssl_app.metrics.long_tail import GROUPS, group_accuracies
 from ssl_app.runs.tags import describe
@@ -61,12 +61,12 @@ def computed_tags() -> dict[tuple[str, str], set[str]]:
     loss_keys = loss_stat_keys()
     registry = {f"metrics/{metric.tag(name, DEFAULT_TOP_K)}" for metric, name in registered_fields()}
     return {
-        # Training logs its own train/loss_step and train/loss_epoch (literal tags) and returns before it.
-        ("ssl_app/methods/base.py", "f'{stage}/loss'"): {f"{stage}/loss" for stage in ("val", "test")},
-        # _step returns before it for training: the classifier's top-1 is measured on val/test batches only.
-        ("ssl_app/methods/base.py", "f'{stage}/classifier_top1'"): {f"{stage}/classifier_top1" for stage in ("val", "test")},
-        ("ssl_app/methods/base.py", "stats"): {f"loss/{key}" for key in loss_keys} | {"loss/temperature"},
-        ("ssl_app/methods/base.py", "steady"): set(LOGGED_ON_CHANGE),
+        # The method's observer logs train/loss_step and train/loss_epoch (literal tags) on training steps, these on
+        # validation and test batches: the loss and what the loss measures of itself (PaCo's classifier top-1).
+        ("ssl_app/methods/observer.py", "f'{stage}/loss'"): {f"{stage}/loss" for stage in ("val", "test")},
+        ("ssl_app/methods/observer.py", "f'{stage}/{name}'"): {f"{stage}/classifier_top1" for stage in ("val", "test")},
+        ("ssl_app/methods/observer.py", "stats"): {f"loss/{key}" for key in loss_keys} | {"loss/temperature"},
+        ("ssl_app/methods/observer.py", "steady"): set(LOGGED_ON_CHANGE),
         ("callbacks/embedding_metrics.py", "name"): registry | {"metrics/nonfinite", "metrics/collapsed"},
         ("callbacks/long_tail.py", "f'lt/{name}'"): {f"lt/{name}" for name in long_tail_names()},
         # The kNN monitor and the probe log the groups only (their pooled top-1 is knn_acc, linear/top1).

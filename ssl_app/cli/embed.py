@@ -35,6 +35,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from ssl_app.cli.export import OneLineParser, TrainedEncoder, add_import_option, check_output, load_encoder, run_command
 from ssl_app.errors import ConfigError, OutputError, causes, find_cause
+from ssl_app.io.atomic import atomic_file
 from ssl_app.normalisation import KEYS, settle_input, shown
 from ssl_app.projector import (
     DEFAULT_SAMPLES,
@@ -44,7 +45,6 @@ from ssl_app.projector import (
     thumbnails,
     write_projector,
 )
-from ssl_app.runs.atomic import atomic_file
 from ssl_app.trust import import_trusted, is_known_class
 from ssl_app.workers import loader_options
 
@@ -136,7 +136,7 @@ def input_line(encoder: TrainedEncoder) -> str:
 
 def _saved_data_args(encoder: TrainedEncoder) -> dict[str, Any]:
     data = (encoder.config or {}).get("data")
-    if not isinstance(data, dict) or not isinstance(data.get("class_path"), str):
+    if not isinstance((data if isinstance(data, dict) else {}).get("class_path"), str):
         raise ConfigError(
             f"--ckpt: {encoder.meta['checkpoint']} does not record the config of its run (an older version wrote it); "
             "pass --data PATH"
@@ -328,6 +328,8 @@ def write_features(options: Any) -> list[str]:
         raise ConfigError(f"--data: no such folder: {options.data}" if missing else f"--data: {options.data} is not a folder")
     device = choose_device(options.device)
     import_trusted(options.imports)
+    import ssl_app.evaluation  # noqa: F401 - a probe's checkpoint names its class, which is ours: known (ssl_app.trust)
+
     encoder = load_encoder(options.ckpt)
     if options.projections and encoder.head is None:
         raise ConfigError(f"--projections: {options.ckpt} has no projection head")

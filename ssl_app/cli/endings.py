@@ -32,8 +32,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, Optional, TextIO
 
 from ssl_app.errors import ConfigError, NonFiniteError, OutputError, causes, find_cause
-from ssl_app.runs.identity import flatten
 from ssl_app.runs.record import DIVERGED, FAILED, INTERRUPTED
+from ssl_app.runs.spec import LR_KEY, RunSpec
 from ssl_app.signals import handling
 from ssl_app.workers import WorkerDeath, worker_death
 
@@ -207,11 +207,8 @@ def dead_worker(death: WorkerDeath, config: dict[str, Any]) -> str:
 def data_option(config: dict[str, Any], name: str) -> str:
     """``data.init_args.<name> (now <value>)``: the run's own key for a data option (a linear probe's data
     nests its encoder's), with its value when the config has one."""
-    flat = flatten(config)
-    keys = sorted((key for key in flat if key.startswith("data.") and key.endswith(f".{name}")), key=len)
-    if not keys:
-        return f"data.init_args.{name}"
-    return f"{keys[0]} (now {flat[keys[0]]})" if flat[keys[0]] is not None else keys[0]
+    key, value = RunSpec.from_config(config).data_option_key(name)
+    return key if value is None else f"{key} (now {value})"
 
 
 def state_saved(argv: list[str], interrupt: InterruptCheckpoint, recorder: RunRecorder) -> str:
@@ -240,7 +237,7 @@ def last_good_state(argv: list[str], interrupt: InterruptCheckpoint, recorder: R
     """The line after a divergence: where the last good state is and the command that resumes it with
     a lower learning rate (a resume takes this command's learning rate: ``ConfigWinsOnResume``)."""
     lower = _lower_lr(recorder.config)
-    replace = [f"--model.init_args.optim.lr={lower:g}"] if lower else []
+    replace = [f"--{LR_KEY}={lower:g}"] if lower else []
     advice = (
         " (a tenth of the learning rate that diverged; lower it further if it diverges again)"
         if lower
@@ -258,11 +255,9 @@ def last_good_state(argv: list[str], interrupt: InterruptCheckpoint, recorder: R
 
 
 def _lower_lr(config: dict[str, Any]) -> float | None:
-    """A tenth of the run's ``model.init_args.optim.lr``, when the config has one."""
-    lr = flatten(config).get("model.init_args.optim.lr")
-    if isinstance(lr, (int, float)) and not isinstance(lr, bool) and lr > 0:
-        return lr / 10
-    return None
+    """A tenth of the run's learning rate (``RunSpec.lr``), when the config has one."""
+    lr = RunSpec.from_config(config).lr
+    return lr / 10 if lr is not None and lr > 0 else None
 
 
 def _previous_last_checkpoint(folder: Path | None) -> Path | None:

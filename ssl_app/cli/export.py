@@ -46,9 +46,10 @@ from ssl_app import __version__
 from ssl_app.checkpointing import output_error
 from ssl_app.cli.endings import say_error
 from ssl_app.errors import ConfigError, OutputError
+from ssl_app.io.atomic import atomic_file
 from ssl_app.normalisation import input_of
 from ssl_app.resume import checkpoint_config, checkpoint_data, checkpoint_method, load_checkpoint
-from ssl_app.runs.atomic import atomic_file
+from ssl_app.runs.spec import LossSpec
 from ssl_app.trust import import_trusted
 
 #: The value of ``format`` in an exported file (``format_version`` counts incompatible changes).
@@ -89,7 +90,7 @@ def load_encoder(path: str, option: str = "--ckpt") -> TrainedEncoder:
     checkpoint = load_checkpoint(path, option=option)
     hparams = checkpoint.get("hyper_parameters") or {}
     method = checkpoint_method(checkpoint)
-    if not isinstance(hparams, dict) or not isinstance(hparams.get("backbone"), str):
+    if not isinstance((hparams if isinstance(hparams, dict) else {}).get("backbone"), str):
         probed = hparams.get("checkpoint") if isinstance(hparams, dict) else None
         if isinstance(probed, str):
             raise ConfigError(
@@ -149,9 +150,9 @@ def learned_temperature(loss_state: dict[str, Any], loss_config: Any) -> Optiona
         return None
     from ssl_app.temperature import Learnable
 
-    defaults = {name: p.default for name, p in inspect.signature(Learnable.__init__).parameters.items()}
-    policy = (loss_config or {}).get("init_args", {}).get("temperature") if isinstance(loss_config, dict) else None
-    options = {**defaults, **((policy or {}).get("init_args") or {})} if isinstance(policy, dict) else defaults
+    loss = LossSpec.from_config(loss_config)
+    policy = loss.temperature if loss is not None else None
+    options = policy.values if policy is not None and policy.policy_class is Learnable else Learnable.defaults()
     return float(min(max(float(torch.exp(-log_scale.double())), float(options["min"])), float(options["max"])))
 
 
@@ -289,6 +290,8 @@ def write_encoder(options: argparse.Namespace) -> list[str]:
     target = Path(options.out)
     check_output(target, options.overwrite)
     import_trusted(options.imports)
+    import ssl_app.evaluation  # noqa: F401 - a probe's checkpoint names its class, which is ours: known (ssl_app.trust)
+
     encoder = load_encoder(options.ckpt)
     write_export(encoder, target, options.format, options.with_head)
     meta = encoder.meta

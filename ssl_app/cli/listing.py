@@ -3,7 +3,7 @@
 One line per loss, temperature policy, method, embedding metric, datamodule and backbone: its name, what it is (the
 first line of its docstring, or a metric's formula and the tags it logs, plus the capabilities
 its class declares) and the option that selects it. Nothing here names an entry: a class
-registered anywhere (``ssl_app.registry``, ``ssl_app.metrics.register``) is listed, and one that
+registered anywhere (``ssl_app.registering``, ``ssl_app.metrics.register``) is listed, and one that
 is not registered is not. ``ssl_app.cli.main`` hands ``list`` over before LightningCLI parses
 anything, so listing builds no model, no data and no run folder.
 """

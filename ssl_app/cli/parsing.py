@@ -11,6 +11,7 @@ from typing import Any, NoReturn, Optional
 import yaml
 from lightning.pytorch.cli import LightningArgumentParser
 
+from ssl_app.checks import in_words
 from ssl_app.errors import ConfigError
 
 
@@ -25,12 +26,38 @@ class OneLineParser(LightningArgumentParser):
         kwargs.setdefault("allow_abbrev", False)
         super().__init__(*args, **kwargs)
 
+    def _load_config_parser_mode(self, content: str, *args: Any, **kwargs: Any) -> Any:
+        """A config file, with what an earlier version wrote upgraded first (``upgrade_config``)."""
+        return super()._load_config_parser_mode(upgrade_config(content), *args, **kwargs)
+
     def error(self, message: str, ex: Exception | None = None) -> NoReturn:
         if not self.exit_on_error:
             super().error(message, ex)
         prog = self.prog.replace(" [options]", "")
         sys.stderr.write(f"error: {condense_parser_error(message)}\n(options: {prog} --help)\n")
         sys.exit(2)
+
+
+def upgrade_config(content: str) -> str:
+    """A config's text with the options an earlier version wrote in their current form: ``EmbeddingMetrics``'
+    ``collapse_*`` options (every run folder's ``config.yaml`` before issue 39 has them) as its ``collapse`` object
+    (``callbacks.collapse.upgrade_legacy_options``). Anything else, or text that is not a YAML mapping, as it was."""
+    if "collapse_" not in content:
+        return content
+    from callbacks.collapse import upgrade_legacy_options
+
+    try:
+        config = yaml.safe_load(content)
+    except yaml.YAMLError:
+        return content
+    callbacks = ((config or {}).get("trainer") or {}).get("callbacks") if isinstance(config, dict) else None
+    listed = [callbacks] if isinstance(callbacks, dict) else callbacks if isinstance(callbacks, list) else []
+    changed = False
+    for callback in listed:
+        init_args = callback.get("init_args") if isinstance(callback, dict) else None
+        if str(callback.get("class_path", "")).endswith("EmbeddingMetrics") and isinstance(init_args, dict):
+            changed |= upgrade_legacy_options(init_args)
+    return yaml.safe_dump(config, sort_keys=False) if changed else content
 
 
 def condense_parser_error(message: str) -> str:
@@ -80,6 +107,9 @@ def condense_parser_error(message: str) -> str:
             reason = text.lstrip("- ")
             if class_path and reason.startswith("Option"):
                 reason += f" by {class_path}"
+            restricted = re.match(r"Not of type (\w+): (.*) does not conform to restriction", reason)
+            if restricted:  # a range of ssl_app.checks, said in words
+                reason = in_words(*restricted.groups()) or reason
             break
     option = ".".join(keys)
     if not reason:

@@ -1,7 +1,7 @@
 """Loss strategies over a similarity matrix, called one way: ``loss(MaskedSimilarities, with_stats) -> LossResult``.
 
 ``LOSSES`` lists them (``python -m ssl_app list losses``); each registers itself with one line,
-``@LOSSES.register`` above its class (``ssl_app.registry``), and ``tests/ssl_app/test_registry.py``
+``@LOSSES.register`` above its class (``ssl_app.registering``), and ``tests/ssl_app/test_registry.py``
 names any exported loss that does not.
 """
 
@@ -21,7 +21,7 @@ from ssl_app.losses.hypersphere import Hypersphere
 from ssl_app.losses.macl import MACL
 
 # isort: on
-from ssl_app.registry import LOSSES
+from ssl_app.losses.registry import LOSSES
 
 __all__ = [
     "LOSSES",

@@ -1,21 +1,16 @@
 """The loss-strategy interface: every contrastive loss reads one hand-over and is called one way.
 
-A method (SimCLR, MoCo, memory bank) turns images into a :class:`MaskedSimilarities` and hands it
-to a strategy; the strategy never needs to know where the candidates came from:
+A method (SimCLR, MoCo, memory bank) turns images into a :class:`~ssl_app.handover.MaskedSimilarities`
+(``sim`` [N, M], ``pos_mask``, ``neg_mask``, and the anchors' features and labels for a loss that needs
+them: ``ssl_app.handover``) and hands it to a strategy; the strategy never needs to know where the
+candidates came from.
 
-    sim       [N, M] float  cosine similarities of N anchors to M candidates (not divided by τ)
-    pos_mask  [N, M] bool   True where candidate j is a positive of anchor i
-    neg_mask  [N, M] bool   True where candidate j is a negative of anchor i
-                            (an entry in neither mask, e.g. the anchor itself, is ignored)
-
-plus, for a loss that declares it needs them (``needs_anchor_features``), who the anchors are:
-``anchor_features`` [N, feature_dim] (the backbone features the anchors' embeddings came from,
-with gradient) and ``anchor_labels`` [N] (< 0: unlabelled).
-
-One entrance: ``loss(handover, with_stats=False) -> LossResult(value, stats)``.
+One entrance: ``loss(handover, with_stats=False) -> LossResult(value, stats, hardness, tau)``.
 :meth:`ContrastiveLoss.forward` is a template that checks the inputs, runs the loss in float32
-(even under bf16/fp16 autocast) and decides the diagnostics once; a loss writes only
-:meth:`ContrastiveLoss.terms`, its value for the step (and what its diagnostics read). ``stats``
+(even under bf16/fp16 autocast), computes the τ in force once and decides the diagnostics once; a
+loss writes only :meth:`ContrastiveLoss.terms` ``(handover, tau, with_stats)``, its value for the step
+(and what its diagnostics read) at the τ it is given. A call leaves nothing behind on the instance, so
+``terms`` may run twice (the hardness profile does). ``stats``
 are detached 0-d tensors (``effective_negatives``, ``used_negatives``, ``pos_sim``,
 ``mean_neg_sim``, ``used_neg_sim``, ``chance`` and a loss's own), computed only when asked for:
 a method asks on the steps whose values reach the logger (every ``trainer.log_every_n_steps``),
@@ -37,16 +32,21 @@ never a class name):
 - ``examples``: the constructor arguments the generic tests run the loss with (``{}``: its defaults).
 - :meth:`ContrastiveLoss.prepare`: the one hook through which a loss that owns parameters sized
   by the data (PaCo's class centres and prior) receives the backbone's feature width and the
-  datamodule's class counts; ``classify`` (present only on such losses) serves evaluation.
+  datamodule's class counts; ``classify`` (present only on such losses) serves evaluation, and
+  :meth:`ContrastiveLoss.evaluation_metrics` what the loss measures of itself there (PaCo's top-1).
 
-A loss with a temperature stores ``self.temperature = check_temperature(temperature, owner)`` (a
-number becomes ``ssl_app.temperature.Constant``; any policy is taken as it is) and reads the τ in
-force with ``self.tau(handover)``, computed once per call from the progress the method hands over
-(:meth:`ContrastiveLoss.set_progress`); its diagnostics then report it as ``temperature``.
+A loss with a temperature stores ``self.temperature = check_temperature(temperature, owner)`` in
+``__init__`` (a number becomes ``ssl_app.temperature.Constant``; any policy is taken as it is) and
+divides by the ``tau`` its ``terms`` receives: the policy at the progress the method hands over
+(:meth:`ContrastiveLoss.set_progress`); its diagnostics then report it as ``temperature``. Instance
+state is set in ``__init__`` (and :meth:`prepare`), never during a call. A loss written before τ was
+passed in (``terms(handover, with_stats)``, reading ``self.tau(handover)``) is still called that way.
 """
 
 from __future__ import annotations
 
+import copy
+import inspect
 import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -55,38 +55,29 @@ from typing import Any, ClassVar, Optional, Union
 import torch
 from torch import Tensor, nn
 
+from ssl_app.checks import PositiveFinite, PositiveInt, check
 from ssl_app.errors import ConfigError
+from ssl_app.handover import MaskedSimilarities
 from ssl_app.losses.hardness import hardness_profile
 from ssl_app.temperature import Constant, Progress, TemperaturePolicy
+from ssl_app.temperature.base import PolicyUsedAsNumber
 
-
-@dataclass
-class MaskedSimilarities:
-    """The method → loss hand-over: similarities plus masks (module docstring).
-
-    ``views``: the online encoder's normalised embeddings of each local view ([B, d] each, in batch
-    order); a method fills it outside training, so the metric callbacks need no second forward
-    pass. ``anchor_features``/``anchor_labels``: for a loss that ``needs_anchor_features``.
-    """
-
-    sim: Tensor
-    pos_mask: Tensor
-    neg_mask: Tensor
-    views: Optional[tuple[Tensor, ...]] = None
-    anchor_features: Optional[Tensor] = None
-    anchor_labels: Optional[Tensor] = None
+#: The τ of one call: a float, a 0-d tensor (a learnable or adaptive τ), or ``None`` for a loss without a temperature.
+Tau = Union[float, Tensor, None]
 
 
 @dataclass(frozen=True)
 class LossResult:
     """A loss's answer for one step: its ``value`` (a differentiable scalar, the mean over anchors
-    with a positive), ``stats`` (detached 0-d diagnostics; empty unless asked for) and ``hardness``
+    with a positive), ``stats`` (detached 0-d diagnostics; empty unless asked for), ``hardness``
     (with the stats: the step's measured hardness profile, [2, BINS] sums of shares and counts of
-    negatives per similarity bin, ``ssl_app.losses.hardness``; ``None`` otherwise)."""
+    negatives per similarity bin, ``ssl_app.losses.hardness``; ``None`` otherwise) and ``tau`` (the τ
+    the call used, detached; ``None`` for a loss without a temperature)."""
 
     value: Tensor
     stats: dict[str, Tensor] = field(default_factory=dict)
     hardness: Optional[Tensor] = None
+    tau: Tau = None
 
 
 @dataclass
@@ -123,30 +114,52 @@ class ContrastiveLoss(nn.Module):
     #: the loss has required arguments or modes worth covering (a hard loss's top-K and quantile).
     examples: ClassVar[tuple[dict[str, Any], ...]] = ({},)
 
-    #: Where training stands, as the method last said (:meth:`set_progress`); the start of a run until then.
-    progress: Progress = Progress()
-    #: The τ of the last call (detached: a float, or a 0-d tensor for a learnable or adaptive τ);
-    #: ``None`` before the first call and for a loss without a temperature.
-    temperature_in_force: Union[float, Tensor, None] = None
+    def __init__(self) -> None:
+        super().__init__()
+        #: Where training stands, as the method last said (:meth:`set_progress`); the start of a run until then.
+        self.progress = Progress()
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        # A loss written before τ was passed in: ``terms(handover, with_stats)``, reading ``self.tau(handover)``.
+        cls._terms_reads_tau_itself = "tau" not in inspect.signature(cls.terms).parameters
 
     def forward(self, handover: MaskedSimilarities, with_stats: bool = False) -> LossResult:
-        """The loss of one step (and its diagnostics when ``with_stats``), in float32."""
+        """The loss of one step (and its diagnostics when ``with_stats``), in float32: τ is computed once,
+        here, and handed to :meth:`terms` (and to the hardness profile's second call); nothing is kept."""
         self.check_inputs(handover)
+        with torch.autocast(device_type=handover.sim.device.type, enabled=False):
+            tau = self.tau(handover) if self.has_temperature else None
+            terms = self.call_terms(handover, tau, with_stats)
+            stats = self.statistics(handover, terms, tau) if with_stats else {}
+        profile = None
+        if with_stats:
+            profile = hardness_profile(lambda detached: self.call_terms(detached, tau, False).value, handover)
+        return LossResult(terms.value, stats, profile, tau.detach() if isinstance(tau, Tensor) else tau)
+
+    def call_terms(self, handover: MaskedSimilarities, tau: Tau, with_stats: bool) -> LossTerms:
+        """:meth:`terms` as the subclass wrote it: with the τ of the call (a loss written before τ was
+        passed in reads ``self.tau(handover)``, the same value). A loss that still divides by
+        ``self.temperature`` (a policy since ``ssl_app.temperature``, no longer a number) gets one
+        ``ConfigError`` naming the change (:class:`~ssl_app.temperature.base.PolicyUsedAsNumber`)."""
         try:
-            with torch.autocast(device_type=handover.sim.device.type, enabled=False):
-                self._begin_call(handover)
-                terms = self.terms(handover, with_stats)
-                stats = self.statistics(handover, terms) if with_stats else {}
-            profile = hardness_profile(self, handover) if with_stats else None
-        finally:
-            self.__dict__.pop("_tau_of_call", None)
-        return LossResult(terms.value, stats, profile)
+            if self._terms_reads_tau_itself:
+                return self.terms(handover, with_stats)  # type: ignore[call-arg]
+            return self.terms(handover, tau, with_stats)
+        except PolicyUsedAsNumber as error:
+            raise ConfigError(f"{type(self).__name__}: {error}") from None
 
     # --- the temperature ----------------------------------------------------------------------
     @property
+    def temperature_policy(self) -> Optional[TemperaturePolicy]:
+        """This loss's τ policy (``ssl_app.temperature``), or ``None`` for a loss without a temperature."""
+        policy = self._modules.get("temperature")
+        return policy if isinstance(policy, TemperaturePolicy) else None
+
+    @property
     def has_temperature(self) -> bool:
         """Whether this loss has a τ (a ``temperature`` policy, ``ssl_app.temperature``)."""
-        return isinstance(self._modules.get("temperature"), TemperaturePolicy)
+        return self.temperature_policy is not None
 
     def set_progress(self, progress: Progress) -> None:
         """Where training stands (epoch, step, fraction of the run): the method calls this once per
@@ -154,15 +167,11 @@ class ContrastiveLoss(nn.Module):
         self.progress = progress
 
     def tau(self, handover: Optional[MaskedSimilarities] = None) -> Union[float, Tensor]:
-        """The τ in force for this call: the policy at :attr:`progress` (and, for an adaptive τ, the
-        batch). A float when it depends on the progress alone, else a 0-d float32 tensor (with the
-        gradient of a learnable τ). Computed once per call of the loss, so every term and diagnostic
-        of the step reads the same τ. Outside training (validation, test) the progress is the last
-        training step's, so a schedule's τ is that step's; an adaptive τ comes from the evaluated
-        batch, a learnable one is its current value."""
-        current = self.__dict__.get("_tau_of_call")
-        if current is not None:
-            return current
+        """The τ the policy gives now: at :attr:`progress` (and, for an adaptive τ, the batch). A float when
+        it depends on the progress alone, else a 0-d float32 tensor (with the gradient of a learnable τ).
+        :meth:`forward` computes it once per call and passes it to :meth:`terms`. Outside training
+        (validation, test) the progress is the last training step's, so a schedule's τ is that step's; an
+        adaptive τ comes from the evaluated batch, a learnable one is its current value."""
         return self.temperature(self.progress, handover)
 
     def temperature_setting(self) -> object:
@@ -170,30 +179,23 @@ class ContrastiveLoss(nn.Module):
         policy = self.temperature
         return policy.constant if isinstance(policy, Constant) else policy.label()
 
-    def _begin_call(self, handover: MaskedSimilarities) -> None:
-        if not self.has_temperature:
-            return
-        tau = self.tau(handover)
-        self.__dict__["_tau_of_call"] = tau
-        self.temperature_in_force = tau.detach() if isinstance(tau, Tensor) else tau
-
-    def terms(self, handover: MaskedSimilarities, with_stats: bool) -> LossTerms:
-        """The step's value (and what the diagnostics read); runs in float32 (autocast is off).
+    def terms(self, handover: MaskedSimilarities, tau: Tau, with_stats: bool) -> LossTerms:
+        """The step's value (and what the diagnostics read) at the τ in force, ``tau`` (``None`` for a loss
+        without a temperature); runs in float32 (autocast is off).
 
         On the steps with diagnostics it runs a second time, on the similarities detached from the
-        encoder, to measure the hardness profile (``ssl_app.losses.hardness``), so it must not
-        change the loss's state."""
+        encoder, to measure the hardness profile (``ssl_app.losses.hardness``), so it must not change
+        the loss's state (``tests/ssl_app/losses/test_loss_contracts.py`` checks every registered loss)."""
         raise NotImplementedError
 
-    def statistics(self, handover: MaskedSimilarities, terms: LossTerms) -> dict[str, Tensor]:
-        """The diagnostics of one step: :func:`negative_stats`, the chance value, the loss's own."""
+    def statistics(self, handover: MaskedSimilarities, terms: LossTerms, tau: Tau = None) -> dict[str, Tensor]:
+        """The diagnostics of one step: :func:`negative_stats`, the chance value, τ, the loss's own."""
         used = terms.used_negatives if terms.used_negatives is not None else handover.neg_mask
         stats = negative_stats(terms.logits, handover.sim, handover.pos_mask, handover.neg_mask, used_mask=used)
         chance = self.chance_value(handover.pos_mask, used)
         if chance is not None:
             stats["chance"] = chance
-        if self.has_temperature:
-            tau = self.tau(handover)
+        if tau is not None:
             device = handover.sim.device
             stats["temperature"] = tau.detach().float() if isinstance(tau, Tensor) else torch.full((), tau, device=device)
         stats.update(terms.extra)
@@ -206,6 +208,12 @@ class ContrastiveLoss(nn.Module):
         step has no such value (no anchor with a positive). The base class: ``None`` (not defined).
         """
         return None
+
+    def evaluation_metrics(self, handover: MaskedSimilarities, stage: str) -> dict[str, Any]:
+        """What the loss measures of itself on a validation or test batch (``stage``): ``{name: torchmetrics
+        Metric}``, updated with the batch, which the method logs as ``{stage}/{name}`` (PaCo's
+        ``classifier_top1``). The base class: nothing."""
+        return {}
 
     def prepare(self, feature_dim: int, num_classes: Optional[int], class_counts: Optional[Sequence[int]], fitting: bool) -> None:
         """Receive what the data decides: the backbone's feature width, the datamodule's number of
@@ -251,20 +259,27 @@ def check_temperature(temperature: Temperature, owner: str = "loss") -> Temperat
     (a submodule, so a learnable τ's parameter is the loss's) and reads ``self.tau(handover)``."""
     if isinstance(temperature, TemperaturePolicy):
         return temperature
-    if isinstance(temperature, bool) or not isinstance(temperature, numbers.Real) or not 0 < temperature < float("inf"):
-        if isinstance(temperature, (numbers.Real, str)) or temperature is None:
-            raise ConfigError(f"{owner}: temperature must be > 0 and finite, got {temperature!r}")
-        raise ConfigError(
-            f"{owner}: temperature must be a number > 0 or an ssl_app.temperature policy, got {type(temperature).__name__}"
-        )
-    return Constant(float(temperature))
+    if isinstance(temperature, (numbers.Real, str)) or temperature is None:
+        return Constant(check(PositiveFinite, temperature, f"{owner}: temperature"))
+    raise ConfigError(
+        f"{owner}: temperature must be a number > 0 or an ssl_app.temperature policy, got {type(temperature).__name__}"
+    )
 
 
 def check_num_negatives(num_negatives: int, owner: str) -> int:
     """Return K; raise ``ConfigError`` unless it is an int >= 1."""
-    if isinstance(num_negatives, bool) or not isinstance(num_negatives, numbers.Integral) or num_negatives < 1:
-        raise ConfigError(f"{owner}: num_negatives must be an int >= 1, got {num_negatives!r}")
-    return int(num_negatives)
+    return check(PositiveInt, num_negatives, f"{owner}: num_negatives")
+
+
+def own_copy(loss: ContrastiveLoss) -> ContrastiveLoss:
+    """A model's own loss object: a copy, since the default (jsonargparse's ``lazy_instance``) is one object
+    shared by every model built without a loss, and a real instance of its class, since a copied lazy instance
+    forwards its calls to the original (its own state never changed)."""
+    if callable(getattr(loss, "lazy_get_init_args", None)):
+        lazy = [cls for cls in type(loss).__mro__ if hasattr(cls, "lazy_get_init_args")]
+        real = next(cls for cls in type(loss).__mro__ if issubclass(cls, ContrastiveLoss) and cls not in lazy)
+        return real(**dict(loss.lazy_get_init_args()))
+    return copy.deepcopy(loss)
 
 
 #: Stands in for the logits of excluded candidates in the diagnostics: exp() of it is an exact 0

@@ -2,23 +2,21 @@
 
 from __future__ import annotations
 
-import math
-import numbers
-
 import torch
 from torch import Tensor
 
 from ssl_app import distributed
-from ssl_app.errors import ConfigError
+from ssl_app.checks import PositiveFinite, check
 from ssl_app.losses.base import (
     ContrastiveLoss,
     LossTerms,
     MaskedSimilarities,
+    Tau,
     Temperature,
     check_temperature,
     mean_over_anchors,
 )
-from ssl_app.registry import LOSSES
+from ssl_app.losses.registry import LOSSES
 
 
 def masked_logsumexp(logits: Tensor, mask: Tensor) -> Tensor:
@@ -108,9 +106,9 @@ class DCL(ContrastiveLoss):
         """The weights on the positive terms (``None``: 1)."""
         return None
 
-    def terms(self, handover: MaskedSimilarities, with_stats: bool) -> LossTerms:
+    def terms(self, handover: MaskedSimilarities, tau: Tau, with_stats: bool) -> LossTerms:
         sim = handover.sim.float()
-        logits = sim / self.tau(handover)
+        logits = sim / tau
         weights = self.positive_weights(sim, handover.pos_mask)
         per_anchor = decoupled_loss(logits, handover.pos_mask, handover.neg_mask, weights)
         return LossTerms(mean_over_anchors(per_anchor, handover.pos_mask.any(dim=1)), logits=logits)
@@ -135,11 +133,9 @@ class DCLW(DCL):
         sigma: σ > 0, the scale of the weight's softmax (default 0.5, the paper's and lightly's).
     """
 
-    def __init__(self, temperature: Temperature = 0.1, sigma: float = 0.5) -> None:
+    def __init__(self, temperature: Temperature = 0.1, sigma: PositiveFinite = 0.5) -> None:
         super().__init__(temperature)
-        if isinstance(sigma, bool) or not isinstance(sigma, numbers.Real) or not 0 < sigma < math.inf:
-            raise ConfigError(f"DCLW: sigma must be > 0 and finite, got {sigma!r}")
-        self.sigma = float(sigma)
+        self.sigma = check(PositiveFinite, sigma, "DCLW: sigma")
 
     def hparams(self) -> dict[str, object]:
         return {"temperature": self.temperature_setting(), "sigma": self.sigma}

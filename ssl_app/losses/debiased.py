@@ -3,29 +3,27 @@ for the false negatives a class prior τ⁺ predicts."""
 
 from __future__ import annotations
 
-import numbers
 from typing import Optional
 
 import torch
 from torch import Tensor
 
-from ssl_app.errors import ConfigError
+from ssl_app.checks import UnitIntervalOpenAbove, check
 from ssl_app.losses.base import (
     ContrastiveLoss,
     LossTerms,
     MaskedSimilarities,
+    Tau,
     Temperature,
     check_temperature,
     mean_over_anchors,
 )
-from ssl_app.registry import LOSSES
+from ssl_app.losses.registry import LOSSES
 
 
 def check_class_prior(tau_plus: float, owner: str) -> float:
     """Return τ⁺ as a float; raise ``ConfigError`` unless it is in [0, 1)."""
-    if isinstance(tau_plus, bool) or not isinstance(tau_plus, numbers.Real) or not 0 <= tau_plus < 1:
-        raise ConfigError(f"{owner}: tau_plus (the class prior) must be in [0, 1), got {tau_plus!r}")
-    return float(tau_plus)
+    return check(UnitIntervalOpenAbove, tau_plus, f"{owner}: tau_plus (the class prior)")
 
 
 def masked_softmax(logits: Tensor, mask: Tensor) -> Tensor:
@@ -104,7 +102,7 @@ class Debiased(ContrastiveLoss):
         tau_plus: τ⁺ ∈ [0, 1), the class prior (default 0.1, the authors' ``main.py``).
     """
 
-    def __init__(self, temperature: Temperature = 0.5, tau_plus: float = 0.1) -> None:
+    def __init__(self, temperature: Temperature = 0.5, tau_plus: UnitIntervalOpenAbove = 0.1) -> None:
         super().__init__()
         self.temperature = check_temperature(temperature, type(self).__name__)
         self.tau_plus = check_class_prior(tau_plus, type(self).__name__)
@@ -115,8 +113,7 @@ class Debiased(ContrastiveLoss):
     def chance_value(self, pos_mask: Tensor, neg_mask: Tensor) -> Tensor:
         return one_per_pair_chance(pos_mask, neg_mask)
 
-    def terms(self, handover: MaskedSimilarities, with_stats: bool) -> LossTerms:
-        tau = self.tau(handover)
+    def terms(self, handover: MaskedSimilarities, tau: Tau, with_stats: bool) -> LossTerms:
         logits = handover.sim.float() / tau
         per_anchor = debiased_loss(logits, handover.pos_mask, handover.neg_mask, self.tau_plus, tau)
         return LossTerms(mean_over_anchors(per_anchor, handover.pos_mask.any(dim=1)), logits=logits)

@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
-import numbers
 from fractions import Fraction
 
 from torch import Tensor
 
+from ssl_app.checks import OpenUnitInterval, PositiveInt, check
 from ssl_app.errors import ConfigError
 from ssl_app.losses.base import (
     ContrastiveLoss,
     LossTerms,
     MaskedSimilarities,
+    Tau,
     Temperature,
     check_num_negatives,
     check_temperature,
@@ -20,7 +21,7 @@ from ssl_app.losses.base import (
     top_k_negatives,
     uniform_softmax_loss,
 )
-from ssl_app.registry import LOSSES
+from ssl_app.losses.registry import LOSSES
 
 # A quantile is read as the nearest fraction with at most this denominator, so that the
 # per-anchor count ceil(q · n) is computed in exact integer arithmetic on the device.
@@ -89,8 +90,8 @@ class HardContrastive(ContrastiveLoss):
     def __init__(
         self,
         temperature: Temperature = 0.5,
-        num_negatives: int | None = None,
-        quantile: float | None = None,
+        num_negatives: PositiveInt | None = None,
+        quantile: OpenUnitInterval | None = None,
     ) -> None:
         super().__init__()
         self.temperature = check_temperature(temperature, "HardContrastive")
@@ -103,10 +104,8 @@ class HardContrastive(ContrastiveLoss):
         self.quantile: float | None = None
         self._fraction: tuple[int, int] | None = None
         if quantile is not None:
-            if isinstance(quantile, bool) or not isinstance(quantile, numbers.Real) or not 0 < quantile < 1:
-                raise ConfigError(f"HardContrastive: quantile must be in (0, 1), got {quantile!r}")
-            fraction = Fraction(float(quantile)).limit_denominator(_QUANTILE_MAX_DENOMINATOR)
-            self.quantile = float(quantile)
+            self.quantile = check(OpenUnitInterval, quantile, "HardContrastive: quantile")
+            fraction = Fraction(self.quantile).limit_denominator(_QUANTILE_MAX_DENOMINATOR)
             self._fraction = (fraction.numerator, fraction.denominator)
 
     def hparams(self) -> dict[str, object]:
@@ -125,9 +124,9 @@ class HardContrastive(ContrastiveLoss):
         assert self._fraction is not None
         return upper_quantile_negatives(sim, neg_mask, *self._fraction)
 
-    def terms(self, handover: MaskedSimilarities, with_stats: bool) -> LossTerms:
+    def terms(self, handover: MaskedSimilarities, tau: Tau, with_stats: bool) -> LossTerms:
         sim32 = handover.sim.float()
-        logits = sim32 / self.tau(handover)
+        logits = sim32 / tau
         kept = self.select_negatives(sim32, handover.neg_mask)
         per_anchor, has_pos = masked_info_nce(logits, handover.pos_mask, kept)
         return LossTerms(mean_over_anchors(per_anchor, has_pos), logits=logits, used_negatives=kept)

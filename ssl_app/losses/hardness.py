@@ -22,14 +22,17 @@ penalty in total (no positive, no negative) are left out.
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Optional
+from collections.abc import Callable
+from typing import Optional
 
 import torch
 from torch import Tensor
 from torchmetrics import Metric
 
-if TYPE_CHECKING:
-    from ssl_app.losses.base import ContrastiveLoss, MaskedSimilarities
+from ssl_app.handover import MaskedSimilarities
+
+#: A loss's value on a hand-over (its ``terms`` with the step's τ, without diagnostics): what the shares differentiate.
+LossValue = Callable[[MaskedSimilarities], Tensor]
 
 #: Equal similarity bins over [−1, 1] (width 0.1): coarse enough that each bin of a batch of 256
 #: holds many negatives, fine enough to show the exp(s/τ) slope of τ = 0.1.
@@ -46,17 +49,18 @@ def bin_edges() -> Tensor:
     return torch.linspace(LOW, HIGH, BINS + 1, dtype=torch.float64)
 
 
-def negative_shares(loss: ContrastiveLoss, handover: MaskedSimilarities) -> Optional[Tensor]:
+def negative_shares(value_of: LossValue, handover: MaskedSimilarities) -> Optional[Tensor]:
     """``w`` [N, M]: each negative's share of its anchor's penalty (module docstring), 0 off the
     negatives and on anchors whose negatives receive no penalty; ``None`` when the loss does not
-    depend on ``sim`` or autograd cannot run (inference mode)."""
+    depend on ``sim`` or autograd cannot run (inference mode). ``value_of``: the loss's value on a
+    hand-over (:data:`LossValue`), called once, on the similarities detached from the encoder."""
     if torch.is_inference_mode_enabled():
         return None
     with torch.enable_grad(), torch.autocast(device_type=handover.sim.device.type, enabled=False):
         sim = handover.sim.detach().float().requires_grad_(True)
         features = handover.anchor_features
         detached = dataclasses.replace(handover, sim=sim, anchor_features=None if features is None else features.detach())
-        value = loss.terms(detached, with_stats=False).value
+        value = value_of(detached)
         if not value.requires_grad:
             return None
         (grad,) = torch.autograd.grad(value, sim, allow_unused=True)
@@ -83,9 +87,9 @@ def profile_of(shares: Tensor, handover: MaskedSimilarities) -> Tensor:
     return profile
 
 
-def hardness_profile(loss: ContrastiveLoss, handover: MaskedSimilarities) -> Optional[Tensor]:
+def hardness_profile(value_of: LossValue, handover: MaskedSimilarities) -> Optional[Tensor]:
     """One step's profile, [2, BINS] (sums of shares, counts), or ``None`` (``negative_shares``)."""
-    shares = negative_shares(loss, handover)
+    shares = negative_shares(value_of, handover)
     return None if shares is None else profile_of(shares, handover)
 
 

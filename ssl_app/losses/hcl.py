@@ -3,22 +3,20 @@ importance-weighted towards the hard ones."""
 
 from __future__ import annotations
 
-import math
-import numbers
-
 from torch import Tensor
 
-from ssl_app.errors import ConfigError
+from ssl_app.checks import NonNegativeFinite, UnitIntervalOpenAbove, check
 from ssl_app.losses.base import (
     ContrastiveLoss,
     LossTerms,
     MaskedSimilarities,
+    Tau,
     Temperature,
     check_temperature,
     mean_over_anchors,
 )
 from ssl_app.losses.debiased import check_class_prior, debiased_loss, one_per_pair_chance
-from ssl_app.registry import LOSSES
+from ssl_app.losses.registry import LOSSES
 
 
 @LOSSES.register
@@ -50,12 +48,12 @@ class HCL(ContrastiveLoss):
         tau_plus: τ⁺ ∈ [0, 1), the class prior (default 0.1, the authors' ``image/main.py``).
     """
 
-    def __init__(self, temperature: Temperature = 0.5, beta: float = 1.0, tau_plus: float = 0.1) -> None:
+    def __init__(
+        self, temperature: Temperature = 0.5, beta: NonNegativeFinite = 1.0, tau_plus: UnitIntervalOpenAbove = 0.1
+    ) -> None:
         super().__init__()
         self.temperature = check_temperature(temperature, "HCL")
-        if isinstance(beta, bool) or not isinstance(beta, numbers.Real) or not 0 <= beta < math.inf:
-            raise ConfigError(f"HCL: beta must be >= 0 and finite, got {beta!r}")
-        self.beta = float(beta)
+        self.beta = check(NonNegativeFinite, beta, "HCL: beta")
         self.tau_plus = check_class_prior(tau_plus, "HCL")
 
     def hparams(self) -> dict[str, object]:
@@ -64,8 +62,7 @@ class HCL(ContrastiveLoss):
     def chance_value(self, pos_mask: Tensor, neg_mask: Tensor) -> Tensor:
         return one_per_pair_chance(pos_mask, neg_mask)
 
-    def terms(self, handover: MaskedSimilarities, with_stats: bool) -> LossTerms:
-        tau = self.tau(handover)
+    def terms(self, handover: MaskedSimilarities, tau: Tau, with_stats: bool) -> LossTerms:
         logits = handover.sim.float() / tau
         pos_mask, neg_mask = handover.pos_mask, handover.neg_mask
         per_anchor = debiased_loss(logits, pos_mask, neg_mask, self.tau_plus, tau, beta=self.beta)

@@ -10,8 +10,8 @@ from torch import Tensor
 
 from ssl_app import distributed
 from ssl_app.errors import ConfigError
-from ssl_app.losses.base import ContrastiveLoss, LossTerms, MaskedSimilarities, mean_over_anchors
-from ssl_app.registry import LOSSES
+from ssl_app.losses.base import ContrastiveLoss, LossTerms, MaskedSimilarities, Tau, mean_over_anchors
+from ssl_app.losses.registry import LOSSES
 
 
 def global_log_mean_exp(values: Tensor, mask: Tensor) -> Tensor:
@@ -83,7 +83,7 @@ class Hypersphere(ContrastiveLoss):
     def hparams(self) -> dict[str, object]:
         return {"lam": self.lam, "alpha": self.alpha, "t": self.t}
 
-    def terms(self, handover: MaskedSimilarities, with_stats: bool) -> LossTerms:
+    def terms(self, handover: MaskedSimilarities, tau: Tau, with_stats: bool) -> LossTerms:
         sim, pos_mask, neg_mask = handover.sim.float(), handover.pos_mask, handover.neg_mask
         # 2 − 2s rounds below 0 for s just above 1; a floor keeps the power's gradient finite for α < 2.
         distance = torch.where(pos_mask, 2 - 2 * sim, 1.0).clamp_min(1e-12)

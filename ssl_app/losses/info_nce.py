@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional, Union
+from typing import Union
 
 import torch
 from torch import Tensor
@@ -13,18 +13,27 @@ from ssl_app.losses.base import (
     ContrastiveLoss,
     LossTerms,
     MaskedSimilarities,
+    Tau,
     Temperature,
     check_temperature,
     masked_info_nce,
     mean_over_anchors,
     uniform_softmax_loss,
 )
-from ssl_app.registry import LOSSES
+from ssl_app.losses.registry import LOSSES
+
+#: Where a hand-over's ``mask_memo`` keeps InfoNCE's plan of its masks.
+PLAN_KEY = "InfoNCE.plan"
 
 
 @dataclass(frozen=True)
 class MaskPlan:
     """What InfoNCE reads from a ``(pos_mask, neg_mask)`` pair, precomputed once for reused masks.
+
+    Methods hand the same mask tensors to every step when the masks depend only on shapes
+    (``ContrastiveMethod.cached_masks``), with a ``mask_memo`` that lives as long as they do: the
+    plan is built there on the first call and read on the later ones. Masks made for one step
+    (labels, a filling queue) come without a memo and take the masked path.
 
     With ``bias`` = 0 on A(i) and a large negative constant elsewhere, and ``weight`` =
     1/|P(i)| on P(i) (0 elsewhere, so 0 on whole rows without a positive):
@@ -59,36 +68,6 @@ class MaskPlan:
         return -torch.linalg.vecdot(log_prob, self.weight).sum() / self.anchors
 
 
-class MaskPlanCache:
-    """The :class:`MaskPlan` of the mask pair a loss saw last, built when the same pair comes back.
-
-    Methods hand the same mask tensors to every step when the masks depend only on shapes
-    (``ContrastiveMethod.cached_masks``), so the second call with the very same, unmodified
-    tensors builds the plan and later calls reuse it. Masks built anew each step (labels, a
-    filling queue) never match and cost nothing extra. Identity is checked with the tensors'
-    version counters, so masks edited in place are planned again; inference tensors (masks made
-    under ``torch.inference_mode``) have none and are never planned.
-    """
-
-    def __init__(self) -> None:
-        self._masks: Optional[tuple[Tensor, Tensor]] = None
-        self._versions: tuple[int, int] = (-1, -1)
-        self._plan: Optional[MaskPlan] = None
-
-    def get(self, pos_mask: Tensor, neg_mask: Tensor) -> Optional[MaskPlan]:
-        """The plan for these masks if they are the previous call's (``None`` the first time)."""
-        if pos_mask.is_inference() or neg_mask.is_inference():
-            return None  # no version counter to tell an edit; evaluation is not the hot path
-        versions = (pos_mask._version, neg_mask._version)
-        last = self._masks
-        if last is not None and last[0] is pos_mask and last[1] is neg_mask and self._versions == versions:
-            if self._plan is None:
-                self._plan = MaskPlan.of(pos_mask, neg_mask)
-            return self._plan
-        self._masks, self._versions, self._plan = (pos_mask, neg_mask), versions, None
-        return None
-
-
 @LOSSES.register
 class InfoNCE(ContrastiveLoss):
     """InfoNCE / NT-Xent with temperature τ over a similarity matrix.
@@ -116,7 +95,6 @@ class InfoNCE(ContrastiveLoss):
     def __init__(self, temperature: Temperature = 0.5) -> None:
         super().__init__()
         self.temperature = check_temperature(temperature, type(self).__name__)
-        self.mask_plans = MaskPlanCache()
 
     def hparams(self) -> dict[str, object]:
         return {"temperature": self.temperature_setting()}
@@ -124,11 +102,15 @@ class InfoNCE(ContrastiveLoss):
     def chance_value(self, pos_mask: Tensor, neg_mask: Tensor) -> Tensor:
         return uniform_softmax_loss(pos_mask, neg_mask)
 
-    def terms(self, handover: MaskedSimilarities, with_stats: bool) -> LossTerms:
+    def terms(self, handover: MaskedSimilarities, tau: Tau, with_stats: bool) -> LossTerms:
         sim, pos_mask, neg_mask = handover.sim, handover.pos_mask, handover.neg_mask
-        tau = self.tau(handover)
-        plan = self.mask_plans.get(pos_mask, neg_mask)
-        if plan is not None:  # masks reused from the previous step (MaskPlanCache)
+        memo = handover.mask_memo
+        # Masks reused from step to step: their plan lives beside them. Not from inference tensors (validation's
+        # masks), which a training step could not save for backward; evaluation is not the hot path.
+        if memo is not None and not (pos_mask.is_inference() or neg_mask.is_inference()):
+            plan = memo.get(PLAN_KEY)
+            if plan is None:
+                plan = memo[PLAN_KEY] = MaskPlan.of(pos_mask, neg_mask)
             value = plan.mean_loss(sim, tau)
         else:
             per_anchor, has_pos = masked_info_nce(sim.float() / tau, pos_mask, neg_mask)

@@ -6,16 +6,18 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from ssl_app.checks import ClosedUnitInterval
 from ssl_app.errors import ConfigError
 from ssl_app.losses.base import (
     ContrastiveLoss,
     LossTerms,
     MaskedSimilarities,
+    Tau,
     Temperature,
     check_temperature,
     mean_over_anchors,
 )
-from ssl_app.registry import LOSSES
+from ssl_app.losses.registry import LOSSES
 from ssl_app.temperature import Adaptive, TemperaturePolicy
 from ssl_app.temperature.adaptive import adaptive_temperature, check_stays_positive, check_unit_interval, global_mean_positive
 
@@ -55,7 +57,7 @@ class MACL(ContrastiveLoss):
             be < 1, so that τ > 0 for every Ā⁺ ≥ −1.
     """
 
-    def __init__(self, temperature: Temperature = 0.1, alpha: float = 0.5, a_0: float = 0.0) -> None:
+    def __init__(self, temperature: Temperature = 0.1, alpha: ClosedUnitInterval = 0.5, a_0: ClosedUnitInterval = 0.0) -> None:
         super().__init__()
         self.alpha = check_unit_interval(alpha, "MACL: alpha")
         self.a_0 = check_unit_interval(a_0, "MACL: a_0")
@@ -83,9 +85,9 @@ class MACL(ContrastiveLoss):
         mean = per_anchor.sum() / has_pos.sum().clamp_min(1)
         return torch.where(has_pos.any(), mean, float("nan"))
 
-    def terms(self, handover: MaskedSimilarities, with_stats: bool) -> LossTerms:
+    def terms(self, handover: MaskedSimilarities, tau: Tau, with_stats: bool) -> LossTerms:
         sim, pos_mask, neg_mask = handover.sim.float(), handover.pos_mask, handover.neg_mask
-        logits = sim / self.tau(handover)
+        logits = sim / tau
         num_pos = pos_mask.sum(dim=1)
         has_pos = num_pos > 0
         # As in masked_info_nce: excluded entries at -inf, or at 0 in a row without a positive.

@@ -3,25 +3,27 @@
 from __future__ import annotations
 
 import math
-import numbers
 from collections.abc import Sequence
 from typing import Any, Optional
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torchmetrics.classification import MulticlassAccuracy
 
+from ssl_app.checks import NonNegativeFinite, NonNegativeInt, check, check_all, int_at_least, is_a
 from ssl_app.errors import ConfigError
 from ssl_app.losses.base import (
     ContrastiveLoss,
     LossTerms,
     MaskedSimilarities,
+    Tau,
     Temperature,
     check_temperature,
     masked_mean,
     mean_over_anchors,
 )
-from ssl_app.registry import LOSSES
+from ssl_app.losses.registry import LOSSES
 
 
 def log_class_prior(class_counts: Sequence[int]) -> Tensor:
@@ -29,10 +31,10 @@ def log_class_prior(class_counts: Sequence[int]) -> Tensor:
 
     Raises ``ConfigError`` unless the counts are integers >= 0 with a positive total.
     """
-    counts = list(class_counts)
-    if not counts or any(isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 0 for n in counts):
-        raise ConfigError(f"PaCo: class_counts must be a non-empty list of integers >= 0, got {class_counts!r}")
-    total = sum(int(n) for n in counts)
+    counts = check_all(NonNegativeInt, class_counts, "PaCo: class_counts")
+    if not counts:
+        raise ConfigError(f"PaCo: class_counts must be a non-empty list, got {class_counts!r}")
+    total = sum(counts)
     if total == 0:
         raise ConfigError("PaCo: class_counts are all 0; the prior needs at least one training sample")
     return torch.tensor([math.log(n / total) if n > 0 else -math.inf for n in counts], dtype=torch.float32)
@@ -106,21 +108,20 @@ class PaCo(ContrastiveLoss):
     def __init__(
         self,
         temperature: Temperature = 0.05,
-        alpha: float = 0.05,
+        alpha: NonNegativeFinite = 0.05,
         class_counts: Optional[list[int]] = None,
         normalise_weights: bool = True,
         num_classes: Optional[int] = None,
     ) -> None:
         super().__init__()
         self.temperature = check_temperature(temperature, "PaCo")
-        if isinstance(alpha, bool) or not isinstance(alpha, numbers.Real) or not 0 <= alpha < math.inf:
-            raise ConfigError(f"PaCo: alpha must be >= 0 and finite, got {alpha!r}")
-        if num_classes is not None and (isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 2):
-            raise ConfigError(f"PaCo: num_classes must be an int >= 2 or null, got {num_classes!r}")
-        self.alpha = float(alpha)
+        self.alpha = check(NonNegativeFinite, alpha, "PaCo: alpha")
+        num_classes = check(int_at_least(2), num_classes, "PaCo: num_classes", none=True)
         self.normalise_weights = bool(normalise_weights)
         self.register_buffer("log_prior", torch.empty(0))
         self.classifier: Optional[nn.Linear] = None
+        #: The centres' top-1 on validation and test anchors (``evaluation_metrics``), built with the centres.
+        self.classifier_top1: Optional[nn.ModuleDict] = None
         self._wanted_classes = num_classes
         self._given_counts = None if class_counts is None else list(class_counts)
         if class_counts is not None:
@@ -147,7 +148,7 @@ class PaCo(ContrastiveLoss):
         """Build the centres for ``feature_dim``-wide features and, in ``fit``, set the prior from the
         datamodule's ``class_counts``; counts given to the loss must agree with them."""
         width = self.num_classes or num_classes
-        if isinstance(width, bool) or not isinstance(width, int) or width < 2:
+        if not is_a(int_at_least(2), width):
             raise ConfigError(
                 "PaCo needs the number of classes: set model.init_args.loss.init_args.num_classes (the datamodule does "
                 "not say how many classes it has)"
@@ -157,6 +158,10 @@ class PaCo(ContrastiveLoss):
         if self.classifier is None:
             device = self.log_prior.device
             self.classifier = nn.Linear(feature_dim, width).to(device)
+        if self.classifier_top1 is None:
+            self.classifier_top1 = nn.ModuleDict(
+                {split: MulticlassAccuracy(width, top_k=1, average="micro", ignore_index=-1) for split in ("val", "test")}
+            ).to(self.log_prior.device)
         elif self.classifier.in_features != feature_dim:
             raise ConfigError(
                 f"PaCo: the centres are {self.classifier.in_features}-d but the backbone gives {feature_dim}-d features"
@@ -191,6 +196,14 @@ class PaCo(ContrastiveLoss):
         with torch.autocast(device_type=features.device.type, enabled=False):
             return F.linear(features.float(), self.classifier.weight.float(), self.classifier.bias.float())
 
+    def evaluation_metrics(self, handover: MaskedSimilarities, stage: str) -> dict[str, Any]:
+        """``classifier_top1``: the centres' top-1 (no prior) on the batch's anchors, updated with them (val/test)."""
+        if self.classifier_top1 is None or handover.anchor_features is None or handover.anchor_labels is None:
+            return {}
+        metric = self.classifier_top1[stage]
+        metric.update(self.classify(handover.anchor_features.detach()), handover.anchor_labels)
+        return {"classifier_top1": metric}
+
     def upgrade_state_dict(self, state_dict: dict[str, Any], prefix: str) -> None:
         """Checkpoints written before the centres moved into the loss kept them as the method's
         ``classifier.*``: move those keys under this loss's ``prefix`` (in place)."""
@@ -211,11 +224,11 @@ class PaCo(ContrastiveLoss):
         super()._load_from_state_dict(state_dict, prefix, *rest)
 
     # --- the loss --------------------------------------------------------------------------
-    def terms(self, handover: MaskedSimilarities, with_stats: bool) -> LossTerms:
+    def terms(self, handover: MaskedSimilarities, tau: Tau, with_stats: bool) -> LossTerms:
         sim, pos_mask, neg_mask = handover.sim, handover.pos_mask, handover.neg_mask
         n = sim.shape[0]
         features, anchor_labels = handover.anchor_features, handover.anchor_labels
-        sample_logits = sim.float() / self.tau(handover)
+        sample_logits = sim.float() / tau
         sample_weights = pos_mask.float() * self.alpha
         sample_valid = pos_mask | neg_mask
         if features is None:  # no anchors' features: the sample terms alone (α × SupCon, tested)

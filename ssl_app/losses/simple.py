@@ -2,22 +2,20 @@
 
 from __future__ import annotations
 
-import math
-import numbers
-
 import torch
 from torch import Tensor
 
-from ssl_app.errors import ConfigError
+from ssl_app.checks import PositiveFinite, PositiveInt, check
 from ssl_app.losses.base import (
     ContrastiveLoss,
     LossTerms,
     MaskedSimilarities,
+    Tau,
     check_num_negatives,
     mean_over_anchors,
     top_k_negatives,
 )
-from ssl_app.registry import LOSSES
+from ssl_app.losses.registry import LOSSES
 
 
 def linear_contrast_chance(pos_mask: Tensor, neg_mask: Tensor) -> Tensor:
@@ -80,11 +78,9 @@ class Simple(ContrastiveLoss):
 
     examples = ({}, {"lam": 0.5})
 
-    def __init__(self, lam: float | None = None) -> None:
+    def __init__(self, lam: PositiveFinite | None = None) -> None:
         super().__init__()
-        if lam is not None and (isinstance(lam, bool) or not isinstance(lam, numbers.Real) or not 0 < lam < math.inf):
-            raise ConfigError(f"Simple: lam must be > 0 and finite (or None for the mean over negatives), got {lam!r}")
-        self.lam = None if lam is None else float(lam)
+        self.lam = check(PositiveFinite, lam, "Simple: lam", none=True)  # None: the mean over negatives
 
     def hparams(self) -> dict[str, object]:
         return {"lam": self.lam}
@@ -92,7 +88,7 @@ class Simple(ContrastiveLoss):
     def chance_value(self, pos_mask: Tensor, neg_mask: Tensor) -> Tensor | None:
         return linear_contrast_chance(pos_mask, neg_mask) if self.lam is None else None
 
-    def terms(self, handover: MaskedSimilarities, with_stats: bool) -> LossTerms:
+    def terms(self, handover: MaskedSimilarities, tau: Tau, with_stats: bool) -> LossTerms:
         per_anchor, has_pos = linear_contrast(handover.sim, handover.pos_mask, handover.neg_mask, self.lam)
         return LossTerms(mean_over_anchors(per_anchor, has_pos))  # logits None: every negative the same penalty
 
@@ -121,7 +117,7 @@ class HardSimple(ContrastiveLoss):
 
     examples = ({"num_negatives": 3},)
 
-    def __init__(self, num_negatives: int) -> None:
+    def __init__(self, num_negatives: PositiveInt) -> None:
         super().__init__()
         self.num_negatives = check_num_negatives(num_negatives, "HardSimple")
 
@@ -132,7 +128,7 @@ class HardSimple(ContrastiveLoss):
         """0 (NaN when undefined: ``linear_contrast_chance``); ``neg_mask`` is the kept H."""
         return linear_contrast_chance(pos_mask, neg_mask)
 
-    def terms(self, handover: MaskedSimilarities, with_stats: bool) -> LossTerms:
+    def terms(self, handover: MaskedSimilarities, tau: Tau, with_stats: bool) -> LossTerms:
         sim32 = handover.sim.float()
         kept = top_k_negatives(sim32, handover.neg_mask, self.num_negatives)
         per_anchor, has_pos = linear_contrast(sim32, handover.pos_mask, kept, None)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import torch
 
-from ssl_app.losses.base import LossTerms, MaskedSimilarities, Temperature, masked_mean
+from ssl_app.losses.base import LossTerms, MaskedSimilarities, Tau, Temperature, masked_mean
 from ssl_app.losses.info_nce import InfoNCE
-from ssl_app.registry import LOSSES
+from ssl_app.losses.registry import LOSSES
 
 
 @LOSSES.register
@@ -39,9 +39,9 @@ class SupCon(InfoNCE):
     def __init__(self, temperature: Temperature = 0.1) -> None:
         super().__init__(temperature)
 
-    def terms(self, handover: MaskedSimilarities, with_stats: bool) -> LossTerms:
+    def terms(self, handover: MaskedSimilarities, tau: Tau, with_stats: bool) -> LossTerms:
         # InfoNCE already averages over several positives and skips anchors without one.
-        terms = super().terms(handover, with_stats)
+        terms = super().terms(handover, tau, with_stats)
         if with_stats:
             with torch.no_grad():
                 has_pos = handover.pos_mask.any(dim=1)

@@ -6,38 +6,27 @@ matrix and masks that every loss strategy reads (``ssl_app.losses.base``, where 
 
 from __future__ import annotations
 
-import contextlib
-import copy
 import dataclasses
-import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import Any, ClassVar, Literal, Optional, Union
 
 import lightning as L
 import torch
-import torch.nn.functional as F
 from jsonargparse import lazy_instance
-from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor, nn
-from torchmetrics import MeanMetric
-from torchmetrics.classification import MulticlassAccuracy
 
 from ssl_app.errors import ConfigError
+from ssl_app.handover import MaskedSimilarities
 from ssl_app.losses import ContrastiveLoss, InfoNCE
-from ssl_app.losses.base import LossResult, MaskedSimilarities
-from ssl_app.losses.hardness import HardnessProfile, write_profile
-from ssl_app.models import BackboneName, build_backbone, build_projection_head, channels_last_pays
+from ssl_app.losses.base import LossResult, own_copy
+from ssl_app.methods.masks import MaskCache
+from ssl_app.methods.observer import LossObserver
+from ssl_app.models import BackboneName, build_backbone, build_projection_head, channels_last_pays, eager
 from ssl_app.models.backbones import NormName
-from ssl_app.optim import Optimization, run_length
-from ssl_app.runs.changes import OnChange
-from ssl_app.temperature import Progress
-
-#: Where a checkpoint keeps the mean training loss of the epoch it was saved in.
-TRAIN_LOSS_KEY = "ssl_app_train_loss_mean"
-#: Loss diagnostics that stay constant in most runs: written to the loggers when they change (``ssl_app.runs.changes``).
-LOGGED_ON_CHANGE = ("loss/chance", "loss/used_negatives", "loss/temperature")
+from ssl_app.models.encoder import EncoderPass, compiled_encoder, encode_with
+from ssl_app.optim import Optimization, configure, progress
 
 
 class ContrastiveMethod(L.LightningModule, ABC):
@@ -68,18 +57,18 @@ class ContrastiveMethod(L.LightningModule, ABC):
             on an H200 in bf16, benchmarks/README.md; PyTorch's default layout on other devices:
             ``models.channels_last_pays``). The numbers are the same either way to rounding,
             and checkpoints load into either layout.
-        compile: compile the backbone(s) with ``torch.compile`` at the start of the run (the first
-            steps then take longer while it compiles; needs a C++ compiler on the CPU). Training
-            steps only: validation, test and the callbacks' evaluation passes run the eager code
-            (:meth:`uncompiled`), so an evaluation compiles nothing.
+        compile: ``torch.compile`` each encoder pass (backbone, head, normalisation: one graph,
+            :meth:`run_encoder`; the loss stays eager) at the start of the run (needs a C++ compiler
+            on the CPU). Training steps only: validation, test and the callbacks' evaluation passes
+            run the eager code (``models.eager``), so nothing recompiles for an evaluation.
 
     The loss is called one way, ``loss(contrast, with_stats)`` (``ssl_app.losses.base``); the
-    method asks for its diagnostics on the steps whose values reach the logger and logs them as
-    ``loss/<key>``, and sums the steps' hardness profiles (``ssl_app.losses.hardness``) into one per
-    epoch, logged at the epoch's end as the TensorBoard histograms ``hardness/*``. A loss that owns
-    parameters sized by the data (``ContrastiveLoss.prepare``) receives the backbone's feature width
-    and the datamodule's class counts at every ``setup``; a loss that can classify (``classify``,
-    PaCo's centres) makes :attr:`class_logits` available and ``{val,test}/classifier_top1`` logged.
+    method asks for its diagnostics on the steps whose values reach the logger, and its
+    :class:`~ssl_app.methods.observer.LossObserver` (``self.observer``) logs what it returns: the
+    method trains, the observer observes. A loss that owns parameters sized by the data
+    (``ContrastiveLoss.prepare``) receives the backbone's feature width and the datamodule's class
+    counts at every ``setup``; a loss that can classify (``classify``, PaCo's centres) makes
+    :attr:`class_logits` available.
     """
 
     train_views: int = 2
@@ -89,10 +78,6 @@ class ContrastiveMethod(L.LightningModule, ABC):
     #: batches of 4 to 8): ``{}``, the defaults, unless the method has required arguments or its
     #: defaults do not fit such data (tests/generic.py, docs/extending.md).
     examples: ClassVar[tuple[dict[str, Any], ...]] = ({},)
-    #: The last training step's ``(loss, chance value)``, detached, on the steps whose loss computed
-    #: its diagnostics and declares a chance value (``ContrastiveLoss.chance_value``); ``None`` on
-    #: the others. ``callbacks.EmbeddingMetrics`` reads it for its loss-at-chance rule.
-    loss_and_chance: Optional[tuple[Tensor, Tensor]] = None
 
     def __init__(
         self,
@@ -114,38 +99,32 @@ class ContrastiveMethod(L.LightningModule, ABC):
         if not (isinstance(channels_last, bool) or channels_last == "auto"):
             raise ConfigError(f"model.channels_last must be true, false or auto, got {channels_last!r}")
         self.save_hyperparameters(ignore=["loss"])
-        self.loss = _own_loss(loss)
+        self.loss = own_copy(loss)
         self.optim = dataclasses.replace(optim)  # a copy: the default instance is shared
         self.embedding_dim = proj_dim
         self.backbone, self.feature_dim = build_backbone(backbone, backbone_norm)
         self.projection_head = build_projection_head(
             self.feature_dim, proj_hidden_dim, proj_dim, proj_layers, proj_batch_norm, proj_output_batch_norm
         )
-        self._mask_cache: dict[tuple, tuple[Tensor, Tensor]] = {}
+        self.masks = MaskCache()
         self.channels_last = channels_last
         # The layout in force: "auto" stays contiguous until ``setup`` knows the device.
         self.memory_format = torch.channels_last if channels_last is True else torch.contiguous_format
         self.compile_backbone = bool(compile)
         self._compiled = False
-        self.classifier_top1: Optional[nn.ModuleDict] = None
-        # The epoch's mean training loss, kept by us rather than by Lightning's logger connector so that
-        # a checkpoint saved mid-epoch carries it (see ``on_save_checkpoint``); "disable": no NaN check,
-        # which would sync with the host every step (the health check watches the loss instead). Each
-        # process's own mean, as Lightning's unsynced epoch value was: a synced compute would gather
-        # whenever any rank first reads ``callback_metrics``, which the ranks do not do in step.
-        self.train_loss_mean = MeanMetric(nan_strategy="disable", sync_on_compute=False)
-        self._resumed_train_loss: Optional[dict[str, Any]] = None
-        # The epoch's measured hardness profile (ssl_app.losses.hardness), from the steps with diagnostics.
-        self.hardness_profile = HardnessProfile()
+        self._encoder: EncoderPass = encode_with  # compiled by ``setup`` with ``compile``
         # The run's optimiser steps (None: no limit), known once the optimiser is configured (Progress.fraction).
         self._run_steps: Optional[int] = None
-        self._last_train_temperature: Union[float, Tensor, None] = None
+        # What is logged and when (a loss that keeps every negative: ``on_train_start`` settles it for one that may not).
+        self.observer = LossObserver(every_negative_used=self.loss.same_as_with_every_negative is None)
+        self.changing_stats = self.observer.changes  # scalars written when they change (MoCo's key momentum too)
 
-        self.changing_stats = OnChange()
-        self._pending_changes: Optional[tuple[dict[str, Tensor], int]] = None
-        # Whether the loss keeps every negative, so ``loss/used_neg_sim`` is ``loss/mean_neg_sim`` (not
-        # logged twice); ``on_train_start`` settles it for a loss that may keep fewer.
-        self.every_negative_used = self.loss.same_as_with_every_negative is None
+    @property
+    def loss_and_chance(self) -> Optional[tuple[Tensor, Tensor]]:
+        """The last training step's ``(loss, chance value)``, detached, on the steps whose loss computed its
+        diagnostics and declares a chance value (``ContrastiveLoss.chance_value``); ``None`` on the others.
+        ``callbacks.EmbeddingMetrics`` reads it for its loss-at-chance rule."""
+        return self.observer.loss_and_chance
 
     # --- encoders -------------------------------------------------------------------------
     def forward(self, images: Tensor) -> Tensor:
@@ -154,8 +133,11 @@ class ContrastiveMethod(L.LightningModule, ABC):
 
     def encode(self, images: Tensor) -> tuple[Tensor, Tensor]:
         """Backbone features [B, feature_dim] and their L2-normalised projections z [B, proj_dim]."""
-        features = self.backbone(self.to_memory_format(images))
-        return features, F.normalize(self.projection_head(features), dim=1)
+        return self.run_encoder(self.backbone, self.projection_head, images)
+
+    def run_encoder(self, backbone: nn.Module, head: nn.Module, images: Tensor) -> tuple[Tensor, Tensor]:
+        """``models.encode_with`` on ``images`` in the encoders' layout: one graph with ``compile``."""
+        return self._encoder(backbone, head, self.to_memory_format(images))
 
     def embed(self, images: Tensor) -> Tensor:
         """L2-normalised projections z [B, proj_dim] (what the loss and the metrics read)."""
@@ -167,10 +149,6 @@ class ContrastiveMethod(L.LightningModule, ABC):
             return images
         return images.contiguous(memory_format=self.memory_format)
 
-    def backbones(self) -> list[torch.nn.Module]:
-        """The image encoders that ``compile`` compiles (MoCo adds its key backbone)."""
-        return [self.backbone]
-
     def setup(self, stage: str) -> None:
         """Give the loss what the data decides (``ContrastiveLoss.prepare``), then apply
         ``channels_last`` and ``compile`` (subclasses call this after changing modules)."""
@@ -181,9 +159,7 @@ class ContrastiveMethod(L.LightningModule, ABC):
         if self.memory_format is torch.channels_last:
             self.to(memory_format=torch.channels_last)
         if self.compile_backbone and not self._compiled:
-            for module in self.backbones():
-                module.compile()  # in place: parameter names and checkpoints stay as they were
-            self._compiled = True
+            self._encoder, self._compiled = compiled_encoder(), True
 
     def _training_device(self) -> torch.device:
         """The Trainer's device (the model may not have moved there yet), else the parameters'."""
@@ -211,11 +187,6 @@ class ContrastiveMethod(L.LightningModule, ABC):
         read_counts = getattr(datamodule, "train_class_counts", None)
         counts = [int(n) for n in read_counts()] if stage == "fit" and callable(read_counts) else None
         self.loss.prepare(self.feature_dim, num_classes, counts, fitting=stage == "fit")
-        classes = getattr(self.loss, "num_classes", None)
-        if callable(getattr(self.loss, "classify", None)) and self.classifier_top1 is None and classes:
-            self.classifier_top1 = nn.ModuleDict(
-                {split: MulticlassAccuracy(classes, top_k=1, average="micro", ignore_index=-1) for split in ("val", "test")}
-            ).to(self.device)
 
     @property
     def class_logits(self) -> Callable[[Tensor], Tensor]:
@@ -247,24 +218,11 @@ class ContrastiveMethod(L.LightningModule, ABC):
         return state_dict
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        """The running mean of this epoch's training loss (sum and weight), with the epoch it belongs to."""
-        state = {name: value.detach().clone() for name, value in self.train_loss_mean.metric_state.items()}
-        checkpoint[TRAIN_LOSS_KEY] = {"epoch": self.current_epoch, "state": state}
+        self.observer.save_to(checkpoint, self.current_epoch)  # this epoch's mean training loss so far
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         self.upgrade_state_dict(checkpoint["state_dict"])
-        self._resumed_train_loss = checkpoint.get(TRAIN_LOSS_KEY)
-
-    def _restore_train_loss_mean(self) -> None:
-        """Resumed mid-epoch: the epoch's mean training loss goes on from the steps before the stop, so
-        ``train/loss_epoch`` equals the uninterrupted run's. A checkpoint of an epoch's end (the
-        resumed run starts the next epoch) or of an older version leaves the mean empty. (Lightning
-        calls no ``on_train_epoch_start`` for an epoch resumed in its middle; ``on_train_start`` runs
-        once the loops are restored, with ``current_epoch`` the resumed one.)"""
-        saved, self._resumed_train_loss = self._resumed_train_loss, None
-        if saved is not None and saved.get("epoch") == self.current_epoch:
-            for name, value in saved["state"].items():
-                setattr(self.train_loss_mean, name, value.to(self.device))
+        self.observer.load_from(checkpoint)
 
     def compute_loss(self, contrast: MaskedSimilarities, with_stats: bool = False) -> LossResult:
         """The loss strategy on the hand-over (one call, one answer)."""
@@ -273,14 +231,9 @@ class ContrastiveMethod(L.LightningModule, ABC):
                 f"{type(self).__name__} does not hand its anchors' features and labels to the loss, which "
                 f"{type(self.loss).__name__} needs (MaskedSimilarities.anchor_features / anchor_labels)"
             )
+        if contrast.mask_memo is None:
+            contrast.mask_memo = self.masks.memo(contrast.pos_mask, contrast.neg_mask)
         return self.loss(contrast, with_stats)
-
-    def _log_classifier_top1(self, contrast: MaskedSimilarities, stage: str) -> None:
-        if self.classifier_top1 is None or contrast.anchor_features is None or contrast.anchor_labels is None:
-            return
-        metric = self.classifier_top1[stage]
-        metric.update(self.loss.classify(contrast.anchor_features.detach()), contrast.anchor_labels)
-        self.log(f"{stage}/classifier_top1", metric, on_epoch=True, batch_size=contrast.anchor_labels.shape[0])
 
     # --- the one method-specific piece -----------------------------------------------------
     @abstractmethod
@@ -300,81 +253,28 @@ class ContrastiveMethod(L.LightningModule, ABC):
     # --- Lightning hooks ------------------------------------------------------------------
     def _step(self, batch: Any, stage: str) -> Union[Tensor, dict[str, Any]]:
         contrast = self.contrast(batch)
-        on_step = stage == "train"
-        # The loss diagnostics are logged per training step, so they are computed only on the
-        # steps whose values the logger keeps (every trainer.log_every_n_steps).
-        result = self.compute_loss(contrast, with_stats=on_step and self._step_is_logged())
-        loss = result.value
-        batch_size = contrast.sim.shape[0]
         if stage == "train":
-            # Not in the progress bar: Lightning turns every prog_bar value into a number after each batch,
-            # a host sync per step on a GPU (the bar shows train/loss_epoch; the loggers get every logged step;
-            # tests/ssl_app/methods/test_loop_syncs.py).
-            self.log("train/loss_step", loss, on_step=True, on_epoch=False, batch_size=batch_size)
-            # Weighted by the batch size as Lightning's epoch mean is (the metric ignores ``weight`` when
-            # its NaN check is disabled, so the value is repeated instead: a view, no copy).
-            self.train_loss_mean.update(loss.detach().expand(batch_size))
-            self.log("train/loss_epoch", self.train_loss_mean, prog_bar=True, on_step=False, on_epoch=True)
-            stats = {f"loss/{key}": value for key, value in result.stats.items()}
-            if stats:
-                self._log_loss_stats(stats, batch_size)
-            if result.hardness is not None:
-                self.hardness_profile.update(result.hardness)
-            chance = result.stats.get("chance")
-            self.loss_and_chance = None if chance is None else (loss.detach(), chance)
-            # The epoch's τ is its last training step's: validation, which runs before on_train_epoch_end,
-            # sets the loss's temperature_in_force too (an adaptive τ: from its own batches).
-            self._last_train_temperature = self.loss.temperature_in_force
-            return loss
-        self.log(f"{stage}/loss", loss, prog_bar=True, on_epoch=True, sync_dist=True, batch_size=batch_size)
-        self._log_classifier_top1(contrast, stage)
+            # The loss diagnostics are logged per training step, so they are computed only on the steps whose
+            # values the logger keeps (every trainer.log_every_n_steps).
+            result = self.compute_loss(contrast, with_stats=self._step_is_logged())
+            self.observer.training_step(self, result, contrast.sim.shape[0])
+            return result.value
+        result = self.compute_loss(contrast)
+        self.observer.evaluation_step(self, result, contrast, stage)
         # Validation/test: hand the view embeddings to callbacks (see ``MaskedSimilarities.views``).
-        return {"loss": loss, "embeddings": contrast.views}
-
-    def _log_loss_stats(self, stats: dict[str, Tensor], batch_size: int) -> None:
-        """Log the step's ``loss/*`` diagnostics: ``loss/used_neg_sim`` only when the loss may drop
-        negatives, and the ``LOGGED_ON_CHANGE`` ones in ``callback_metrics`` every time but written to
-        the loggers only when they change."""
-        if self.every_negative_used:
-            stats.pop("loss/used_neg_sim", None)
-        steady = {tag: stats.pop(tag) for tag in LOGGED_ON_CHANGE if tag in stats}
-        self.log_dict(stats, on_step=True, on_epoch=False, batch_size=batch_size)
-        if steady:
-            self.log_dict(steady, on_step=True, on_epoch=False, batch_size=batch_size, logger=False)
-            self._pending_changes = (steady, self.global_step)  # written in on_train_batch_end
+        return {"loss": result.value, "embeddings": contrast.views}
 
     def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
-        """Write the step's ``LOGGED_ON_CHANGE`` diagnostics that changed: here, once the step's backward
-        and optimiser step are queued, since comparing them reads them on the host (as Lightning's own
-        logging does next), which inside ``training_step`` would stall a GPU before its backward."""
-        pending, self._pending_changes = self._pending_changes, None
-        if pending is not None:
-            self.changing_stats.write(self.loggers, *pending)
+        self.observer.batch_end(self)
 
     def cached_masks(self, key: tuple, build: Callable[[], tuple[Tensor, Tensor]]) -> tuple[Tensor, Tensor]:
-        """``build()``'s ``(pos_mask, neg_mask)``, built once per ``key`` and reused afterwards.
-
-        For masks that depend only on the batch's shape (no labels, no per-step state): the key
-        must name everything they depend on (sizes, rank, world size, device). Losses only read
-        masks, so one pair serves every step; a few shapes are kept (e.g. a last, smaller batch).
-        """
-        masks = self._mask_cache.get(key)
-        if masks is None:
-            if len(self._mask_cache) >= 8:
-                self._mask_cache.clear()
-            masks = self._mask_cache[key] = build()
-        return masks
+        """``build()``'s ``(pos_mask, neg_mask)``, built once per ``key`` (naming everything they depend on: sizes,
+        rank, world size, device) and reused: for masks that depend only on the batch's shape (``MaskCache``)."""
+        return self.masks.get(key, build)
 
     def _step_is_logged(self) -> bool:
-        """Whether values logged with ``on_step=True`` now reach the logger (True without a Trainer)."""
-        trainer = self._trainer
-        if trainer is None:
-            return True
-        try:
-            # Lightning's own rule (every log_every_n_steps, and on the last step before a stop).
-            return bool(trainer._logger_connector.should_update_logs)
-        except AttributeError:  # a Lightning without this property: compute every step
-            return True
+        """Whether values logged with ``on_step=True`` now reach the logger (``LossObserver.logs_this_step``)."""
+        return self.observer.logs_this_step(self._trainer)
 
     def negatives_per_anchor(self, batch_size: int, world_size: int) -> Optional[int]:
         """How many negatives one anchor has in a training step (``None``: unknown); for warnings."""
@@ -390,102 +290,39 @@ class ContrastiveMethod(L.LightningModule, ABC):
         return ignored
 
     def on_train_start(self) -> None:
-        """Name the settings that silently do nothing, once, before the first step (and, resumed, restore
-        the epoch's mean training loss)."""
-        self._restore_train_loss_mean()
-        trainer = self.trainer
-        batch_size = getattr(trainer.datamodule, "batch_size", None) if trainer.datamodule is not None else None
-        kept = getattr(self.loss, "num_negatives", None)
-        available = None if batch_size is None else self.negatives_per_anchor(batch_size, trainer.world_size)
-        same_as = self.loss.same_as_with_every_negative
-        keeps_all = kept is not None and available is not None and kept >= available
-        self.every_negative_used = same_as is None or keeps_all
-        if same_as is not None and keeps_all:
-            rank_zero_warn(
-                f"{type(self.loss).__name__}: num_negatives={kept} keeps every negative: an anchor of "
-                f"{type(self).__name__} has {available} negatives (batch {batch_size} per process × "
-                f"{trainer.world_size} process(es)), so this loss is exactly {same_as}; lower num_negatives"
-            )
+        """Name the settings that silently do nothing, once, before the first step (``LossObserver.train_start``:
+        resumed mid-epoch, the epoch's mean training loss goes on)."""
+        self.observer.train_start(self)
         for option in self.ignored_options():
             rank_zero_warn(f"{type(self).__name__}: model.{option} is ignored")
 
     def on_train_epoch_start(self) -> None:
-        """A new epoch's mean training loss starts empty: a run resumed from a checkpoint written during
-        the previous epoch's validation got that epoch's mean back, which no training step of this
-        process logged, so Lightning never reset it."""
-        self.train_loss_mean.reset()
+        self.observer.epoch_start()
 
     def on_train_epoch_end(self) -> None:
-        """Log ``loss/temperature_epoch`` (the τ of the epoch's last training step; written when it
-        changes, ``ssl_app.runs.changes``) and the epoch's
-        hardness profile, summed over processes (every rank computes it, since the sum is a
-        collective; rank 0 writes it to the first TensorBoard logger), and reset it."""
-        tau, self._last_train_temperature = self._last_train_temperature, None
-        if tau is not None:  # the same on every rank (a global batch's or the progress's): no sync needed
-            # in callback_metrics every epoch; written when it changes (a fixed τ: once)
-            self.log("loss/temperature_epoch", tau, on_step=False, on_epoch=True, logger=False)
-            self.changing_stats.write(self.loggers, {"loss/temperature_epoch": tau}, self.global_step)
-        profile = self.hardness_profile
-        if not profile.update_called:
-            return
-        mean_share, negatives = profile.compute()
-        profile.reset()
-        tensorboard = next((logger for logger in self.loggers if isinstance(logger, TensorBoardLogger)), None)
-        if tensorboard is not None and self.trainer.is_global_zero:
-            write_profile(tensorboard.experiment, mean_share, negatives, self.global_step)
+        self.observer.epoch_end(self)
 
     def training_step(self, batch: Any, batch_idx: int) -> Tensor:
-        self.loss.set_progress(self.progress(batch_idx))
+        self.loss.set_progress(progress(self._trainer, batch_idx, self._run_steps))  # for the loss's τ policy
         return self._step(batch, "train")
 
-    def progress(self, batch_idx: int) -> Progress:
-        """Where training stands at this training step, for the loss's temperature policy: fractional
-        epochs (``current_epoch + batch_idx / batches per epoch``), optimiser steps done
-        (``global_step``) and their fraction of the run (``None`` without a length). Read from the
-        Trainer's restored loop state, so a resumed run (also mid-epoch) goes on where it stopped."""
-        trainer = self._trainer
-        if trainer is None:
-            return Progress()
-        batches = trainer.num_training_batches
-        within = batch_idx / batches if isinstance(batches, int) and batches > 0 else 0.0
-        total = self._run_steps
-        fraction = min(trainer.global_step / total, 1.0) if total else None
-        return Progress(epoch=trainer.current_epoch + within, step=trainer.global_step, fraction=fraction)
-
     def validation_step(self, batch: Any, batch_idx: int) -> dict[str, Any]:
-        with self.uncompiled():
+        with eager():  # the compiled encoder's eager code: no recompile for eval mode and new batch shapes
             return self._step(batch, "val")
 
     def test_step(self, batch: Any, batch_idx: int) -> dict[str, Any]:
-        with self.uncompiled():
+        with eager():
             return self._step(batch, "test")
 
-    def uncompiled(self) -> contextlib.AbstractContextManager:
-        """Inside, compiled backbones (``compile``) run their eager code: validation and test steps
-        would otherwise recompile the training graphs for eval mode and each new batch shape."""
-        return torch.compiler.set_stance("force_eager") if self._compiled else contextlib.nullcontext()
-
     def configure_optimizers(self) -> dict:
-        trainer = self.trainer
-        per_process_batch = getattr(trainer.datamodule, "batch_size", None) or self.optim.reference_batch_size
-        global_batch = per_process_batch * trainer.world_size * trainer.accumulate_grad_batches
-        total_steps = run_length(trainer, self.horizon_needed_by())  # also sizes the train dataloader
-        self._run_steps = total_steps
-        # Optimiser steps per epoch from the dataloader, not total / max_epochs: a run bounded by
-        # max_steps would otherwise place multistep milestones and warm-up at the wrong step.
-        batches = trainer.num_training_batches
-        if math.isfinite(batches):
-            steps_per_epoch = max(math.ceil(batches / trainer.accumulate_grad_batches), 1)
-        else:  # an iterable dataloader without a length
-            steps_per_epoch = max((total_steps or 0) // max(trainer.max_epochs or 1, 1), 1)
-        # total_steps None (no limit): only a schedule that ignores the run's length gets here
-        return self.optim.build(self.parameter_groups(), global_batch, steps_per_epoch, total_steps or 0)
+        optimisers, self._run_steps = configure(self.optim, self.trainer, self.parameter_groups(), self.horizon_needed_by())
+        return optimisers
 
     def parameter_groups(self) -> list[dict[str, Any]]:
         """The optimiser's parameter groups: every parameter, and the loss's temperature policy's (a
         learnable τ) in a group of its own without weight decay. One group when there is none, as
         checkpoints written before temperature policies have."""
-        policy = self.loss._modules.get("temperature")
+        policy = self.loss.temperature_policy
         undecayed = {id(p) for p in policy.parameters()} if policy is not None else set()
         groups = [{"params": [p for p in self.parameters() if id(p) not in undecayed]}]
         if undecayed:
@@ -495,17 +332,6 @@ class ContrastiveMethod(L.LightningModule, ABC):
     def horizon_needed_by(self) -> list[str]:
         """The options that spread over the whole run, so need its length (``trainer.max_epochs`` or ``max_steps``)."""
         return ["model.init_args.optim.schedule=cosine"] if self.optim.schedule == "cosine" else []
-
-
-def _own_loss(loss: ContrastiveLoss) -> ContrastiveLoss:
-    """This model's own loss object: a copy, since the default (jsonargparse's ``lazy_instance``) is one
-    object shared by every model built without a loss, and a real instance of its class, since a
-    copied lazy instance forwards its calls to the original (its own state never changed)."""
-    if callable(getattr(loss, "lazy_get_init_args", None)):
-        lazy = [cls for cls in type(loss).__mro__ if hasattr(cls, "lazy_get_init_args")]
-        real = next(cls for cls in type(loss).__mro__ if issubclass(cls, ContrastiveLoss) and cls not in lazy)
-        return real(**dict(loss.lazy_get_init_args()))
-    return copy.deepcopy(loss)
 
 
 def similarity(anchors: Tensor, candidates: Tensor) -> Tensor:

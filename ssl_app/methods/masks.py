@@ -20,8 +20,9 @@ stay a negative, exactly as in a single process. An id of -1 matches nothing (qu
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, Optional
 
 import torch
 from torch import Tensor
@@ -99,3 +100,30 @@ def contrast_masks(
         positive = positive | (labelled & (anchors.labels[:, None] == candidates.labels[None, :]))
     ignored = is_self if usable is None else is_self | ~usable
     return positive & ~ignored, ~positive & ~ignored
+
+
+class MaskCache:
+    """Masks that depend only on the batch's shape, built once per key and reused, each with its memo.
+
+    The key must name everything the masks depend on (sizes, rank, world size, device). Losses only read
+    masks, so one pair serves every step; a few shapes are kept (e.g. a last, smaller batch). Beside each
+    pair lives a dict, ``MaskedSimilarities.mask_memo``, where a loss keeps what it derives from the masks
+    alone (InfoNCE's plan), so the loss itself keeps nothing between calls.
+    """
+
+    def __init__(self, size: int = 8) -> None:
+        self.size = size
+        self._cached: dict[tuple, tuple[Tensor, Tensor, dict[str, Any]]] = {}
+
+    def get(self, key: tuple, build: Callable[[], tuple[Tensor, Tensor]]) -> tuple[Tensor, Tensor]:
+        """``build()``'s ``(pos_mask, neg_mask)``, built once per ``key`` and reused afterwards."""
+        cached = self._cached.get(key)
+        if cached is None:
+            if len(self._cached) >= self.size:
+                self._cached.clear()
+            cached = self._cached[key] = (*build(), {})
+        return cached[0], cached[1]
+
+    def memo(self, pos_mask: Tensor, neg_mask: Tensor) -> Optional[dict[str, Any]]:
+        """The memo of masks from :meth:`get` (the very tensors), or ``None`` for masks made for one step."""
+        return next((memo for pos, neg, memo in self._cached.values() if pos is pos_mask and neg is neg_mask), None)

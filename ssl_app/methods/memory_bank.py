@@ -16,8 +16,8 @@ from ssl_app.losses import ContrastiveLoss, InfoNCE
 from ssl_app.losses.base import MaskedSimilarities
 from ssl_app.methods.base import ContrastiveMethod, similarity
 from ssl_app.methods.masks import Members, contrast_masks, gathered_views, unmatched, views_of
+from ssl_app.methods.registry import METHODS
 from ssl_app.methods.stores import LabelledBank
-from ssl_app.registry import METHODS
 
 # Seeds of the negatives' generator: seed · stride + step, distinct for any run shorter than 2^32 steps.
 _STEP_STRIDE = 2**32

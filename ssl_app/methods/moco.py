@@ -6,7 +6,6 @@ import copy
 from typing import Any, Literal, Optional
 
 import torch
-import torch.nn.functional as F
 from jsonargparse import lazy_instance
 from lightly.models.utils import deactivate_requires_grad, update_momentum
 from lightly.utils.scheduler import cosine_schedule
@@ -20,10 +19,10 @@ from ssl_app.losses import ContrastiveLoss, InfoNCE
 from ssl_app.losses.base import MaskedSimilarities
 from ssl_app.methods.base import ContrastiveMethod, similarity
 from ssl_app.methods.masks import Members, contrast_masks, gathered_views, unmatched, views_of
+from ssl_app.methods.registry import METHODS
 from ssl_app.methods.stores import LabelledQueue
 from ssl_app.models.split_batchnorm import convert_to_split_batchnorm, has_batch_norm
 from ssl_app.optim import run_length
-from ssl_app.registry import METHODS
 
 MomentumSchedule = Literal["constant", "cosine"]
 KeyBatchNorm = Literal["auto", "split", "shuffle", "sync", "none"]
@@ -156,10 +155,7 @@ class MoCo(ContrastiveMethod):
     def key_embed(self, images: Tensor) -> Tensor:
         """L2-normalised keys [B, proj_dim] of the momentum encoder (no gradient)."""
         with torch.no_grad():
-            return F.normalize(self.key_projection_head(self.key_backbone(self.to_memory_format(images))), dim=1)
-
-    def backbones(self) -> list[nn.Module]:
-        return [self.backbone, self.key_backbone]
+            return self.run_encoder(self.key_backbone, self.key_projection_head, images)[1]
 
     @torch.no_grad()
     def global_keys(self, images: Tensor) -> Tensor:
@@ -337,7 +333,7 @@ class MoCo(ContrastiveMethod):
         self.update_key_encoder(momentum)
         if self._step_is_logged():  # only then: logging a number copies it to the device, a host sync
             self.log("train/key_momentum", momentum, on_step=True, on_epoch=False, batch_size=1, logger=False)
-            # constant without a schedule: written when it changes (ssl_app.runs.changes)
+            # constant without a schedule: written when it changes (ssl_app.io.changes)
             self.changing_stats.write(self.loggers, {"train/key_momentum": momentum}, step)
 
     def on_after_backward(self) -> None:

@@ -10,7 +10,7 @@ from ssl_app import distributed
 from ssl_app.losses.base import MaskedSimilarities
 from ssl_app.methods.base import ContrastiveMethod, similarity
 from ssl_app.methods.masks import contrast_masks, gathered_views, views_of
-from ssl_app.registry import METHODS
+from ssl_app.methods.registry import METHODS
 
 
 @METHODS.register

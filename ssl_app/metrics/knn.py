@@ -31,6 +31,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from torchmetrics import Metric
 
+from ssl_app.checks import PositiveInt, is_a
 from ssl_app.metrics.long_tail import ClassAccuracy
 
 # Default block budget: rows × M similarities per block, 2^24 floats = 64 MB.
@@ -188,10 +189,9 @@ class WeightedKNNAccuracy(Metric):
 
 
 def _check_options(num_classes: int, k: int, temperature: float, name: str = "k") -> None:
-    if not isinstance(num_classes, int) or num_classes < 1:
-        raise ValueError(f"num_classes must be an int >= 1, got {num_classes!r}")
-    if not isinstance(k, int) or isinstance(k, bool) or k < 1:
-        raise ValueError(f"{name} must be an int >= 1, got {k!r}")
+    for option, value in (("num_classes", num_classes), (name, k)):
+        if not is_a(PositiveInt, value):  # a plain ValueError: the callback that passed it on names itself
+            raise ValueError(f"{option} must be an int >= 1, got {value!r}")
     if not isinstance(temperature, (int, float)) or not temperature > 0:
         raise ValueError(f"temperature must be > 0, got {temperature!r}")
 

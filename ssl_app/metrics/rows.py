@@ -11,6 +11,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from ssl_app.checks import PositiveInt, is_a
+
 
 def check_rows(name: str, z: object, min_rows: int) -> None:
     """Raise ``ValueError`` naming ``name`` unless ``z`` is a floating [N, d] tensor, d ≥ 1, N ≥ ``min_rows``."""
@@ -28,7 +30,7 @@ def check_chunk(chunk_size: int | None, default: int) -> int:
     """``chunk_size`` (rows per block), or ``default`` for None; ``ValueError`` unless an int ≥ 1."""
     if chunk_size is None:
         return default
-    if not isinstance(chunk_size, int) or isinstance(chunk_size, bool) or chunk_size < 1:
+    if not is_a(PositiveInt, chunk_size):
         raise ValueError(f"chunk_size must be an int >= 1 or None, got {chunk_size!r}")
     return chunk_size
 

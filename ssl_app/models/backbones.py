@@ -1,13 +1,15 @@
 """Backbones by name: torchvision ResNets (with the CIFAR stem), the CIFAR ResNet-32 and a small CNN for CPU runs.
 
 Each builder returns ``(module, feature_dim)``; the module maps images [B, 3, H, W] to pooled
-features [B, feature_dim]. ``BACKBONES`` (``ssl_app.registry``) lists them: a new backbone is a
+features [B, feature_dim]. ``BACKBONES`` (``ssl_app.models.registry``) lists them: a new backbone is a
 builder ``(norm="batch") -> (module, feature_dim)`` with ``@BACKBONES.register(name=...)`` above
 it, plus its name in ``BackboneName`` (the option's choices, which the CLI checks).
 """
 
 from __future__ import annotations
 
+import contextlib
+import sys
 from collections.abc import Callable
 from typing import Literal, get_args
 
@@ -17,7 +19,7 @@ from torch import Tensor, nn
 from torchvision.models import resnet18, resnet50
 
 from ssl_app.errors import ConfigError
-from ssl_app.registry import BACKBONES
+from ssl_app.models.registry import BACKBONES
 
 BackboneName = Literal["small_cnn", "resnet32_cifar", "resnet18_cifar", "resnet18", "resnet50"]
 NormName = Literal["batch", "group", "none"]
@@ -33,6 +35,17 @@ def channels_last_pays(device: torch.device) -> bool:
     """Whether the backbones train faster in the channels-last layout (NHWC) on ``device``, the
     layout ``channels_last: auto`` picks; elsewhere (MPS, XLA, …: not measured) PyTorch's default."""
     return device.type in CHANNELS_LAST_DEVICES
+
+
+def eager() -> contextlib.AbstractContextManager:
+    """Inside, compiled modules (``compile: true``) run their eager code: ``torch.compiler.set_stance("force_eager")``
+    when anything can have been compiled (dynamo is loaded); else nothing, since importing dynamo for the stance
+    costs a second. Validation, test and the callbacks' evaluation passes run under it: a backbone's graphs were
+    traced in training mode with the training batch's shape, and would otherwise be recompiled for eval mode and
+    each new batch shape (seconds to a minute per evaluation)."""
+    if "torch._dynamo" not in sys.modules:
+        return contextlib.nullcontext()
+    return torch.compiler.set_stance("force_eager")
 
 
 def _norm_layer(norm: NormName, channels: int) -> nn.Module:

@@ -28,7 +28,18 @@ class SplitBatchNorm(nn.modules.batchnorm._BatchNorm):
     BatchNorm's names and shapes, so state dicts load both ways.
 
     Works for [N, C] and [N, C, ...] inputs (the 1-d and 2-d BatchNorms it replaces).
+
+    Two ways to compute the same thing: one ``batch_norm`` over the batch regrouped as [G, S·C, ...]
+    (channel block s holds group s; two copies, one call) or one call per sub-batch (no copy, S
+    calls, and S more in the backward). Vectors are always regrouped. Images are regrouped on an
+    accelerator, where a small model's step waits on the host's kernel launches (MoCo's ResNet-18
+    step: ~1,350 fewer tensor ops with S = 8, benchmarks/overhead.py), and split on the CPU, whose
+    step is bound by the arithmetic and where the copies cost more (benchmarks/kernels.py);
+    :attr:`regroup` overrides the choice.
     """
+
+    #: ``True``: images regrouped for one call; ``False``: one call per sub-batch; ``None``: regrouped off the CPU.
+    regroup: Optional[bool] = None
 
     def __init__(self, num_features: int, num_splits: int, **kwargs) -> None:
         super().__init__(num_features, **kwargs)
@@ -55,12 +66,12 @@ class SplitBatchNorm(nn.modules.batchnorm._BatchNorm):
         # over groups is the new running statistic.
         mean = self.running_mean.repeat(s).view(s, c) if tracking else None
         var = self.running_var.repeat(s).view(s, c) if tracking else None
-        if input.dim() == 2:
+        regroup = self.regroup if self.regroup is not None else input.device.type != "cpu"
+        if input.dim() == 2 or regroup:
             out = self._grouped_as_channels(input, mean, var, factor)
         else:
-            # Images: one batch_norm per sub-batch. A sub-batch is a contiguous slice in both
-            # memory formats, so nothing is permuted and channels_last stays channels_last
-            # (regrouping [N, C, H, W] into [G, S·C, H, W] copies twice, slowest in NHWC).
+            # Images on the CPU: one batch_norm per sub-batch. A sub-batch is a contiguous slice in
+            # both memory formats, so nothing is copied and channels_last stays channels_last.
             stats = zip(mean, var) if tracking else [(None, None)] * s  # rows: views, updated in place
             out = torch.cat([
                 F.batch_norm(group, group_mean, group_var, self.weight, self.bias, True, factor, self.eps)
@@ -73,16 +84,28 @@ class SplitBatchNorm(nn.modules.batchnorm._BatchNorm):
         return out
 
     def _grouped_as_channels(self, input: Tensor, mean: Optional[Tensor], var: Optional[Tensor], factor: float) -> Tensor:
-        """[N, C] → [G, S·C]: channel block g holds group g, so one batch_norm call computes the
-        S groups' statistics (for vectors, cheaper than S calls); ``mean``/``var`` [S, C] move in place."""
+        """[N, C, ...] → [G, S·C, ...]: channel block g holds group g, so one batch_norm call computes the
+        S groups' statistics; ``mean``/``var`` [S, C] move in place. Images in channels_last stay so:
+        their [S, G, H, W, C] memory is regrouped as [G, H, W, S, C], one copy each way."""
         n, c, s = input.shape[0], input.shape[1], self.num_splits
-        grouped = input.reshape(s, n // s, c).transpose(0, 1).reshape(n // s, s * c)
+        g, rest = n // s, input.shape[2:]
+        nhwc = input.dim() == 4 and input.is_contiguous(memory_format=torch.channels_last)
+        if nhwc:
+            h, w = rest
+            grouped = input.permute(0, 2, 3, 1).reshape(s, g, h, w, c).permute(1, 2, 3, 0, 4).reshape(g, h, w, s * c)
+            grouped = grouped.permute(0, 3, 1, 2)  # [G, S·C, H, W] in channels_last
+        else:
+            grouped = input.reshape(s, g, c, *rest).transpose(0, 1).reshape(g, s * c, *rest)
         weight = None if self.weight is None else self.weight.repeat(s)
         bias = None if self.bias is None else self.bias.repeat(s)
         flat_mean = None if mean is None else mean.view(-1)
         flat_var = None if var is None else var.view(-1)
         out = F.batch_norm(grouped, flat_mean, flat_var, weight, bias, True, factor, self.eps)
-        return out.reshape(n // s, s, c).transpose(0, 1).reshape(n, c)
+        if nhwc:
+            h, w = rest
+            out = out.permute(0, 2, 3, 1).reshape(g, h, w, s, c).permute(3, 0, 1, 2, 4).reshape(n, h, w, c)
+            return out.permute(0, 3, 1, 2)
+        return out.reshape(g, s, c, *rest).transpose(0, 1).reshape(n, c, *rest)
 
     def _average_factor(self) -> float:
         """The running-statistics momentum of this step, as ``nn.BatchNorm`` computes it."""

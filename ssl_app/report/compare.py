@@ -10,7 +10,7 @@ from ssl_app.report.summary import Row, Stat
 
 def matches(rows: list[Row]) -> list[Match]:
     """The Table-1 cell of each row's configuration, in the rows' order."""
-    return [reference_cell(row.configuration.settings, row.configuration.loss, row.configuration.temperature) for row in rows]
+    return [reference_cell(row.configuration.spec, row.configuration.loss, row.configuration.temperature) for row in rows]
 
 
 def difference(stat: Stat, paper: float | None) -> float | None:

@@ -6,11 +6,12 @@
   configuration.
 - A run without a readable config is grouped with the runs of its parent folder.
 
-The label names the loss and its hyper-parameters (``InfoNCE τ=0.3``,
-``HardContrastive τ=0.3 K=4095``, ``Simple``), then anything else that differs between
-configurations (``MoCo``, ``batch_size=256``). A τ policy (``ssl_app.temperature``) is named by its
-own ``label()`` (``InfoNCE τ=cosine:0.1-1``), built from the saved config's numbers for this package's
-policies only; any other class path is named from the config, never imported.
+Each run is read through its spec (``ssl_app.runs.spec.RunSpec``). The label names the loss and its
+hyper-parameters (``InfoNCE τ=0.3``, ``HardContrastive τ=0.3 K=4095``, ``Simple``), then anything else that
+differs between configurations (``MoCo``, ``batch_size=256``). A τ policy is named by its canonical label
+(``InfoNCE τ=cosine:0.1-1:T=200``: ``ssl_app.temperature.spelling``, what a sweep's grid takes), read from the
+saved config for this package's policies; any other class path is named from the config, never imported.
+The label reports printed before it (``τ=cosine:0.1-1:T200``) is kept as an alias, which ``--baseline`` takes.
 """
 
 from __future__ import annotations
@@ -20,20 +21,13 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from ssl_app.checks import Finite, is_a
 from ssl_app.report.runs import Run
-from ssl_app.runs.identity import WHERE_KEYS, flatten
-from ssl_app.temperature.labels import POLICY_MODULE, policy_label
+from ssl_app.runs.spec import LOSS_CLASS_KEY, LOSS_OPTIONS, METHOD_KEY, SEED_KEY, SYMBOLS, TAU_KEY, RunSpec
 
-LOSS_PREFIX = "model.init_args.loss.init_args."
-TEMPERATURE = LOSS_PREFIX + "temperature"
-LOSS_CLASS = "model.init_args.loss.class_path"
-METHOD_CLASS = "model.class_path"
-# Keys that never separate configurations: the repetition, and where a run was written or what it resumed
-# from (ssl_app.runs.identity.WHERE_KEYS).
-IGNORED_KEYS = ("seed_everything", *WHERE_KEYS)
 # Loss hyper-parameters shown in every label, with their symbols, in this order: the paper's τ, K, λ,
 # and q for HardContrastive's quantile (not α, which names PaCo's alpha).
-LOSS_SYMBOLS = {"temperature": "τ", "num_negatives": "K", "quantile": "q", "lam": "λ"}
+LOSS_SYMBOLS = SYMBOLS
 # Other differing settings join a label in this order of key prefix, at most MAX_EXTRA_PARTS of
 # them, and only when short (a differing callbacks list still separates rows, see `_label`).
 KEY_PRIORITY = ("model.", "data.", "trainer.")
@@ -52,6 +46,8 @@ class Configuration:
     runs: list[Run] = field(default_factory=list)
     label: str = ""
     series: str = ""  # the label without τ: the line this configuration sits on in a τ plot
+    spec: RunSpec = field(default_factory=RunSpec)
+    aliases: tuple[str, ...] = ()  # other labels that name it (``--baseline``): the one reports printed before
 
     @property
     def usable_runs(self) -> list[Run]:
@@ -59,39 +55,40 @@ class Configuration:
 
     @property
     def loss(self) -> str | None:
-        return _class_name(self.settings.get(LOSS_CLASS))
+        return None if self.spec.loss is None else self.spec.loss.name
 
     @property
     def method(self) -> str | None:
-        return _class_name(self.settings.get(METHOD_CLASS))
+        return self.spec.method_name
 
     @property
     def temperature(self) -> float | None:
         """The constant τ (a number, or a ``Constant`` policy's value); None for a schedule or no τ."""
-        if _policy_class(self.settings) == f"{POLICY_MODULE}.Constant":
-            return _number(self.settings.get(TEMPERATURE + ".init_args.value"))
-        return _number(self.settings.get(TEMPERATURE))
+        tau = self.spec.loss.temperature if self.spec.loss is not None else None
+        return None if tau is None else tau.constant
 
     @property
     def temperature_label(self) -> str | None:
-        """τ as the label shows it: the number, or the policy's ``label()`` (``cosine:0.1-1``); None without a τ."""
-        return temperature_label(self.settings)
+        """τ as the label shows it: the policy's canonical label (``0.3``, ``cosine:0.1-1``); None without a τ."""
+        tau = self.spec.loss.temperature if self.spec.loss is not None else None
+        return None if tau is None else tau.label()
 
     @property
     def num_negatives(self) -> float | None:
-        return _number(self.settings.get(LOSS_PREFIX + "num_negatives"))
+        return _number(None if self.spec.loss is None else self.spec.loss.option("num_negatives"))
+
+
+def spec_of(run: Run) -> RunSpec:
+    """The run's spec: from its config; without one, a sweep run's grid stands in for it."""
+    if run.config is not None:
+        return RunSpec.from_config(run.config)
+    return RunSpec.from_grid(run.sweep.grid) if run.sweep is not None else RunSpec()
 
 
 def settings_of(run: Run) -> dict[str, Any]:
-    """The run's configuration as flat keys, without the keys that never separate configurations.
-
-    Without a config, a sweep run's grid stands in for it.
-    """
-    if run.config is not None:
-        flat = flatten(run.config)
-    else:
-        flat = dict(run.sweep.grid) if run.sweep is not None else {}
-    return {key: value for key, value in flat.items() if not _ignored(key)}
+    """The run's configuration as flat keys, without the keys that never separate configurations (where it
+    writes, ``RunSpec.settings``, and the repetition, its seed)."""
+    return {key: value for key, value in spec_of(run).settings if key != SEED_KEY}
 
 
 def group_runs(runs: list[Run]) -> list[Configuration]:
@@ -101,10 +98,10 @@ def group_runs(runs: list[Run]) -> list[Configuration]:
         settings = settings_of(run)
         key = _group_key(run, settings)
         if key not in groups:
-            groups[key] = Configuration(key=key, settings=settings)
+            groups[key] = Configuration(key=key, settings=settings, spec=spec_of(run))
         group = groups[key]
         if run.usable and not group.usable_runs:
-            group.settings = settings  # prefer the settings of a run that finished
+            group.settings, group.spec = settings, spec_of(run)  # prefer the settings of a run that finished
         group.runs.append(run)
     configurations = list(groups.values())
     _label(configurations)
@@ -127,15 +124,16 @@ def _label(configurations: list[Configuration]) -> None:
         settings = configuration.settings
         parts: list[tuple[str, str]] = []  # (key, text)
         if len(methods) > 1 and configuration.method:
-            parts.append((METHOD_CLASS, configuration.method))
+            parts.append((METHOD_KEY, configuration.method))
         if configuration.loss:
-            parts.append((LOSS_CLASS, configuration.loss))
+            parts.append((LOSS_CLASS_KEY, configuration.loss))
+        loss = configuration.spec.loss
         for name, symbol in LOSS_SYMBOLS.items():
-            value = configuration.temperature_label if name == "temperature" else settings.get(LOSS_PREFIX + name)
+            value = configuration.temperature_label if name == "temperature" else None if loss is None else loss.option(name)
             if value is not None:
-                parts.append((LOSS_PREFIX + name, f"{symbol}={_format(value)}"))
-        shown = {LOSS_CLASS, METHOD_CLASS} | {LOSS_PREFIX + name for name in LOSS_SYMBOLS}
-        unshown = [key for key in differing if key not in shown and not key.startswith(TEMPERATURE + ".")]  # a policy's own keys
+                parts.append((LOSS_OPTIONS + name, f"{symbol}={_format(value)}"))
+        shown = {LOSS_CLASS_KEY, METHOD_KEY} | {LOSS_OPTIONS + name for name in LOSS_SYMBOLS}
+        unshown = [key for key in differing if key not in shown and not key.startswith(TAU_KEY + ".")]  # a policy's own keys
         others = _extra_keys(unshown, configured) if settings else []
         others = [key for key in others if settings.get(key) is not None]  # None: an option of another loss, not this one's
         for key in others[:MAX_EXTRA_PARTS]:
@@ -145,7 +143,11 @@ def _label(configurations: list[Configuration]) -> None:
         if not parts:
             parts.append(("", _fallback_name(configuration)))
         configuration.label = " ".join(text for _, text in parts)
-        configuration.series = " ".join(text for key, text in parts if key != LOSS_PREFIX + "temperature") or "runs"
+        configuration.series = " ".join(text for key, text in parts if key != TAU_KEY) or "runs"
+        tau = loss.temperature if loss is not None else None
+        if tau is not None and tau.legacy_label() != tau.label():
+            old = [(key, f"τ={tau.legacy_label()}" if key == TAU_KEY else text) for key, text in parts]
+            configuration.aliases = (" ".join(text for _, text in old),)
     seen: dict[str, int] = {}
     for configuration in configurations:
         seen[configuration.label] = seen.get(configuration.label, 0) + 1
@@ -154,24 +156,7 @@ def _label(configurations: list[Configuration]) -> None:
             suffix = f" [{_fallback_name(configuration)}]"
             configuration.label += suffix
             configuration.series += suffix
-
-
-def temperature_label(settings: dict[str, Any]) -> str | None:
-    """A loss's τ from the flat config: a number as written (``0.3``), a policy by its ``label()``."""
-    number = settings.get(TEMPERATURE)
-    if number is not None:
-        return _format(number)
-    class_path = _policy_class(settings)
-    if class_path is None:
-        return None
-    prefix = TEMPERATURE + ".init_args."
-    init_args = {key.removeprefix(prefix): value for key, value in settings.items() if key.startswith(prefix)}
-    return policy_label(class_path, init_args)
-
-
-def _policy_class(settings: dict[str, Any]) -> str | None:
-    class_path = settings.get(TEMPERATURE + ".class_path")
-    return class_path if isinstance(class_path, str) and class_path else None
+            configuration.aliases = tuple(alias + suffix for alias in configuration.aliases)
 
 
 def _extra_keys(keys: list[str], configurations: list[Configuration]) -> list[str]:
@@ -221,16 +206,8 @@ def _short_name(key: str, keys: list[str]) -> str:
     return last if len(clashes) == 1 else ".".join(key.rsplit(".", 2)[-2:])
 
 
-def _ignored(key: str) -> bool:
-    return any(key == ignored or key.startswith(ignored + ".") for ignored in IGNORED_KEYS)
-
-
-def _class_name(class_path: Any) -> str | None:
-    return class_path.rsplit(".", 1)[-1] if isinstance(class_path, str) and class_path else None
-
-
 def _number(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    if not is_a(Finite, value):
         return None
     return float(value)
 

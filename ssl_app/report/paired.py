@@ -110,9 +110,13 @@ def reference_index(rows: list[Row], baseline: str | None = None) -> int | None:
     ConfigError listing the labels."""
     if baseline is not None:
         labels = [row.configuration.label for row in rows]
-        if baseline not in labels:
+        if baseline in labels:
+            return labels.index(baseline)
+        # a label as reports printed it before τ labels were canonical (``τ=cosine:0.1-1:T200``) still names its row
+        named = [index for index, row in enumerate(rows) if baseline in row.configuration.aliases]
+        if len(named) != 1:
             raise ConfigError(f"--baseline {baseline!r} is no configuration of the table; its labels: {', '.join(labels)}")
-        return labels.index(baseline)
+        return named[0]
     for key in RANKED_COLUMNS:
         valued = [index for index, row in enumerate(rows) if key in row.values and row.stat(key).mean is not None]
         if valued:

@@ -5,7 +5,7 @@ tolerance; ``column`` is ``(loss class, τ)`` (τ None for Simple and HardSimple
 are printed in docs/science.md, "Their Table 1"; a test parses that table and checks it equals
 this one, so the two cannot drift apart.
 
-A configuration matches a cell by its saved config (``reference_cell``):
+A configuration matches a cell by its spec (``reference_cell``, ``ssl_app.runs.spec.RunSpec``):
 
 - data set: the data's class (``CIFAR10DataModule`` → cifar10, ``CIFAR100DataModule`` →
   cifar100, ``SVHNDataModule`` → svhn) or an ``ImageFolderDataModule`` whose ``class_list``
@@ -21,7 +21,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import PurePath
-from typing import Any
+
+from ssl_app.runs.spec import RunSpec
 
 REFERENCES = ("table1",)
 METRICS = ("linear_top1", "uniformity", "tolerance")
@@ -102,13 +103,13 @@ class Match:
         return (self.values or {}).get(metric)
 
 
-def data_set_of(settings: dict[str, Any]) -> str | None:
-    """The Table-1 data set a flat config (``data.class_path``, ``data.init_args.*``) trains on, or None."""
-    data_class = _class_name(settings.get("data.class_path"))
+def data_set_of(spec: RunSpec) -> str | None:
+    """The Table-1 data set a run's spec trains on (its datamodule, and an image folder's class list), or None."""
+    data_class = spec.data_name
     if data_class in DATA_CLASSES:
         return DATA_CLASSES[data_class]
     if data_class == IMAGE_FOLDER_CLASS:
-        class_list = settings.get("data.init_args.class_list")
+        class_list = spec.data_option("class_list")
         if isinstance(class_list, str) and class_list:
             file_name = PurePath(class_list).name.lower().replace("-", "").replace("_", "")
             if IMAGENET100_MARK in file_name:
@@ -126,18 +127,14 @@ def column_of(loss: str | None, temperature: float | None) -> tuple[str, float |
     return None
 
 
-def reference_cell(settings: dict[str, Any], loss: str | None, temperature: float | None) -> Match:
-    """The Table-1 cell of a configuration (its flat settings, loss class name and τ)."""
-    data_set = data_set_of(settings)
+def reference_cell(spec: RunSpec, loss: str | None, temperature: float | None) -> Match:
+    """The Table-1 cell of a configuration (its spec, loss class name and τ)."""
+    data_set = data_set_of(spec)
     column = column_of(loss, temperature)
     if data_set is None:
-        data = _class_name(settings.get("data.class_path")) or "no data class in the config"
+        data = spec.data_name or "no data class in the config"
         return Match(None, column, None, f"data {data} is none of Table 1's data sets")
     if column is None:
         tau = "" if temperature is None else f" τ={temperature:g}"
         return Match(data_set, None, None, f"loss {loss or '(none)'}{tau} is none of Table 1's columns")
     return Match(data_set, column, TABLE1[data_set][column])
-
-
-def _class_name(class_path: Any) -> str | None:
-    return class_path.rsplit(".", 1)[-1] if isinstance(class_path, str) and class_path else None

@@ -1,12 +1,15 @@
-"""Run folders: the record every run writes, the lock that keeps one writer per folder, the layout.
+"""The records wing: run folders, what they record, and the spec every reader of a run reads.
 
 The CLI (``fit``, ``validate``, ``test``, the linear probe), the sweep and the report meet here and
 nowhere else: :mod:`ssl_app.runs.record` (``run.json``: status, times, exit reason, config hash,
-data, version, parent run), :mod:`ssl_app.runs.lock`, :mod:`ssl_app.runs.layout` (where
-evaluations and sweep points live), :mod:`ssl_app.runs.identity` (which config keys make a run
-the same run) and :mod:`ssl_app.runs.atomic` (files replaced whole or not at all).
+data, version, parent run), :mod:`ssl_app.runs.layout` (where evaluations and sweep points live),
+:mod:`ssl_app.runs.spec` (a run's typed description, the one reader of its config's key paths),
+:mod:`ssl_app.runs.identity` (which config keys make a run the same run), and what a run shows
+(headline columns, the TensorBoard panel, tag descriptions, the console summary). The plumbing it
+shares with training (files replaced whole, the folder lock) is :mod:`ssl_app.io`, a floor below.
 """
 
+from ssl_app.io.lock import RunLock, is_locked
 from ssl_app.runs.layout import (
     EVALUATIONS_DIR,
     SWEEP_FILE,
@@ -17,7 +20,6 @@ from ssl_app.runs.layout import (
     run_folder_of_checkpoint,
     write_sweep_point,
 )
-from ssl_app.runs.lock import RunLock, is_locked
 from ssl_app.runs.record import (
     DIVERGED,
     DONE,

@@ -19,6 +19,7 @@ from typing import Any
 from ssl_app.errors import ConfigError
 from ssl_app.metrics.knn import DEFAULT_K, DEFAULT_TEMPERATURE
 from ssl_app.metrics.registry import DEFAULT_TOP_K, registered_fields
+from ssl_app.runs.spec import RunSpec
 
 
 @dataclass(frozen=True)
@@ -47,22 +48,18 @@ def fill(text: str, values: dict[str, str]) -> str:
 
 
 def callback_args(config: dict[str, Any] | None, name: str) -> dict[str, Any] | None:
-    """The ``init_args`` of the callback class ``name`` in a saved config's ``trainer.callbacks``
-    (``{}`` when it has none), or None when the config lists no such callback."""
-    callbacks = ((config or {}).get("trainer") or {}).get("callbacks") or []
-    for callback in [callbacks] if isinstance(callbacks, dict) else callbacks if isinstance(callbacks, list) else []:
-        if isinstance(callback, dict) and str(callback.get("class_path", "")).rsplit(".", 1)[-1] == name:
-            init_args = callback.get("init_args")
-            return init_args if isinstance(init_args, dict) else {}
-    return None
+    """The ``init_args`` of the callback class ``name`` in a saved config (``{}`` when it has none), or None when
+    the config lists no such callback (``RunSpec.callback``)."""
+    return RunSpec.from_config(config).callback(name)
 
 
 def read_options(config: dict[str, Any] | None, problems: list[str]) -> RunOptions:
     """The run's ``RunOptions`` from its config; a value the callback would have refused (a
     hand-edited config) is a problem of the run, and the default stands in for it."""
     defaults = RunOptions()
-    embedding = callback_args(config, "EmbeddingMetrics") or {}
-    knn = callback_args(config, "KNNMonitor") or {}
+    spec = RunSpec.from_config(config)
+    embedding = spec.callback("EmbeddingMetrics") or {}
+    knn = spec.callback("KNNMonitor") or {}
     wanted = (
         ("top_k", embedding, "EmbeddingMetrics", "top_k", _positive_int),
         ("knn_k", knn, "KNNMonitor", "k", _positive_int),

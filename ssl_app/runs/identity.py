@@ -1,7 +1,8 @@
 """What makes two runs the same run: the resolved config, flattened, hashed, compared.
 
-A resolved LightningCLI config (``config.yaml``, the record's ``config``) is a nested dict. Flat
-keys (``model.init_args.loss.init_args.temperature``) make it comparable key by key.
+A resolved LightningCLI config (``config.yaml``, the record's ``config``) is a nested dict; its flat keys
+(``ssl_app.runs.spec.flatten``) make it comparable key by key, and its spec (``ssl_app.runs.spec.RunSpec``)
+says which keys identify the experiment.
 
 - :func:`config_hash`: a short hash of the whole resolved config less the keys that only say
   *where* a run writes or *what it resumed from* (``WHERE_KEYS``), so the same experiment started
@@ -22,48 +23,20 @@ import hashlib
 import json
 from typing import Any
 
-#: Keys that say where a run writes or what it resumed from: never part of what a run *is*.
-WHERE_KEYS = ("ckpt_path", "resume_anyway", "attach_to_run", "trainer.logger", "trainer.default_root_dir", "checkpoint.dirpath")
-#: Datamodule options that change how data is loaded, not which data (they may change on resume).
-LOADING_KEYS = ("num_workers", "pin_memory", "augment_on", "eval_on", "eval_batch_size", "download")
-_MODEL = "model"
-_DATA = "data"
-_IDENTITY_MODEL_KEYS = ("model.class_path", "model.init_args.backbone", "model.init_args.loss")
+from ssl_app.runs.spec import WHERE_KEYS, RunSpec, flatten, without_where
 
-
-def flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
-    """A nested config as ``{"a.b.c": value}``; lists become JSON text (hashable, comparable)."""
-    if isinstance(tree, dict):
-        flat: dict[str, Any] = {}
-        for key, value in tree.items():
-            flat.update(flatten(value, f"{prefix}{key}."))
-        return flat
-    if isinstance(tree, list):
-        return {prefix[:-1]: json.dumps(tree, sort_keys=True, default=str)}
-    return {prefix[:-1]: tree}
-
-
-def _under(key: str, prefixes: tuple[str, ...]) -> bool:
-    return any(key == prefix or key.startswith(prefix + ".") for prefix in prefixes)
+__all__ = ["WHERE_KEYS", "config_hash", "describe_differences", "differences", "flatten", "identity"]
 
 
 def config_hash(config: dict[str, Any]) -> str:
     """First 16 hex digits of the SHA-256 of the config's canonical JSON, ``WHERE_KEYS`` left out."""
-    kept = {key: value for key, value in flatten(config).items() if not _under(key, WHERE_KEYS)}
-    text = json.dumps(kept, sort_keys=True, default=str)
+    text = json.dumps(without_where(flatten(config)), sort_keys=True, default=str)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
 
 def identity(config: dict[str, Any]) -> dict[str, Any]:
-    """The flat keys that identify the experiment: method, backbone, loss and data (module docstring)."""
-    flat = flatten(config)
-    kept = {}
-    for key, value in flat.items():
-        if _under(key, _IDENTITY_MODEL_KEYS):
-            kept[key] = value
-        elif _under(key, (_DATA,)) and not any(key.endswith("." + name) for name in LOADING_KEYS):
-            kept[key] = value
-    return kept
+    """The flat keys that identify the experiment: method, backbone, loss and data (``RunSpec.identity``)."""
+    return RunSpec.from_config(config).identity()
 
 
 def differences(before: dict[str, Any], after: dict[str, Any]) -> list[tuple[str, Any, Any]]:

@@ -4,7 +4,7 @@
 
     <run>/                       a fit: runs/<name>/version_<n>/, or a sweep's <out>/<sweep>/<point>/seed<k>/
       run.json                   the record (ssl_app.runs.record)
-      .lock                      held while a process writes here (ssl_app.runs.lock)
+      .lock                      held while a process writes here (ssl_app.io.lock)
       config.yaml                the resolved config of the first start
       events.out.tfevents.*      TensorBoard
       checkpoints/               last.ckpt and the epoch checkpoints
@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Optional, TypeVar
 
-from ssl_app.runs.atomic import write_json
+from ssl_app.io.atomic import write_json
 from ssl_app.runs.record import DONE, RECORD_FILE, RecordError, read_record
 
 T = TypeVar("T")

@@ -29,9 +29,8 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ssl_app.runs.headline import RunOptions
-from ssl_app.runs.summary import hparams_of
+from ssl_app.runs.spec import RunSpec
 from ssl_app.runs.tags import describe
-from ssl_app.temperature.labels import policy_label
 
 #: HParams' metric columns: the headline tags (kNN and the linear probe are fractions, not %).
 HEADLINE_METRICS = (
@@ -46,21 +45,25 @@ HEADLINE_METRICS = (
 CONSTANT_DIAGNOSTICS = (("loss/chance", "9_chance", "chance"), ("loss/used_negatives", "9_negatives", "negatives"))
 
 
-def _class_name(value: Any) -> Any:
-    return value.rsplit(".", 1)[-1] if isinstance(value, str) else value
+def _tau(spec: RunSpec) -> Any:
+    """τ: the number of a constant, else the policy's label (``cosine:0.1-1``, ``learnable:0.07``)."""
+    tau = spec.loss.temperature if spec.loss is not None else None
+    if tau is None:
+        return None
+    return tau.constant if tau.constant is not None else tau.label()
 
 
-#: The comparison axes: HParams name (sorted first), display name, and the flattened-config key(s) it reads.
-AXES: tuple[tuple[str, str, tuple[str, ...], Callable[[Any], Any]], ...] = (
-    ("0_method", "method", ("model.class_path",), _class_name),
-    ("1_loss", "loss", ("model.init_args.loss.class_path",), _class_name),
-    ("2_tau", "τ", ("model.init_args.loss.init_args.temperature",), lambda value: value),
-    ("3_batch", "batch", ("data.init_args.batch_size",), lambda value: value),
-    ("4_backbone", "backbone", ("model.init_args.backbone",), lambda value: value),
-    ("5_data", "data", ("data.class_path",), _class_name),
-    ("6_lr", "lr", ("model.init_args.optim.lr", "model.init_args.lr"), lambda value: value),
-    ("7_epochs", "epochs", ("trainer.max_epochs",), lambda value: value),
-    ("8_seed", "seed", ("seed_everything",), lambda value: value),
+#: The comparison axes: HParams name (sorted first), display name, and what of the run's spec it shows.
+AXES: tuple[tuple[str, str, Callable[[RunSpec], Any]], ...] = (
+    ("0_method", "method", lambda spec: spec.method_name),
+    ("1_loss", "loss", lambda spec: None if spec.loss is None else spec.loss.name),
+    ("2_tau", "τ", _tau),
+    ("3_batch", "batch", lambda spec: spec.batch_size),
+    ("4_backbone", "backbone", lambda spec: spec.backbone),
+    ("5_data", "data", lambda spec: spec.data_name),
+    ("6_lr", "lr", lambda spec: spec.lr),
+    ("7_epochs", "epochs", lambda spec: spec.epochs),
+    ("8_seed", "seed", lambda spec: spec.seed),
 )
 
 
@@ -73,21 +76,10 @@ def _plain(value: Any) -> bool | float | str:
     return str(value)
 
 
-def axis_values(flat: Mapping[str, Any]) -> dict[str, bool | float | str]:
-    """The comparison axes (``AXES``) found in the flattened config ``flat``, by HParams name.
-
-    τ: the loss's ``temperature`` when it is a number, else its policy's own label
-    (``cosine:0.1-1``, ``learnable:0.07``: ``ssl_app.temperature.labels``)."""
-    values: dict[str, bool | float | str] = {}
-    for name, _, keys, convert in AXES:
-        key = next((key for key in keys if flat.get(key) is not None), None)
-        if key is not None:
-            values[name] = _plain(convert(flat[key]))
-        elif name == "2_tau" and isinstance(flat.get(keys[0] + ".class_path"), str):
-            prefix = keys[0] + ".init_args."
-            init_args = {key.removeprefix(prefix): value for key, value in flat.items() if key.startswith(prefix)}
-            values[name] = policy_label(flat[keys[0] + ".class_path"], init_args)
-    return values
+def axis_values(spec: RunSpec) -> dict[str, bool | float | str]:
+    """The comparison axes (``AXES``) the run's spec has, by HParams name."""
+    values = {name: read(spec) for name, _, read in AXES}
+    return {name: _plain(value) for name, value in values.items() if value is not None}
 
 
 def write_hparams(logger: Any, config: Mapping[str, Any], results: Mapping[str, float]) -> bool:
@@ -100,9 +92,10 @@ def write_hparams(logger: Any, config: Mapping[str, Any], results: Mapping[str, 
 
     if not isinstance(logger, TensorBoardLogger):
         return False
-    flat = hparams_of(config)
-    values: dict[str, bool | float | str] = axis_values(flat)
-    infos = [summary_v2.HParam(name, display_name=display) for name, display, _, _ in AXES if name in values]
+    spec = RunSpec.from_config(config)
+    flat = spec.flat
+    values: dict[str, bool | float | str] = axis_values(spec)
+    infos = [summary_v2.HParam(name, display_name=display) for name, display, _ in AXES if name in values]
     for tag, name, display in CONSTANT_DIAGNOSTICS:
         if tag in results:
             values[name] = float(results[tag])

@@ -30,9 +30,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from ssl_app.runs.atomic import write_json
+from ssl_app.io.atomic import write_json
+from ssl_app.io.lock import RUN_LOCK, is_locked
 from ssl_app.runs.identity import config_hash, identity
-from ssl_app.runs.lock import RUN_LOCK, is_locked
 
 RECORD_FILE = "run.json"
 SCHEMA = 1
@@ -91,7 +91,7 @@ class RunRecord:
         """A record from its JSON; unknown keys (a newer version's) are ignored, missing ones defaulted."""
         if not isinstance(data, dict):
             raise RecordError("not a JSON object")
-        if not isinstance(data.get("kind"), str) or not isinstance(data.get("status"), str):
+        if not all(isinstance(data.get(key), str) for key in ("kind", "status")):
             raise RecordError("no 'kind' or 'status'")
         names = {f.name for f in dataclasses.fields(cls)}
         return cls(**{key: value for key, value in data.items() if key in names})

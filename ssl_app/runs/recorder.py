@@ -6,7 +6,7 @@ The CLI calls :meth:`RunRecorder.begin` before ``trainer.fit/validate/test`` and
 
 - claims the run folder: an automatic ``version_<n>`` (or ``validate_<n>`` …) is created with
   ``mkdir``, which only one process can win, so two starts racing for one number get two folders;
-- holds the folder's lock (``ssl_app.runs.lock``) so no second process writes into it;
+- holds the folder's lock (``ssl_app.io.lock``) so no second process writes into it;
 - refuses to start a *new* run in a folder that already holds a run's checkpoints or events (an
   explicit ``--trainer.logger.init_args.version`` used twice), instead of mixing two runs;
 - adds what identifies the data once the datamodule is set up (class, root, split sizes);
@@ -29,8 +29,8 @@ import lightning as L
 from lightning.pytorch.callbacks import Callback
 
 from ssl_app.errors import ConfigError
+from ssl_app.io.lock import RunLock
 from ssl_app.runs.layout import CHECKPOINTS_DIR, has_event_file
-from ssl_app.runs.lock import RunLock
 from ssl_app.runs.record import RUNNING, RecordError, RunRecord, finish_record, read_record, start_record, write_record
 
 #: ``claim``'s way to name the next free folder when the logger's version is chosen automatically.

@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from ssl_app.runs.headline import Column, RunOptions, read_options, table_columns
-from ssl_app.runs.identity import WHERE_KEYS, flatten
 from ssl_app.runs.record import RunRecord
+from ssl_app.runs.spec import RunSpec
 
 #: The report's columns a run's console summary shows, by key, in this order (when logged).
 HEADLINE = ("linear_top1", "linear_top5", "knn_acc", "uniformity", "tolerance", "effective_rank")
@@ -95,9 +95,8 @@ def shown_path(folder: Path) -> str:
 
 
 def hparams_of(config: Mapping[str, Any]) -> dict[str, Any]:
-    """The flattened config less the keys that only say where the run writes (``WHERE_KEYS``)."""
-    flat = flatten(dict(config))
-    return {key: value for key, value in flat.items() if not any(key == w or key.startswith(w + ".") for w in WHERE_KEYS)}
+    """The flattened config less the keys that only say where the run writes (``RunSpec.settings``)."""
+    return RunSpec.from_config(config).flat
 
 
 def without_placeholder(loggers: list[Any]) -> None:

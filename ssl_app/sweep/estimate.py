@@ -24,6 +24,7 @@ import torch
 import yaml
 from torch import nn
 
+from ssl_app.runs.spec import RunSpec
 from ssl_app.sweep.plans import DATA_SETS
 
 #: Calibration steps: warm-up (not timed), then timed.
@@ -99,27 +100,27 @@ def print_estimate(plan: str, data: str, runs: list) -> tuple[float, float]:
     """Time the plan's model here and print the expected device-hours per run and for the whole plan.
     Returns the device-seconds of one run's fit and of its linear evaluation."""
     data_set = DATA_SETS[data]
-    fit = resolved(runs[0].fit_args)
-    linear = resolved(runs[0].linear_args) if runs[0].linear_args else None
-    model, data_init, trainer = fit["model"]["init_args"], fit["data"]["init_args"], fit["trainer"]
-    batch, crop = int(data_init["batch_size"]), int(data_init["augmentation"]["crop_size"])
-    calibration = calibrate(model["backbone"], crop, batch)
+    fit = RunSpec.from_config(resolved(runs[0].fit_args))
+    linear = RunSpec.from_config(resolved(runs[0].linear_args)) if runs[0].linear_args else None
+    batch, crop, epochs = fit.batch_size, fit.crop_size, fit.epochs
+    if batch is None or crop is None or epochs is None or fit.backbone is None:
+        raise ValueError(f"--estimate: the plan's fit config does not say its batch, crop size, epochs and backbone ({fit})")
+    calibration = calibrate(fit.backbone, crop, batch)
     train, held = data_set.train_images, data_set.eval_images
-    epochs = int(trainer["max_epochs"])
-    validations = epochs // int(trainer.get("check_val_every_n_epoch") or 1)
-    views = TRAINED_VIEWS.get(fit["model"]["class_path"], 1)
+    validations = epochs // (fit.val_every or 1)
+    views = TRAINED_VIEWS.get(fit.method, 1)
     fit_images = epochs * math.ceil(train / batch) * batch * views
     fit_seconds = fit_images * calibration.train_seconds_per_image
     fit_seconds += validations * (train + held) * calibration.encode_seconds_per_image
     linear_seconds = 0.0
     if linear is not None:
-        linear_epochs = int(linear["trainer"]["max_epochs"])
-        linear_validations = linear_epochs // int(linear["trainer"].get("check_val_every_n_epoch") or 1)
+        linear_epochs = linear.epochs or 0
+        linear_validations = linear_epochs // (linear.val_every or 1)
         linear_seconds = (linear_epochs * train + linear_validations * held) * calibration.encode_seconds_per_image
     per_run = (fit_seconds + linear_seconds) / 3600
     print(
         f"[estimate] plan {plan} on {data}: {len(runs)} runs, each {epochs} epochs of {train:,} images at batch {batch} "
-        f"({model['backbone']}, {crop}x{crop} px{', 2 views an image' if views == 2 else ''})"
+        f"({fit.backbone}, {crop}x{crop} px{', 2 views an image' if views == 2 else ''})"
         + (f" then a {linear_epochs}-epoch linear evaluation" if linear else "")
     )
     print(

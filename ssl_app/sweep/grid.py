@@ -19,11 +19,12 @@ from typing import Optional
 
 from ssl_app.cli.endings import fail
 from ssl_app.errors import ConfigError
-from ssl_app.runs.atomic import write_json
+from ssl_app.io.atomic import write_json
 from ssl_app.runs.layout import CHECKPOINTS_DIR, SWEEP_FILE, read_sweep_point
+from ssl_app.runs.spec import ENCODER_CHECKPOINT_KEY, LOGGER_KEYS, TAU_KEY
 from ssl_app.sweep.plans import plan_points, recipe_paths
 from ssl_app.sweep.stages import PlannedRun
-from ssl_app.sweep.tau_axis import TAU_ALIAS, TAU_KEY, expand_axis
+from ssl_app.sweep.tau_axis import TAU_ALIAS, expand_axis
 
 #: The sweep's runs, written into its folder at launch: what ``--status DIR`` reads.
 PLAN_FILE = "sweep_plan.json"
@@ -127,18 +128,14 @@ def expand_points(
             linear_args = None
             if linear_config is not None:
                 # Filed by the CLI in <run>/evaluations/linear_<n>/ (the probe belongs to the run it evaluates).
-                checkpoint = f"--model.init_args.checkpoint={directory / CHECKPOINTS_DIR / 'last.ckpt'}"
+                checkpoint = f"--{ENCODER_CHECKPOINT_KEY}={directory / CHECKPOINTS_DIR / 'last.ckpt'}"
                 linear_args = ["fit", "--config", linear_config, checkpoint, seed_arg, *linear_extra]
             runs.append(PlannedRun(sweep_dir.name, point, values, seed, directory, fit_args, linear_args))
     return runs
 
 
 def logger_args(save_dir: Path, name: str, version: str) -> list[str]:
-    return [
-        f"--trainer.logger.init_args.save_dir={save_dir}",
-        f"--trainer.logger.init_args.name={name}",
-        f"--trainer.logger.init_args.version={version}",
-    ]
+    return [f"--{key}={value}" for key, value in zip(LOGGER_KEYS, (save_dir, name, version))]
 
 
 def planned_runs(args: argparse.Namespace) -> tuple[Path, list[PlannedRun]]:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from ssl_app.runs.lock import RUN_LOCK, SWEEP_LOCK, RunLock, is_locked
+from ssl_app.io.lock import RUN_LOCK, SWEEP_LOCK, RunLock, is_locked
 from ssl_app.signals import handling
 from ssl_app.sweep.stages import PlannedRun, launch, note_exit, prepare_stage, stage_done
 

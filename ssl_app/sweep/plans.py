@@ -20,7 +20,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from ssl_app.sweep.tau_axis import TAU_KEY, tau_value
+from ssl_app.runs.spec import DATA_ROOT_KEY, LOSS_KEY, PROBE_DATA_ROOT_KEY, TAU_KEY
+from ssl_app.sweep.tau_axis import tau_value
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 
@@ -61,8 +62,8 @@ DATA_SETS = {
 
 #: Where each stage's config keeps the data's folder: the fit's data module, and the linear
 #: evaluation's wrapped one (``LinearEvalDataModule(data=...)``).
-FIT_ROOT = "--data.init_args.root"
-LINEAR_ROOT = "--data.init_args.data.init_args.root"
+FIT_ROOT = f"--{DATA_ROOT_KEY}"
+LINEAR_ROOT = f"--{PROBE_DATA_ROOT_KEY}"
 
 
 @dataclass(frozen=True)
@@ -163,11 +164,11 @@ class LossPoint(PlanPoint):
 
     @property
     def args(self) -> list[str]:
-        return [f"--model.init_args.loss={json.dumps(self.loss)}"]
+        return [f"--{LOSS_KEY}={json.dumps(self.loss)}"]
 
     @property
     def values(self) -> dict[str, str]:
-        return {"model.init_args.loss": json.dumps(self.loss)}
+        return {LOSS_KEY: json.dumps(self.loss)}
 
 
 def hardness_plan(data: str) -> tuple[DataSet, list[PlanPoint]]:

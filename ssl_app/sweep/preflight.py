@@ -11,6 +11,7 @@ import tempfile
 from pathlib import Path
 
 from ssl_app.cli.endings import fail
+from ssl_app.runs.spec import ENCODER_CHECKPOINT_KEY
 from ssl_app.sweep.stages import PlannedRun
 
 
@@ -41,7 +42,7 @@ def validate(runs: list[PlannedRun]) -> None:
             if args is None:
                 continue
             key = tuple(
-                a for a in args if not a.startswith(("--seed_everything", "--trainer.logger", "--model.init_args.checkpoint"))
+                a for a in args if not a.startswith(("--seed_everything", "--trainer.logger", f"--{ENCODER_CHECKPOINT_KEY}"))
             )
             if key in seen:
                 continue

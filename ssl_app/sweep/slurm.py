@@ -39,8 +39,8 @@ from pathlib import Path
 from typing import Any, Optional
 
 from ssl_app.errors import ConfigError
+from ssl_app.io.lock import RUN_LOCK, SWEEP_LOCK, RunLock, is_locked
 from ssl_app.runs.layout import JobRecord, read_job_record, write_job_record
-from ssl_app.runs.lock import RUN_LOCK, SWEEP_LOCK, RunLock, is_locked
 from ssl_app.runs.record import now
 from ssl_app.signals import WARNING_SIGNALS
 from ssl_app.sweep.stages import PlannedRun, launch, note_exit, prepare_stage, stage_done, why_failed

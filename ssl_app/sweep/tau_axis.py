@@ -3,9 +3,11 @@
     python -m ssl_app.sweep --config configs/quickstart.yaml \\
         --grid tau=0.1,0.5,cosine:0.1-1.0,cosine:0.1-1.0:T=200,linear:0.1-0.5:L=100,learnable:0.07,adaptive:0.1
 
-``tau`` is short for the loss's ``model.init_args.loss.init_args.temperature`` (the full key takes the same
-values). A value is a number (a constant τ, passed on as written, as before) or a preset, expanded into the
-policy's class-path config (``{"class_path": "ssl_app.temperature.Cosine", "init_args": {...}}``):
+``tau`` is short for the loss's ``model.init_args.loss.init_args.temperature`` (``ssl_app.runs.spec.TAU_KEY``; the
+full key takes the same values). A value is a number (a constant τ, passed on as written, as before) or a policy's
+label (``ssl_app.temperature.spelling``, the one spelling the report and the panel show), expanded into the
+policy's class-path config (``{"class_path": "ssl_app.temperature.Cosine", "init_args": {...}}``) with the
+options it wrote:
 
     cosine:LOW-HIGH[:T=PERIOD][:unit=epoch|step]     Cosine(low, high, period, unit)
     linear:START-END:L=LENGTH[:unit=epoch|step]      Linear(start, end, length, unit)
@@ -23,48 +25,15 @@ policy's own check: each preset's policy is built once while the grid is expande
 from __future__ import annotations
 
 import json
-import math
-import re
 from dataclasses import dataclass
 
 from ssl_app.errors import ConfigError
-from ssl_app.temperature.labels import POLICY_MODULE
+from ssl_app.runs.spec import TAU_KEY
+from ssl_app.temperature.labels import POLICY_MODULE, PolicySpec, accepted_forms
+from ssl_app.temperature.spelling import spell
 
-#: The loss option a τ axis sets, and its short name on the command line (``--grid tau=...``).
-TAU_KEY = "model.init_args.loss.init_args.temperature"
+#: The short name of ``TAU_KEY`` on the command line (``--grid tau=...``).
 TAU_ALIAS = "tau"
-UNITS = ("epoch", "step")
-
-
-@dataclass(frozen=True)
-class Preset:
-    """A policy's preset: its class, the init args its range or value gives (in order), and its ``KEY=VALUE``
-    options (the key as written → the init arg); ``required``: options that must be given."""
-
-    class_name: str
-    positional: tuple[str, ...]
-    options: dict[str, str]
-    required: tuple[str, ...] = ()
-
-    def form(self, kind: str) -> str:
-        head = "-".join(name.upper() for name in self.positional)
-        given = "".join(f":{key}={self.options[key].upper()}" for key in self.required)
-        optional = "".join(
-            f"[:{key}={'epoch|step' if key == 'unit' else arg.upper()}]"
-            for key, arg in self.options.items()
-            if key not in self.required
-        )
-        return f"{kind}:{head}{given}{optional}"
-
-
-PRESETS = {
-    "cosine": Preset("Cosine", ("low", "high"), {"T": "period", "unit": "unit"}),
-    "linear": Preset("Linear", ("start", "end"), {"L": "length", "unit": "unit"}, required=("L",)),
-    "learnable": Preset("Learnable", ("init",), {"min": "min", "max": "max"}),
-    "adaptive": Preset("Adaptive", ("base",), {"alpha": "alpha", "a0": "a0"}),
-}
-CONSTANT = Preset("Constant", ("value",), {})  # a plain number's policy (no preset of its own)
-_NUMBER = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
 
 
 @dataclass(frozen=True)
@@ -77,92 +46,38 @@ class TauValue:
     name: str
 
 
-def accepted_forms() -> str:
-    return "a number, " + ", ".join(preset.form(kind) for kind, preset in PRESETS.items())
-
-
 def is_tau_key(key: str) -> bool:
     """Whether a grid key sets a loss's temperature (so its values may be presets)."""
     return key in (TAU_KEY, TAU_ALIAS) or key.endswith(".loss.init_args.temperature")
 
 
 def short(x: float) -> str:
-    """A number in its shortest exact form: 1.0 → ``1``, 0.1 → ``0.1``, 1e-4 → ``0.0001``."""
+    """A number in its shortest form for a folder name: 1.0 → ``1``, 0.1 → ``0.1``, 1e-4 → ``0.0001``."""
     return f"{x:.15g}"
 
 
 def tau_value(text: str, option: str = "--grid tau") -> TauValue:
-    """``text`` (a number or a preset) as a τ axis value; a ``ConfigError`` naming ``option``, the value and
-    the accepted forms when it is neither."""
+    """``text`` (a number or a policy's label, ``ssl_app.temperature.spelling``) as a τ axis value; a
+    ``ConfigError`` naming ``option``, the value and the accepted forms when it is neither."""
     text = text.strip()
-    number = _finite(text)
-    if number is not None:
-        _check(CONSTANT, {"value": number}, text, option)  # τ <= 0: refused here, as a preset's numbers are
-        return TauValue(text, text, text)
-    kind, _, rest = text.partition(":")
-    preset = PRESETS.get(kind)
-    init_args = _parse(preset, rest) if preset is not None and rest else None
-    if init_args is None:
+    found = PolicySpec.read(text)
+    cls = None if found is None else found[0].policy_class
+    if cls is None or cls.label_form is None:
         raise ConfigError(f"{option}: {text!r} is not a τ; give {accepted_forms()}")
-    _check(preset, init_args, text, option)
-    positional = "-".join(short(init_args[name]) for name in preset.positional)
-    options = [f"{key}={_shown(init_args[arg])}" for key, arg in preset.options.items() if arg in init_args]
-    name = ":".join([f"{kind}:{positional}", *options])
-    config = {"class_path": f"{POLICY_MODULE}.{preset.class_name}", "init_args": init_args}
-    return TauValue(text, json.dumps(config), name)
-
-
-def _check(preset: Preset, init_args: dict, text: str, option: str) -> None:
-    """Build the policy once (this package's own class, from plain numbers) so that its own checks (``low <= high``,
-    τ > 0, ``min < max``) refuse the value here, before any run starts: ``--print_config`` builds no class."""
-    import ssl_app.temperature as policies
-
+    spec, written = found
+    given = {key: value for key, value in spec.values.items() if key in cls.label_form.positional} | {
+        cls.label_form.options[key]: spec.values[cls.label_form.options[key]] for key in written
+    }
     try:
-        getattr(policies, preset.class_name)(**init_args)
+        cls(**given)  # the policy's own checks (low <= high, τ > 0) refuse the value here, before any run starts
     except ConfigError as error:
         raise ConfigError(f"{option}: {text!r}: {error}") from None
-
-
-def _parse(preset: Preset, rest: str) -> dict | None:
-    """The init args of ``rest`` (``0.1-1.0:T=200``), or None when it does not follow the preset's form."""
-    head, *extras = rest.split(":")
-    pattern = "-".join(f"({_NUMBER})" for _ in preset.positional)
-    match = re.fullmatch(pattern, head)
-    if match is None:
-        return None
-    init_args: dict = {}
-    for name, number in zip(preset.positional, match.groups()):
-        init_args[name] = _finite(number)
-        if init_args[name] is None:
-            return None
-    for extra in extras:
-        key, sep, value = extra.partition("=")
-        arg = preset.options.get(key)
-        if not sep or arg is None or arg in init_args:
-            return None
-        if arg == "unit":
-            if value not in UNITS:
-                return None
-            init_args[arg] = value
-        else:
-            init_args[arg] = _finite(value)
-            if init_args[arg] is None:
-                return None
-    if any(preset.options[key] not in init_args for key in preset.required):
-        return None
-    return init_args
-
-
-def _finite(text: str) -> float | None:
-    try:
-        value = float(text)
-    except ValueError:
-        return None
-    return value if math.isfinite(value) else None
-
-
-def _shown(value: float | str) -> str:
-    return value if isinstance(value, str) else short(value)
+    if spec.constant is not None:
+        return TauValue(text, text, text)  # a number passes as written, as before policies
+    # The folder keeps what the value spelled out (a default written out stays in the name, as it always did).
+    name = spell(cls.label_form, given, {}, number=short)
+    config = {"class_path": f"{POLICY_MODULE}.{spec.name}", "init_args": given}
+    return TauValue(text, json.dumps(config), name)
 
 
 def expand_axis(key: str, values: list[str]) -> tuple[str, list[TauValue]]:

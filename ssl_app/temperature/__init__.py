@@ -20,6 +20,6 @@ from ssl_app.temperature.learnable import Learnable
 from ssl_app.temperature.adaptive import Adaptive
 
 # isort: on
-from ssl_app.registry import TEMPERATURES
+from ssl_app.temperature.registry import TEMPERATURES
 
 __all__ = ["TEMPERATURES", "Adaptive", "Constant", "Cosine", "Learnable", "Linear", "Progress", "TemperaturePolicy"]

@@ -2,19 +2,20 @@
 
 from __future__ import annotations
 
-import numbers
 from typing import TYPE_CHECKING, Optional
 
 import torch
 from torch import Tensor
 
 from ssl_app import distributed
+from ssl_app.checks import ClosedUnitInterval, PositiveFinite, check
 from ssl_app.errors import ConfigError
-from ssl_app.registry import TEMPERATURES
-from ssl_app.temperature.base import Progress, TemperaturePolicy, check_positive, number
+from ssl_app.temperature.base import Progress, TemperaturePolicy, check_positive
+from ssl_app.temperature.registry import TEMPERATURES
+from ssl_app.temperature.spelling import LabelForm
 
 if TYPE_CHECKING:
-    from ssl_app.losses.base import MaskedSimilarities
+    from ssl_app.handover import MaskedSimilarities
 
 
 def adaptive_temperature(base: float, alpha: float, a_0: float, mean_positive: Tensor) -> Tensor:
@@ -32,9 +33,7 @@ def global_mean_positive(sim: Tensor, pos_mask: Tensor, default: float) -> Tenso
 
 
 def check_unit_interval(value: float, option: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 <= value <= 1:
-        raise ConfigError(f"{option} must be in [0, 1], got {value!r}")
-    return float(value)
+    return check(ClosedUnitInterval, value, option)
 
 
 def check_stays_positive(alpha: float, a_0: float, owner: str, names: tuple[str, str] = ("alpha", "a0")) -> None:
@@ -61,7 +60,10 @@ class Adaptive(TemperaturePolicy):
         a0: A₀ ∈ [0, 1], the alignment at which τ = τ₀ (0). α · (1 + A₀) must be < 1.
     """
 
-    def __init__(self, base: float = 0.1, alpha: float = 0.5, a0: float = 0.0) -> None:
+    label_form = LabelForm("adaptive", ("base",), {"alpha": "alpha", "a0": "a0"})
+    examples = ({}, {"base": 0.2, "alpha": 0.25, "a0": 0.5})
+
+    def __init__(self, base: PositiveFinite = 0.1, alpha: ClosedUnitInterval = 0.5, a0: ClosedUnitInterval = 0.0) -> None:
         super().__init__()
         self.base = check_positive(base, "Adaptive: base")
         self.alpha = check_unit_interval(alpha, "Adaptive: alpha")
@@ -73,6 +75,3 @@ class Adaptive(TemperaturePolicy):
             return torch.tensor(self.base)
         mean_positive = global_mean_positive(handover.sim.detach().float(), handover.pos_mask, self.a0)
         return adaptive_temperature(self.base, self.alpha, self.a0, mean_positive)
-
-    def label(self) -> str:
-        return f"adaptive:{number(self.base)}"

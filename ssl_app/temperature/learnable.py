@@ -8,9 +8,11 @@ from typing import Any, Optional
 import torch
 from torch import Tensor, nn
 
+from ssl_app.checks import PositiveFinite
 from ssl_app.errors import ConfigError
-from ssl_app.registry import TEMPERATURES
-from ssl_app.temperature.base import Progress, TemperaturePolicy, check_positive, number
+from ssl_app.temperature.base import Progress, TemperaturePolicy, check_positive
+from ssl_app.temperature.registry import TEMPERATURES
+from ssl_app.temperature.spelling import LabelForm
 
 
 class _ClampInward(torch.autograd.Function):
@@ -50,7 +52,10 @@ class Learnable(TemperaturePolicy):
         max: the largest τ, > min.
     """
 
-    def __init__(self, init: float = 0.07, min: float = 0.01, max: float = 1.0) -> None:  # noqa: A002 (the option names)
+    label_form = LabelForm("learnable", ("init",), {"min": "min", "max": "max"})
+    examples = ({}, {"init": 0.2, "min": 0.05, "max": 0.5})
+
+    def __init__(self, init: PositiveFinite = 0.07, min: PositiveFinite = 0.01, max: PositiveFinite = 1.0) -> None:  # noqa: A002 (the option names)
         super().__init__()
         self.min = check_positive(min, "Learnable: min")
         self.max = check_positive(max, "Learnable: max")
@@ -64,6 +69,3 @@ class Learnable(TemperaturePolicy):
     def value(self, progress: Progress, handover: Optional[object] = None) -> Tensor:
         t = _ClampInward.apply(self.log_scale, math.log(1 / self.max), math.log(1 / self.min))
         return torch.exp(-t)
-
-    def label(self) -> str:
-        return f"learnable:{number(self.init)}"

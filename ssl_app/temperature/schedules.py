@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import math
-from typing import Optional
+from typing import Any, Optional
 
+from ssl_app.checks import PositiveFinite
 from ssl_app.errors import ConfigError
-from ssl_app.registry import TEMPERATURES
-from ssl_app.temperature.base import Progress, TemperaturePolicy, Unit, check_positive, check_unit, number
+from ssl_app.temperature.base import Progress, TemperaturePolicy, Unit, check_positive, check_unit
+from ssl_app.temperature.registry import TEMPERATURES
+from ssl_app.temperature.spelling import LabelForm
 
 
 @TEMPERATURES.register
@@ -18,15 +20,18 @@ class Constant(TemperaturePolicy):
         value: τ > 0.
     """
 
-    def __init__(self, value: float) -> None:
+    label_form = LabelForm("", ("value",))
+    examples = ({"value": 0.5}, {"value": 0.07})
+
+    def __init__(self, value: PositiveFinite) -> None:
         super().__init__()
         self.constant = check_positive(value, "Constant: value")
 
+    def options(self) -> dict[str, Any]:
+        return {"value": self.constant}
+
     def value(self, progress: Progress, handover: Optional[object] = None) -> float:
         return self.constant
-
-    def label(self) -> str:
-        return number(self.constant)
 
 
 #: Cosine's default period in epochs, as in Kukleva et al.'s code (Annusha/temperature_schedules):
@@ -49,7 +54,12 @@ class Cosine(TemperaturePolicy):
         unit: ``epoch`` or ``step``.
     """
 
-    def __init__(self, low: float = 0.1, high: float = 1.0, period: float = DEFAULT_PERIOD, unit: Unit = "epoch") -> None:
+    label_form = LabelForm("cosine", ("low", "high"), {"T": "period", "unit": "unit"})
+    examples = ({}, {"low": 0.2, "high": 0.8, "period": 3.0, "unit": "step"})
+
+    def __init__(
+        self, low: PositiveFinite = 0.1, high: PositiveFinite = 1.0, period: PositiveFinite = DEFAULT_PERIOD, unit: Unit = "epoch"
+    ) -> None:
         super().__init__()
         self.low = check_positive(low, "Cosine: low")
         self.high = check_positive(high, "Cosine: high")
@@ -61,12 +71,6 @@ class Cosine(TemperaturePolicy):
     def value(self, progress: Progress, handover: Optional[object] = None) -> float:
         t = progress.at(self.unit)
         return self.low + (self.high - self.low) * (1 + math.cos(2 * math.pi * t / self.period)) / 2
-
-    def label(self) -> str:
-        text = f"cosine:{number(self.low)}-{number(self.high)}"
-        if self.period != DEFAULT_PERIOD or self.unit != "epoch":
-            text += f":T{number(self.period)}" + ("steps" if self.unit == "step" else "")
-        return text
 
 
 @TEMPERATURES.register
@@ -82,7 +86,10 @@ class Linear(TemperaturePolicy):
         unit: ``epoch`` or ``step``.
     """
 
-    def __init__(self, start: float, end: float, length: float, unit: Unit = "epoch") -> None:
+    label_form = LabelForm("linear", ("start", "end"), {"L": "length", "unit": "unit"}, required=("L",))
+    examples = ({"start": 0.1, "end": 0.5, "length": 100.0}, {"start": 1.0, "end": 0.05, "length": 2.5, "unit": "step"})
+
+    def __init__(self, start: PositiveFinite, end: PositiveFinite, length: PositiveFinite, unit: Unit = "epoch") -> None:
         super().__init__()
         self.start = check_positive(start, "Linear: start")
         self.end = check_positive(end, "Linear: end")
@@ -92,6 +99,3 @@ class Linear(TemperaturePolicy):
     def value(self, progress: Progress, handover: Optional[object] = None) -> float:
         done = min(max(progress.at(self.unit) / self.length, 0.0), 1.0)
         return self.start + (self.end - self.start) * done
-
-    def label(self) -> str:
-        return f"linear:{number(self.start)}-{number(self.end)}"

@@ -38,7 +38,7 @@ RESULTS = {
     "tests": {"device": "cuda", "rc": 1,
               "cases": [{"name": "test_a", "outcome": "passed"}, {"name": "test_b", "outcome": "failed"}]},
     "train_step/layouts/simclr": {
-        "settings": {"backbone": "resnet18_cifar", "batch": 512, "precision": "bf16"},
+        "settings": {"backbone": "resnet18_cifar", "batch": 512, "precision": "bf16", "key_bn": "none"},
         "methods": {"simclr": {"sides": {"ours": SIDE | {"peak_mb": 5000.0, "reference_peak_mb": 6000.0}}}}},
     "epoch/cifar10_simclr": {"model": "SimCLR/resnet18_cifar", "batch": 512, "train_images": 50000, "seconds_per_epoch": 9.5,
                              "img_per_s": 5263.0, "first_epoch_s": 20.0, "scaled": "a whole epoch", "precision": "bf16-mixed",
@@ -53,9 +53,14 @@ RESULTS = {
     "compiled/cifar10_simclr": {"model": "SimCLR/resnet18_cifar", "batch": 512, "train_images": 50000, "precision": "bf16-mixed",
                                 "epochs_s": [5.8, 2.9], "evaluations": [{"epoch": 1, "eval": 20.0, "loop": 12.9}],
                                 "scaled": "whole epochs", "after_last_evaluation_s": 55.7, "compile": True,
-                                "channels_last": True},
+                                "channels_last": True,
+                                "dynamo": [{"epoch": 0, "validating": False, "frames_compiled": 1, "graph_breaks": 0},
+                                           {"epoch": 1, "validating": True, "frames_compiled": 1, "graph_breaks": 0},
+                                           {"epoch": 1, "validating": False, "frames_compiled": 2, "graph_breaks": 0}]},
     "syncs/cifar10_moco": listed_syncs(),
-    "loader": {"batch": 128, "images": 3200, "sizes": "mixed", "loader_img_per_s": {"2": 2000.0}, "precision": ""},
+    "loader": {"batch": 128, "images": 3200, "sizes": "mixed", "loader_img_per_s": {"2": 2000.0}, "precision": "",
+               "workers": {"2": {"start": "fork_server", "cpu_ms_per_image": 5.5, "busy": 0.5}},
+               "other_start": {"workers": 1, "img_per_s": 1000.0, "start": "fork", "cpu_ms_per_image": 5.0, "busy": 0.9}},
     "augment": {"batch": 512, "paths": {"keys": {"ops_per_call": 230, "kernels_per_call": 190, "ms_per_call": 1.25},
                                         "generator": {"ops_per_call": 159, "kernels_per_call": None, "ms_per_call": 1.0}}},
 }  # fmt: skip
@@ -75,6 +80,8 @@ def test_the_summary_is_one_table_with_every_part_and_what_a_timeout_left(tmp_pa
     assert any(row[0] == "train_step" and row[3] == "900; **0.90**" and "peak 5,000 MB" in row[4] for row in rows)
     (epoch,) = [row for row in rows if row[0] == "epoch" and row[2] == "s per training epoch"]
     assert epoch[3] == "**9.5**" and "lightly ~26 s" in epoch[4] and "≤ 1.5 s (H200" in epoch[4]
+    (against,) = [row for row in rows if row[1] == "cifar10_simclr s per epoch / bare step"]
+    assert against[3] == "**0.17**" and "bare step 900 img/s = 55.56 s per epoch" in against[4] and "585%" in against[4]
     assert any(row[1] == "cifar10_simclr evaluation 1" and row[3] == "**6.00**" and "callbacks 4.00 s" in row[4] for row in rows)
     (steady,) = [row for row in rows if row[1] == "cifar10_simclr evaluation 2"]
     assert steady[3] == "**0.90**" and steady[4].startswith("steady") and "target ≤ 1.0 s" in steady[4]
@@ -90,12 +97,16 @@ def test_the_summary_is_one_table_with_every_part_and_what_a_timeout_left(tmp_pa
     assert "loop 0.30 s (batches of 512)" in steady[4]
     (compiled,) = [row for row in rows if row[0] == "compiled" and row[2] == "s per training epoch"]
     assert compiled[3] == "**2.9**" and "first epoch 5.8 s (compiling)" in compiled[4] and "compile true" in compiled[1]
+    assert "frames compiled so far at the end of epoch 1: 1, evaluation 2: 1, epoch 2: 2; 0 graph breaks" in compiled[4]
     (compiled_end,) = [row for row in rows if row[0] == "compiled" and "end of fit" in row[1]]
     assert ("compiled", "cifar10_simclr end of fit", "s", "55.7") == compiled_end[:4]
     (syncs,) = [row for row in rows if row[0] == "syncs"]
     assert syncs[2] == "syncs per step that does not log" and syncs[3] == "**1.0**"
     assert "1 such steps of 3" in syncs[4] and "logged: [2]" in syncs[4] and "test_gpu_check.py" in syncs[4]
-    assert any(row[0] == "loader" and row[3] == "2,000" and "step not measured" in row[4] for row in rows)
+    (loader,) = [row for row in rows if row[0] == "loader" and row[3] == "2,000"]
+    assert "step not measured" in loader[4] and "started by fork_server, their CPU 5.5 ms per image, busy 50%" in loader[4]
+    (other,) = [row for row in rows if row[0] == "loader" and row[1].endswith("workers=1, fork")]
+    assert other[3] == "1,000" and "does not take on this machine" in other[4] and "busy 90%" in other[4]
     assert not any(row[1] == "(the summary)" for row in rows)
     assert ("loader", "(the part)", "status", "timeout (partial)", "after 80 of 80 s") in rows
     (keys,) = [row for row in rows if row[0] == "train_step" and "batched views, keys" in row[1]]
@@ -205,6 +216,23 @@ def test_the_quick_epoch_part_trains_both_cifar10_configs_and_times_their_evalua
     assert sorted(results["epoch/metrics"]["seconds"]) == ["alignment", "positive_and_top10_negatives", "tolerance", "uniformity"]
 
 
+def test_the_compiled_step_rows_show_what_dynamo_compiled_and_where_the_step_waits():
+    """Catches the compiled step's diagnosis measured but not shown: the frames dynamo compiled (a
+    recompiling step shows) and one profiled step's GPU kernel time against its wall time."""
+    profile = {"wall_ms": 20.0, "kernels": 400, "gpu_busy_ms": 12.0}
+    side = SIDE | {"peak_mb": 2300.0, "reference_peak_mb": 2317.0, "profile": profile,
+                   "reference_profile": {"wall_ms": 50.0, "kernels": 900, "gpu_busy_ms": 45.0}}  # fmt: skip
+    record = {"settings": {"backbone": "resnet18_cifar", "batch": 512, "precision": "bf16"},
+              "methods": {"simclr": {"sides": {"ours": SIDE | {"peak_mb": 1.0, "reference_peak_mb": 1.0},
+                                               "ours+channels_last_compile": side},
+                                     "dynamo": {"frames_compiled": 1, "graph_breaks": 0}}}}  # fmt: skip
+    rows = {row[1]: row[4] for row in gpu_check.summary_rows({"train_step/compiled/simclr": record}) if row[0] == "train_step"}
+    compiled = rows["simclr ours+channels_last_compile (resnet18_cifar, b512, bf16)"]
+    assert "one profiled step 20.0 ms, 400 kernels busy 12.0 ms (60%) (reference 50.0 ms, busy 45.0 ms)" in compiled
+    assert "dynamo: 1 frame(s) compiled, 0 graph breaks" in compiled
+    assert "dynamo" not in rows["simclr ours (resnet18_cifar, b512, bf16)"]
+
+
 def test_the_loader_rows_show_both_paths_against_the_step():
     """Catches the device-decode numbers measured but not shown, or shown without their ratio to the step."""
     loader = {"batch": 128, "images": 3200, "sizes": "mixed", "precision": "bf16", "step_img_per_s": 2000.0,
@@ -215,3 +243,4 @@ def test_the_loader_rows_show_both_paths_against_the_step():
     assert "loader / step **0.80**" in shown[("ImageNet-100 shape, b128, views in the workers, workers=16", "1,600")]
     assert "loader / step **3.00**" in shown[("ImageNet-100 shape, b128, decoded on the device, workers=16", "6,000")]
     assert ("ResNet-50 step, b128, bf16", "2,000") in shown and len(shown) == 5
+    assert "started by" not in shown[("ImageNet-100 shape, b128, views in the workers, workers=16", "1,600")]  # an older record

@@ -18,6 +18,7 @@ from PIL import Image
 from datamodules.augment import ViewAugmentation
 from datamodules.device_augment import BatchViewAugmentation
 from datamodules.keyed_draws import ViewKeys, keyed_uniforms
+from datamodules.view_graphs import ViewGraphs
 from ssl_app.health import NumericalHealth
 from ssl_app.losses import InfoNCE
 from ssl_app.methods import MemoryBank, MoCo, SimCLR
@@ -167,6 +168,33 @@ def test_a_training_step_that_does_not_log_never_waits_for_the_device(tmp_path, 
     assert any("ssl_app/health.py" in row["ours"] and row["steps"] >= 2 for row in sites)
 
 
+def test_a_nan_step_is_skipped_on_the_device_by_the_fused_optimiser(tmp_path, device, monkeypatch):
+    """Issue 38 item 2 with item 4's fused optimiser: on CUDA, SGD is torch's fused one and the health
+    check hands it the skip as ``found_inf`` (no copy of the parameters, no host read). Catches a flag
+    the fused kernel ignores or reads wrongly on a GPU (a NaN gradient applied, the momentum moved), or
+    the fused path not taken there. A NaN gradient at step 2 of 4, not logged: the parameters and
+    momentum after it equal those before it, bit for bit. On the CPU the fused SGD is asked for."""
+    from tests.ssl_app.test_numerical_health import Poisoned, same_bits
+
+    cuda = device.type == "cuda"
+    if not cuda:
+        monkeypatch.setattr("ssl_app.optim.fused_pays", lambda params: True)
+    torch.manual_seed(0)
+    model = Poisoned(nan_grad_at=[2], backbone="small_cnn", proj_hidden_dim=16, proj_dim=8, channels_last=True)
+    model.record = True
+    health = NumericalHealth(on_nonfinite="skip", read_every_step=None if cuda else False)
+    trainer = tiny_trainer(
+        tmp_path, max_steps=4, accelerator="gpu" if cuda else "cpu", precision="bf16-mixed" if cuda else "32-true",
+        callbacks=[health], log_every_n_steps=50,
+    )  # fmt: skip
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the skip's own warning
+        trainer.fit(model, datamodule=tiny_data(augment_on="device", batch_size=16))
+    assert trainer.optimizers[0].defaults["fused"] and health.skipped == 1
+    after = model.after
+    assert same_bits(after[1], after[2]) and not same_bits(after[0], after[1]) and not same_bits(after[2], after[3])
+
+
 def test_metrics_on_the_device_match_float64_on_the_cpu(device):
     """Catches a metric whose chunked path indexes, masks or accumulates wrongly on another device."""
     generator = torch.Generator().manual_seed(0)
@@ -243,6 +271,31 @@ def test_keyed_views_on_the_device_are_those_of_the_cpu(device):
     for a, b in zip(on_cpu, on_device):
         assert b.device.type == device.type
         torch.testing.assert_close(b.cpu(), a, rtol=0, atol=2e-3)  # matrix products of another library
+
+
+def test_training_views_replayed_from_a_cuda_graph_are_the_eager_views(device):
+    """Issue 38 item 4: the training path replays the keyed views of a batch shape from one CUDA graph
+    (``datamodules.view_graphs``). Catches views that differ from the eager call's by a bit (another
+    kernel, a constant re-made inside the capture), inputs not refreshed between batches, the seed or
+    epoch baked into the graph (the second epoch would repeat the first's views), a graph captured per
+    batch, and a capture that fails on CUDA (the shape would stay eager: ``graph`` None). On CUDA the
+    real capture; on the CPU a stand-in that replays the captured call eagerly (what the buffer logic
+    needs). CIFAR-10's augmentation, 64 images × 2 views of 32 px, 3 batches in each of 2 epochs."""
+    from tests.datamodules.test_view_graphs import StandIn
+
+    eager = BatchViewAugmentation(ViewAugmentation())
+    cuda = device.type == "cuda"
+    graphs = ViewGraphs() if cuda else ViewGraphs(capture=StandIn(), devices=("cpu",))
+    generator = torch.Generator(device=device).manual_seed(0)
+    for epoch in (0, 3):
+        for _ in range(3):
+            images = torch.randint(0, 256, (64, 3, 32, 32), dtype=torch.uint8, device=device, generator=generator)
+            index = torch.randperm(50_000, device=device, generator=generator)[:64]
+            keys = ViewKeys(5, epoch, index)
+            replayed = graphs(eager, images, 2, keys)
+            expected = eager(images, 2, keys=keys)
+            assert all(a.device.type == device.type and torch.equal(a, b) for a, b in zip(replayed, expected)), (epoch,)
+    assert [graph is not None for graph in graphs._graphs.values()] == [True]  # one shape, captured once
 
 
 def test_data_workers_started_while_the_device_is_in_use_do_not_abort(device):

@@ -251,10 +251,10 @@ class CollapsesAfter(ContrastiveLoss):
         super().__init__()
         self.steps, self.calls, self.info_nce = steps, 0, InfoNCE(temperature=0.5)
 
-    def terms(self, handover, with_stats):
+    def terms(self, handover, tau, with_stats):
         self.calls += 1
         if self.calls <= self.steps:
-            return self.info_nce.terms(handover, with_stats)
+            return self.info_nce.terms(handover, 0.5, with_stats)
         return LossTerms(-handover.sim[handover.pos_mask].mean())
 
 
@@ -263,7 +263,7 @@ def test_a_run_that_collapses_is_reported_by_the_alarm(caplog):
     # the tiny 16-d model spreads to ~0.2 in its two InfoNCE steps (not the 1.0 a real network passes),
     # so lower drop_min_best; without batch norm in the head nothing holds the embeddings apart once
     # the push is gone
-    callback = EmbeddingMetrics(log_histograms=False, collapse_drop_min_best=0.15)
+    callback = EmbeddingMetrics(log_histograms=False, collapse=CollapseCriteria(drop_min_best=0.15))
     optim = Optimization(lr=0.2, schedule="constant", weight_decay=0.0)
     model = tiny_model(loss=CollapsesAfter(steps=2), proj_batch_norm=False, optim=optim)
     with caplog.at_level(logging.WARNING):
@@ -469,8 +469,8 @@ def test_a_run_whose_loss_sits_at_chance_is_flagged_from_epoch_one(tmp_path, cap
     logger = RecordingLogger()
     # The untrained tiny encoder is bunched below uniformity 0.05 (a sudden collapse from epoch 0),
     # so the embedding rules are off: only the loss can flag this run.
-    off = dict(collapse_uniformity=None, collapse_alignment=None, collapse_similarity=None, collapse_uniformity_drop=None)
-    callback = EmbeddingMetrics(log_histograms=False, collapse_concentrating_evaluations=None, **off)
+    off = dict(uniformity_below=None, alignment_below=None, similarity_above=None, uniformity_drop=None)
+    callback = EmbeddingMetrics(log_histograms=False, collapse=CollapseCriteria(concentrating_evaluations=None, **off))
     checkpoint = ModelCheckpoint(dirpath=tmp_path, save_last=True)
     trainer = tiny_trainer([callback, checkpoint], logger=logger, max_epochs=3, log_every_n_steps=1, enable_checkpointing=True)
     with caplog.at_level(logging.WARNING):

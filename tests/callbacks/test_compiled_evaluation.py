@@ -10,11 +10,8 @@ from lightning.pytorch.callbacks import Callback
 
 from callbacks import EmbeddingMetrics, EmbeddingProjector, KNNMonitor
 from tests.callbacks.helpers import tensorboard, tiny_data, tiny_model, tiny_trainer
-
-
-def compiled_so_far() -> int:
-    """Graphs dynamo has compiled in this process (a recompile is a new graph)."""
-    return int(torch._dynamo.utils.counters["stats"]["unique_graphs"])
+from tests.helpers import compile_cheaply
+from tests.helpers import dynamo_compiles as compiled_so_far
 
 
 class GraphCounts(Callback):
@@ -42,10 +39,7 @@ def test_an_evaluation_and_the_projector_after_compiled_training_steps_compile_n
     """Catches an evaluation pass, a validation step or the projector going through the compiled
     backbone (dynamo then traces it again in eval mode, without gradients, for each batch shape).
     Dynamo traces for real; the eager backend skips inductor's C++ build."""
-    original = torch.nn.Module.compile
-    monkeypatch.setattr(torch.nn.Module, "compile", lambda self, **kw: original(self, backend="eager"))
-    torch._dynamo.reset()
-    torch._dynamo.utils.counters.clear()
+    compile_cheaply(monkeypatch, "eager")
     before, after = GraphCounts(), GraphCounts()
     callbacks = [
         before,

@@ -176,7 +176,7 @@ def test_without_a_trainer_two_training_views():
 
 @pytest.mark.parametrize("bad", [0, -1, 1.5, True, "1"])
 def test_a_bad_train_views_is_named(bad, tmp_path):
-    with pytest.raises(ConfigError, match=f"train_views must be an integer >= 1, got {bad!r}"):
+    with pytest.raises(ConfigError, match=f"train_views must be an int >= 1, got {bad!r}"):
         fit_one_step(ViewCounter(train_views=bad), tmp_path)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from datamodules.keyed_draws import absorb, fmix32, generator_seed, keyed_uniforms
+from datamodules.keyed_draws import absorb, batch_state, fmix32, generator_seed, keyed_uniforms, uniforms_after
 
 
 def uniforms(seed: int, epoch: int, indices: list[int], views: int = 2, columns: int = 35) -> torch.Tensor:
@@ -90,3 +90,16 @@ def test_the_numbers_are_those_of_earlier_versions():
         [10167138, 6702982, 5598328],
     ]
     assert generator_seed(11, 4, 7) == 8617823400830019214
+
+
+def test_a_batch_state_on_the_device_gives_the_same_numbers():
+    """What a CUDA graph of the views takes as its input (``datamodules.view_graphs``): the batch's seed
+    and epoch hashed on the host into one word, held in a one-element int64 tensor. Catches a state
+    absorbed otherwise than the word-by-word hash (other views in a graph than eagerly)."""
+    index = torch.tensor([0, 7, 2**32 + 3, 123_456_789_012])
+    for seed, epoch in ((0, 0), (11, 4), (2**40 + 5, 2**31)):
+        state = batch_state(seed, epoch)
+        assert 0 <= state < 2**32
+        expected = keyed_uniforms(seed, epoch, index, 2, 35)
+        assert torch.equal(uniforms_after(state, index, 2, 35), expected)
+        assert torch.equal(uniforms_after(torch.tensor(state), index, 2, 35), expected)

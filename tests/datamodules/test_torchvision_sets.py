@@ -26,7 +26,7 @@ from datamodules import (
 from datamodules.augment import CIFAR100_MEAN
 from ssl_app.cli import main
 from ssl_app.errors import ConfigError
-from ssl_app.runs.lock import DOWNLOAD_LOCK
+from ssl_app.io.lock import DOWNLOAD_LOCK
 
 MODULES = [
     CIFAR10DataModule,

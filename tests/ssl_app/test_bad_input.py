@@ -158,6 +158,7 @@ CASES = [
     ),
     ("health_option", lambda t: ["--health.on_nonfinite=ignore"], ["health.on_nonfinite"]),
     ("imbalance_below_one", lambda t: ["--data.init_args.imbalance_factor=0.5"], ["imbalance_factor", ">= 1", "0.5"]),
+    ("eval_batch_size_zero", lambda t: ["--data.init_args.eval_batch_size=0"], ["eval_batch_size", "0"]),
     ("imbalance_nan", lambda t: ["--data.init_args.imbalance_factor=nan"], ["imbalance_factor", "nan"]),
     (
         "imbalance_inf_yaml",

@@ -41,6 +41,7 @@ SHORT = [
     "--data.init_args.batch_size=8",
     "--data.init_args.num_workers=2",
     "--data.init_args.augment_on=workers",
+    "--data.init_args.eval_on=workers",  # the evaluation pass through data workers too (``auto`` keeps its images on the device)
     "--model.init_args.proj_dim=16",
 ]
 STEPS = 3 * 4  # 3 epochs of 4 steps: 32 training images in batches of 8; 2 validation batches

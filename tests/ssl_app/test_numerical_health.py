@@ -229,13 +229,20 @@ def test_scattered_skips_never_stop_only_more_than_k_in_a_row_do(read_every_step
     assert health.skipped == 4 and trainer.global_step == stopped_at
 
 
-@pytest.mark.parametrize("optimizer", ["sgd", "adamw", "lars"])
-def test_a_skip_decided_on_the_device_leaves_parameters_and_optimiser_state_bit_identical(optimizer, recwarn):
+@pytest.mark.parametrize("optimizer", ["sgd", "adamw", "lars", "sgd_fused", "adamw_fused"])
+def test_a_skip_decided_on_the_device_leaves_parameters_and_optimiser_state_bit_identical(optimizer, recwarn, monkeypatch):
     """Catches a masked update that leaks (momentum buffers, Adam's moments or its step count changed
     by a NaN step, a parameter restored but not its state) or a skip that reads its flag on the host
     in a step that does not log (the on-device path not taken). A NaN gradient at step 2 and a NaN
     loss at step 3, neither logged: the state after each equals the state before it, bit for bit,
-    and the steps around them do change it."""
+    and the steps around them do change it. The fused optimisers (what ``ssl_app.optim`` builds on
+    CUDA, here on the CPU) skip through their own ``found_inf`` flag, with no copy of the parameters,
+    and the flag is gone after the step."""
+    fused = optimizer.endswith("_fused")
+    optimizer = optimizer.removesuffix("_fused")
+    monkeypatch.setattr("ssl_app.optim.fused_pays", lambda params: fused)
+    masked, mask = [], NumericalHealth._mask
+    monkeypatch.setattr(NumericalHealth, "_mask", lambda self, *args: (masked.append(1), mask(self, *args))[1])
     torch.manual_seed(0)
     optim = Optimization(optimizer=optimizer, lr=0.05, weight_decay=1e-3)
     small = dict(backbone="small_cnn", proj_dim=16, proj_hidden_dim=32, optim=optim)
@@ -251,6 +258,9 @@ def test_a_skip_decided_on_the_device_leaves_parameters_and_optimiser_state_bit_
     assert health.skipped == 2 and listing.logged == []
     read = [row["ours"] for row in listing.sites() if "ssl_app/health.py" in row["ours"] and row["unlogged"]]
     assert read == []  # the health check's host reads: the first step (it creates the state) and the fit's end only
+    built = trainer.optimizers[0]
+    assert bool(built.defaults.get("fused")) == fused and not hasattr(built, "found_inf")
+    assert (masked == []) == fused  # fused: no copy of the parameters
 
 
 @pytest.mark.parametrize("poison", ["nan_loss_at", "nan_grad_at"])

@@ -111,3 +111,20 @@ def test_multistep_lr_drops_at_the_milestone_step_through_the_scheduler():
         scheduler.step()
     assert seen == [1.0] * 6 + [0.5] * 2  # 3 steps per epoch: epoch 2 starts at step 6
     assert config["lr_scheduler"]["interval"] == "step"
+
+
+def test_sgd_and_adamw_are_fused_when_every_parameter_is_on_cuda_only():
+    """Catches the fused kernels (one launch per update; the flag NumericalHealth skips a bad step with
+    on the device) chosen on the CPU, where the default's numbers are every earlier version's, or not
+    chosen on CUDA; LARS (lightly's) has no fused form."""
+    from types import SimpleNamespace
+
+    from ssl_app.optim import fused_pays
+
+    on_cuda = SimpleNamespace(device=torch.device("cuda"))
+    on_cpu = torch.nn.Parameter(torch.zeros(2))
+    assert fused_pays([on_cuda, on_cuda]) and fused_pays([{"params": [on_cuda]}, {"params": [on_cuda]}])
+    assert not fused_pays([on_cuda, on_cpu]) and not fused_pays([{"params": [on_cpu]}]) and not fused_pays([])
+    for name in ("sgd", "adamw", "lars"):
+        built = Optimization(optimizer=name).build([on_cpu], 256, 10, 100)["optimizer"]
+        assert not built.defaults.get("fused")

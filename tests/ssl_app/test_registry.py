@@ -5,6 +5,8 @@ from __future__ import annotations
 import ast
 import importlib
 import inspect
+import json
+import subprocess
 import sys
 import types
 from pathlib import Path
@@ -12,11 +14,15 @@ from typing import get_args
 
 import pytest
 
+from datamodules import DATAMODULES, ContrastiveDataModule
 from ssl_app.losses import LOSSES, ContrastiveLoss
 from ssl_app.methods import METHODS
 from ssl_app.models import BACKBONES, BackboneName
-from ssl_app.registry import DATAMODULES, Registry
+from ssl_app.registering import Registry
+from ssl_app.temperature import TEMPERATURES
 from tests.registries import each
+
+REPO = Path(__file__).resolve().parents[2]
 
 CLASS_REGISTRIES = [pytest.param(registry, id=registry.kind) for registry in (LOSSES, METHODS, DATAMODULES)]
 ALL_REGISTRIES = [*CLASS_REGISTRIES, pytest.param(BACKBONES, id="backbones")]
@@ -28,7 +34,7 @@ def scratch(package: str = "ssl_app.losses") -> Registry:
         "losses",
         "--model.init_args.loss",
         package=package,
-        base="ssl_app.losses.base:ContrastiveLoss",
+        base=ContrastiveLoss,
         capabilities=("uses_labels", "needs_anchor_features"),
     )
 
@@ -153,24 +159,37 @@ def test_capabilities_are_class_attributes_not_names():
     assert METHODS["MemoryBank"].capabilities == {"train_views": 1}
     assert DATAMODULES["CIFAR100DataModule"].capabilities == {"num_classes": 100}
     assert DATAMODULES["SyntheticDataModule"].capabilities == {}  # num_classes is an option there
-    by_property = Registry("data", "--data", package="datamodules", base="datamodules.base:ContrastiveDataModule",
+    by_property = Registry("data", "--data", package="datamodules", base=ContrastiveDataModule,
                            capabilities=("num_classes",))  # fmt: skip
     by_property.register(DATAMODULES["CIFAR10DataModule"].target)
     assert by_property["CIFAR10DataModule"].capabilities == {}  # a property, not a declaration
 
 
-def test_reading_a_registry_imports_the_package_that_fills_it(tmp_path, monkeypatch):
-    """Catches a registry read before its package was imported (``python -m ssl_app list`` in a
-    fresh process) coming back empty."""
-    (tmp_path / "lazy_losses.py").write_text(
-        "from tests.ssl_app.test_registry import LAZY, Documented\nLAZY.register(Documented)\n"
+def test_a_registry_read_first_thing_in_a_fresh_process_is_complete():
+    """Catches a registry read before its package was imported (``python -m ssl_app list`` in a fresh
+    process, or a plug-in's ``from ssl_app.registry import LOSSES``) coming back empty or short: each
+    registry's module is inside its package, so importing it registers the built-in entries first."""
+    code = (
+        "import json, sys\n"
+        "from ssl_app.losses.registry import LOSSES\n"
+        "assert 'ssl_app.methods' not in sys.modules\n"
+        "from ssl_app.registry import DATAMODULES, METHODS, TEMPERATURES, BACKBONES\n"
+        "print(json.dumps([r.names() for r in (LOSSES, METHODS, DATAMODULES, TEMPERATURES, BACKBONES)]))\n"
     )
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.delitem(sys.modules, "lazy_losses", raising=False)
-    global LAZY
-    LAZY = scratch("lazy_losses")
-    assert "lazy_losses" not in sys.modules
-    assert LAZY.names() == ["Documented"]
+    found = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO)
+    expected = [r.names() for r in (LOSSES, METHODS, DATAMODULES, TEMPERATURES, BACKBONES)]
+    assert json.loads(found.stdout) == expected and all(expected)
+
+
+def test_the_plug_in_address_hands_out_the_registries_the_packages_fill():
+    """Catches ``ssl_app.registry`` (docs/extending.md's import) holding registries of its own, which the
+    built-in entries never reach, or a name it does not know passing silently."""
+    import ssl_app.registry as plug_ins
+
+    assert plug_ins.LOSSES is LOSSES and plug_ins.METHODS is METHODS and plug_ins.DATAMODULES is DATAMODULES
+    assert plug_ins.TEMPERATURES is TEMPERATURES and plug_ins.BACKBONES is BACKBONES
+    with pytest.raises(AttributeError, match="NOTHING"):
+        plug_ins.NOTHING  # noqa: B018
 
 
 @pytest.mark.parametrize("registry", CLASS_REGISTRIES)
@@ -197,9 +216,6 @@ def test_test_ids_from_a_registry_are_the_registered_names(registry):
     params = each(registry)
     assert [param.id for param in params] == registry.names() and params
     assert [param.values[0] for param in params] == list(registry.values())
-
-
-LAZY: Registry | None = None
 
 
 @pytest.mark.parametrize("registry", ALL_REGISTRIES)

@@ -17,8 +17,8 @@ import torch
 from torch.utils.tensorboard import SummaryWriter
 
 from ssl_app.cli import main
+from ssl_app.io.lock import RunLock
 from ssl_app.runs.layout import evaluation_folders
-from ssl_app.runs.lock import RunLock
 from ssl_app.runs.record import read_record, start_record
 from tests.helpers import cli_in
 from tests.ssl_app.cli.test_cli import QUICKSTART, REPO, TINY

@@ -6,7 +6,9 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -97,8 +99,8 @@ def test_the_line_of_a_dead_worker_says_its_fate_the_cause_what_to_change_and_wh
         ending.message
     )
     assert ending.message.endswith(
-        "the state of step 60 is saved in runs/x/checkpoints/last.ckpt (resume with: python -m ssl_app fit --config c.yaml "
-        "--ckpt_path=runs/x/checkpoints/last.ckpt)"
+        "the state of step 60 is saved in runs/x/checkpoints/last.ckpt (resume with: "
+        f"{Path(sys.executable).name} -m ssl_app fit --config c.yaml --ckpt_path=runs/x/checkpoints/last.ckpt)"
     )
     bus = dead_worker(WorkerDeath("7", signal.SIGBUS), config)
     assert "shared memory" in bus and "lower data.init_args.num_workers (now 4)" in bus

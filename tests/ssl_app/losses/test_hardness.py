@@ -43,7 +43,7 @@ def test_infonce_profile_is_the_softmax_over_negatives():
     result = loss(contrast, with_stats=True)
 
     closed = torch.softmax((contrast.sim.detach() / TAU).masked_fill(~contrast.neg_mask, float("-inf")), dim=1)
-    shares = negative_shares(loss, contrast)
+    shares = negative_shares(lambda detached: loss.terms(detached, TAU, with_stats=False).value, contrast)
     torch.testing.assert_close(shares, closed.masked_fill(~contrast.neg_mask, 0.0), atol=1e-4, rtol=0)
 
     sums, counts = result.hardness
@@ -59,7 +59,7 @@ def test_a_hard_loss_gives_the_negatives_it_drops_no_share():
     """Catches the share of the unselected negatives leaking in (the profile would be InfoNCE's)."""
     contrast = views(1)
     loss = HardContrastive(temperature=TAU, num_negatives=4)
-    shares = negative_shares(loss, contrast)
+    shares = negative_shares(lambda detached: loss.terms(detached, TAU, with_stats=False).value, contrast)
     kept = loss.select_negatives(contrast.sim.detach(), contrast.neg_mask)
     closed = torch.softmax((contrast.sim.detach() / TAU).masked_fill(~kept, float("-inf")), dim=1)
     torch.testing.assert_close(shares, closed.masked_fill(~kept, 0.0), atol=1e-4, rtol=0)

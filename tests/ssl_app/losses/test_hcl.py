@@ -77,5 +77,6 @@ def test_a_negative_beta_through_the_cli_is_one_error_line_before_training(tmp_p
     err = capsys.readouterr().err
     lines = [line for line in err.splitlines() if line.startswith("error:")]
     assert exit_info.value.code == 2 and len(lines) == 1, err[-3000:]
-    assert "HCL: beta must be >= 0" in lines[0] and "Traceback" not in err
+    # refused while parsing (the range is beta's annotation), naming the option and the range in words
+    assert lines[0] == "error: model.init_args.loss.init_args.beta: must be >= 0 and finite, got -1" and "Traceback" not in err
     assert list(tmp_path.iterdir()) == []

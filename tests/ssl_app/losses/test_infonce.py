@@ -12,6 +12,8 @@ from lightly.loss import NTXentLoss
 from ssl_app.errors import ConfigError
 from ssl_app.losses import InfoNCE
 from ssl_app.losses.base import masked_mean
+from ssl_app.losses.info_nce import PLAN_KEY
+from ssl_app.methods import SimCLR
 from tests.helpers import loss_and_stats, loss_stats, loss_value
 from tests.ssl_app.losses import test_chance as chance
 
@@ -180,41 +182,49 @@ def _mask_layouts():
 
 @pytest.mark.parametrize("temperature", [0.05, 0.5])
 @pytest.mark.parametrize("layout", ["simclr", "moco-filling", "supcon"])
-def test_masks_reused_from_the_previous_call_take_the_plan_with_the_same_loss_and_gradient(layout, temperature):
+def test_masks_with_a_memo_take_the_plan_with_the_same_loss_and_gradient(layout, temperature):
     """Catches a plan that differs from the masked loss (excluded entries leaking into the
     softmax, rows without a positive counted or turning NaN, several positives weighted wrongly)
-    and a cache that never hits (the mask passes would still run every step)."""
+    and a memo that is never read (the mask passes would still run every step)."""
     pos, neg = _mask_layouts()[layout]
     sim = torch.rand(pos.shape, generator=torch.Generator().manual_seed(7)) * 2 - 1
     loss_fn = InfoNCE(temperature)  # no diagnostics asked for: they read the masks on the steps they run
-    results = []
-    for call in range(3):  # masked; planned (the plan is built); planned
+    leaf = sim.clone().requires_grad_(True)
+    masked_value = loss_value(loss_fn, leaf, pos, neg)  # masks made for one step: no memo, the masked path
+    masked_value.backward()
+    masked_grad = leaf.grad
+    assert torch.isfinite(masked_value) and torch.isfinite(masked_grad).all()
+    memo: dict = {}
+    for call in range(3):  # the plan is built into the memo; then read from it
         leaf = sim.clone().requires_grad_(True)
         with OpRecorder() as recorder:
-            value = loss_value(loss_fn, leaf, pos, neg)
+            value = loss_value(loss_fn, leaf, pos, neg, mask_memo=memo)
             value.backward()
-        results.append((value.detach(), leaf.grad))
         mask_passes = recorder.ops & {"aten.where", "aten.bitwise_or", "aten.masked_fill"}
-        assert bool(mask_passes) == (call < 2), (call, sorted(recorder.ops))
-    (masked_value, masked_grad), *planned = results
-    assert torch.isfinite(masked_value) and torch.isfinite(masked_grad).all()
-    for value, grad in planned:
-        torch.testing.assert_close(value, masked_value, rtol=1e-6, atol=1e-6)
-        torch.testing.assert_close(grad, masked_grad, rtol=1e-5, atol=1e-7)
-        assert torch.all(grad[~(pos | neg)] == 0)
+        assert bool(mask_passes) == (call == 0), (call, sorted(recorder.ops))
+        torch.testing.assert_close(value.detach(), masked_value.detach(), rtol=1e-6, atol=1e-6)
+        torch.testing.assert_close(leaf.grad, masked_grad, rtol=1e-5, atol=1e-7)
+        assert torch.all(leaf.grad[~(pos | neg)] == 0)
+    assert list(memo) == [PLAN_KEY] and not hasattr(loss_fn, "mask_plans")  # the plan is the masks', not the loss's
 
 
-def test_masks_edited_in_place_are_planned_again():
-    """Catches a plan keyed on the tensors' identity alone: an in-place edit would keep the old
-    positives."""
-    pos, neg = (m.clone() for m in _mask_layouts()["supcon"])
-    sim = torch.rand(pos.shape, generator=torch.Generator().manual_seed(8)) * 2 - 1
-    loss_fn = InfoNCE(0.2)
-    loss_value(loss_fn, sim, pos, neg), loss_value(loss_fn, sim, pos, neg)  # the second call planned these masks
-    pos[3, 0], neg[3, 0] = True, False
-    expected = loss_value(InfoNCE(0.2), sim, pos.clone(), neg.clone())
-    torch.testing.assert_close(loss_value(loss_fn, sim, pos, neg), expected)
-    torch.testing.assert_close(loss_value(loss_fn, sim, pos, neg), expected)
+def test_a_method_s_cached_masks_bring_their_memo_and_masks_made_for_one_step_none():
+    """Catches a memo shared between two mask pairs (a plan of other masks would be read) or handed with
+    masks the method built for one step (their plan would be built every step and never read again)."""
+    model = SimCLR(backbone="small_cnn", proj_hidden_dim=8, proj_dim=4)
+    built = []
+
+    def build():
+        built.append(1)
+        return (m.clone() for m in _mask_layouts()["simclr"])
+
+    pos, neg = model.cached_masks(("a",), build)
+    again = model.cached_masks(("a",), build)
+    other = model.cached_masks(("b",), build)
+    memo = model.masks.memo(pos, neg)
+    assert again[0] is pos and len(built) == 2 and memo == {}
+    assert memo is model.masks.memo(*again) and memo is not model.masks.memo(*other)
+    assert model.masks.memo(pos.clone(), neg.clone()) is None
 
 
 def test_the_plan_is_stable_at_small_temperature_under_bf16_autocast():
@@ -223,27 +233,29 @@ def test_the_plan_is_stable_at_small_temperature_under_bf16_autocast():
     pos, neg = _mask_layouts()["simclr"]
     sim = (torch.rand(pos.shape, generator=torch.Generator().manual_seed(9)) * 2 - 1).bfloat16()
     loss_fn = InfoNCE(0.01)
-    values = []
+    values, memo = [], {}
     for _ in range(2):
         leaf = sim.clone().requires_grad_(True)
         with torch.autocast("cpu", dtype=torch.bfloat16):
-            value = loss_value(loss_fn, leaf, pos, neg)
+            value = loss_value(loss_fn, leaf, pos, neg, mask_memo=memo)
         value.backward()
         assert torch.isfinite(leaf.grad).all()
         values.append(value)
     expected = loss_value(InfoNCE(0.01), sim.float(), pos, neg)
+    assert PLAN_KEY in memo
     torch.testing.assert_close(values[1], values[0])
     torch.testing.assert_close(values[1], expected)
 
 
 def test_masks_made_under_inference_mode_are_not_planned_and_give_the_same_loss():
-    """Inference tensors carry no version counter to tell an edit; evaluation keeps the masked path."""
+    """Catches a plan built from inference tensors (validation's): a training step that read it would fail
+    to save it for backward. Evaluation is not the hot path; it keeps the masked path."""
     with torch.inference_mode():
         pos, neg = (m.clone() for m in _mask_layouts()["simclr"])
         sim = torch.rand(pos.shape, generator=torch.Generator().manual_seed(10)) * 2 - 1
-        loss_fn = InfoNCE(0.3)
-        first, second = loss_value(loss_fn, sim, pos, neg), loss_value(loss_fn, sim, pos, neg)
-    assert torch.equal(first, second)
+        loss_fn, memo = InfoNCE(0.3), {}
+        first, second = loss_value(loss_fn, sim, pos, neg, mask_memo=memo), loss_value(loss_fn, sim, pos, neg)
+    assert torch.equal(first, second) and memo == {}
 
 
 # --- settings and the chance value ----------------------------------------------------------------

@@ -9,16 +9,18 @@ tested in its own file (``test_<name>.py``). Written partly to kill mutants that
 
 from __future__ import annotations
 
+import copy
 import math
 
 import pytest
 import torch
 
 from ssl_app.errors import ConfigError
-from ssl_app.losses import InfoNCE, MaskedSimilarities
-from ssl_app.losses.base import check_temperature
+from ssl_app.losses import ContrastiveLoss, InfoNCE, LossTerms, MaskedSimilarities
+from ssl_app.losses.base import Temperature, check_temperature, masked_info_nce, mean_over_anchors
 from ssl_app.temperature import Constant, Cosine, Learnable, Progress
 from tests.helpers import loss_value
+from tests.ssl_app.cli.test_cli import QUICKSTART, TINY, error_lines
 
 FEATURES = 5
 
@@ -177,3 +179,120 @@ def test_a_temperature_policy_gives_the_loss_at_the_tau_in_force(loss_first_case
     torch.testing.assert_close(value, at_half.value)
     gradient = learnable.temperature.log_scale.grad
     assert gradient is not None and torch.isfinite(gradient) and gradient != 0
+
+
+# --- a call is explicit: τ in, terms out, nothing left behind ---------------------------------------------
+def loss_state(loss: torch.nn.Module) -> dict:
+    """Every attribute of the loss and its submodules, tensors cloned (parameters and buffers included)."""
+    state = {}
+    for prefix, module in loss.named_modules():
+        for name, value in vars(module).items():
+            if name in ("_modules", "_parameters", "_buffers"):
+                continue
+            state[f"{prefix}.{name}"] = value.detach().clone() if isinstance(value, torch.Tensor) else copy.copy(value)
+        for name, tensor in [*module.named_parameters(recurse=False), *module.named_buffers(recurse=False)]:
+            state[f"{prefix}.{name}"] = tensor.detach().clone()
+    return state
+
+
+def assert_same_state(before: dict, after: dict) -> None:
+    assert before.keys() == after.keys(), sorted(set(before) ^ set(after))
+    for key, value in before.items():
+        if isinstance(value, torch.Tensor):
+            assert torch.equal(value, after[key]), key
+        else:
+            assert value == after[key] or value is after[key], key
+
+
+def test_calling_terms_twice_gives_the_same_result_and_changes_no_state(loss_case):
+    """Catches per-call state kept on a loss (a τ stashed on the instance, a cache of the last masks, a
+    counter): the hardness profile calls ``terms`` a second time on every step with diagnostics, so a
+    second call must give the same terms and leave every attribute, parameter and buffer as it was; and a
+    whole call of the loss (τ computed once, passed in) must leave nothing behind either."""
+    sim, pos, neg, anchors = problem(torch.Generator().manual_seed(7))
+    loss = loss_case.ready(FEATURES)
+    if not loss.needs_anchor_features:
+        anchors = {}
+    loss.set_progress(Progress(epoch=2.5, step=7, fraction=0.4))
+    handover = MaskedSimilarities(sim, pos, neg, **anchors)
+    tau = loss.tau(handover) if loss.has_temperature else None
+    before = loss_state(loss)
+    first, second = (loss.terms(handover, tau, True) for _ in range(2))
+    assert_same_state(before, loss_state(loss))
+    assert torch.equal(first.value, second.value)
+    for name in ("logits", "used_negatives"):
+        one, other = getattr(first, name), getattr(second, name)
+        assert (one is None and other is None) or torch.equal(one, other), name
+    assert first.extra.keys() == second.extra.keys() and all(torch.equal(first.extra[k], second.extra[k]) for k in first.extra)
+    results = [loss(handover, with_stats=True) for _ in range(2)]
+    assert_same_state(before, loss_state(loss))
+    assert torch.equal(results[0].value, results[1].value) and torch.equal(results[0].value, first.value)
+    assert results[0].tau == tau or torch.equal(results[0].tau, tau)
+
+
+class WrittenBeforeTauWasPassedIn(ContrastiveLoss):
+    """InfoNCE as a loss written to the earlier contract: ``terms(handover, with_stats)`` reads ``self.tau``."""
+
+    def __init__(self, temperature: Temperature = 0.5) -> None:
+        super().__init__()
+        self.temperature = check_temperature(temperature, "WrittenBeforeTauWasPassedIn")
+
+    def terms(self, handover: MaskedSimilarities, with_stats: bool) -> LossTerms:
+        per_anchor, has_pos = masked_info_nce(handover.sim / self.tau(handover), handover.pos_mask, handover.neg_mask)
+        return LossTerms(mean_over_anchors(per_anchor, has_pos), logits=handover.sim / self.tau(handover))
+
+
+class TemperatureAsANumber(ContrastiveLoss):
+    """A loss written when ``self.temperature`` was a number: it divides by it."""
+
+    def __init__(self, temperature: float = 0.5) -> None:
+        super().__init__()
+        self.temperature = check_temperature(temperature, "TemperatureAsANumber")
+
+    def terms(self, handover: MaskedSimilarities, with_stats: bool) -> LossTerms:
+        per_anchor, has_pos = masked_info_nce(handover.sim / self.temperature, handover.pos_mask, handover.neg_mask)
+        return LossTerms(mean_over_anchors(per_anchor, has_pos))
+
+
+def test_a_loss_written_before_tau_was_passed_in_still_runs_at_the_tau_in_force():
+    """Catches the earlier form of ``terms`` (docs/extending.md before τ was passed in) breaking, or reading
+    another τ than the policy's at the progress the method handed over."""
+    sim, pos, neg, _ = problem(torch.Generator().manual_seed(8))
+    earlier = WrittenBeforeTauWasPassedIn(Cosine(low=0.2, high=0.8, period=4))
+    earlier.set_progress(Progress(epoch=1.0, step=3))  # τ = 0.5
+    result = earlier(MaskedSimilarities(sim, pos, neg), with_stats=True)
+    expected = InfoNCE(0.5)(MaskedSimilarities(sim, pos.clone(), neg.clone()), with_stats=True)
+    torch.testing.assert_close(result.value, expected.value)
+    assert result.tau == pytest.approx(0.5) and result.stats["temperature"].item() == pytest.approx(0.5)
+    torch.testing.assert_close(result.hardness, expected.hardness)
+
+
+def test_a_loss_that_divides_by_its_temperature_policy_gets_one_error_naming_the_change():
+    """Catches a loss written when ``self.temperature`` was a number failing with a TypeError deep in a step
+    (``unsupported operand type(s) for /: 'Tensor' and 'Constant'``) instead of one line saying what changed."""
+    sim, pos, neg, _ = problem(torch.Generator().manual_seed(9))
+    with pytest.raises(ConfigError) as error:
+        TemperatureAsANumber()(MaskedSimilarities(sim, pos, neg))
+    message = str(error.value)
+    assert message.startswith("TemperatureAsANumber: self.temperature is a temperature policy (0.5), not a number")
+    assert "terms(handover, tau, with_stats)" in message and "docs/extending.md" in message and "\n" not in message
+
+
+def test_through_the_cli_that_loss_is_one_error_line(tmp_path, monkeypatch, capsys):
+    """The same loss as a user's module named on the command line: one ``error:`` line (status 2) naming the
+    loss and the change, not a traceback from inside the first step."""
+    (tmp_path / "old_losses.py").write_text(
+        "from ssl_app.losses.base import ContrastiveLoss, LossTerms, check_temperature, masked_info_nce, mean_over_anchors\n"
+        "class Old(ContrastiveLoss):\n"
+        "    def __init__(self, temperature: float = 0.5) -> None:\n"
+        "        super().__init__()\n"
+        "        self.temperature = check_temperature(temperature, 'Old')\n"
+        "    def terms(self, handover, with_stats):\n"
+        "        per_anchor, has_pos = masked_info_nce(handover.sim / self.temperature, handover.pos_mask, handover.neg_mask)\n"
+        "        return LossTerms(mean_over_anchors(per_anchor, has_pos))\n",
+        encoding="utf-8",
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    lines = error_lines(["fit", "--config", QUICKSTART, *TINY, "--model.init_args.loss=old_losses.Old"], capsys)
+    assert len(lines) == 1 and lines[0].startswith("error: Old: self.temperature is a temperature policy"), lines

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 from types import SimpleNamespace
+from typing import Any
 
 import lightning as L
 import pytest
@@ -12,8 +13,9 @@ import torch
 from ssl_app.errors import ConfigError
 from ssl_app.losses import InfoNCE
 from ssl_app.methods import MemoryBank, MoCo, SimCLR
+from ssl_app.models import encode_with
 from tests.generic import set_up
-from tests.helpers import tiny_data, tiny_trainer
+from tests.helpers import compile_cheaply, dynamo_compiles, tiny_data, tiny_trainer
 
 SMALL = dict(backbone="small_cnn", proj_hidden_dim=16, proj_dim=8)
 
@@ -118,34 +120,114 @@ def test_a_bad_channels_last_value_is_one_config_error(value):
         SimCLR(loss=InfoNCE(0.5), channels_last=value, **SMALL)
 
 
-def test_compile_compiles_the_backbones_in_place_with_the_same_loss(monkeypatch):
-    """Catches a compiled module that renames parameters (checkpoints would not load), a MoCo key
-    backbone left uncompiled, or compiled code computing another loss. Dynamo traces for real; the
-    eager backend skips inductor's C++ build (benchmarks/train_step.py measures the real one)."""
-    original = torch.nn.Module.compile
-    monkeypatch.setattr(torch.nn.Module, "compile", lambda self, **kw: original(self, backend="eager"))
+def test_compile_compiles_every_encoder_pass_with_the_same_loss(monkeypatch):
+    """Catches compiled code that renames parameters (checkpoints would not load), a MoCo key encoder
+    left eager, or compiled code computing another loss. Dynamo traces for real; the ``aot_eager``
+    backend skips inductor's C++ build (benchmarks/train_step.py measures the real one)."""
+    compile_cheaply(monkeypatch)
     torch.manual_seed(0)
     plain = MoCo(loss=InfoNCE(0.2), queue_size=32, key_bn="none", **SMALL).train()
     compiled = copy.deepcopy(plain)
     compiled.compile_backbone = True
     compiled.setup("fit")
-    assert all(module._compiled_call_impl is not None for module in (compiled.backbone, compiled.key_backbone))
     assert compiled.state_dict().keys() == plain.state_dict().keys()
-    loss_a, _ = _loss_and_grads(plain)
-    loss_b, _ = _loss_and_grads(compiled)
+    loss_a, grads_a = _loss_and_grads(plain)
+    loss_b, grads_b = _loss_and_grads(compiled)
     torch.testing.assert_close(loss_b, loss_a, rtol=1e-4, atol=1e-5)
+    assert grads_b.keys() == grads_a.keys()
+    for name in grads_a:
+        torch.testing.assert_close(grads_b[name], grads_a[name], rtol=1e-4, atol=1e-5)
+    assert dynamo_compiles() == 2  # the query encoder (with gradients) and the key encoder (without)
+
+
+class Graphs:
+    """A dynamo backend that keeps every graph it is given (and runs it as traced)."""
+
+    def __init__(self) -> None:
+        self.graphs: list[torch.fx.GraphModule] = []
+
+    def __call__(self, graph: torch.fx.GraphModule, example_inputs: list) -> Any:
+        self.graphs.append(graph)
+        return graph.forward
+
+    def calls(self, graph: torch.fx.GraphModule) -> list[Any]:
+        return [node.target for node in graph.graph.nodes if node.op == "call_function"]
+
+
+def test_compile_puts_the_projection_head_and_the_normalisation_in_the_encoder_s_graph(monkeypatch):
+    """``compile: true`` compiles the whole encoder pass (backbone → head → normalize) as one graph,
+    so the head's layers fuse with the rest instead of running as separate eager kernels. Catches a
+    compile of the backbone alone (the head and the normalisation left outside every graph) and a
+    graph break inside the pass."""
+    graphs = Graphs()
+    compile_cheaply(monkeypatch, graphs)
+    model = SimCLR(loss=InfoNCE(0.5), compile=True, **SMALL).train()
+    model.setup("fit")
+    model.loss(model.contrast(_batch())).value.backward()
+    assert len(graphs.graphs) == 1 and not torch._dynamo.utils.counters["graph_break"]
+    calls = graphs.calls(graphs.graphs[0])
+    assert torch.nn.functional.normalize in calls
+    assert calls.count(torch._C._nn.linear) == 2  # the MLP head's two layers (small_cnn has no linear layer)
+
+
+class CompileCounts(L.Callback):
+    """Frames dynamo compiled so far, after every training step (``steps``) and at the end of every
+    evaluation (``evaluations``)."""
+
+    def __init__(self) -> None:
+        self.steps: list[int] = []
+        self.evaluations: list[int] = []
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        self.steps.append(dynamo_compiles())
+
+    def on_validation_end(self, trainer, pl_module) -> None:
+        if not trainer.sanity_checking:
+            self.evaluations.append(dynamo_compiles())
+
+
+@pytest.mark.parametrize(
+    ("method", "options", "graphs"),
+    [
+        (SimCLR, {}, 1),
+        (MoCo, {"queue_size": 16, "key_bn": "split", "split_bn_groups": 2}, 2),  # query (gradients) + key (none)
+        (MemoryBank, {}, 1),
+    ],
+    ids=["simclr", "moco", "memory_bank"],
+)
+def test_a_compiled_fit_compiles_at_its_first_step_and_never_again(method, options, graphs, monkeypatch, tmp_path):
+    """Three epochs with an evaluation (validation loop and kNN pass) after each: every graph is
+    compiled in the first training step, and no later step, epoch start or evaluation compiles or
+    recompiles one (issue 38: a compiled epoch was slower than an eager one). Catches a guard that
+    fails at an epoch boundary or after an evaluation (a Python number in the graph that changes,
+    eval mode or no-grad leaking back into training, the stance switch of the eager evaluation), a
+    last, smaller training batch (drop_last), and evaluation passes going through compiled code."""
+    from callbacks import KNNMonitor
+
+    compile_cheaply(monkeypatch)
+    torch.manual_seed(0)
+    model = method(loss=InfoNCE(0.5), compile=True, **SMALL, **options)
+    counts = CompileCounts()
+    trainer = tiny_trainer(
+        tmp_path, max_epochs=3, limit_train_batches=None, limit_val_batches=None, callbacks=[counts, KNNMonitor(k=3)]
+    )
+    trainer.fit(model, datamodule=tiny_data(train_size=44))  # 5 full batches of 8 and 4 images left over
+    assert trainer.state.finished and len(counts.steps) == 15 and len(counts.evaluations) == 3
+    assert counts.steps == [graphs] * 15
+    assert counts.evaluations == [graphs] * 3
+    assert not torch._dynamo.utils.counters["graph_break"]
 
 
 class CompiledCalls(L.Callback):
-    """Records, at every training step, whether each backbone ran compiled (its compiled call is set)
-    and whether the step's loss was finite."""
+    """Records, at every training step, whether the model's encoder passes are compiled and whether the
+    step's loss was finite."""
 
     def __init__(self) -> None:
         self.compiled: list[bool] = []
         self.finite: list[bool] = []
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        self.compiled.append(all(m._compiled_call_impl is not None for m in pl_module.backbones()))
+        self.compiled.append(pl_module._encoder is not encode_with)
         loss = outputs["loss"] if isinstance(outputs, dict) else outputs
         self.finite.append(bool(torch.isfinite(loss)))
 
@@ -167,7 +249,8 @@ def test_two_compiled_fits_in_one_process_both_compile_and_train(tmp_path):
         assert calls.compiled == [True] * 3 and all(calls.finite)
         model.eval()
         images = torch.randn(4, 3, 8, 8)
-        with torch.no_grad():  # the compiled backbone computes what its own weights give
-            compiled = model.backbone(model.to_memory_format(images))
-            eager = model.backbone._call_impl(model.to_memory_format(images))
-        torch.testing.assert_close(compiled, eager, rtol=1e-4, atol=1e-5)
+        with torch.no_grad():  # the compiled encoder computes what the model's own weights give
+            compiled = model.encode(images)
+            eager = encode_with(model.backbone, model.projection_head, model.to_memory_format(images))
+        for a, b in zip(compiled, eager):
+            torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)

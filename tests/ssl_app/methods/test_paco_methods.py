@@ -142,7 +142,9 @@ def test_other_losses_are_called_the_same_way_and_give_no_classifier():
     """Catches a method that builds classifier state, or hands backbone features, for a loss that has no
     centres (and a second call signature for such losses)."""
     model = build(loss=losses.SupCon(0.1))
-    assert model.classifier_top1 is None and not hasattr(model.loss, "classify")
+    eye = torch.eye(2, dtype=torch.bool)
+    assert model.loss.evaluation_metrics(MaskedSimilarities(torch.zeros(2, 2), eye, ~eye), "val") == {}
+    assert not hasattr(model.loss, "classify")
     assert not hasattr(model, "class_logits")  # what callbacks.LongTailAccuracy checks
     calls = []
     original = model.loss.forward

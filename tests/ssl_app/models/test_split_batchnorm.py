@@ -1,18 +1,36 @@
 """SplitBatchNorm: per-group statistics in training, plain BatchNorm everywhere else."""
 
+import itertools
+
 import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from ssl_app.errors import ConfigError
 from ssl_app.models.split_batchnorm import SplitBatchNorm, convert_to_split_batchnorm, has_batch_norm
 
 
+class OpNames(TorchDispatchMode):
+    """The names of the tensor ops dispatched inside it, views apart (on a GPU: one launch each)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.names: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if not func.is_view:
+            self.names.append(str(func.overloadpacket))
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("regroup", [False, True], ids=["per_sub_batch", "regrouped"])
 @pytest.mark.parametrize("shape", [(12, 5), (12, 5, 3, 3)], ids=["1d", "2d"])
-def test_each_group_is_normalised_with_its_own_statistics(shape):
+def test_each_group_is_normalised_with_its_own_statistics(shape, regroup):
     torch.manual_seed(0)
     bn = SplitBatchNorm(5, num_splits=3)
+    bn.regroup = regroup
     nn.init.normal_(bn.weight)
     nn.init.normal_(bn.bias)
     x = torch.randn(shape) * 3 + 1
@@ -23,13 +41,17 @@ def test_each_group_is_normalised_with_its_own_statistics(shape):
         torch.testing.assert_close(out[4 * group : 4 * (group + 1)], expected)
 
 
+@pytest.mark.parametrize("memory_format", [torch.contiguous_format, torch.channels_last], ids=["nchw", "nhwc"])
+@pytest.mark.parametrize("regroup", [False, True], ids=["per_sub_batch", "regrouped"])
 @pytest.mark.parametrize("shape", [(6, 4), (6, 4, 2, 3)], ids=["1d", "2d"])
-def test_running_statistics_move_towards_the_mean_of_the_groups(shape):
-    """Both code paths (vectors regrouped as channels; images one call per group)."""
+def test_running_statistics_move_towards_the_mean_of_the_groups(shape, regroup, memory_format):
+    """Every code path (vectors regrouped as channels; images one call per group, or regrouped in
+    either layout)."""
     torch.manual_seed(0)
     bn = SplitBatchNorm(4, num_splits=2, momentum=0.5)
+    bn.regroup = regroup
     x = torch.randn(shape) * 2 + 3
-    bn(x)
+    bn(x.contiguous(memory_format=memory_format) if x.dim() == 4 else x)
     groups = x.view(2, 3, 4, -1).transpose(2, 3).reshape(2, -1, 4)  # [S, samples·pixels, C]
     mean = groups.mean(dim=1).mean(dim=0)
     var = groups.var(dim=1, unbiased=True).mean(dim=0)
@@ -40,20 +62,41 @@ def test_running_statistics_move_towards_the_mean_of_the_groups(shape):
 
 def test_channels_last_input_gives_the_same_values_and_gradients_and_stays_channels_last():
     """Catches a regrouping that silently converts NHWC activations to NCHW (every following
-    convolution would pay a conversion) or mixes up pixels of the two layouts."""
+    convolution would pay a conversion) or mixes up pixels of the two layouts or of the two ways of
+    computing (one call per sub-batch, one call on the regrouped batch)."""
     torch.manual_seed(0)
     x = torch.randn(8, 3, 4, 5) * 2 + 1
     results = []
-    for memory_format in (torch.contiguous_format, torch.channels_last):
+    for memory_format, regroup in itertools.product((torch.contiguous_format, torch.channels_last), (False, True)):
         bn = SplitBatchNorm(3, num_splits=4)
+        bn.regroup = regroup
         nn.init.normal_(bn.weight, generator=torch.Generator().manual_seed(1))
         leaf = x.clone(memory_format=memory_format).requires_grad_(True)
         out = bn(leaf)
         (out * torch.arange(out.numel()).view(out.shape).sin()).sum().backward()
         results.append((out, leaf.grad, bn.weight.grad, bn.running_var))
-    assert results[1][0].is_contiguous(memory_format=torch.channels_last)
-    for nchw, nhwc in zip(*results):
-        torch.testing.assert_close(nhwc, nchw)
+    assert results[2][0].is_contiguous(memory_format=torch.channels_last)
+    assert results[3][0].is_contiguous(memory_format=torch.channels_last)
+    for way in results[1:]:
+        for expected, got in zip(results[0], way):
+            torch.testing.assert_close(got, expected)
+
+
+@pytest.mark.parametrize("memory_format", [torch.contiguous_format, torch.channels_last], ids=["nchw", "nhwc"])
+def test_off_the_cpu_one_batch_norm_call_serves_every_group(memory_format):
+    """Issue 38 item 4: on a GPU a small model's step waits on the host's kernel launches, and MoCo's
+    split BatchNorm made S = 8 calls (and 8 in the backward) per layer. Catches images split per
+    sub-batch off the CPU: there the batch is regrouped for one call forward and one backward (on the
+    ``meta`` device, which stands for an accelerator here), and still split on the CPU."""
+    counts = {}
+    for device in ("meta", "cpu"):
+        bn = SplitBatchNorm(4, num_splits=8).to(device)
+        x = torch.randn(16, 4, 3, 3, device=device).contiguous(memory_format=memory_format).requires_grad_(True)
+        with OpNames() as ops:
+            bn(x).sum().backward()
+        counts[device] = sum("batch_norm" in name for name in ops.names), len(ops.names)
+    assert counts["meta"][0] == 2 and counts["cpu"][0] == 16
+    assert counts["meta"][1] <= 25 < counts["cpu"][1]  # every tensor op, forward and backward
 
 
 @pytest.mark.parametrize("shape", [(8, 3), (8, 3, 2, 2)], ids=["1d", "2d"])

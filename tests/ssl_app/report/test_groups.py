@@ -138,9 +138,11 @@ def test_rows_are_labelled_by_their_tau_policy_and_an_unknown_class_is_never_imp
     labels = [c.label for c in configurations]
 
     own = [Constant(0.5).label(), Cosine(0.1, 1.0, 400.0).label(), Cosine(0.1, 1.0, 200.0).label(), Learnable(0.07).label()]
-    assert own == ["0.5", "cosine:0.1-1", "cosine:0.1-1:T200", "learnable:0.07"]
+    assert own == ["0.5", "cosine:0.1-1", "cosine:0.1-1:T=200", "learnable:0.07"]  # what a sweep's grid takes
     # constants on the τ axis in order, then the policies by label
     assert labels == ["InfoNCE τ=0.2", "InfoNCE τ=0.5", *sorted(f"InfoNCE τ={label}" for label in own[1:] + ["Tau(a=1)"])]
     assert [c.temperature for c in configurations[:2]] == [0.2, 0.5]
     assert {c.series for c in configurations} == {"InfoNCE"}
     assert "no_such_package_here" not in sys.modules
+    t200 = next(c for c in configurations if c.label == "InfoNCE τ=cosine:0.1-1:T=200")
+    assert t200.aliases == ("InfoNCE τ=cosine:0.1-1:T200",)  # as reports printed it before: --baseline takes it

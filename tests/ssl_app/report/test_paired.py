@@ -98,3 +98,18 @@ def test_baseline_names_the_reference_and_an_unknown_one_stops_the_report(paired
     with pytest.raises(ConfigError, match="--baseline 'InfoNCE τ=9' is no configuration of the table; its labels: InfoNCE τ=0.3"):
         make_report(paired_runs, tmp_path / "b", baseline="InfoNCE τ=9")
     assert not (tmp_path / "b").exists()
+
+
+def test_a_baseline_as_reports_printed_it_before_labels_were_canonical_still_names_its_row(tmp_path):
+    """Catches a ``--baseline`` that worked before τ labels became the grid's spelling (``τ=cosine:0.1-1:T200``,
+    now ``τ=cosine:0.1-1:T=200``) refused after the change: nothing a user types changes."""
+    schedule = {"class_path": "ssl_app.temperature.Cosine", "init_args": {"low": 0.1, "high": 1.0, "period": 200.0}}
+    for seed in (0, 1):
+        write_run(tmp_path / f"cos_{seed}", run_config("InfoNCE", seed, temperature=schedule), {"knn_acc": 0.4}, epochs=1)
+        write_run(tmp_path / f"num_{seed}", run_config("InfoNCE", seed, temperature=0.3), {"knn_acc": 0.5}, epochs=1)
+    rows = build_rows(group_runs(load_runs(tmp_path)))
+    labels = [row.configuration.label for row in rows]
+    assert labels == ["InfoNCE τ=0.3", "InfoNCE τ=cosine:0.1-1:T=200"]
+    assert reference_index(rows, "InfoNCE τ=cosine:0.1-1:T200") == reference_index(rows, labels[1]) == 1
+    with pytest.raises(ConfigError, match="is no configuration"):
+        reference_index(rows, "InfoNCE τ=cosine:0.1-1:T300")

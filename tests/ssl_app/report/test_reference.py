@@ -7,7 +7,7 @@ import re
 import pytest
 
 from ssl_app.report.reference import DATA_SETS, TABLE1, column_of, data_set_of, reference_cell
-from ssl_app.runs.identity import flatten
+from ssl_app.runs.spec import RunSpec
 from tests.ssl_app.cli.test_cli import REPO
 from tests.ssl_app.report.fakes import run_config
 
@@ -40,8 +40,8 @@ def test_the_code_table_equals_the_docs_table():
     assert parsed == TABLE1
 
 
-def settings(data: str, **data_args) -> dict:
-    return flatten(run_config("InfoNCE", 0, 0.3, data=f"datamodules.{data}", data_args=data_args))
+def settings(data: str, **data_args) -> RunSpec:
+    return RunSpec.from_config(run_config("InfoNCE", 0, 0.3, data=f"datamodules.{data}", data_args=data_args))
 
 
 @pytest.mark.parametrize(

@@ -10,11 +10,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from ssl_app.io.lock import RunLock
 from ssl_app.report.cli import make_report
 from ssl_app.report.groups import group_runs
 from ssl_app.report.runs import load_study
 from ssl_app.report.summary import build_rows
-from ssl_app.runs.lock import RunLock
 from tests.ssl_app.report.fakes import run_config, write_probe, write_run
 
 FINISHED = {"uniformity": 3.5, "knn_acc": 0.6}

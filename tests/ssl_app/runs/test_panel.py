@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -182,10 +183,15 @@ def test_the_tau_axis_names_a_policy_by_its_label_and_never_imports_a_strangers_
     """Catches a schedule shown by its class name only (two schedules would share one τ value in
     HParams) and a saved class path being imported to name it."""
     from ssl_app.runs.panel import axis_values
+    from ssl_app.runs.spec import RunSpec
 
-    key = "model.init_args.loss.init_args.temperature"
-    cosine = {f"{key}.class_path": "ssl_app.temperature.Cosine", f"{key}.init_args.low": 0.1, f"{key}.init_args.high": 1.0}
-    assert axis_values(cosine)["2_tau"] == "cosine:0.1-1"
-    assert axis_values({key: 0.5})["2_tau"] == 0.5
-    stranger = {f"{key}.class_path": "no_such_module_anywhere.Policy", f"{key}.init_args.rate": 0.25}
-    assert axis_values(stranger)["2_tau"] == "Policy(rate=0.25)"
+    def tau_of(temperature):
+        loss = {"class_path": "ssl_app.losses.InfoNCE", "init_args": {"temperature": temperature}}
+        return axis_values(RunSpec.from_config({"model": {"init_args": {"loss": loss}}}))["2_tau"]
+
+    assert tau_of({"class_path": "ssl_app.temperature.Cosine", "init_args": {"low": 0.1, "high": 1.0}}) == "cosine:0.1-1"
+    assert tau_of({"class_path": "ssl_app.temperature.Cosine", "init_args": {"period": 3}}) == "cosine:0.1-1:T=3"
+    assert tau_of(0.5) == 0.5
+    stranger = {"class_path": "no_such_module_anywhere.Policy", "init_args": {"rate": 0.25}}
+    assert tau_of(stranger) == "Policy(rate=0.25)"
+    assert "no_such_module_anywhere" not in sys.modules

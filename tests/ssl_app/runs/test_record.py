@@ -8,9 +8,9 @@ import stat
 
 import pytest
 
-from ssl_app.runs.atomic import write_json
+from ssl_app.io.atomic import write_json
+from ssl_app.io.lock import RunLock
 from ssl_app.runs.identity import config_hash, identity
-from ssl_app.runs.lock import RunLock
 from ssl_app.runs.record import (
     DONE,
     INTERRUPTED,

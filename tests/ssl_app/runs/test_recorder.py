@@ -7,10 +7,10 @@ import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.loggers import TensorBoardLogger
 
-from callbacks import EmbeddingMetrics
+from callbacks import CollapseCriteria, EmbeddingMetrics
+from ssl_app.io.lock import is_locked
 from ssl_app.losses import InfoNCE
 from ssl_app.resume import RECORDER_STATE_KEY, checkpoint_config, checkpoint_data, checkpoint_run_id
-from ssl_app.runs.lock import is_locked
 from ssl_app.runs.record import DONE, read_record
 from ssl_app.runs.recorder import RunRecorder
 from tests.callbacks.helpers import tiny_model, tiny_trainer
@@ -23,8 +23,8 @@ CONFIG = {"model": {"class_path": "ssl_app.methods.SimCLR"}, "data": {"class_pat
 def test_the_record_keeps_the_data_the_results_and_the_collapse_and_checkpoints_carry_the_run(tmp_path):
     """Catches a record that misses what the run's callbacks found (the report marks a collapsed run
     from it) and checkpoints that cannot be traced back to their run (resume checks read them)."""
-    off = dict(collapse_uniformity=None, collapse_alignment=None, collapse_similarity=None, collapse_uniformity_drop=None)
-    metrics = EmbeddingMetrics(log_histograms=False, collapse_concentrating_evaluations=None, **off)
+    off = dict(uniformity_below=None, alignment_below=None, similarity_above=None, uniformity_drop=None)
+    metrics = EmbeddingMetrics(log_histograms=False, collapse=CollapseCriteria(concentrating_evaluations=None, **off))
     recorder = RunRecorder()
     logger = TensorBoardLogger(str(tmp_path), name="r")
     checkpoint = ModelCheckpoint(dirpath=tmp_path / "ckpt", save_last=True)

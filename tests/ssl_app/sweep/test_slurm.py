@@ -183,7 +183,10 @@ def test_a_grid_on_the_slurm_launcher_runs_and_a_requeued_job_resumes_in_place(t
     _wait(lambda: log.is_file() and "step 2" in log.read_text(), 120, "the first fit's second step")
     fit_pid = read_record(first).pid
     task_pid = parent_of(fit_pid)
-    for pid in [task_pid, *descendants(task_pid)]:  # SLURM's --signal=USR2@90: every process of the step
+    # SLURM's --signal=USR2@90 reaches every process of the step at once. The fit keeps the first stop signal
+    # it sees, and the task passes SIGTERM on to it: the fit and its workers first, so that on a loaded machine
+    # the task's SIGTERM cannot reach the fit before the signal SLURM sent it.
+    for pid in [*descendants(task_pid), task_pid]:
         os.kill(pid, signal.SIGUSR2)
 
     _wait(lambda: _status(first) == "done" and _status(second) == "done", 180, "both runs to finish")

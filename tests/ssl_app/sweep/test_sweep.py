@@ -317,7 +317,7 @@ def test_a_run_goes_on_to_its_linear_stage_under_the_lock_it_holds(tmp_path, mon
 
 def test_a_run_another_sweep_holds_is_skipped_and_named(tmp_path, monkeypatch, capsys):
     """Two sweeps started into one folder: the second must not train the run the first is running."""
-    from ssl_app.runs.lock import SWEEP_LOCK, RunLock
+    from ssl_app.io.lock import SWEEP_LOCK, RunLock
     from ssl_app.sweep import local
 
     launched = []
@@ -407,7 +407,7 @@ def held_by_another_process(folder: Path, name: str):
     import subprocess
 
     code = (
-        f"import sys, time; sys.path.insert(0, {str(REPO)!r}); from ssl_app.runs.lock import RunLock; "
+        f"import sys, time; sys.path.insert(0, {str(REPO)!r}); from ssl_app.io.lock import RunLock; "
         f"assert RunLock({str(folder)!r}, {name!r}).acquire(); print('held', flush=True); time.sleep(60)"
     )
     holder = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
@@ -423,7 +423,7 @@ def held_by_another_process(folder: Path, name: str):
 def test_a_run_whose_run_lock_another_process_holds_is_not_launched(tmp_path, monkeypatch, capsys):
     """Catches a sweep that checks only other sweeps' locks: a run folder another process is writing
     (its run lock, ``.lock``, held by a real process) must be skipped and named, the other run launched."""
-    from ssl_app.runs.lock import RUN_LOCK
+    from ssl_app.io.lock import RUN_LOCK
     from ssl_app.sweep import local
 
     launched = []
@@ -439,7 +439,7 @@ def test_a_run_whose_run_lock_another_process_holds_is_not_launched(tmp_path, mo
 
 def test_a_slurm_task_does_not_launch_into_a_run_another_process_writes(tmp_path, monkeypatch):
     """The same for a job-array task (``ssl_app.sweep.slurm.PointJob``): it fails naming the holder, and launches nothing."""
-    from ssl_app.runs.lock import RUN_LOCK
+    from ssl_app.io.lock import RUN_LOCK
     from ssl_app.sweep import local
     from ssl_app.sweep.slurm import PointJob
 

@@ -28,9 +28,9 @@ def test_the_gradient_equals_autograd_of_the_closed_form_in_float64():
     neg[0, 6] = False  # an entry in neither mask is left out of the sum
     policy = Learnable(init=0.3)
     loss, grads = InfoNCE(policy), []
-    for _ in range(2):  # the second call reuses the masks: InfoNCE's precomputed MaskPlan, at a tensor τ
+    for memo in (None, {}):  # masks with a memo: InfoNCE's precomputed MaskPlan, at a tensor τ
         policy.log_scale.grad = None
-        loss(MaskedSimilarities(sim, pos, neg)).value.backward()
+        loss(MaskedSimilarities(sim, pos, neg, mask_memo=memo)).value.backward()
         grads.append(policy.log_scale.grad.item())
 
     t = torch.tensor(math.log(1 / 0.3), dtype=torch.float64, requires_grad=True)

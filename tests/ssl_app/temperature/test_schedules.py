@@ -31,9 +31,9 @@ def test_labels_are_short_and_readable():
     """Catches labels that run folders and report rows could not tell apart (the period, the unit)."""
     assert Constant(0.5).label() == "0.5"
     assert Cosine().label() == "cosine:0.1-1"
-    assert Cosine(0.1, 1.0, period=200).label() == "cosine:0.1-1:T200"
-    assert Cosine(0.1, 1.0, period=200, unit="step").label() == "cosine:0.1-1:T200steps"
-    assert Linear(0.1, 0.5, 10).label() == "linear:0.1-0.5"
+    assert Cosine(0.1, 1.0, period=200).label() == "cosine:0.1-1:T=200"
+    assert Cosine(0.1, 1.0, period=200, unit="step").label() == "cosine:0.1-1:T=200:unit=step"
+    assert Linear(0.1, 0.5, 10).label() == "linear:0.1-0.5:L=10"
     assert Learnable().label() == "learnable:0.07" and Adaptive().label() == "adaptive:0.1"
     assert repr(InfoNCE(Cosine())) == "InfoNCE(temperature=cosine:0.1-1)" and repr(InfoNCE(0.5)) == "InfoNCE(temperature=0.5)"
 

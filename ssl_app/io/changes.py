@@ -6,6 +6,7 @@ lines. Such a value is still logged with ``self.log(..., logger=False)``, so it 
 ``trainer.callback_metrics`` (the run record's ``results`` and every callback read it there), and
 :class:`OnChange` writes it to the loggers at its first value and at every change after it (a
 MoCo queue that fills, SupCon's chance value that follows each batch's labels).
+:func:`logs_this_step` says on which training steps a logged value reaches the loggers at all.
 """
 
 from __future__ import annotations
@@ -44,3 +45,13 @@ class OnChange:
         if changed:
             for logger in loggers:
                 logger.log_metrics(changed, step=step)
+
+
+def logs_this_step(trainer: Any) -> bool:
+    """Whether what a training step logs with ``on_step=True`` reaches the loggers: Lightning's own rule
+    (every ``log_every_n_steps``, and the step before a stop). Lightning has no public name for it;
+    its own callbacks (``LearningRateMonitor``, ``DeviceStatsMonitor``) read this property too."""
+    try:
+        return bool(trainer._logger_connector.should_update_logs)
+    except AttributeError:  # a Lightning without it: every step
+        return True

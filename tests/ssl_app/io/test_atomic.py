@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from ssl_app.runs.atomic import atomic_file, write_json
+from ssl_app.io.atomic import atomic_file, write_json
 
 UMASKS = [0o022, 0o077, 0o002]
 

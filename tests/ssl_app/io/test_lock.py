@@ -10,7 +10,7 @@ import threading
 import time
 from pathlib import Path
 
-from ssl_app.runs.lock import SWEEP_LOCK, RunLock, is_locked
+from ssl_app.io.lock import SWEEP_LOCK, RunLock, is_locked
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -34,7 +34,7 @@ def test_the_run_lock_and_the_sweep_lock_are_separate(tmp_path):
 def test_the_lock_dies_with_its_process_however_it_dies(tmp_path):
     """Catches a lock file that outlives a killed holder (every later run of that folder refused)."""
     code = (
-        f"import sys, time; sys.path.insert(0, {str(REPO)!r}); from ssl_app.runs.lock import RunLock; "
+        f"import sys, time; sys.path.insert(0, {str(REPO)!r}); from ssl_app.io.lock import RunLock; "
         f"assert RunLock({str(tmp_path)!r}).acquire(); print('held', flush=True); time.sleep(60)"
     )
     child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)

@@ -1,4 +1,4 @@
-"""Scalars written when they change (``ssl_app.runs.changes.OnChange``)."""
+"""Scalars written when they change (``ssl_app.io.changes.OnChange``)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import math
 
 import torch
 
-from ssl_app.runs.changes import OnChange
+from ssl_app.io.changes import OnChange
 
 
 class Collect:

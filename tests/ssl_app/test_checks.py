@@ -1,0 +1,71 @@
+"""One vocabulary of option ranges (``ssl_app.checks``): each range declared once, for the CLI and the Python API."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from jsonargparse import ArgumentParser
+
+from ssl_app.checks import (
+    AtLeastOne,
+    ClosedUnitInterval,
+    NonNegativeFinite,
+    OpenUnitInterval,
+    PositiveFinite,
+    PositiveInt,
+    UnitIntervalOpenAbove,
+    check,
+    check_all,
+    int_at_least,
+)
+from ssl_app.cli.parsing import condense_parser_error
+from ssl_app.errors import ConfigError
+
+CASES = [  # (range, inside, outside)
+    (PositiveFinite, [1e-9, 0.5, 3], [0, -1, math.inf, math.nan]),
+    (NonNegativeFinite, [0, 2.5], [-1e-9, math.inf, math.nan]),
+    (ClosedUnitInterval, [0, 1, 0.5], [-0.1, 1.1, math.nan]),
+    (OpenUnitInterval, [0.5], [0, 1]),
+    (UnitIntervalOpenAbove, [0, 0.99], [1, -0.1]),
+    (AtLeastOne, [1, 100], [0.5, math.inf]),
+    (PositiveInt, [1, 7], [0, -2, 1.5, 2.0]),
+    (int_at_least(3), [3, 10], [2, 3.0]),
+]
+
+
+@pytest.mark.parametrize(("kind", "inside", "outside"), CASES, ids=lambda value: getattr(value, "__name__", ""))
+def test_each_range_takes_what_it_says_as_a_plain_number_and_names_the_option_otherwise(kind, inside, outside):
+    """Catches a bool or a string taken as a number (``True`` is 1 to Python, ``"0.5"`` converts), a restricted type
+    that leaks into what a constructor stores (it would reach checkpoints and records), and a message that does not
+    name the option and the range in one line."""
+    for value in inside:
+        got = check(kind, value, "Owner: option")
+        assert got == value and type(got) in (float, int) and type(got) is not bool
+    for value in [*outside, True, False, "0.5", None, [1]]:
+        with pytest.raises(ConfigError) as error:
+            check(kind, value, "Owner: option")
+        message = str(error.value)
+        assert message.startswith("Owner: option must be ") and "\n" not in message and repr(value) in message
+    assert check(kind, None, "Owner: option", none=True) is None
+
+
+def test_a_list_is_checked_item_by_item_naming_the_first_outside():
+    assert check_all(PositiveInt, (3, 1), "PaCo: class_counts") == [3, 1]
+    with pytest.raises(ConfigError, match=r"PaCo: class_counts must be a list, each an int >= 1, got 0 in \[3, 0\]"):
+        check_all(PositiveInt, [3, 0], "PaCo: class_counts")
+
+
+def test_the_cli_says_a_range_it_refuses_in_words_naming_the_option():
+    """Catches jsonargparse's ``Not of type PositiveFinite: -1 does not conform to restriction v>0 and v<inf``
+    reaching the user instead of the range in words (the same words as the Python API's)."""
+
+    class Owner:
+        def __init__(self, rate: PositiveFinite = 1.0) -> None:
+            self.rate = rate
+
+    parser = ArgumentParser(exit_on_error=False)
+    parser.add_class_arguments(Owner, "owner")
+    with pytest.raises(Exception) as error:
+        parser.parse_args(["--owner.rate=-1"])
+    assert condense_parser_error(str(error.value)) == "owner.rate: must be > 0 and finite, got -1"
