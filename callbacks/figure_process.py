@@ -92,8 +92,9 @@ class FigureDrawer:
             self.collect(FINISH_TIMEOUT_S)
             if len(self._pending) >= MAX_PENDING:
                 self._stop(f"the drawing process did not answer within {FINISH_TIMEOUT_S:g} s")
-                self._draw_here(drawings, write)
-                return
+        if self._stopped_because is not None:  # collecting found the process ended: no new one
+            self._draw_here(drawings, write)
+            return
         job = self._next_job
         self._next_job += 1
         self._pending[job] = (drawings, write)

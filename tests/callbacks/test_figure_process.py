@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -89,6 +90,22 @@ def test_a_dead_process_leaves_its_figures_to_this_one():
         drawer.finish()
         drawer.submit(drawings()[:1], lambda images: written.extend(tag for tag, _ in images))
     assert written == ["a", "b", "c", "a"]
+    assert [where for _, where in drawer.drawn] == ["here", "here"]
+
+
+def test_a_process_found_dead_between_evaluations_is_not_replaced():
+    """Catches a drawer that, finding at the next evaluation that its process died with a job in hand, draws
+    that job here but sends the new one to a fresh process (a second warning-less process per failure):
+    both are drawn here, in order, and no process is started."""
+    written: list[str] = []
+    drawer = FigureDrawer(process=True)
+    drawer.submit(drawings()[:1], lambda images: written.append("first"))
+    drawer._worker.kill()
+    while drawer._answers.empty():  # the reader sees the process's output end
+        time.sleep(0.01)
+    with pytest.warns(UserWarning, match="the drawing process ended"):
+        drawer.submit(drawings()[:1], lambda images: written.append("second"))
+    assert written == ["first", "second"] and drawer._worker is None and drawer.pending == 0
     assert [where for _, where in drawer.drawn] == ["here", "here"]
 
 
