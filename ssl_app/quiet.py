@@ -79,6 +79,12 @@ KNOWN_WARNINGS: tuple[KnownWarning, ...] = (
         "callbacks.EmbeddingMetrics, KNNMonitor and LongTailAccuracy log values that are identical on every rank "
         "by construction (gathered inputs, metrics that all-reduce), so the sync would change nothing",
     ),
+    KnownWarning(
+        r"LightningCLI's args parameter is intended to run from within Python",
+        UserWarning,
+        "LightningCLI, given args while sys.argv has some, which python -m ssl_app does when a τ is a preset",
+        "the args are this command line itself with each τ preset as its policy's config (ssl_app.cli.tau_presets)",
+    ),
 )
 
 #: Only while a linear probe trains (``ssl_app.evaluation.LinearProbe``).

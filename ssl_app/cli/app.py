@@ -56,6 +56,7 @@ from ssl_app.cli.endings import command_ending, record_ending, report, signals_b
 from ssl_app.cli.listing import KINDS as LIST_KINDS
 from ssl_app.cli.parsing import OneLineParser, check_config_files
 from ssl_app.cli.plan import RunPlan, info, plan_run
+from ssl_app.cli.tau_presets import expand_in_argv
 from ssl_app.errors import ConfigError
 from ssl_app.health import NumericalHealth
 from ssl_app.normalisation import settle_input, trained_input
@@ -421,6 +422,7 @@ def main(args: list[str] | None = None) -> LightningCLI:
     try:
         with signals_before_training(recorder), known_noise_silenced():
             check_config_files(argv)
+            given = expand_in_argv(argv)  # τ as the sweep spells it (cosine:0.1-1), as its policy's config
             return SSLCLI(
                 LightningModule,  # any method of ssl_app.methods, or ssl_app.evaluation.LinearProbe
                 LightningDataModule,
@@ -430,7 +432,7 @@ def main(args: list[str] | None = None) -> LightningCLI:
                 trainer_defaults=trainer_defaults(interrupt, recorder),
                 save_config_callback=KeepFirstConfig,
                 save_config_kwargs={"overwrite": True},
-                args=args,
+                args=given if given != argv else args,
                 parser_class=OneLineParser,
                 parser_kwargs={"prog": "python -m ssl_app", "dump_header": [f"ssl_app {__version__}"], "epilog": LIST_HELP},
                 recorder=recorder,

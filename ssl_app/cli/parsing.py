@@ -12,6 +12,7 @@ import yaml
 from lightning.pytorch.cli import LightningArgumentParser
 
 from ssl_app.checks import in_words
+from ssl_app.cli.tau_presets import expand_in_config
 from ssl_app.errors import ConfigError
 
 
@@ -41,8 +42,10 @@ class OneLineParser(LightningArgumentParser):
 def upgrade_config(content: str) -> str:
     """A config's text with the options an earlier version wrote in their current form: ``EmbeddingMetrics``'
     ``collapse_*`` options (every run folder's ``config.yaml`` before issue 39 has them) as its ``collapse`` object
-    (``callbacks.collapse.upgrade_legacy_options``). Anything else, or text that is not a YAML mapping, as it was."""
-    if "collapse_" not in content:
+    (``callbacks.collapse.upgrade_legacy_options``), and a loss's τ written as a preset (``cosine:0.1-1``) as its
+    policy's class-path config (``ssl_app.cli.tau_presets``). Anything else, or text that is not a YAML mapping,
+    as it was."""
+    if "collapse_" not in content and "temperature" not in content:
         return content
     from callbacks.collapse import upgrade_legacy_options
 
@@ -50,6 +53,7 @@ def upgrade_config(content: str) -> str:
         config = yaml.safe_load(content)
     except yaml.YAMLError:
         return content
+    presets = expand_in_config(config)
     callbacks = ((config or {}).get("trainer") or {}).get("callbacks") if isinstance(config, dict) else None
     listed = [callbacks] if isinstance(callbacks, dict) else callbacks if isinstance(callbacks, list) else []
     changed = False
@@ -57,7 +61,7 @@ def upgrade_config(content: str) -> str:
         init_args = callback.get("init_args") if isinstance(callback, dict) else None
         if str(callback.get("class_path", "")).endswith("EmbeddingMetrics") and isinstance(init_args, dict):
             changed |= upgrade_legacy_options(init_args)
-    return yaml.safe_dump(config, sort_keys=False) if changed else content
+    return yaml.safe_dump(config, sort_keys=False) if changed or presets else content
 
 
 def condense_parser_error(message: str) -> str:

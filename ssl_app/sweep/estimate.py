@@ -4,8 +4,9 @@ What is timed: the plan's backbone and a linear 128-d head, a forward and backwa
 step on random tensors of the plan's input size (training), and a forward pass without gradients
 (the kNN monitor's and the linear evaluation's encoding), after warm-up steps; on CUDA when it is
 available, else on the CPU (at a smaller batch there, scaled per image). What is multiplied out:
-the recipe's epochs × the training images × the views each image is trained on (one for the memory bank,
-two for SimCLR, ``TRAINED_VIEWS``),
+the recipe's epochs × the training images in whole batches (the training loader drops the last
+partial batch) × the views each image is trained on (one for the memory bank, two for SimCLR,
+``TRAINED_VIEWS``),
 the validation passes (every ``check_val_every_n_epoch``: the training and evaluation images
 encoded once), and the linear evaluation (its epochs × the training images encoded, plus its
 validation passes). Left out: data loading and augmentation, the loss and bank update,
@@ -16,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-import math
 import time
 from dataclasses import dataclass
 
@@ -109,7 +109,7 @@ def print_estimate(plan: str, data: str, runs: list) -> tuple[float, float]:
     train, held = data_set.train_images, data_set.eval_images
     validations = epochs // (fit.val_every or 1)
     views = TRAINED_VIEWS.get(fit.method, 1)
-    fit_images = epochs * math.ceil(train / batch) * batch * views
+    fit_images = epochs * (train // batch) * batch * views  # whole batches: the training loader drops the last partial one
     fit_seconds = fit_images * calibration.train_seconds_per_image
     fit_seconds += validations * (train + held) * calibration.encode_seconds_per_image
     linear_seconds = 0.0

@@ -257,6 +257,38 @@ def test_on_bad_image_skip_names_each_once_trains_without_them_and_records_them(
         small(tmp_path, on_bad_image="ignore")
 
 
+def test_on_bad_image_skip_counts_every_bad_file_in_the_runs_record_beyond_what_any_listing_shows(tmp_path):
+    """Catches a count taken from a listing (the warning's 10 names, the record's 100) or files skipped
+    only when listed: 104 unreadable files and a 1×1 image among 8 good ones per split, trained with the
+    CLI's RunRecorder; ``run.json`` says 105, the warning 105 and how many it leaves unnamed, and
+    none of them is in a split."""
+    from lightning.pytorch.loggers import TensorBoardLogger
+
+    from ssl_app.runs.record import DONE, read_record
+    from ssl_app.runs.recorder import RunRecorder
+    from tests.callbacks.helpers import tiny_model, tiny_trainer
+
+    root = make_tree(tmp_path / "data", per_class=4)
+    bad = [root / split / "cat" / f"bad{i:03d}.png" for split in ("train", "val") for i in range(52)]
+    bad.append(root / "train" / "dog" / "dot.png")
+    for path in bad[:-1]:
+        path.write_bytes(b"not a png")
+    Image.new("RGB", (1, 1)).save(bad[-1])
+    recorder = RunRecorder()
+    trainer = tiny_trainer([recorder], logger=TensorBoardLogger(str(tmp_path), name="run"), max_epochs=1, limit_val_batches=0)
+    folder = recorder.begin(trainer, "fit", {"data": {"class_path": "datamodules.ImageFolderDataModule"}})
+    with pytest.warns(UserWarning) as caught:
+        dm = small(root, on_bad_image="skip")
+        trainer.fit(tiny_model(), dm)
+    recorder.end(trainer, DONE, "finished")
+    [said] = [str(w.message) for w in caught if "bad image" in str(w.message)]
+    assert "105 bad image file(s)" in said and "; and 95 more" in said, said
+    skipped = read_record(folder).data["skipped_images"]
+    assert skipped["count"] == 105 and len(skipped["files"]) == 100
+    used = {path for split in ("train", "val") for path, _ in dm.dataset(split).samples}
+    assert len(used) == 16 and not used & {str(path) for path in bad}
+
+
 def test_without_a_val_folder_the_test_folder_evaluates_and_it_is_said(tmp_path, caplog):
     """Catches a train/ + test/ tree evaluated on a held-out tenth of train/ instead of test/, silently."""
     make_tree(tmp_path, splits=("train", "test"), per_class=5)

@@ -160,37 +160,67 @@ def test_a_quickstart_run_prints_its_summary_and_none_of_the_known_warnings(quic
     assert "metrics/knn_acc" in names and "hp_metric" not in names, names
 
 
-#: The README's sentence with the quickstart's numbers (section "Quickstart (offline, CPU)"), one place to update
-#: (matched with its line breaks as spaces).
+#: The README's sentences with the quickstart's numbers (section "Quickstart (offline, CPU)"), matched with
+#: their line breaks as spaces: the values of one machine, and the band every machine should land in.
 README_NUMBERS = re.compile(
     r"the kNN accuracy on held-out shapes climbs from (?P<knn_first>[\d.]+) to (?P<knn_last>[\d.]+) \(chance: 0\.10\) "
     r"and uniformity \(on clean images\) from (?P<uniformity_first>\d\.\d+) to (?P<uniformity_last>\d\.\d+)"
 )
+README_BAND = re.compile(
+    r"kNN from at most (?P<knn_first_max>[\d.]+) to between (?P<knn_last_min>[\d.]+) and (?P<knn_last_max>[\d.]+), "
+    r"uniformity from (?P<uniformity_first_min>[\d.]+)–(?P<uniformity_first_max>[\d.]+) to "
+    r"(?P<uniformity_last_min>[\d.]+)–(?P<uniformity_last_max>[\d.]+)\."
+)
+
+
+def quickstart_band(text: str) -> dict[str, tuple[float, float]]:
+    """The README's band for each of the four values, ``(low, high)``."""
+    band = README_BAND.search(" ".join(text.replace("**", "").split()))
+    assert band, f"README.md no longer has the sentence {README_BAND.pattern!r}"
+    value = {key: float(number) for key, number in band.groupdict().items()}
+    return {
+        "knn_first": (0.0, value["knn_first_max"]),
+        "knn_last": (value["knn_last_min"], value["knn_last_max"]),
+        "uniformity_first": (value["uniformity_first_min"], value["uniformity_first_max"]),
+        "uniformity_last": (value["uniformity_last_min"], value["uniformity_last_max"]),
+    }
+
+
+def outside(values: dict[str, float], band: dict[str, tuple[float, float]]) -> dict[str, float]:
+    """The values that fall outside their band."""
+    return {key: value for key, value in values.items() if not band[key][0] <= value <= band[key][1]}
+
+
+def test_the_band_check_refuses_a_value_outside_it():
+    """The band read from the README's own sentence, and a run whose kNN stayed at chance outside it."""
+    band = quickstart_band((REPO / "README.md").read_text(encoding="utf-8"))
+    assert band["knn_last"][0] > 0.10 and band["uniformity_last"][0] > band["uniformity_first"][1]
+    inside = {key: (low + high) / 2 for key, (low, high) in band.items()}
+    assert outside(inside, band) == {}
+    assert outside({**inside, "knn_last": 0.10}, band) == {"knn_last": 0.10}
 
 
 @pytest.mark.slow
-def test_the_readme_s_quickstart_numbers_are_this_run_s(quickstart):
-    """The kNN accuracy's and the uniformity's first and last epoch values the README states, each at
-    the precision it is written with, against the quickstart run above (deterministic on the CPU: the
-    same values twice). Catches a change to the method, the data or the views that leaves the README's
-    numbers stale; the message gives the values to write."""
+def test_the_quickstart_lands_in_the_readme_s_band(quickstart):
+    """The kNN accuracy's and the uniformity's first and last epoch values of the quickstart run above
+    lie in the band the README promises for every machine, and the one machine's values the README
+    states lie in it too. The last digits depend on the CPU's kernels and the device, so they are
+    printed, not compared. Catches a change to the method, the data or the views that stops the
+    quickstart from learning (kNN at chance, uniformity that does not grow) or a README whose
+    numbers contradict its own band."""
     _, run = quickstart
     text = (REPO / "README.md").read_text(encoding="utf-8")
-    found = README_NUMBERS.search(" ".join(text.split()))  # the sentence wraps anywhere
-    assert found, f"README.md no longer has the sentence {README_NUMBERS.pattern!r}"
+    band = quickstart_band(text)
+    stated = README_NUMBERS.search(" ".join(text.split()))  # the sentence wraps anywhere
+    assert stated, f"README.md no longer has the sentence {README_NUMBERS.pattern!r}"
+    assert outside({key: float(value) for key, value in stated.groupdict().items()}, band) == {}
     knn, uniformity = scalar_values(run, "metrics/knn_acc"), scalar_values(run, "metrics/uniformity")
     measured = {"knn_first": knn[0], "knn_last": knn[-1], "uniformity_first": uniformity[0], "uniformity_last": uniformity[-1]}
-    stale = {}
-    for key, value in measured.items():
-        stated = found[key]
-        decimals = len(stated.partition(".")[2])
-        if f"{value:.{decimals}f}" != stated:
-            stale[key] = (stated, f"{value:.{decimals}f}")
-    assert not stale, (
-        f"README.md's quickstart numbers are not this version's ({stale}: stated, measured); write: "
-        f"climbs from {knn[0]:.2f} to {knn[-1]:.3f} (chance: 0.10) and uniformity (on clean images) "
-        f"from {uniformity[0]:.2f} to {uniformity[-1]:.3f}"
+    print(
+        f"this machine: kNN climbs from {knn[0]:.2f} to {knn[-1]:.3f} (chance: 0.10) and uniformity "
+        f"(on clean images) from {uniformity[0]:.2f} to {uniformity[-1]:.3f}"
     )
+    assert outside(measured, band) == {}, f"outside the README's band {band}: {outside(measured, band)}"
 
 
 #: What the edges of a run printed before they were avoided at their source or listed in ssl_app/quiet.py.

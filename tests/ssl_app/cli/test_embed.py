@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import io
 import os
+import signal
+from collections.abc import Iterator
+from contextlib import contextmanager, redirect_stderr, redirect_stdout
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +18,7 @@ from datamodules.augment import ViewAugmentation
 from ssl_app.cli.embed import main
 from ssl_app.models import build_backbone
 from tests.helpers import cli_in, tiny_data
+from tests.sprites import assert_tiles_show, expected_tiles, projector_entry, sprite_tiles
 from tests.ssl_app.cli.test_cli import QUICKSTART, TINY
 from tests.ssl_app.cli.test_export import TINY_DATA_CONFIG, checkpoint_backbone, export, trained_checkpoint
 
@@ -192,3 +196,77 @@ def test_projector_writes_the_seeded_subset_of_the_saved_rows(checkpoint, tmp_pa
         == 2
     )
     assert err.getvalue().count("\n") == 1 and "--thumbnail-size" in err.getvalue()
+
+
+def test_tile_i_of_the_projectors_sprite_is_the_image_of_row_i(checkpoint, tmp_path):
+    """Catches thumbnails out of step with the rows (a whole batch kept instead of the subset's images,
+    another order), or the run's normalisation not undone: each tile of the sprite, cut as TensorBoard
+    cuts it, against its row's image through the run's clean transform, resized to 4 px."""
+    board = tmp_path / "board"
+    embed("--ckpt", str(checkpoint), "--projector", str(board), "--projector-samples", "7", "--thumbnail-size", "4",
+          "--batch-size", "5", str(tmp_path / "f.npz"))  # fmt: skip
+    entry = projector_entry(board)
+    tiles, rest = sprite_tiles(board, entry)
+    indices = [int(line.split("\t")[1]) for line in (board / entry.metadata_path).read_text().splitlines()[1:]]
+    data = tiny_data()
+    transform, test = data.augmentation.eval_transform(), data.dataset("test")
+    images = torch.stack([transform(test[index][0]) for index in indices])
+    assert len(indices) == 7 and images.shape[-1] == 8
+    assert_tiles_show(tiles, expected_tiles(images, 4, data.augmentation.mean, data.augmentation.std))
+    assert len(rest) == 2 and not rest.any()  # 7 tiles in a 3 × 3 grid
+
+
+@contextmanager
+def disk_full_after(size: int) -> Iterator[None]:
+    """Every file this process writes stops at ``size`` bytes with an ``OSError`` (EFBIG), as on a full
+    disk, whatever the code writes it with (the file-size limit, its signal ignored so the write fails).
+    The console (a progress bar) is kept in memory meanwhile: a log file it may be written to is larger."""
+    resource = pytest.importorskip("resource")  # POSIX
+    handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (size, hard))
+    try:
+        with redirect_stdout(io.StringIO()), redirect_stderr(io.StringIO()):
+            yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+        signal.signal(signal.SIGXFSZ, handler)
+
+
+def test_an_overwrite_that_fails_midway_leaves_the_previous_file_whole(checkpoint, tmp_path):
+    """Catches ``--overwrite`` removing or truncating the previous file before the new one is complete
+    (a direct write, an unlink first): the disk fills half-way through the new file's bytes, and the
+    previous file must stay byte for byte, with one line saying what could not be written and no
+    temporary file left beside it."""
+    out = tmp_path / "features.npz"
+    embed("--ckpt", str(checkpoint), str(out))
+    before = out.read_bytes()
+    err = io.StringIO()
+    with disk_full_after(len(before) // 2):  # the new file (with projections) is larger than the old
+        status = main(["--ckpt", str(checkpoint), "--projections", "--overwrite", "--out", str(out)], out=io.StringIO(), err=err)
+    lines = err.getvalue().strip().splitlines()
+    assert status == 1 and len(lines) == 1 and lines[0].startswith(f"error: embed: cannot write {out}"), lines
+    assert out.read_bytes() == before
+    assert os.listdir(tmp_path) == ["features.npz"]
+    assert "projections" in embed("--ckpt", str(checkpoint), "--projections", "--overwrite", str(out))  # room again: replaced
+
+
+def test_an_overwrite_whose_embedding_pass_fails_leaves_the_previous_file_whole(checkpoint, tmp_path):
+    """Catches an output begun before the pass has finished (written batch by batch, or opened and
+    truncated first): a folder embedded once, then again after a truncated image was added, which
+    stops the pass at its last batch; the previous file stays byte for byte and the error names the image."""
+    images = tmp_path / "images"
+    image_folder(images, None)
+    out = tmp_path / "features.npz"
+    embed("--ckpt", str(checkpoint), "--data", str(images), str(out))
+    before = out.read_bytes()
+    for index in range(3, 6):
+        (images / f"{index}.png").write_bytes((images / "0.png").read_bytes())
+    (images / "6.png").write_bytes((images / "0.png").read_bytes()[:40])  # a header, then nothing
+    err = io.StringIO()
+    args = ["--ckpt", str(checkpoint), "--data", str(images), "--batch-size", "2", "--overwrite", "--out", str(out)]
+    status = main(args, out=io.StringIO(), err=err)
+    lines = err.getvalue().strip().splitlines()
+    assert status == 2 and len(lines) == 1 and "6.png" in lines[0], lines
+    assert out.read_bytes() == before
+    assert sorted(os.listdir(tmp_path)) == ["features.npz", "images"]

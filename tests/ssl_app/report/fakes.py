@@ -88,7 +88,7 @@ def write_run(
     status: str | None = DONE,
     collapse: dict | None = None,
     top_k: int = 10,
-    hardness: torch.Tensor | None = None,
+    hardness: torch.Tensor | list[torch.Tensor] | None = None,
     temperature=None,
 ) -> Path:
     """A run folder whose per-epoch ``metrics/<name>`` end at ``final[name]`` (earlier epochs:
@@ -97,7 +97,8 @@ def write_run(
     ``similarity/top{top_k}_negative``, the tag of a run whose EmbeddingMetrics.top_k is ``top_k``).
 
     ``hardness``: a step's hardness profile ([2, BINS], ``ContrastiveLoss(..., with_stats=True).hardness``),
-    logged at every epoch's end as a method logs its epoch's (``HardnessProfile``, ``write_profile``).
+    logged at every epoch's end as a method logs its epoch's (``HardnessProfile``, ``write_profile``);
+    a list: epoch e's profile is ``hardness[e]``.
 
     ``temperature``: τ as a function of the fractional epoch t = epoch + step in epoch / steps per epoch, logged as
     a method logs the τ in force: ``loss/temperature`` at every step, ``loss/temperature_epoch`` (the epoch's mean)
@@ -129,7 +130,7 @@ def write_run(
         writer.add_scalar("metrics/collapsed", 0.0 if collapse is None else 1.0, end)
         if hardness is not None:
             profile = HardnessProfile()
-            profile.update(hardness)
+            profile.update(hardness[epoch] if isinstance(hardness, list) else hardness)
             write_profile(writer, *profile.compute(), end)
         if positive is not None:
             shift = 0.05 * (epochs - 1 - epoch)

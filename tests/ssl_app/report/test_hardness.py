@@ -58,3 +58,32 @@ def test_a_sweep_of_four_losses_gets_one_curve_each_pooled_over_seeds(tmp_path):
     figure = draw_hardness_profiles(rows, tmp_path / "hardness_profile.png", "four losses")
     assert figure.path is not None, figure.note
     assert_valid_png(figure.path)
+
+
+def test_a_run_whose_profile_changes_between_epochs_is_drawn_from_its_last_epoch(tmp_path):
+    """Catches the curve read from the first epoch's histograms, pooled over every epoch, or its shares
+    and counts taken from different epochs: two seeds of one configuration whose profile sharpens as
+    τ falls (1.0, 0.3, 0.05, one profile an epoch of other views, logged by the methods' writer) must
+    give exactly the last epoch's pooled profile, whose shares and counts differ from every earlier one."""
+    runs = tmp_path / "runs"
+    logged = []
+    for seed in (0, 1):
+        profiles = [hardness(InfoNCE(tau), seed=10 * seed + epoch, batch=BATCH) for epoch, tau in enumerate((1.0, 0.3, 0.05))]
+        logged.append(profiles)
+        write_run(runs / f"s{seed}", run_config("InfoNCE", seed, temperature=0.05), {"uniformity": 3.0}, hardness=profiles)
+
+    [curve] = hardness_curves(build_rows(group_runs(load_runs(runs))))
+
+    def pooled(epoch: int) -> tuple[np.ndarray, np.ndarray]:
+        sums = sum(profiles[epoch][0] for profiles in logged).numpy()
+        counts = sum(profiles[epoch][1] for profiles in logged).numpy()
+        return sums / np.maximum(counts, 1), counts
+
+    share, counts = pooled(-1)
+    held = counts > 0
+    assert curve.runs == 2
+    np.testing.assert_allclose(curve.negatives, counts[held])
+    np.testing.assert_allclose(curve.share, share[held], rtol=1e-5, atol=1e-7)
+    for epoch in (0, 1):  # the test tells the epochs apart
+        earlier, earlier_counts = pooled(epoch)
+        assert np.abs(earlier[held] - share[held]).max() > 0.01 and not np.array_equal(earlier_counts, counts)

@@ -155,8 +155,9 @@ def test_the_estimate_times_the_plan_here_and_says_what_it_is(capsys, monkeypatc
 
 
 def test_the_estimates_arithmetic_by_hand(capsys, monkeypatch):
-    """Catches a slip in ``--estimate``'s per-image arithmetic (a step's images not rounded up to whole
-    batches, a validation pass or the linear stage's held-out images left out, minutes for hours): the
+    """Catches a slip in ``--estimate``'s per-image arithmetic (a step counted for the last partial batch,
+    which the training loader drops, a validation pass or the linear stage's held-out images left out,
+    minutes for hours): the
     tiny plan's device-seconds computed here by hand from fixed calibration numbers, compared exactly."""
     import ssl_app.sweep.estimate as estimate
     from ssl_app.sweep.command import parse_args
@@ -172,13 +173,13 @@ def test_the_estimates_arithmetic_by_hand(capsys, monkeypatch):
     fit_seconds, linear_seconds = estimate.print_estimate("table1", "shapes", runs)
     train, held = 2_000, 500  # DATA_SETS["shapes"]
     assert (DATA_SETS["shapes"].train_images, DATA_SETS["shapes"].eval_images) == (train, held)
-    # 3 epochs of 63 batches of 32 (the last one full) at 0.5 s per image; one validation pass (epoch 2) encoding
-    # the training and held-out images at 0.25 s each
-    assert fit_seconds == 3 * 63 * 32 * 0.5 + 1 * (train + held) * 0.25 == 3649.0
+    # 3 epochs of 62 whole batches of 32 (drop_last: the last 16 images do not train) at 0.5 s per image; one
+    # validation pass (epoch 2) encoding the training and held-out images at 0.25 s each
+    assert fit_seconds == 3 * 62 * 32 * 0.5 + 1 * (train + held) * 0.25 == 3601.0
     # 4 epochs encoding the training images, 4 validation passes over the held-out ones
     assert linear_seconds == (4 * train + 4 * held) * 0.25 == 2500.0
     out = capsys.readouterr().out
-    assert "per run: 1.01 device-hours fit + 0.69 linear = 1.71 (60.82 + 41.67 min); whole plan: 17.1 device-hours" in out
+    assert "per run: 1.00 device-hours fit + 0.69 linear = 1.69 (60.02 + 41.67 min); whole plan: 16.9 device-hours" in out
     assert "500.000 ms per training image, 250.000 ms per encoded image" in out
 
 
@@ -311,9 +312,9 @@ def test_the_tau_schedules_plan_expands_both_long_tailed_data_sets(tmp_path, cap
     fit_seconds, _ = estimate.print_estimate("tau_schedules", "cifar100_lt", runs)
     out = capsys.readouterr().out
     assert "plan tau_schedules on cifar100_lt: 5 runs, each 2000 epochs of 10,847 images at batch 512 (resnet18_cifar" in out
-    # SimCLR trains on both views of each image: 2000 epochs of 22 batches of 512 × 2 views at 0.5 s, and a
+    # SimCLR trains on both views of each image: 2000 epochs of 21 whole batches of 512 × 2 views at 0.5 s, and a
     # validation every 20 epochs encoding the training and test images at 0.25 s
-    assert "2 views an image" in out and fit_seconds == 2000 * 22 * 512 * 2 * 0.5 + 100 * (10_847 + 10_000) * 0.25
+    assert "2 views an image" in out and fit_seconds == 2000 * 21 * 512 * 2 * 0.5 + 100 * (10_847 + 10_000) * 0.25
 
 
 def test_plans_refuse_the_data_sets_they_have_no_recipe_for(tmp_path, capsys):
