@@ -202,3 +202,21 @@ def trust_cifar_files() -> None:
     import torchvision.datasets.cifar as tv_cifar
 
     tv_cifar.check_integrity = lambda *args, **kwargs: True
+
+
+def fake_cifar10(root: Path, train: int, test: int, device: str) -> Path:
+    """Random 32×32 images (drawn on ``device``) in torchvision's CIFAR-10 layout under ``root``."""
+    target = root / "cifar-10-batches-py"
+    target.mkdir(parents=True, exist_ok=True)
+    generator = torch.Generator(device=device).manual_seed(0)
+    for names, count in (([f"data_batch_{i}" for i in range(1, 6)], train), (["test_batch"], test)):
+        for part, name in enumerate(names):
+            rows = count // len(names) + (part < count % len(names))
+            data = torch.randint(0, 256, (rows, 3 * 32 * 32), dtype=torch.uint8, device=device, generator=generator).cpu().numpy()
+            labels = torch.randint(0, 10, (rows,), device=device, generator=generator).tolist()
+            with open(target / name, "wb") as handle:
+                pickle.dump({"data": data, "labels": labels}, handle)
+    with open(target / "batches.meta", "wb") as handle:
+        pickle.dump({"label_names": [f"class{i}" for i in range(10)]}, handle)
+    trust_cifar_files()
+    return root

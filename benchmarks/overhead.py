@@ -9,7 +9,7 @@ On a GPU every tensor op outside a CUDA graph is a kernel launch, a few microsec
 and with small images the GPU waits for the CPU: the epoch is as slow as the host's work per step.
 That work is found on the CPU. Each method's shipped CIFAR-10 config (``configs/cifar10/*.yaml``)
 is built as ``python -m ssl_app fit`` builds it (``common.build_run``), shrunk: a tiny backbone
-(``small_cnn``), batch ``--batch``, random 32×32 images (``gpu_check.fake_cifar10``), views made on
+(``small_cnn``), batch ``--batch``, random 32×32 images (``common.fake_cifar10``), views made on
 the device (``augment_on: device``, here the CPU), no workers, the health check deciding on the
 device as on a GPU (``health.read_every_step: false``), logging every 50 steps as shipped.
 
@@ -31,7 +31,7 @@ runs it for real on a GPU (bf16-mixed, the bare step under the same autocast; ``
 configs' own batches), the Trainer's iterations and the bare steps back to back, as they run.
 
 Run it on a git revision to compare (``git worktree add /tmp/old REV`` and the same command there:
-the script only needs ``common.build_run`` and ``gpu_check.fake_cifar10``).
+the script only needs ``common.build_run`` and ``common.fake_cifar10``).
 """
 
 from __future__ import annotations
@@ -380,7 +380,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     sys.path.insert(0, str(ROOT / "benchmarks"))
-    from gpu_check import fake_cifar10
+    from common import fake_cifar10
 
     work = Path(tempfile.mkdtemp(prefix="ssl_app_overhead_"))
     root = fake_cifar10(work / "cifar10", (args.batch or 512) * (3 * args.steps + args.warm_up + 2), 64, "cpu")

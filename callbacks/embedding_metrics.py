@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import math
-import re
 from collections.abc import Collection, Mapping
 from typing import Any, Literal
 
@@ -23,24 +22,23 @@ from callbacks.collapse import (
     LossEvidence,
     random_points_uniformity,
 )
+from callbacks.distributions import similarity_distributions, write_histogram
 from callbacks.embedding_pass import embed_split, evaluation_mode, require_embedding_dataloader
 from callbacks.evaluation_figures import EvaluationFigures
 from callbacks.gather import SampleBuffer, Samples
+from callbacks.inputs_table import UniformityInputs, inputs_table
 from callbacks.labels import missing_labels, say_skipped
 from callbacks.plots import SIMILARITY_RANGE, find_tensorboard
 from callbacks.schedule import check_every_n_epochs, evaluation_due
 from ssl_app.checkpointing import first_nonfinite
 from ssl_app.errors import ConfigError, NonFiniteError
 from ssl_app.io.changes import OnChange
-from ssl_app.metrics import DEFAULT_TOP_K, EmbeddingInputs, EmbeddingReport, evaluate_metrics, registered_fields
+from ssl_app.metrics import DEFAULT_TOP_K, EmbeddingInputs, EmbeddingReport, evaluate_metrics
 from ssl_app.metrics.histogram import SimilarityHistogram
 
 log = logging.getLogger(__name__)
 
-UniformityInputs = Literal["clean", "augmented"]
 NegativesFrom = Literal["views", "train"]
-#: TensorBoard histogram of every negative view similarity s_ij, j ≠ i (``log_histograms``).
-NEGATIVE_HISTOGRAM_TAG = "similarity/negative"
 
 
 def embedding_report(
@@ -86,52 +84,6 @@ def collapse_evidence(report: EmbeddingReport) -> CollapseEvidence:
     )
 
 
-def inputs_table(top_k: int, uniformity_inputs: UniformityInputs, logged: Collection[str] | None = None) -> str:
-    """A Markdown table: each logged tag (``logged``: only those of these tags; ``None``: every
-    registered one), its formula and the inputs it was computed on, escaped for Markdown."""
-    clean = "clean (eval-transform) embeddings" if uniformity_inputs == "clean" else "first augmented view"
-    words = {
-        "clean": clean,
-        "views": "two augmented views",
-        "labels": "labels",
-        "backbone": "backbone features of the clean (eval-transform) images, unnormalised",
-        "train": "clean embeddings of the train split",
-    }
-    rows = [(f"metrics/{metric.tag(name, top_k)}", metric.formula(name, top_k), " + ".join(words[r] for r in metric.reads))
-            for metric, name in registered_fields()]  # fmt: skip
-    rows.append(("metrics/nonfinite", "embeddings with a NaN/inf entry (left out of the rest)", "all"))
-    lines = ["| tag | formula | inputs |", "|---|---|---|"]
-    lines += ["| " + " | ".join(map(markdown_text, row)) + " |" for row in rows if logged is None or row[0] in logged]
-    return "\n".join(lines)
-
-
-def markdown_text(text: str) -> str:
-    """``text`` as literal Markdown: ``&``, ``<``, ``>`` as HTML entities, and every other character
-    Markdown would read (``|`` splits a table cell, ``_`` and ``*`` emphasise) escaped with a backslash."""
-    text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-    return re.sub(r"([\\`*_{}\[\]()#+!|~-])", r"\\\1", text)
-
-
-def log_negative_histogram(experiment, histogram: SimilarityHistogram, step: int) -> None:
-    """``similarity/negative``: the histogram of every negative view similarity, written from its
-    bin counts (``add_histogram_raw``), so the N(N−1) values never leave the device. A leading
-    empty bucket at the lower edge gives readers the first bin's left edge."""
-    summary = histogram.summary()
-    if summary.count == 0:
-        return
-    experiment.add_histogram_raw(
-        NEGATIVE_HISTOGRAM_TAG,
-        min=summary.min,
-        max=summary.max,
-        num=summary.count,
-        sum=summary.sum,
-        sum_squares=summary.sum_squares,
-        bucket_limits=summary.edges,
-        bucket_counts=[0.0, *summary.counts],
-        global_step=step,
-    )
-
-
 class EmbeddingMetrics(Callback):
     """Embedding-space metrics of the evaluation split, logged every ``every_n_epochs``.
 
@@ -162,11 +114,13 @@ class EmbeddingMetrics(Callback):
     embeddings, clean rows plus view rows, had a NaN/inf entry; they are left out of the other
     metrics, warned about, and mark the evaluation collapsed), ``metrics/collapsed`` (0/1, see
     ``CollapseCriteria``); these two flags are in ``callback_metrics`` at every evaluation and
-    written to the loggers when they change (``ssl_app.io.changes``). TensorBoard histograms ``similarity/positive``,
-    ``similarity/top{k}_negative`` and ``similarity/negative`` (every negative z_a,i·z_b,j,
-    j ≠ i: N(N−1) values in 200 fixed bins over [−1, 1], counted on the device from the top-k
+    written to the loggers when they change (``ssl_app.io.changes``). TensorBoard histograms
+    (``callbacks.distributions``: 200 fixed bins over [−1, 1], counted on the device, exact count,
+    mean and extremes) ``similarity/positive``, ``similarity/top{k}_negative`` and
+    ``similarity/negative`` (every negative z_a,i·z_b,j, j ≠ i: N(N−1) values counted from the top-k
     search's own blocks and summed over ranks; the report's relative-penalty curve reads it),
-    the figures (``callbacks.evaluation_figures``; every title names the run and its loss/τ)
+    the figures (``callbacks.evaluation_figures``; every title names the run and its loss/τ;
+    drawn in a process of their own during ``fit``: ``figure_process``)
     ``similarity/positive_vs_top{k}_negative`` (fixed x-range ``similarity_range`` and bins),
     ``figures/uniformity_tolerance_path`` (the run's path on the uniformity–tolerance plane, kept
     in the checkpoint state, fixed axes) and ``figures/singular_value_spectrum`` (σ_i/σ_1 of the
@@ -221,6 +175,13 @@ class EmbeddingMetrics(Callback):
         similarity_range: the x-range ``[low, high]`` of the similarity figure (default
             [−1, 1]; −1 ≤ low < high ≤ 1), the same at every epoch and in every run; values
             outside it are counted in its edge bins.
+        figure_process: during ``fit``, draw the figures in a process of their own (rank 0;
+            ``callbacks.figure_process``): an evaluation hands over their data (a few kilobytes) and
+            goes on, and each figure is written at its evaluation's step and time when drawn, at the
+            latest at the end of ``fit`` (``on_fit_end``; after a stop signal or a failure in
+            ``on_exception``). The process starts with training (``on_train_start``). ``false``: drawn
+            in the training process, 0.3–0.7 s of CPU per evaluation that a GPU waits for.
+            ``validate`` and ``test`` draw in the training process.
     """
 
     def __init__(
@@ -236,6 +197,7 @@ class EmbeddingMetrics(Callback):
         stop_on_nonfinite: bool = True,
         negatives_from: NegativesFrom = "views",
         similarity_range: tuple[float, float] = SIMILARITY_RANGE,
+        figure_process: bool = True,
     ) -> None:
         super().__init__()
         every_n_epochs = check_every_n_epochs(every_n_epochs, "EmbeddingMetrics")
@@ -272,7 +234,7 @@ class EmbeddingMetrics(Callback):
         self._warned_no_labels = False
         self._labels_missing = False
         self._described_inputs = False
-        self.figures = EvaluationFigures(similarity_range)
+        self.figures = EvaluationFigures(similarity_range, process=figure_process)
         self._clean_rows: tuple[Tensor, Tensor | None] | None = None  # the last clean pass, for the spectrum
         self._flags = OnChange()
 
@@ -323,6 +285,7 @@ class EmbeddingMetrics(Callback):
     # --- collecting ------------------------------------------------------------------------
     def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._chance_gap.reset()
+        self.figures.drawer.collect()  # write the figures drawn since (never waits)
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         pair = getattr(pl_module, "loss_and_chance", None)
@@ -330,6 +293,7 @@ class EmbeddingMetrics(Callback):
             self._chance_gap.add(*pair)
 
     def on_validation_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.figures.drawer.collect()
         self._buffer = SampleBuffer(self.max_samples) if self._due(trainer) and self.split is None else None
 
     def on_test_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
@@ -490,16 +454,34 @@ class EmbeddingMetrics(Callback):
     @rank_zero_only
     def _log_distributions(self, trainer: L.Trainer, pl_module: L.LightningModule, report: EmbeddingReport) -> None:
         tensorboard = self._tensorboard(trainer)
-        positive, negatives = report["pos_sim"], report["neg_sim"]
-        if tensorboard is None or negatives.dim() != 2 or negatives.numel() == 0:
+        distributions = similarity_distributions(report, self.figures.similarity_range) if tensorboard else None
+        if distributions is None:
             return
         step, experiment = trainer.global_step, tensorboard.experiment
-        experiment.add_histogram("similarity/positive", positive.float().cpu(), step)
-        experiment.add_histogram(f"similarity/top{self.top_k}_negative", negatives.float().cpu().flatten(), step)
-        if report.negative_histogram is not None:
-            log_negative_histogram(experiment, report.negative_histogram, step)
+        for tag, summary in distributions.histograms.items():
+            write_histogram(experiment, tag, summary, step)
         fitting = trainer.state.fn == TrainerFn.FITTING
-        self.figures.log(experiment, trainer, pl_module, report, self._clean_rows, fitting)
+        drawings = self.figures.drawings(trainer, pl_module, report, distributions, self._clean_rows, fitting)
+        self.figures.log(experiment, trainer, drawings, fitting)
+
+    # --- the figures drawn beside training -------------------------------------------------
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if self.log_histograms and trainer.is_global_zero and find_tensorboard(trainer) is not None:
+            self.figures.drawer.start()  # its imports and fonts load during the first epoch, not at an evaluation's end
+
+    def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        # Every figure written before the loggers close; the other callbacks' end of training (the
+        # projector's files) ran meanwhile.
+        self.figures.drawer.finish()
+
+    def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
+        try:  # the figures of the evaluations done, written before the loggers close (SIGTERM, a failure)
+            self.figures.drawer.finish()
+        except Exception as error:  # noqa: BLE001 - never hide the exception that ends the run
+            rank_zero_warn(f"EmbeddingMetrics: the figures of the last evaluations could not be written: {error!r}")
+
+    def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        self.figures.drawer.finish()
 
     def _on_collapse(
         self, trainer: L.Trainer, e: CollapseEvidence, modes: dict[str, list[str]], best_before: float, dim: int

@@ -9,11 +9,10 @@ effective rank in the legend. Dimensional collapse (Jing et al., ICLR 2022) show
 from __future__ import annotations
 
 import torch
-from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from torch import Tensor
 
-from callbacks.plots import fixed_margins, plain_log_labels
+from ssl_app.drawing.figures import SpectrumCurve, SpectrumFigure
 from ssl_app.metrics.rank import SPECTRUM_FLOOR, power_law_exponent, singular_values, spectrum_effective_rank
 
 SPECTRUM_TAG = "figures/singular_value_spectrum"
@@ -31,32 +30,22 @@ def local_spectra(clean: Tensor, backbone: Tensor | None) -> dict[str, Tensor]:
     return spectra
 
 
-def spectrum_figure(spectra: dict[str, Tensor], title: str) -> Figure:
-    """σ_i / σ_1 against i on log–log axes, one curve per entry of ``spectra`` (the fixed y-range
-    [``SPECTRUM_FLOOR``, 1]; x from rank 1 to the largest dimension)."""
-    figure = Figure(figsize=(5.5, 3.8), dpi=100)
-    FigureCanvasAgg(figure)
-    axes = figure.add_subplot()
-    widest = 1
-    for (name, sigma), colour in zip(spectra.items(), ("tab:blue", "tab:orange")):
-        sigma = sigma.double()
+def spectrum_drawing(spectra: dict[str, Tensor], title: str) -> SpectrumFigure:
+    """The spectrum as a figure to draw (``ssl_app.drawing.figures.SpectrumFigure``): for each entry of
+    ``spectra`` (σ, descending, on the host) σ_i / σ_1 clamped at ``SPECTRUM_FLOOR``, with its α and
+    effective rank; an entry with no positive σ_1 is left out."""
+    curves = []
+    for name, sigma in spectra.items():
+        sigma = sigma.detach().double().cpu()
         if not sigma.numel() or not sigma[0] > 0:
             continue
-        relative = (sigma / sigma[0]).clamp(min=SPECTRUM_FLOOR).numpy()
-        ranks = range(1, relative.size + 1)
-        widest = max(widest, relative.size)
-        alpha, erank = float(power_law_exponent(sigma)), float(spectrum_effective_rank(sigma))
-        axes.plot(ranks, relative, color=colour, label=f"{name} (d={relative.size}): α={alpha:.2f}, eff. rank {erank:.1f}")
-    axes.set_xscale("log")
-    axes.set_yscale("log")
-    plain_log_labels(axes.xaxis)
-    plain_log_labels(axes.yaxis)
-    axes.set_xlim(1, max(widest, 2))
-    axes.set_ylim(SPECTRUM_FLOOR, 1.5)
-    axes.set_xlabel("rank i")
-    axes.set_ylabel("σ_i / σ_1")
-    axes.grid(alpha=0.3, which="both")
-    axes.legend(loc="lower left", fontsize="small")
-    axes.set_title(title, fontsize="small")
-    fixed_margins(figure, left=0.17, bottom=0.13)
-    return figure
+        relative = tuple((sigma / sigma[0]).clamp(min=SPECTRUM_FLOOR).tolist())
+        alpha, effective_rank = float(power_law_exponent(sigma)), float(spectrum_effective_rank(sigma))
+        curves.append(SpectrumCurve(name, relative, alpha, effective_rank))
+    return SpectrumFigure(tuple(curves), title)
+
+
+def spectrum_figure(spectra: dict[str, Tensor], title: str) -> Figure:
+    """``spectrum_drawing``'s matplotlib figure: σ_i / σ_1 against i on log–log axes, one curve per entry
+    of ``spectra`` (the fixed y-range [``SPECTRUM_FLOOR``, 1]; x from rank 1 to the largest dimension)."""
+    return spectrum_drawing(spectra, title).figure()

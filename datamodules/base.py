@@ -118,8 +118,6 @@ class ContrastiveDataModule(LightningDataModule):
     than the PIL path's, from the same distributions). The hook runs only when the datamodule is
     handed to the Trainer (as the CLI does).
 
-    The evaluation passes read clean images from the module's device when ``eval_on`` allows (:meth:`eval_images`).
-
     Args:
         batch_size: samples per batch and per process.
         num_workers: DataLoader worker processes (0: load in the main process); ``None``: what fits the
@@ -134,10 +132,11 @@ class ContrastiveDataModule(LightningDataModule):
             (the CPU's fastest: benchmarks/README.md); ``device``: on the training batch's device,
             batched (for GPU runs, where CPU workers cannot keep up; image folders: JPEGs decoded there);
             the validation and test views are then made there too (``val_dataloader``).
-        eval_on, eval_batch_size: where the evaluation passes' images are made (``device``: kept
-            on the module's device; ``workers``; ``auto``: ``device`` when they fit) and in what
-            batches (``auto``: ``batch_size`` on the CPU, as large as memory allows on a GPU):
-            ``datamodules.eval_images``.
+        eval_on, eval_batch_size: where the evaluation passes' images are made (``device``: kept on the module's
+            device, :meth:`eval_images`; ``workers``; ``auto``: ``device`` when they fit) and in what batches (``auto``:
+            ``batch_size`` on the CPU, as large as memory allows on a GPU); val_batch_size: samples per validation/test
+            loop batch (``None``: ``batch_size``; the batch's other samples are negatives of ``val/loss``, so it never
+            depends on the device): ``datamodules.eval_images``.
         cuda_graph_views: with ``augment_on: device`` on CUDA, replay the training views from a CUDA
             graph captured once per batch shape (``datamodules.view_graphs``); ``false``: always eager.
     """
@@ -159,6 +158,7 @@ class ContrastiveDataModule(LightningDataModule):
         augment_on: AugmentOn = "workers",
         eval_on: EvalOn = "auto",
         eval_batch_size: Union[int, Literal["auto"]] = "auto",
+        val_batch_size: Optional[PositiveInt] = None,
         cuda_graph_views: bool = True,
     ) -> None:
         super().__init__()
@@ -187,7 +187,8 @@ class ContrastiveDataModule(LightningDataModule):
         self.val_seed = val_seed
         self.pin_memory = torch.cuda.is_available() if pin_memory is None else pin_memory
         self.augment_on = augment_on
-        self.eval_on, self.eval_batch_size = check_eval_options(eval_on, eval_batch_size, name)
+        evaluation = check_eval_options(eval_on, eval_batch_size, val_batch_size, name)
+        self.eval_on, self.eval_batch_size, self.val_batch_size = evaluation
         self._eval_images = EvalImageCache(self.eval_on)
         self._datasets: dict[str, Dataset] = {}
         self._train_counts: Optional[list[int]] = None
@@ -414,8 +415,9 @@ class ContrastiveDataModule(LightningDataModule):
         return self._evaluation_loader("test")
 
     def _evaluation_loader(self, split: Split) -> DataLoader:
-        """Two views per sample, a fixed function of ``(val_seed, index)``: made in the workers, or
-        (``augment_on: device``, images of one size) on the device, by ``on_after_batch_transfer``."""
+        """Two views per sample (a fixed function of ``(val_seed, index)``) in batches of ``val_batch_size``: made in
+        the workers, or (``augment_on: device``, images of one size) on the device, by ``on_after_batch_transfer``."""
+        options: dict[str, Any] = dict(shuffle=False, drop_last=False, batch_size=self.val_batch_size)
         if self.augment_on == "device":
             images = UnaugmentedImages(self.dataset(split))
             try:
@@ -423,8 +425,8 @@ class ContrastiveDataModule(LightningDataModule):
             except ConfigError:  # photos of many sizes: the workers crop them
                 pass
             else:
-                return self._loader(images, shuffle=False, drop_last=False, collate_fn=collate_images)
-        return self._loader(self._deterministic_views(split), shuffle=False, drop_last=False)
+                return self._loader(images, collate_fn=collate_images, **options)
+        return self._loader(self._deterministic_views(split), **options)
 
     def embedding_dataloader(
         self,

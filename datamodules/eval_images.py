@@ -28,6 +28,10 @@ there), and on an accelerator takes the largest power of two with at most
 estimated activations (:data:`BYTES_PER_INPUT_BYTE` × the float input) fit in
 :data:`DEVICE_SHARE` of the free memory. On an H200, embedding 60,000 CIFAR images with a ResNet-18
 took 352 ms at batch 512 and 264 ms at 8,192.
+
+``val_batch_size`` (a datamodule option): samples per batch of the validation and test loops (two
+augmented views each); ``None`` (default): ``batch_size``. Not ``auto``: a batch's other samples are
+negatives of ``val/loss``, whose value must not depend on the device.
 """
 
 from __future__ import annotations
@@ -46,7 +50,7 @@ from datamodules.arrays import pixel_array
 from datamodules.augment import ViewAugmentation
 from datamodules.device_augment import as_uint8_chw
 from datamodules.multiview import Labelled
-from ssl_app.checks import PositiveInt, describe, is_a
+from ssl_app.checks import PositiveInt, check, describe, is_a
 from ssl_app.errors import ConfigError
 
 EvalOn = Literal["auto", "device", "workers"]
@@ -61,15 +65,18 @@ MAX_AUTO_BATCH = 8192
 BYTES_PER_INPUT_BYTE = 64
 
 
-def check_eval_options(eval_on: Any, eval_batch_size: Any, owner: str) -> tuple[str, Union[int, str]]:
-    """The two options, checked (one ConfigError naming ``owner``'s option); a batch size as a plain ``int``."""
+def check_eval_options(
+    eval_on: Any, eval_batch_size: Any, val_batch_size: Any, owner: str
+) -> tuple[str, Union[int, str], Optional[int]]:
+    """The three options, checked (one ConfigError naming ``owner``'s option); a batch size as a plain ``int``."""
     if eval_on not in EVAL_ON:
         raise ConfigError(f"{owner}: eval_on must be one of {EVAL_ON}, got {eval_on!r}")
+    val_batch_size = check(PositiveInt, val_batch_size, f"{owner}: val_batch_size", none=True)
     if eval_batch_size == "auto":
-        return eval_on, eval_batch_size
+        return eval_on, eval_batch_size, val_batch_size
     if not is_a(PositiveInt, eval_batch_size):
         raise ConfigError(f"{owner}: eval_batch_size must be {describe(PositiveInt)} or auto, got {eval_batch_size!r}")
-    return eval_on, int(eval_batch_size)
+    return eval_on, int(eval_batch_size), val_batch_size
 
 
 def free_memory(device: torch.device) -> Optional[int]:

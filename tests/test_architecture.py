@@ -33,7 +33,7 @@ FLOORS = (
     (
         "ground: plumbing that everything may use",
         ("ssl_app", "ssl_app.errors", "ssl_app.checks", "ssl_app.io", "ssl_app.registering", "ssl_app.runtime",
-         "ssl_app.quiet", "ssl_app.distributed", "ssl_app.handover"),
+         "ssl_app.quiet", "ssl_app.distributed", "ssl_app.handover", "ssl_app.drawing"),
     ),
     (
         "the domain core: what trains",

@@ -25,6 +25,8 @@ class EmbeddingReport:
     ``nonfinite`` of ``total`` embeddings had a non-finite entry and were left out of the
     metrics (see ``drop_nonfinite``). ``negative_histogram``: the inputs' histogram of every
     negative view similarity, filled (``None``: not asked for, or too few views to fill it).
+    ``spectra``: the singular values the metrics computed, by input (``"clean"``, ``"backbone"``;
+    ``EmbeddingInputs.singular_values``), for the spectrum figure.
     """
 
     fields: dict[str, Tensor]
@@ -33,14 +35,22 @@ class EmbeddingReport:
     total: int = 0
     metrics: tuple[EmbeddingMetric, ...] = field(default_factory=tuple)
     negative_histogram: SimilarityHistogram | None = None
+    spectra: dict[str, Tensor] = field(default_factory=dict)
+    _values: dict[str, float] | None = field(default=None, init=False, repr=False, compare=False)
 
     def __getitem__(self, name: str) -> Tensor:
         return self.fields[name]
 
     def value(self, name: str) -> float:
         """The scalar of field ``name``: the value, or the mean of a per-sample field (NaN if empty)."""
-        tensor = self.fields[name]
-        return float(tensor.float().mean()) if tensor.numel() else math.nan
+        return self.values()[name]
+
+    def values(self) -> dict[str, float]:
+        """Every field's scalar (``value``), read from each device in one transfer (on a GPU one host
+        sync for all the fields, not one per field), then kept: the fields are not to be changed."""
+        if self._values is None:
+            self._values = read_means(self.fields)
+        return self._values
 
     def scalars(self) -> dict[str, float]:
         """``{tag: value}`` of every field whose value is defined (NaN fields are left out)."""
@@ -51,6 +61,20 @@ class EmbeddingReport:
                 if not math.isnan(value):
                     found[metric.tag(name, self.top_k)] = value
         return found
+
+
+def read_means(tensors: dict[str, Tensor]) -> dict[str, float]:
+    """``{name: float(tensor.float().mean())}`` (NaN for an empty tensor), the means of the tensors on
+    one device stacked and read in one transfer."""
+    means: dict[str, float] = {name: math.nan for name, tensor in tensors.items() if not tensor.numel()}
+    by_device: dict[torch.device, list[str]] = {}
+    for name, tensor in tensors.items():
+        if tensor.numel():
+            by_device.setdefault(tensor.device, []).append(name)
+    for names in by_device.values():
+        stacked = torch.stack([tensors[name].detach().float().mean() for name in names])
+        means.update(zip(names, stacked.tolist()))
+    return {name: means[name] for name in tensors}
 
 
 def drop_nonfinite(inputs: EmbeddingInputs) -> tuple[EmbeddingInputs, int, int]:
@@ -67,14 +91,14 @@ def drop_nonfinite(inputs: EmbeddingInputs) -> tuple[EmbeddingInputs, int, int]:
     if inputs.backbone is not None:
         clean_ok = clean_ok & torch.isfinite(inputs.backbone).all(dim=1)
     view_a_ok, view_b_ok = torch.isfinite(inputs.view_a).all(dim=1), torch.isfinite(inputs.view_b).all(dim=1)
-    total = 2 * inputs.view_a.shape[0]
-    bad = total - int(view_a_ok.sum()) - int(view_b_ok.sum())
+    checked = [view_a_ok, view_b_ok]  # every row of these is counted
     if inputs.clean is not inputs.view_a:
-        total += inputs.clean.shape[0]
-        bad += inputs.clean.shape[0] - int(clean_ok.sum())
+        checked.append(clean_ok)
     if train_ok is not None:
-        total += inputs.train.shape[0]
-        bad += inputs.train.shape[0] - int(train_ok.sum())
+        checked.append(train_ok)
+    total = sum(ok.shape[0] for ok in checked)
+    # The finite rows of every input, read in one transfer.
+    bad = total - sum(torch.stack([ok.sum().to(view_a_ok.device) for ok in checked]).tolist())
     if bad == 0:
         return inputs, 0, total
     pair_ok = view_a_ok & view_b_ok
@@ -111,4 +135,4 @@ def evaluate_metrics(inputs: EmbeddingInputs, names: tuple[str, ...] | None = No
             fields[name] = values.get(name, torch.tensor(math.nan))
     histogram = inputs.negative_histogram
     filled = histogram if histogram is not None and histogram.counts is not None else None
-    return EmbeddingReport(fields, inputs.top_k, nonfinite, total, metrics, filled)
+    return EmbeddingReport(fields, inputs.top_k, nonfinite, total, metrics, filled, dict(inputs.spectra))

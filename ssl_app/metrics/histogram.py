@@ -13,12 +13,14 @@ holds the single-process histogram. ``callbacks.EmbeddingMetrics`` logs it as
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
 from ssl_app import distributed
+from ssl_app.metrics.rows import accumulation_dtype
 
 DEFAULT_BINS = 200
 
@@ -40,7 +42,20 @@ class HistogramSummary:
 class SimilarityHistogram:
     """Counts of values in ``bins`` equal bins of [low, high], plus count, sum, sum of squares,
     min and max of the values themselves. ``reset`` before each use; ``add`` blocks and
-    ``add_moments``; ``all_reduce`` once on every rank; ``summary`` reads it (one host transfer)."""
+    ``add_moments``; ``all_reduce`` once on every rank; ``summary`` reads it (one host transfer;
+    ``summaries`` reads several in one). ``of`` counts a tensor's values at once."""
+
+    @classmethod
+    def of(cls, values: Tensor, bins: int = DEFAULT_BINS, low: float = -1.0, high: float = 1.0) -> SimilarityHistogram:
+        """The histogram of every entry of ``values`` (any shape; not changed), counted on its device,
+        with the exact count, sum and sum of squares."""
+        histogram = cls(bins, low, high)
+        flat = values.detach().reshape(1, -1).float()
+        histogram.reset(flat.device, accumulation_dtype(flat))
+        exact = flat.to(histogram.moments.dtype)
+        histogram.add(flat.clone())  # ``add`` overwrites its block
+        histogram.add_moments(flat.shape[1], exact.sum(), exact.square().sum())
+        return histogram
 
     def __init__(self, bins: int = DEFAULT_BINS, low: float = -1.0, high: float = 1.0) -> None:
         if not isinstance(bins, int) or bins < 1 or not high > low:
@@ -97,9 +112,24 @@ class SimilarityHistogram:
 
     def summary(self) -> HistogramSummary:
         """The histogram as plain numbers (count 0: nothing was added)."""
-        if self.counts is None:
-            raise RuntimeError("SimilarityHistogram.summary before reset")
-        count, total, squares = self.moments.tolist()
-        largest, negative_smallest = self.extremes.tolist()
-        edges = torch.linspace(self.low, self.high, self.bins + 1, dtype=torch.float64).tolist()
-        return HistogramSummary(edges, self.counts.tolist(), int(count), -negative_smallest, largest, total, squares)
+        return summaries([self])[0]
+
+
+def summaries(histograms: Sequence[SimilarityHistogram]) -> list[HistogramSummary]:
+    """Each histogram's ``summary``, every number read from the device in one transfer (on a GPU one
+    host sync for all of them)."""
+    if any(histogram.counts is None for histogram in histograms):
+        raise RuntimeError("SimilarityHistogram.summary before reset")
+    if not histograms:
+        return []
+    first = histograms[0].counts
+    parts = [torch.cat([h.counts, h.moments, h.extremes]).to(first.device, first.dtype) for h in histograms]
+    numbers = torch.cat(parts).tolist()
+    found, start = [], 0
+    for histogram in histograms:
+        counts = numbers[start : start + histogram.bins]
+        count, total, squares, largest, negative_smallest = numbers[start + histogram.bins : start + histogram.bins + 5]
+        start += histogram.bins + 5
+        edges = torch.linspace(histogram.low, histogram.high, histogram.bins + 1, dtype=torch.float64).tolist()
+        found.append(HistogramSummary(edges, counts, int(count), -negative_smallest, largest, total, squares))
+    return found

@@ -36,13 +36,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 from torch import Tensor
 
 from ssl_app.errors import ConfigError
 from ssl_app.metrics.histogram import SimilarityHistogram
+from ssl_app.metrics.rank import singular_values
 
 Input = Literal["clean", "views", "labels", "backbone", "train"]
 INPUTS: tuple[Input, ...] = ("clean", "views", "labels", "backbone", "train")
@@ -84,6 +85,19 @@ class EmbeddingInputs:
     backbone: Tensor | None = None
     train: Tensor | None = None
     negative_histogram: SimilarityHistogram | None = None
+    spectra: dict[str, Tensor] = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    def singular_values(self, name: Literal["clean", "backbone"]) -> Tensor:
+        """The singular values of ``clean`` (its unit rows) or ``backbone`` (as given), computed once
+        (``ssl_app.metrics.rank.singular_values``, a collective under DDP): the effective ranks, the
+        power-law exponents and the spectrum figure read the same σ, one Gram matrix and one
+        eigen-decomposition per input and evaluation."""
+        if name not in self.spectra:
+            rows = self.clean if name == "clean" else self.backbone
+            if rows is None:
+                raise ValueError("EmbeddingInputs.singular_values: no backbone features")
+            self.spectra[name] = singular_values(rows, normalize=name == "clean")
+        return self.spectra[name]
 
     def rows(self, name: Input) -> int:
         """How many samples the input ``name`` holds (labels: how many are labelled)."""

@@ -47,7 +47,8 @@ RESULTS = {
                                  {"epoch": 0, "eval": 6.0, "loop": 2.0, "callbacks": {"KNNMonitor": 3.0, "ModelCheckpoint": 0.0}},
                                  {"epoch": 1, "eval": 0.9, "loop": 0.3,
                                   "callbacks": {"KNNMonitor": 0.4, "EmbeddingMetrics": 0.2}}],
-                             "fit_end_s": {"EmbeddingProjector": 0.05}},
+                             "fit_end_s": {"EmbeddingProjector": 0.05, "EmbeddingMetrics": 0.3},
+                             "figures_async_s": [0.4, 0.3], "val_batch": 512},
     "epoch/metrics": {"n": 50000, "seconds": {"uniformity": 0.02}},
     "compiled/cifar10_simclr": {"model": "SimCLR/resnet18_cifar", "batch": 512, "train_images": 50000, "precision": "bf16-mixed",
                                 "epochs_s": [5.8, 2.9], "evaluations": [{"epoch": 1, "eval": 20.0, "loop": 12.9}],
@@ -89,6 +90,11 @@ def test_the_summary_is_one_table_with_every_part_and_what_a_timeout_left(tmp_pa
     assert ("epoch", "cifar10_simclr evaluation 2: EmbeddingMetrics", "s", "0.200", "steady") in rows
     assert not any("ModelCheckpoint" in row[1] for row in rows)  # nothing to show
     assert ("epoch", "cifar10_simclr end of fit: EmbeddingProjector", "s", "0.050", "target ≤ 1.0 s (H200)") in rows
+    (waits,) = [row for row in rows if row[1] == "cifar10_simclr end of fit: EmbeddingMetrics"]  # not the projector's target
+    assert waits[3] == "0.300" and "waits for the figures" in waits[4] and "target" not in waits[4]
+    (figures,) = [row for row in rows if row[1] == "cifar10_simclr figures (async)"]  # what the evaluation no longer waits for
+    assert figures[3] == "0.400" and "own process" in figures[4] and "2 evaluations" in figures[4]
+    assert "loop 0.30 s (batches of 512)" in steady[4]
     (compiled,) = [row for row in rows if row[0] == "compiled" and row[2] == "s per training epoch"]
     assert compiled[3] == "**2.9**" and "first epoch 5.8 s (compiling)" in compiled[4] and "compile true" in compiled[1]
     assert "frames compiled so far at the end of epoch 1: 1, evaluation 2: 1, epoch 2: 2; 0 graph breaks" in compiled[4]
@@ -206,6 +212,7 @@ def test_the_quick_epoch_part_trains_both_cifar10_configs_and_times_their_evalua
         pieces = record["evaluation_pieces"]  # the breakdown by callback, and the projector's time
         assert len(pieces) == 2 and {"KNNMonitor", "EmbeddingMetrics"} <= set(pieces[1]["callbacks"])
         assert "EpochTimer" not in pieces[1]["callbacks"] and record["fit_end_s"]["EmbeddingProjector"] > 0
+        assert len(record["figures_async_s"]) == 2 and record["val_batch"] == (512 if "bank" in name else 64)
     assert sorted(results["epoch/metrics"]["seconds"]) == ["alignment", "positive_and_top10_negatives", "tolerance", "uniformity"]
 
 

@@ -71,10 +71,26 @@ def test_evaluation_times_each_callback_here_and_in_another_checkout(tmp_path):
     """Catches the evaluation benchmark rotting: a callback's hooks no longer timed (the projector
     writes at the end of training), or the side-by-side run in another checkout failing."""
     quick = ["--config", "configs/quickstart.yaml", "--epochs", "2", "--set", "trainer.limit_train_batches=2"]
-    _run("evaluation.py", *quick, "--against", str(ROOT), "--json", str(tmp_path / "evaluation.json"))
+    out = _run("evaluation.py", *quick, "--against", str(ROOT), "--profile", "--json", str(tmp_path / "evaluation.json"))
     results = json.loads((tmp_path / "evaluation.json").read_text())
     assert sorted(results) == [str(ROOT), "this tree"]
     for (summary,) in results.values():
         assert summary["steady"]["eval"] > summary["steady"]["loop"] > 0
         assert {"KNNMonitor", "EmbeddingMetrics"} <= set(summary["steady"]["callbacks"])
         assert summary["fit_end"]["EmbeddingProjector"] > 0
+        # --profile: the pieces by name (a renamed function drops its piece), the figures drawn apart
+        pieces = summary["steady"]["pieces"]
+        assert {"embedding passes", "metrics (evaluate_metrics)", "kNN vote", "  figures handed to their process"} <= set(pieces)
+        assert "  figures drawn in the training process" not in pieces and len(summary["figures_async"]) == 2
+    assert "figures (async, in their own process, not waited for)" in out
+
+
+@pytest.mark.slow
+def test_evaluation_host_times_each_host_piece_before_and_after():
+    """Catches the host-piece benchmark rotting as the metrics, histograms or figures it calls change."""
+    out = _run("evaluation_host.py", "--n", "400", "--features", "64", "--repeats", "1", "--threads", "1")
+    rows = [line.split("|")[1:-1] for line in out.splitlines() if line.startswith("| ") and "---" not in line][1:]
+    names = ["spectra", "scalars read from the device", "histograms positive + top-10", "three figures", "all"]
+    assert [row[0].split(":")[0].strip() for row in rows] == names
+    assert all(float(row[1].split()[0]) >= 0 and float(row[2].split()[0]) >= 0 for row in rows)
+    assert float(rows[3][1].split()[0]) > 0  # drawing three figures takes time; handing them over is what is left

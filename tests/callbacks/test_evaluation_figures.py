@@ -9,8 +9,9 @@ import torch
 
 from callbacks import EmbeddingMetrics
 from callbacks.plane_path import PLANE_PATH_TAG, PlanePath, PlanePoint
-from callbacks.plots import DENSITY_LIMIT, figure_title, similarity_figure
+from callbacks.plots import figure_title, similarity_figure
 from callbacks.spectrum_plot import SPECTRUM_TAG, local_spectra, spectrum_figure
+from ssl_app.drawing.figures import DENSITY_LIMIT
 from ssl_app.errors import ConfigError
 from ssl_app.metrics.rank import power_law_exponent, singular_values
 from tests.callbacks.helpers import EPOCHS, events, last_scalars

@@ -120,11 +120,30 @@ def test_the_auto_batch_size_keeps_the_cpus_and_grows_with_free_memory_on_an_acc
 @pytest.mark.parametrize(
     "options,match",
     [({"eval_on": "gpu"}, "eval_on must be one of"), ({"eval_batch_size": 0}, "eval_batch_size must be"),
-     ({"eval_batch_size": True}, "eval_batch_size must be"), ({"eval_batch_size": "max"}, "eval_batch_size must be")],
+     ({"eval_batch_size": True}, "eval_batch_size must be"), ({"eval_batch_size": "max"}, "eval_batch_size must be"),
+     ({"val_batch_size": 0}, "val_batch_size must be"), ({"val_batch_size": "auto"}, "val_batch_size must be")],
 )  # fmt: skip
 def test_bad_evaluation_options_are_one_config_error(options, match):
     with pytest.raises(ConfigError, match=f"SyntheticDataModule: {match}"):
         shapes(**options)
+
+
+@pytest.mark.parametrize("augment_on", ["workers", "device"])
+def test_the_validation_loop_takes_val_batch_size_and_the_same_views(augment_on):
+    """Catches the validation and test loops ignoring ``val_batch_size`` (the memory bank's 79 batches of
+    128 were half of its evaluation on an H200), or views that change with the batch they come in."""
+    small, large = shapes(augment_on=augment_on), shapes(augment_on=augment_on, val_batch_size=16)
+    assert small.val_dataloader().batch_size == small.test_dataloader().batch_size == 4  # batch_size by default
+    assert large.val_dataloader().batch_size == large.test_dataloader().batch_size == 16
+    assert large.train_dataloader().batch_size == 4  # training keeps batch_size
+    if augment_on == "device":
+        indices = torch.arange(16)
+        expected = torch.cat([evaluation_views(small, indices[start : start + 4])[0] for start in range(0, 16, 4)])
+        assert torch.equal(evaluation_views(large, indices)[0], expected)
+    else:
+        (first, *_), _, _ = next(iter(large.val_dataloader()))
+        expected = torch.cat([batch[0][0] for batch in list(small.val_dataloader())[:4]])
+        assert torch.equal(first, expected)
 
 
 def evaluation_views(data, indices: torch.Tensor) -> list[torch.Tensor]:

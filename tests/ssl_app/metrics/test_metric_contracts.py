@@ -11,7 +11,7 @@ import math
 
 import torch
 
-from callbacks.embedding_metrics import inputs_table, markdown_text
+from callbacks.inputs_table import inputs_table, markdown_text
 from ssl_app.metrics import EmbeddingInputs, EmbeddingMetric, evaluate_metrics
 from ssl_app.report.summary import table_columns
 

@@ -24,7 +24,8 @@ from ssl_app.metrics import (
     uniformity,
 )
 from ssl_app.metrics.embedding import topk_similarities
-from ssl_app.metrics.rank import spectrum_effective_rank
+from ssl_app.metrics.rank import power_law_exponent, singular_values, spectrum_effective_rank
+from tests.helpers import HostSyncRecorder
 
 
 def orthogonal(d: int, seed: int = 0) -> torch.Tensor:
@@ -142,6 +143,39 @@ def test_each_metric_reads_the_inputs_it_declares():
     assert declared["uniformity"] == ("clean",) and declared["alignment"] == ("views",)
     assert declared["tolerance"] == ("clean", "labels") and declared["effective_rank"] == ("clean",)
     assert declared["effective_rank_backbone"] == ("backbone",)
+
+
+def test_each_input_is_decomposed_once_per_evaluation_and_the_report_keeps_its_spectrum(monkeypatch):
+    """Catches the effective rank and the power-law exponent of one input (and the spectrum figure after
+    them) each decomposing its own Gram matrix again: six on the host per evaluation on a GPU."""
+    calls = []
+
+    def counted(rows, **options):
+        calls.append(options["normalize"])
+        return singular_values(rows, **options)
+
+    monkeypatch.setattr(registry, "singular_values", counted)
+    x = inputs()
+    report = evaluate_metrics(x)
+    assert sorted(calls) == [False, True]  # the backbone as given, the clean rows normalised: once each
+    assert torch.equal(report.spectra["clean"], singular_values(x.clean))
+    assert torch.equal(report.spectra["backbone"], singular_values(x.backbone, normalize=False))
+    assert report.value("spectrum_alpha") == pytest.approx(power_law_exponent(singular_values(x.clean)).item())
+    alpha = power_law_exponent(singular_values(x.backbone, normalize=False)).item()
+    assert report.value("spectrum_alpha_backbone") == pytest.approx(alpha)
+
+
+def test_the_report_reads_every_scalar_in_one_transfer():
+    """Catches a report that reads its fields one ``float()`` at a time (on a GPU, a host sync per
+    field: a dozen per evaluation) or whose one read gives other values than each field's mean."""
+    report = evaluate_metrics(inputs(train=torch.randn(50, 8)))
+    with HostSyncRecorder() as recorder:
+        values = report.values()
+    assert recorder.syncs == []  # one ``tolist`` per device, no scalar reads
+    assert set(values) == set(report.fields)
+    for name, tensor in report.fields.items():
+        assert values[name] == pytest.approx(float(tensor.float().mean()), nan_ok=True), name
+    assert report.scalars() == {tag: value for tag, value in report.scalars().items() if not math.isnan(value)}
 
 
 def test_scalars_are_the_logged_tags_with_k_filled_in():

@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.tensorboard import SummaryWriter
 
-from callbacks.embedding_metrics import log_negative_histogram
+from callbacks.distributions import NEGATIVE_HISTOGRAM_TAG, POSITIVE_HISTOGRAM_TAG, write_histogram
 from ssl_app.metrics import positive_and_topk_negatives
 from ssl_app.metrics.histogram import SimilarityHistogram
 from ssl_app.report.events import read_events
@@ -24,8 +24,8 @@ def logged_run(directory, za: torch.Tensor, zb: torch.Tensor, step: int = 3) -> 
     histogram = SimilarityHistogram()
     sims = positive_and_topk_negatives(za, zb, k=5, world_size=1, histogram=histogram)
     writer = SummaryWriter(str(directory))
-    log_negative_histogram(writer, histogram, step)
-    writer.add_histogram("similarity/positive", sims.positive.float(), step)
+    write_histogram(writer, NEGATIVE_HISTOGRAM_TAG, histogram.summary(), step)
+    write_histogram(writer, POSITIVE_HISTOGRAM_TAG, SimilarityHistogram.of(sims.positive).summary(), step)
     writer.close()
     return SimpleNamespace(events=read_events(directory), options=SimpleNamespace(top_k=5, fill=lambda tag: tag))
 
