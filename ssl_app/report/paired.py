@@ -1,4 +1,4 @@
-"""Paired comparisons of configurations over their shared seeds.
+"""Paired comparisons of configurations over their shared seeds, and the decisions read from them.
 
 Seed k means the same data order and the same augmentation draws in every configuration
 (``datamodules.keyed_draws``), so run seed k of configuration A and run seed k of B differ only
@@ -7,10 +7,15 @@ configuration against the reference ★:
 
     d_k = value_k(configuration) − value_k(reference)    for the seeds k both finished and logged
     Δ = mean_k d_k,  95% CI = Δ ± t_{0.975, n−1} · s_d / √n  (Student's t-interval, n − 1 df)
+    p = 2 · P(T_{n−1} > |Δ| / (s_d / √n))                  (the paired t-test, scipy's ``ttest_rel``)
 
-with s_d the sample std (n − 1) of the d_k. The interval covering 0 reads "not distinguishable";
-n < 2 pairs has no interval and reads "needs ≥ 2 seeds". A seed that two runs of one
-configuration share is ambiguous and pairs with nothing.
+with s_d the sample std (n − 1) of the d_k. n < 2 pairs has no interval ("needs ≥ 2 seeds"). A seed
+that two runs of one configuration share is ambiguous and pairs with nothing.
+
+**Decisions** (``ssl_app.report.significance``): only a comparison with at least ``MIN_TESTED_PAIRS``
+(3) pairs is tested (with 2 pairs, one degree of freedom, the interval is shown but read as nothing);
+the tested comparisons of a report are one family of m tests, and a difference is called only where
+its Holm-adjusted p-value is at most 0.05 (family-wise error ≤ 5% over the m tests).
 
 The reference ★ is the configuration named by ``--baseline`` (its label), otherwise the one with
 the highest mean linear top-1 (kNN accuracy when no run has a linear probe): every other
@@ -27,48 +32,47 @@ from dataclasses import dataclass
 from scipy import stats
 
 from ssl_app.errors import ConfigError
-from ssl_app.report.summary import Row, TableColumn
+from ssl_app.report.summary import Row
 
 CONFIDENCE = 0.95
 MIN_PAIRS = 2
-#: Accuracy columns (higher is better), in the order that picks the default reference and gets the table's markers.
+#: Fewer pairs than this: an interval (from 2) but no test, no mark (1 degree of freedom reads t = 12.7 as nothing).
+MIN_TESTED_PAIRS = 3
+#: Accuracy columns (higher is better), in the order that picks the default reference.
 RANKED_COLUMNS = ("linear_top1", "knn_acc")
 REFERENCE = "★"
-NOT_DISTINGUISHABLE_MARK = "≈"
 PAIRED_HEADING = "### Paired differences against"
-NOT_DISTINGUISHABLE = "not distinguishable"
 TOO_FEW = f"needs ≥ {MIN_PAIRS} seeds"
-#: The CSV's fields of a column's paired difference: ``<column>_paired_<part>``.
-PAIRED_PARTS = ("delta", "low", "high", "n")
-NOTE = (
-    f"{REFERENCE}: the reference of the paired comparisons (`--baseline`, else the highest mean linear top-1, else kNN); "
-    f"{NOT_DISTINGUISHABLE_MARK} in an accuracy column: the 95% t-interval of its paired difference to {REFERENCE} "
-    f"over their shared seeds covers 0; no mark: it excludes 0, or fewer than {MIN_PAIRS} shared seeds (the paired "
-    "differences below say which)."
-)
 
 
 @dataclass(frozen=True)
 class PairedDifference:
     """``differences[i]`` = configuration − reference at ``seeds[i]``; ``low``/``high``: the 95%
-    t-interval of their mean (None with fewer than ``MIN_PAIRS`` pairs)."""
+    t-interval of their mean and ``p`` the paired t-test's two-sided p-value (None with fewer than
+    ``MIN_PAIRS`` pairs)."""
 
     seeds: tuple
     differences: tuple[float, ...]
     mean: float | None
     low: float | None
     high: float | None
+    p: float | None = None
 
     @property
     def n(self) -> int:
         return len(self.differences)
 
     @property
-    def distinguishable(self) -> bool | None:
-        """Whether the interval excludes 0 (None without an interval)."""
+    def excludes_zero(self) -> bool | None:
+        """Whether the (unadjusted) interval excludes 0 (None without an interval)."""
         if self.low is None or self.high is None:
             return None
         return not self.low <= 0.0 <= self.high
+
+    @property
+    def tested(self) -> bool:
+        """Enough pairs for a decision (``MIN_TESTED_PAIRS``)."""
+        return self.p is not None and self.n >= MIN_TESTED_PAIRS
 
 
 def t_interval(differences: list[float], confidence: float = CONFIDENCE) -> tuple[float, float]:
@@ -77,6 +81,17 @@ def t_interval(differences: list[float], confidence: float = CONFIDENCE) -> tupl
     mean = statistics.fmean(differences)
     half = stats.t.ppf((1 + confidence) / 2, n - 1) * statistics.stdev(differences) / math.sqrt(n)
     return mean - half, mean + half
+
+
+def t_test_p(differences: list[float]) -> float:
+    """The two-sided p-value of the paired t-test that the mean difference is 0 (n ≥ 2):
+    2 · sf(|mean| / (s / √n), n − 1). Differences equal at every seed (s = 0) give p = 0 when they
+    are not 0, and p = 1 when they are all 0 (scipy's ``ttest_rel`` gives inf/0 and nan there)."""
+    n = len(differences)
+    mean, sd = statistics.fmean(differences), statistics.stdev(differences)
+    if sd == 0.0:
+        return 1.0 if mean == 0.0 else 0.0
+    return float(2.0 * stats.t.sf(abs(mean) / (sd / math.sqrt(n)), n - 1))
 
 
 def unique_seeds(row: Row) -> set:
@@ -101,7 +116,7 @@ def paired_difference(row: Row, reference: Row, key: str) -> PairedDifference:
     mean = statistics.fmean(differences)
     if len(differences) < MIN_PAIRS:
         return PairedDifference(seeds, differences, mean, None, None)
-    return PairedDifference(seeds, differences, mean, *t_interval(list(differences)))
+    return PairedDifference(seeds, differences, mean, *t_interval(list(differences)), p=t_test_p(list(differences)))
 
 
 def reference_index(rows: list[Row], baseline: str | None = None) -> int | None:
@@ -122,70 +137,3 @@ def reference_index(rows: list[Row], baseline: str | None = None) -> int | None:
         if valued:
             return max(valued, key=lambda index: rows[index].stat(key).mean)
     return None
-
-
-def significance_markers(rows: list[Row], key: str, reference: int | None) -> list[str]:
-    """Each row's marker in column ``key``: ★ on the reference, ≈ where the paired interval to it
-    covers 0; none in a column not ranked, nor unless ★ and another row have a value in it."""
-    marks = [""] * len(rows)
-    valued = [index for index, row in enumerate(rows) if key in row.values and row.stat(key).n]
-    if key not in RANKED_COLUMNS or reference not in valued or len(valued) < 2:
-        return marks
-    marks[reference] = REFERENCE
-    for index, row in enumerate(rows):
-        if index != reference and paired_difference(row, rows[reference], key).distinguishable is False:
-            marks[index] = NOT_DISTINGUISHABLE_MARK
-    return marks
-
-
-def paired_cells(row: Row, reference: Row | None, key: str) -> list[object]:
-    """The CSV's ``PAIRED_PARTS`` of ``row`` − ``reference`` in column ``key`` (full precision; all
-    empty without a reference, the number of pairs alone below 2 pairs)."""
-    if reference is None:
-        return ["", "", "", ""]
-    difference = paired_difference(row, reference, key)
-    numbers = (difference.mean, difference.low, difference.high) if difference.low is not None else (None, None, None)
-    return ["" if value is None else repr(float(value)) for value in numbers] + [difference.n]
-
-
-def signed(value: float, digits: int) -> str:
-    return f"{'−' if value < 0 else '+'}{abs(value):.{digits}f}"
-
-
-def describe(difference: PairedDifference, digits: int) -> str:
-    """A cell: ``−1.20 [−2.05, −0.35]``, ``not distinguishable: +0.10 [−0.30, +0.50]``, or why there is none."""
-    if difference.mean is None or difference.low is None or difference.high is None:
-        return f"{TOO_FEW} ({difference.n} shared)"
-    interval = f"{signed(difference.mean, digits)} [{signed(difference.low, digits)}, {signed(difference.high, digits)}]"
-    return interval if difference.distinguishable else f"{NOT_DISTINGUISHABLE}: {interval}"
-
-
-def paired_markdown(rows: list[Row], columns: list[TableColumn], reference: int | None) -> list[str]:
-    """The section under the table: one line per configuration other than ★, one cell per column
-    that ★ has values in (a cell whose pairs are fewer than the row's names its own n)."""
-    if reference is None or len(rows) < 2:
-        return []
-    base = rows[reference]
-    shown = [column for column in columns if base.stat(column.key).n]
-    lines = [
-        f"{PAIRED_HEADING} {REFERENCE} {base.configuration.label}",
-        "",
-        "Δ = configuration − ★ over the seeds both finished (seed k: the same data order and augmentations in "
-        "every configuration), mean [95% t-interval, n − 1 df] of the paired differences; "
-        f'"{NOT_DISTINGUISHABLE}" where the interval covers 0; with fewer than {MIN_PAIRS} shared seeds no interval.',
-        "",
-        "| configuration | pairs | " + " | ".join(f"Δ {column.shown.header}" for column in shown) + " |",
-        "|" + "---|" * (len(shown) + 2),
-    ]
-    for index, row in enumerate(rows):
-        if index == reference:
-            continue
-        differences = [paired_difference(row, base, column.key) for column in shown]
-        pairs = len(unique_seeds(row) & unique_seeds(base))
-        cells = [
-            describe(difference, column.shown.digits)
-            + (f" (n={difference.n})" if difference.low is not None and difference.n != pairs else "")
-            for difference, column in zip(differences, shown)
-        ]
-        lines.append(f"| {row.configuration.label} | {pairs} | " + " | ".join(cells) + " |")
-    return lines

@@ -8,15 +8,20 @@ from pathlib import Path
 
 from ssl_app.report.compare import difference, matches
 from ssl_app.report.groups import Configuration
-from ssl_app.report.paired import NOTE as PAIRED_NOTE
-from ssl_app.report.paired import PAIRED_PARTS, paired_cells, paired_markdown, reference_index, significance_markers
+from ssl_app.report.paired import PAIRED_HEADING, reference_index
 from ssl_app.report.reference import METRICS
 from ssl_app.report.runs import Evaluation, Run
+from ssl_app.report.significance import PAIRED_PARTS, family, marks_legend, paired_cells, paired_markdown, too_few_warning
 from ssl_app.report.summary import EPOCH_TAG, Row, Stat, TableColumn, resolve_columns
 from ssl_app.runs.headline import callback_args
 from ssl_app.runs.record import DONE, UNKNOWN
 
 COLLAPSED_TAG = "metrics/collapsed"
+#: The first table's columns (when logged): the study's headline numbers; the others go to the secondary tables.
+HEADLINE_KEYS = ("linear_top1", "knn_acc", "uniformity", "tolerance")
+#: At most this many metric columns in one table, so that each fits a page.
+MAX_METRIC_COLUMNS = 6
+SECONDARY_HEADING = "### Secondary metrics"
 NO_CELL = "—"
 REFERENCE_NOTE = (
     "paper: Wang & Liu's Table 1 (docs/science.md), the cell of the row's data set (its data class; an image "
@@ -66,51 +71,69 @@ def markdown_table(
     orphans: list[Evaluation] | None = None,
     reference: str | None = None,
     baseline: str | None = None,
+    brief: bool = False,
 ) -> str:
-    """The table, its footnotes, a one-line legend, what each column is and the paired differences
-    against the reference ★ (``baseline``: its label; ``ssl_app.report.paired``), as Markdown.
+    """The tables, their marks, a one-line legend, what each column is, the footnotes and the paired
+    differences against the reference ★ (``baseline``: its label; ``ssl_app.report.significance``), as Markdown.
+
+    The headline columns (``HEADLINE_KEYS``) make the first table, the others the secondary tables of at most
+    ``MAX_METRIC_COLUMNS`` each, so a table fits a page; a column no run logged is left out (and named).
     ``orphans``: evaluation records whose run is not among the report's runs (listed in one note).
     ``reference="table1"``: a ``Table-1 cell`` column, and beside linear top-1, uniformity and
-    tolerance the paper's value and the difference (``ssl_app.report.reference``)."""
+    tolerance the paper's value and the difference (``ssl_app.report.reference``). ``brief``: the first table
+    with its warning, marks and footnotes only (what a sweep prints at its end)."""
     notes = Footnotes()
     cells_of = matches(rows) if reference else []
-    columns = resolve_columns(rows)
-    absent = [column for column in columns if all(row.stat(column.key).n == 0 for row in rows)]
-    absent_marker = (
-        notes.add(", ".join(f"`{column.shown.tag}`" for column in absent) + " logged by no run: those columns are empty.")
-        if absent
-        else ""
-    )
-    header = ["configuration", "n"] + (["Table-1 cell"] if reference else [])
-    for column in columns:
-        markers = [absent_marker] if column in absent else []
+    resolved = resolve_columns(rows)
+    absent = [column for column in resolved if all(row.stat(column.key).n == 0 for row in rows)]
+    columns = [column for column in resolved if column not in absent]
+    star = reference_index(rows, baseline)
+    found = family(rows, columns, star)
+    headline = [column for column in columns if column.key in HEADLINE_KEYS]
+    others = [column for column in columns if column.key not in HEADLINE_KEYS]
+    if not headline:  # a study without its headline numbers: the first others lead
+        headline, others = others[:MAX_METRIC_COLUMNS], others[MAX_METRIC_COLUMNS:]
+    secondary = [] if brief else others
+    shown = headline + secondary
+    headers = {}
+    for column in shown:
+        markers = []
         if column.differs:
             markers.append(
                 notes.add(f"{column.shown.header}: {column.differs}; each run's value is its own `{column.column.tag}`.")
             )
-        header.append(" ".join([column.shown.header, *markers]))
-        if reference and column.key in METRICS:
-            header += [f"paper {column.shown.header}", f"Δ {column.shown.header}"]
-    star = reference_index(rows, baseline)
-    ranks = {column.key: significance_markers(rows, column.key, star) for column in columns}
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+        headers[column.key] = " ".join([column.shown.header, *markers])
+    labels, table1_cells, missing = [], [], []
     for index, row in enumerate(rows):
         markers = [notes.add(text) for text in _configuration_notes(row.configuration)]
-        cells = [" ".join([row.configuration.label, *markers]), str(row.n)]
+        labels.append(" ".join([row.configuration.label, *markers]))
         match = cells_of[index] if reference else None
         if match is not None:
             why_not = [notes.add(f"{row.configuration.label}: no Table-1 cell, {match.why_not}.")] if match.why_not else []
-            cells.append(" ".join([match.name, *why_not]))
-        missing_markers = _missing_value_notes(row, columns, notes, skip=absent)
-        for column in columns:
-            stat = row.stat(column.key)
-            digits = column.shown.digits
-            cell = format_stat(stat, digits)
-            cells.append(" ".join(part for part in (cell, ranks[column.key][index], missing_markers.get(column.key, "")) if part))
-            if match is not None and column.key in METRICS:
-                paper = match.value(column.key)
-                cells += [paper_value(paper, digits), signed(difference(stat, paper), digits)]
-        lines.append("| " + " | ".join(cells) + " |")
+            table1_cells.append(" ".join([match.name, *why_not]))
+        missing.append(_missing_value_notes(row, shown, notes, skip=[]))
+
+    def table(part: list[TableColumn], first: bool) -> list[str]:
+        header = ["configuration", "n"] + (["Table-1 cell"] if reference and first else [])
+        for column in part:
+            header.append(headers[column.key])
+            if reference and column.key in METRICS:
+                header += [f"paper {column.shown.header}", f"Δ {column.shown.header}"]
+        marks = {column.key: found.marks(column.key, len(rows)) for column in part}
+        lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+        for index, row in enumerate(rows):
+            cells = [labels[index] if first else row.configuration.label, str(row.n)]
+            cells += [table1_cells[index]] if reference and first else []
+            for column in part:
+                stat = row.stat(column.key)
+                cell = format_stat(stat, column.shown.digits)
+                cells.append(" ".join(bit for bit in (cell, marks[column.key][index], missing[index].get(column.key, "")) if bit))
+                if reference and column.key in METRICS:
+                    paper = cells_of[index].value(column.key)
+                    cells += [paper_value(paper, column.shown.digits), signed(difference(stat, paper), column.shown.digits)]
+            lines.append("| " + " | ".join(cells) + " |")
+        return lines
+
     with_rows = {id(row.configuration) for row in rows}
     for configuration in configurations:
         if id(configuration) not in with_rows:
@@ -120,12 +143,24 @@ def markdown_table(
         listed = "; ".join(f"`{e.name}` ({e.kind}, {e.status}{f', of {e.parent}' if e.parent else ''})" for e in orphans)
         notes.add(f"evaluations whose training run is not under this folder, not in the table: {listed}.")
     parts = [f"## {title}", ""] if title else []
-    parts += lines
-    legend = [LEGEND, PAIRED_NOTE] + ([REFERENCE_NOTE] if reference else [])
-    parts += ["", " ".join(legend), "", *column_glossary(columns)]
+    warning = too_few_warning(rows, found)
+    if warning:
+        parts += [warning, ""]
+    parts += table(headline, first=True)
+    if found.keys:
+        parts += ["", marks_legend(found)]
+    if secondary:
+        parts += ["", SECONDARY_HEADING]
+        for start in range(0, len(secondary), MAX_METRIC_COLUMNS):
+            parts += ["", *table(secondary[start : start + MAX_METRIC_COLUMNS], first=False)]
+    if not brief:
+        legend = [LEGEND] + ([REFERENCE_NOTE] if reference else [])
+        if absent:
+            legend.append("Not shown, logged by no run: " + ", ".join(f"`{column.shown.tag}`" for column in absent) + ".")
+        parts += ["", " ".join(legend), "", *column_glossary(shown)]
     if notes.notes:
         parts += ["", notes.markdown()]
-    paired = paired_markdown(rows, columns, star)
+    paired = [] if brief else paired_markdown(rows, shown, found, PAIRED_HEADING)
     if paired:
         parts += ["", *paired]
     return "\n".join(parts) + "\n"
@@ -146,7 +181,8 @@ LEGEND = (
 def write_csv(rows: list[Row], path: Path, reference: str | None = None, baseline: str | None = None) -> None:
     """One line per row: configuration, n, ``paired_reference`` (1 on ★), then ``<column>_mean``, ``_std``,
     ``_n`` (empty when absent) and the paired difference to ★ ``_paired_delta``, ``_low``, ``_high``,
-    ``_n`` (``ssl_app.report.paired``; empty on ★ and below 2 pairs but ``_n``), ``<column>`` the
+    ``_n``, ``_p`` (the paired t-test) and ``_holm_p`` (``ssl_app.report.significance``; empty on ★ and
+    below 2 pairs but ``_n``, ``_holm_p`` empty when not tested), every column, logged or not; ``<column>`` the
     column's key as the table shows it (``top10_neg_sim``). With ``reference``: ``table1_cell``
     after n, and ``<column>_paper``, ``<column>_delta`` for the paper's metrics."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -154,6 +190,7 @@ def write_csv(rows: list[Row], path: Path, reference: str | None = None, baselin
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     star = reference_index(rows, baseline)
+    found = family(rows, columns, star)
     fields = ["configuration", "n"] + (["table1_cell"] if reference else []) + ["paired_reference"]
     for c in columns:
         fields += [f"{c.shown.key}_{part}" for part in ("mean", "std", "n")]
@@ -170,7 +207,7 @@ def write_csv(rows: list[Row], path: Path, reference: str | None = None, baselin
         for column in columns:
             stat = row.stat(column.key)
             line += [_number(stat.mean), _number(stat.std), stat.n]
-            line += paired_cells(row, rows[star] if star is not None and index != star else None, column.key)
+            line += paired_cells(found, index, column.key)
             if reference and column.key in METRICS:
                 paper = cells_of[index].value(column.key)
                 line += [_number(paper), _number(difference(stat, paper))]

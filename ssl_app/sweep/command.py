@@ -33,6 +33,9 @@ the run it evaluates, ``<run>/evaluations/linear_<n>/`` (``ssl_app.runs.layout``
   resumes them.
 - ``--jobs N`` runs N at once; with GPUs each job is pinned to one (``CUDA_VISIBLE_DEVICES``), the least
   busy, so N above the number of GPUs shares them evenly.
+- Each finished stage prints one line with the run's headline numbers (linear top-1 once probed, kNN,
+  uniformity, tolerance: what it logged); the end of a local sweep and ``--status`` print the report's first
+  table of the finished runs (``ssl_app.report.overview``: the report's own readers and table).
 - ``--launcher slurm`` submits the runs as one SLURM job array instead (``ssl_app.sweep.slurm``), each
   task running the same stages; ``--status`` prints each run's state and job. A launch writes its
   runs into ``OUT/NAME/sweep_plan.json`` (merged with earlier launches'), so ``--status OUT/NAME``
@@ -223,14 +226,10 @@ def main(argv: Optional[list[str]] = None) -> int:
 def _main(argv: Optional[list[str]]) -> int:
     args = parse_args(argv)
     if isinstance(args.status, str):
-        from ssl_app.sweep.slurm import status_lines  # submitit, only for --status
-
-        return print_to_reader(status_lines(recorded_runs(Path(args.status))))
+        return print_status(Path(args.status), recorded_runs(Path(args.status)))
     sweep_dir, runs = planned_runs(args)
     if args.status:
-        from ssl_app.sweep.slurm import status_lines  # submitit, only for --status
-
-        return print_to_reader(status_lines(runs))
+        return print_status(sweep_dir, runs)
     if args.estimate:
         from ssl_app.sweep.estimate import print_estimate
 
@@ -260,6 +259,7 @@ def _main(argv: Optional[list[str]]) -> int:
             file=sys.stderr,
         )
         return signal_status(outcome.stopped_by)
+    print_to_reader(comparison_lines(sweep_dir))
     if outcome.held:
         print(f"[sweep] {len(outcome.held)} run(s) skipped: another process holds them; re-run this command after it ends")
     if outcome.failed:
@@ -270,6 +270,23 @@ def _main(argv: Optional[list[str]]) -> int:
     done = len(runs) - len(outcome.held)
     print(f"[sweep] {done} of {len(runs)} runs done; report: python -m ssl_app.report {sweep_dir}", flush=True)
     return 0
+
+
+def comparison_lines(sweep_dir: Path) -> list[str]:
+    """The report's first table of the sweep's finished runs, after a blank line (none while no run finished)."""
+    from ssl_app.report.overview import study_table  # the event reader: only for a table
+
+    table = study_table(sweep_dir)
+    return ["", *table.rstrip("\n").split("\n")] if table else []
+
+
+def print_status(sweep_dir: Path, runs: list[PlannedRun]) -> int:
+    """``--status``: each run's state (and its SLURM job), then the comparison table of those finished."""
+    from ssl_app.sweep.slurm import status_lines  # submitit, only for --status
+
+    table = comparison_lines(sweep_dir)
+    report = [f"every metric, the paired intervals and the figures: python -m ssl_app.report {sweep_dir}"] if table else []
+    return print_to_reader([*status_lines(runs), *table, *report])
 
 
 def submit_to_slurm(todo: list[PlannedRun], args: argparse.Namespace, sweep_dir: Path) -> int:

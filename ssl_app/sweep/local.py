@@ -1,6 +1,7 @@
 """The local launcher: every run's pending stages as child processes on this machine, ``--jobs`` at a
 time, each pinned to the least busy GPU; a run's folder is held (``.sweep.lock``) while its stages run,
-so a second sweep into the same ``--out`` skips it. SIGINT/SIGTERM stop the running fits, which save
+so a second sweep into the same ``--out`` skips it. Each stage that finishes prints one line with the
+run's headline numbers so far (``ssl_app.report.overview``). SIGINT/SIGTERM stop the running fits, which save
 their ``last.ckpt``; the same command resumes them."""
 
 from __future__ import annotations
@@ -85,7 +86,8 @@ def execute(runs: list[PlannedRun], jobs: int) -> Outcome:
                         load[device] -= 1
                     note_exit(run, stage, process.returncode)
                     ok = stage_done(run, stage)
-                    print(f"[sweep] {'done' if ok else 'FAILED'} {run.label}: {stage}", flush=True)
+                    numbers = _headline(run) if ok else ""
+                    print(f"[sweep] {'done' if ok else 'FAILED'} {run.label}: {stage}{numbers}", flush=True)
                     if not ok:
                         outcome.failed.append((run, stage))
                         locks.pop(run.directory).release()
@@ -100,6 +102,14 @@ def execute(runs: list[PlannedRun], jobs: int) -> Outcome:
         for lock in locks.values():
             lock.release()
     return outcome
+
+
+def _headline(run: PlannedRun) -> str:
+    """`` — kNN (%) 52.00, uniformity 3.610, …``: the run's headline numbers so far, read as the report reads them."""
+    from ssl_app.report.overview import run_numbers  # the event reader: only once a stage has finished
+
+    numbers = run_numbers(run.directory)
+    return f" — {numbers}" if numbers else ""
 
 
 def _hold(run: PlannedRun, locks: dict[Path, RunLock], outcome: Outcome) -> bool:

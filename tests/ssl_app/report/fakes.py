@@ -14,6 +14,7 @@ from torch.utils.tensorboard import SummaryWriter
 
 from ssl_app.losses.hardness import HardnessProfile, write_profile
 from ssl_app.report.paired import PAIRED_HEADING
+from ssl_app.report.table import SECONDARY_HEADING
 from ssl_app.runs.layout import EVALUATIONS_DIR, SweepPoint, write_sweep_point
 from ssl_app.runs.record import DONE, RUNNING, finish_record, start_record
 
@@ -172,5 +173,25 @@ def sweep_sidecar(point: str, grid: dict, seed: int) -> SweepPoint:
 
 
 def main_table(markdown: str) -> str:
-    """The report's Markdown up to its paired-differences section (whose rows are also ``| ...`` lines)."""
-    return markdown.split(PAIRED_HEADING, 1)[0]
+    """The report's Markdown up to its secondary tables and its paired-differences section (whose rows are
+    also ``| ...`` lines): the first table, one line per configuration."""
+    return markdown.split(PAIRED_HEADING, 1)[0].split(SECONDARY_HEADING, 1)[0]
+
+
+def all_tables(markdown: str) -> list[list[str]]:
+    """Every table before the paired section joined into one, cell by cell: the header, then one list of cells
+    per configuration (its label and n from the first table, the metric cells of every table in their order)."""
+    tables: list[list[list[str]]] = []
+    previous = ""
+    for line in markdown.split(PAIRED_HEADING, 1)[0].splitlines():
+        if line.startswith("| ") and not previous.startswith("|"):
+            tables.append([])
+        if line.startswith("| "):
+            tables[-1].append([cell.strip() for cell in line.strip("|").split("|")])
+        previous = line
+    joined = tables[0]
+    for table in tables[1:]:
+        assert len(table) == len(joined), "every table has one line per configuration"
+        for line, more in zip(joined, table):
+            line += more[2:]
+    return joined

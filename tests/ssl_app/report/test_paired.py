@@ -1,5 +1,5 @@
 """Paired differences over shared seeds (``ssl_app.report.paired``), on runs written by the real
-event writer: the exact t-interval, "not distinguishable", unpaired seeds left out, ``--baseline``."""
+event writer: the exact t-interval and p-value, the marks, unpaired seeds left out, ``--baseline``."""
 
 from __future__ import annotations
 
@@ -12,9 +12,10 @@ from scipy import stats
 from ssl_app.errors import ConfigError
 from ssl_app.report.cli import make_report
 from ssl_app.report.groups import group_runs
-from ssl_app.report.paired import paired_difference, reference_index, significance_markers
+from ssl_app.report.paired import paired_difference, reference_index
 from ssl_app.report.runs import load_runs
-from ssl_app.report.summary import build_rows
+from ssl_app.report.significance import family
+from ssl_app.report.summary import build_rows, resolve_columns
 from ssl_app.report.table import markdown_table, write_csv
 from tests.ssl_app.report.fakes import run_config, write_run
 
@@ -57,11 +58,15 @@ def test_a_known_paired_difference_gives_the_exact_t_interval(paired_runs):
         assert got.seeds == (0, 1, 2) and got.n == 3
         assert got.mean == pytest.approx(differences.mean(), abs=1e-9)
         assert (got.low, got.high) == pytest.approx((differences.mean() - half, differences.mean() + half), abs=1e-9)
-        peer = stats.ttest_rel(ours, theirs).confidence_interval(0.95)  # scipy's paired t-test
-        assert (got.low, got.high) == pytest.approx((peer.low, peer.high), abs=1e-9)
-    # τ=0.7: differences −5, −3, −8 → −5.33 [−11.58, +0.92] covers 0; τ=1: −10, −9, −11 → [−12.48, −7.52] does not
-    assert significance_markers(rows, "knn_acc", star) == ["★", "≈", "", ""]
-    assert significance_markers(rows, "alignment", star) == ["", "", "", ""]  # not an accuracy column
+        peer = stats.ttest_rel(ours, theirs)  # scipy's paired t-test
+        assert (got.low, got.high) == pytest.approx(tuple(peer.confidence_interval(0.95)), abs=1e-9)
+        assert got.p == pytest.approx(peer.pvalue, rel=1e-9)
+    # τ=0.7: differences −5, −3, −8 → −5.33 [−11.58, +0.92], p 0.067; τ=1: −10, −9, −11 → [−12.48, −7.52], p 0.0033;
+    # Holm over these two tests (τ=2 shares one seed: not tested): 0.0033 × 2 ≤ 0.05 called, 0.067 not
+    found = family(rows, resolve_columns(rows), star)
+    assert found.size == 2
+    assert found.marks("knn_acc", len(rows)) == ["★", "≈", "▼", ""]
+    assert found.marks("alignment", len(rows)) == ["", "", "", ""]  # not an accuracy column
 
 
 def table_of(root, baseline=None):
@@ -70,14 +75,14 @@ def table_of(root, baseline=None):
 
 
 def test_the_report_prints_paired_differences_with_intervals(paired_runs):
-    """What a reader sees: the reference, the number of pairs, the interval or "not distinguishable",
+    """What a reader sees: the reference, the number of pairs, the raw interval and p beside Holm's decision,
     and no interval from a single shared seed (τ=2 shares only seed 2 with τ=0.3)."""
     markdown = table_of(paired_runs)
     section = markdown[markdown.index("### Paired differences against ★ InfoNCE τ=0.3") :]
     lines = {line.split(" | ")[0].strip("| "): line for line in section.splitlines() if line.startswith("| InfoNCE")}
-    assert lines["InfoNCE τ=0.7"].startswith("| InfoNCE τ=0.7 | 3 | not distinguishable: −5.33 [−11.58, +0.92] |")
-    assert lines["InfoNCE τ=1"].startswith("| InfoNCE τ=1 | 3 | −10.00 [−12.48, −7.52] |")
-    assert lines["InfoNCE τ=2"].startswith("| InfoNCE τ=2 | 1 | needs ≥ 2 seeds (1 shared) |")
+    assert lines["InfoNCE τ=0.7"] == "| InfoNCE τ=0.7 | kNN (%) | 3 | −5.33 [−11.58, +0.92] | 0.067 | 0.067 | ≈ |"
+    assert lines["InfoNCE τ=1"] == "| InfoNCE τ=1 | kNN (%) | 3 | −10.00 [−12.48, −7.52] | 0.003 | 0.007 | ▼ |"
+    assert lines["InfoNCE τ=2"] == "| InfoNCE τ=2 | kNN (%) | 1 | needs ≥ 2 seeds (1 shared) |  |  |  |"
     assert "InfoNCE τ=0.3 |" not in section.split("\n", 1)[1]  # the reference is not compared with itself
 
 
@@ -86,7 +91,7 @@ def test_baseline_names_the_reference_and_an_unknown_one_stops_the_report(paired
     silently (or writes files first)."""
     markdown = table_of(paired_runs, baseline="InfoNCE τ=1")
     assert "### Paired differences against ★ InfoNCE τ=1" in markdown
-    assert "| InfoNCE τ=0.3 | 3 | +10.00 [+7.52, +12.48] |" in markdown
+    assert "| InfoNCE τ=0.3 | kNN (%) | 3 | +10.00 [+7.52, +12.48] | 0.003 | 0.007 | ▲ |" in markdown
     write_csv(build_rows(group_runs(load_runs(paired_runs))), tmp_path / "table.csv", baseline="InfoNCE τ=1")
     with open(tmp_path / "table.csv", newline="", encoding="utf-8") as handle:
         lines = {line["configuration"]: line for line in csv.DictReader(handle)}

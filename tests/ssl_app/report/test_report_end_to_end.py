@@ -61,7 +61,7 @@ def test_only_the_finished_run_is_a_row_with_its_probe_the_others_are_named(tmp_
     assert [read_record(runs / f"version_{n}").status for n in range(3)] == ["done", "failed", "interrupted"]
     assert sorted(p.name for p in runs.iterdir()) == ["version_0", "version_1", "version_2"]
     report = make_report(tmp_path / "runs").markdown
-    rows = [line for line in report.splitlines() if line.startswith("| InfoNCE")]
+    rows = [line for line in main_table(report).splitlines() if line.startswith("| InfoNCE")]
     assert len(rows) == 1, report
     cells = [cell.strip() for cell in rows[0].strip("|").split("|")]
     assert cells[1] == "1" and cells[2] not in ("", "0.00"), cells  # n = 1; linear top-1 present
