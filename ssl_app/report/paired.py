@@ -25,6 +25,7 @@ configuration is compared with it, in every column.
 from __future__ import annotations
 
 import math
+import re
 import statistics
 from collections import Counter
 from dataclasses import dataclass
@@ -33,6 +34,7 @@ from scipy import stats
 
 from ssl_app.errors import ConfigError
 from ssl_app.report.summary import Row
+from ssl_app.temperature.labels import PolicySpec
 
 CONFIDENCE = 0.95
 MIN_PAIRS = 2
@@ -119,6 +121,17 @@ def paired_difference(row: Row, reference: Row, key: str) -> PairedDifference:
     return PairedDifference(seeds, differences, mean, *t_interval(list(differences)), p=t_test_p(list(differences)))
 
 
+def tau_named(rows: list[Row], baseline: str) -> list[int]:
+    """The rows whose τ is the one ``baseline`` writes as a grid does (``tau=0.5``, ``τ=cosine:0.1-1.0:T=3``,
+    or the policy's label alone), in any of its spellings; none when it writes no τ."""
+    written = re.sub(r"^(tau|τ)=", "", baseline.strip())
+    found = PolicySpec.read(written)
+    if found is None:
+        return []
+    wanted = f"τ={found[0].label()}"
+    return [index for index, row in enumerate(rows) if wanted in row.configuration.label.split()]
+
+
 def reference_index(rows: list[Row], baseline: str | None = None) -> int | None:
     """The row of the reference ★: the configuration labelled ``baseline``, else the highest mean of
     the first ranked column any row has (None when no row has one). An unknown ``baseline`` is a
@@ -129,6 +142,7 @@ def reference_index(rows: list[Row], baseline: str | None = None) -> int | None:
             return labels.index(baseline)
         # a label as reports printed it before τ labels were canonical (``τ=cosine:0.1-1:T200``) still names its row
         named = [index for index, row in enumerate(rows) if baseline in row.configuration.aliases]
+        named = named or tau_named(rows, baseline)
         if len(named) != 1:
             raise ConfigError(f"--baseline {baseline!r} is no configuration of the table; its labels: {', '.join(labels)}")
         return named[0]

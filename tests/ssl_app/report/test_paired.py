@@ -118,3 +118,24 @@ def test_a_baseline_as_reports_printed_it_before_labels_were_canonical_still_nam
     assert reference_index(rows, "InfoNCE τ=cosine:0.1-1:T200") == reference_index(rows, labels[1]) == 1
     with pytest.raises(ConfigError, match="is no configuration"):
         reference_index(rows, "InfoNCE τ=cosine:0.1-1:T300")
+
+
+def test_a_baseline_written_as_the_grid_writes_tau_names_its_row_and_an_ambiguous_one_is_refused(tmp_path):
+    """``--baseline tau=0.5`` (issue 40: only the Unicode label worked), the grid's ``tau=cosine:0.1-1.0:T=200`` and
+    the policy's label alone name the row with that τ; a τ two losses share names no single row."""
+    schedule = {"class_path": "ssl_app.temperature.Cosine", "init_args": {"low": 0.1, "high": 1.0, "period": 200.0}}
+    for seed in (0, 1):
+        write_run(tmp_path / f"cos_{seed}", run_config("InfoNCE", seed, temperature=schedule), {"knn_acc": 0.4}, epochs=1)
+        write_run(tmp_path / f"num_{seed}", run_config("InfoNCE", seed, temperature=0.5), {"knn_acc": 0.5}, epochs=1)
+    rows = build_rows(group_runs(load_runs(tmp_path)))
+    assert [row.configuration.label for row in rows] == ["InfoNCE τ=0.5", "InfoNCE τ=cosine:0.1-1:T=200"]
+    assert reference_index(rows, "tau=0.5") == reference_index(rows, "τ=0.50") == reference_index(rows, "0.5") == 0
+    assert reference_index(rows, "tau=cosine:0.1-1.0:T=200") == reference_index(rows, "cosine:0.1-1:T=200") == 1
+    with pytest.raises(ConfigError, match="--baseline 'tau=0.7' is no configuration"):
+        reference_index(rows, "tau=0.7")
+    for seed in (0, 1):
+        write_run(tmp_path / f"dcl_{seed}", run_config("DCL", seed, temperature=0.5), {"knn_acc": 0.45}, epochs=1)
+    rows = build_rows(group_runs(load_runs(tmp_path)))
+    with pytest.raises(ConfigError, match="--baseline 'tau=0.5' is no configuration"):
+        reference_index(rows, "tau=0.5")
+    assert reference_index(rows, "DCL τ=0.5") == [row.configuration.label for row in rows].index("DCL τ=0.5")
