@@ -117,15 +117,19 @@ def test_the_metric_table_renders_every_logged_formula_whole(panel):
 @pytest.mark.slow  # the CLI through training (docs/testing.md)
 def test_no_final_copies_and_no_series_repeating_one_value(panel):
     """Catches the one-dot ``final/*`` cards, a constant (``loss/chance``, ``loss/used_negatives``,
-    a fixed τ) or a flag that stays 0 (``metrics/collapsed``) written at every step, and
+    a fixed τ) or a flag that stays 0 (``metrics/collapsed``) written at every step, a constant left
+    as one dot (it is written again at each epoch's end, so it draws as a line), and
     ``loss/used_neg_sim`` logged beside the identical ``loss/mean_neg_sim`` (InfoNCE keeps every
     negative); the values stay in the run record."""
     assert not [tag for tag in panel.scalars if tag.startswith("final/")]
+    held = ("loss/chance", "loss/used_negatives", "loss/temperature", "loss/temperature_epoch")
     flat = [tag for tag in panel.scalars if len(values := panel.series(tag)) > 1 and len(set(values)) == 1]
-    assert not flat, flat
-    for tag in ("loss/chance", "loss/used_negatives", "loss/temperature", "metrics/collapsed", "metrics/nonfinite"):
+    assert not [tag for tag in flat if tag not in held], flat
+    for tag in held:  # the first step, then each epoch's end: a line across the run (issue 40), not a value per step
+        assert len(panel.series(tag)) == (2 if tag == "loss/temperature_epoch" else 3), (tag, panel.series(tag))
+    for tag in ("metrics/collapsed", "metrics/nonfinite"):
         assert len(panel.series(tag)) == 1, tag  # written once: the value never changed
-    assert panel.series("loss/temperature") == [pytest.approx(0.5)]
+    assert panel.series("loss/temperature") == [pytest.approx(0.5)] * 3
     assert "loss/used_neg_sim" not in panel.scalars and len(panel.series("loss/mean_neg_sim")) == 4
     results = read_record(panel.run).results
     assert results["loss/chance"] == pytest.approx(panel.series("loss/chance")[0]) and results["metrics/collapsed"] == 0
