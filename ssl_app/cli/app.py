@@ -64,8 +64,8 @@ from ssl_app.quiet import PROBE_WARNINGS, known_noise_silenced
 from ssl_app.resume import Finished, check_state_dict, checkpoint_config, load_checkpoint
 from ssl_app.runs.headline import read_options
 from ssl_app.runs.identity import describe_differences, differences, flatten
-from ssl_app.runs.layout import relative_parent
-from ssl_app.runs.panel import describe_scalars, write_hparams, write_layout
+from ssl_app.runs.layout import read_sweep_point, relative_parent
+from ssl_app.runs.panel import describe_scalars, write_evaluation, write_hparams, write_layout
 from ssl_app.runs.record import DONE
 from ssl_app.runs.recorder import RunRecorder, final_scalars
 from ssl_app.runs.summary import record_summary_lines, shown_path, summary_lines, without_placeholder
@@ -85,6 +85,8 @@ class SSLCLI(LightningCLI):
     """LightningCLI plus the run folders: the record, the lock, resume checks, evaluations filed with their run."""
 
     _checkpoint: dict | None = None
+    #: The global step of the checkpoint an evaluation or a probe reads (its values sit at that step in HParams).
+    _evaluated_step: int = 0
 
     @staticmethod
     def subcommands() -> dict[str, set[str]]:
@@ -213,10 +215,13 @@ class SSLCLI(LightningCLI):
             self._settle_input(subcommand, self._checkpoint, str(kwargs.get("ckpt_path")))
             if subcommand != "fit":  # an evaluation: the trainer's own epoch and step stay 0
                 reason = f"checkpoint of epoch {self._checkpoint.get('epoch')}, step {self._checkpoint.get('global_step')}"
+                self._evaluated_step = _step_of(self._checkpoint)
             self._checkpoint = None
         elif plan.kind == "linear" and isinstance(getattr(model, "hparams", {}).get("checkpoint"), str):
             encoder = model.hparams["checkpoint"]
-            self._settle_input("linear probe", load_checkpoint(encoder, option="LinearProbe: checkpoint"), encoder)
+            encoder_checkpoint = load_checkpoint(encoder, option="LinearProbe: checkpoint")
+            self._evaluated_step = _step_of(encoder_checkpoint)
+            self._settle_input("linear probe", encoder_checkpoint, encoder)
         kwargs["weights_only"] = True  # no checkpoint runs code when loaded (checked in before_instantiate_classes)
         for callback in trainer.callbacks:
             if isinstance(callback, KeepFirstConfig):
@@ -265,12 +270,17 @@ class SSLCLI(LightningCLI):
         """The run's config in TensorBoard's HParams tab (``ssl_app.runs.panel``), and the console summary
         (``ssl_app.runs.summary``). A summary that cannot be written is one line: the run is done."""
         values = final_scalars(trainer)
+        folder, parent = self.recorder.folder, self.plan.parent if self.plan is not None else None
         try:
-            for logger in trainer.loggers:
-                write_hparams(logger, self.config_snapshot, values)
+            if kind == "fit":  # the fit's row; an evaluation's values go on its fit's row, never a row of their own
+                point = read_sweep_point(folder) if folder is not None else None
+                for logger in trainer.loggers:
+                    write_hparams(logger, self.config_snapshot, values, point)
+            elif parent is not None:
+                write_evaluation(parent, kind, values, self._evaluated_step)
         except OSError as error:
-            info(f"the run's config was not added to TensorBoard's HParams tab: {error}")
-        record, folder = self.recorder.record, self.recorder.folder
+            info(f"the run's values were not added to TensorBoard's HParams tab: {error}")
+        record = self.recorder.record
         if record is not None and folder is not None:  # from the record, as a re-run of the finished run prints it
             lines = record_summary_lines(record, folder)
         else:
@@ -289,6 +299,11 @@ class SSLCLI(LightningCLI):
             "(or --trainer.max_steps)"
         )
         print("\n".join(record_summary_lines(record, finished.folder)), flush=True)
+
+
+def _step_of(checkpoint: Any) -> int:
+    step = checkpoint.get("global_step") if isinstance(checkpoint, dict) else None
+    return step if isinstance(step, int) and not isinstance(step, bool) else 0
 
 
 def _label(kind: str) -> str:

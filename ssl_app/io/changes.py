@@ -5,15 +5,17 @@ number of negatives a loss uses, a collapse flag that stays 0) fills the Time Se
 lines. Such a value is still logged with ``self.log(..., logger=False)``, so it stays in
 ``trainer.callback_metrics`` (the run record's ``results`` and every callback read it there), and
 :class:`OnChange` writes it to the loggers at its first value and at every change after it (a
-MoCo queue that fills, SupCon's chance value that follows each batch's labels).
+MoCo queue that fills, SupCon's chance value that follows each batch's labels), and, where its
+owner calls :meth:`OnChange.hold` (the end of each training epoch), once more at that step, so a
+constant draws as a line across the run, not as one dot.
 :func:`logs_this_step` says on which training steps a logged value reaches the loggers at all.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Collection, Mapping
+from typing import Any, Optional
 
 from torch import Tensor
 
@@ -28,6 +30,8 @@ class OnChange:
 
     def __init__(self) -> None:
         self.last: dict[str, float] = {}
+        #: The step each tag was last written at (by :meth:`write` or :meth:`hold`).
+        self.written_at: dict[str, int] = {}
 
     def changed(self, values: Mapping[str, Tensor | float]) -> dict[str, float]:
         """The ``values`` that differ from the last ones seen, as floats (remembered as seen)."""
@@ -43,8 +47,21 @@ class OnChange:
         """Write the changed ``values`` at ``step`` with every logger (each writes on rank 0 only)."""
         changed = self.changed(values)
         if changed:
-            for logger in loggers:
-                logger.log_metrics(changed, step=step)
+            self._log(loggers, changed, step)
+
+    def hold(self, loggers: list[Any], step: int, tags: Optional[Collection[str]] = None) -> None:
+        """Write every value seen (of ``tags``, when given) again at ``step`` when it was last written before
+        ``step``: a value that has not changed draws as a line up to ``step``. For a few points per run (once per
+        epoch), never per step; a value written at ``step`` or later is not written again."""
+        held = {tag: self.last[tag] for tag, at in self.written_at.items() if at < step and (tags is None or tag in tags)}
+        if held:
+            self._log(loggers, held, step)
+
+    def _log(self, loggers: list[Any], values: dict[str, float], step: int) -> None:
+        for tag in values:
+            self.written_at[tag] = step
+        for logger in loggers:
+            logger.log_metrics(values, step=step)
 
 
 def logs_this_step(trainer: Any) -> bool:

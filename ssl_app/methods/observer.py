@@ -121,14 +121,20 @@ class LossObserver(nn.Module):
         self.train_loss_mean.reset()
 
     def epoch_end(self, pl_module: Any) -> None:
-        """Log ``loss/temperature_epoch`` (the τ of the epoch's last training step; written when it changes) and
+        """Log ``loss/temperature_epoch`` (the τ of the epoch's last training step; written when it changes), write
+        the values written on change (``LOGGED_ON_CHANGE``, and that τ) once more at the epoch's last step
+        (``OnChange.hold``: a constant draws as a line), and
         the epoch's hardness profile, summed over processes (every rank computes it, since the sum is a
         collective; rank 0 writes it to the first TensorBoard logger), and reset it."""
+        # A constant (a fixed τ, the chance value, the negatives) once more at the epoch's last training step, so it
+        # draws as a line across the run (one that changed at that step is not written twice).
+        self.changes.hold(pl_module.loggers, pl_module.global_step - 1, LOGGED_ON_CHANGE)
         tau, self._epoch_tau = self._epoch_tau, None
         if tau is not None:  # the same on every rank (a global batch's or the progress's): no sync needed
-            # in callback_metrics every epoch; written when it changes (a fixed τ: once)
+            # in callback_metrics every epoch; written when it changes (a fixed τ: once), and held at each epoch
             pl_module.log("loss/temperature_epoch", tau, on_step=False, on_epoch=True, logger=False)
             self.changes.write(pl_module.loggers, {"loss/temperature_epoch": tau}, pl_module.global_step)
+            self.changes.hold(pl_module.loggers, pl_module.global_step, ("loss/temperature_epoch",))
         if not self.hardness.update_called:
             return
         mean_share, negatives = self.hardness.compute()

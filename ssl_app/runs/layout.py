@@ -13,6 +13,7 @@
       evaluations/               what was measured on this run's checkpoints
         validate_0/  test_0/     a validate / test --ckpt_path <run>/checkpoints/...: run.json, events, config.yaml
         linear_0/                a linear probe of one of the run's checkpoints (its own checkpoints/ too)
+        linear/ validate/ test/  the newest evaluation's final values of each kind: the fit's HParams row shows them
 
 An evaluation never becomes a ``version_<n>`` of its own, so nothing mistakes it for another
 training run with the same config (another seed); its record names its ``parent``.
@@ -119,13 +120,15 @@ class SweepPoint:
 
     Status is not kept here: it is the run record's (``run.json``) and its probe's. ``exits`` is each
     stage's last exit status (absent while it runs): a stage whose process failed after its record
-    said ``done`` is not done (``ssl_app.sweep.stages.PlannedRun.fit_status``).
+    said ``done`` is not done (``ssl_app.sweep.stages.PlannedRun.fit_status``). ``probed``: the sweep runs a
+    linear probe after the fit (HParams shows the probe's top-1 beside kNN, ``ssl_app.runs.panel``).
     """
 
     sweep: str
     point: str
     grid: dict[str, str]
     seed: int
+    probed: bool = False
     commands: dict[str, str] = field(default_factory=dict)
     logs: dict[str, str] = field(default_factory=dict)
     exits: dict[str, int] = field(default_factory=dict)
@@ -155,6 +158,7 @@ def read_sweep_point(folder: Path) -> Optional[SweepPoint]:
             point=str(data["point"]),
             grid={str(k): str(v) for k, v in dict(data["grid"]).items()},
             seed=int(data["seed"]),
+            probed=bool(data.get("probed", False)),
             commands=dict(data.get("commands") or {}),
             logs=dict(data.get("logs") or {}),
             exits={str(k): int(v) for k, v in dict(data.get("exits") or {}).items()},

@@ -8,16 +8,24 @@
   one plot (``LAYOUT``): positive against top-k negative similarity, uniformity and tolerance,
   the loss and its chance value, τ. Their tags are regular expressions, so a run that logs only
   some of them draws those.
-- **HParams.** :func:`write_hparams` writes the plugin's experiment config (``hparams_config``) and
-  the run's values (``session_start_info``): the comparison axes first (``AXES``, short display
-  names; TensorBoard orders the axes by name, so theirs begin with a digit), then the run's constant
-  diagnostics (``loss/chance``, ``loss/used_negatives``: their last value), then the rest of the
-  flattened config; the metric columns are the real tags (``HEADLINE_METRICS``), whose last value
-  the plugin reads from their own series, so nothing is logged twice. Lightning's own
-  ``log_hyperparams`` writes no summary (``without_placeholder``), so the plugin sees one config.
-  With several runs under one ``--logdir`` the plugin takes the config of one of them (every run
-  writes the same axes and metrics; a config key that only other runs have, another method's
-  option, is then not a column, though each run's values still list it).
+- **HParams is the study's table.** :func:`write_hparams` writes, at the end of a fit, the plugin's
+  experiment config (``hparams_config``) and the fit's row (``session_start_info``): one row per fit,
+  named by what tells it from the other fits of its study (:func:`fit_row`: ``τ=0.2 · seed 0 · tau``
+  in a sweep, ``InfoNCE τ=0.5 · seed 0 · quickstart/version_0`` alone); its columns are the
+  comparison axes (``AXES``; a sweep's own axes marked as differing, which TensorBoard shows first),
+  the run's constant diagnostics (``loss/chance``, ``loss/used_negatives``: their last value) and
+  nothing else (the full config stays in the run folder). Every value is text as configured
+  (``0.2``, ``128``: the plugin prints any number with five digits, ``0.20000``). The metric
+  columns (:func:`metric_columns`) are real tags whose last value the plugin reads from their own
+  series: the fit's own, then its evaluations'. An evaluation (validate, test, a linear probe)
+  writes no row: :func:`write_evaluation` writes its final values into ``<run>/evaluations/<kind>/``,
+  a folder of the fit's session, so they sit on the fit's row (the newest of each kind). The
+  dashboard shows the first five hyper-parameters and metrics and draws a row in parallel
+  coordinates only when it has all of them, so the probe's top-1 comes second when the fit's sweep
+  probes it (``SweepPoint.probed``), else after the fit's own columns. Lightning's own
+  ``log_hyperparams`` writes no summary (``without_placeholder``). With several studies under one
+  ``--logdir`` the plugin takes the config of one of them (every fit writes the same columns; the
+  axes marked first are that study's).
 """
 
 from __future__ import annotations
@@ -26,89 +34,215 @@ import functools
 import numbers
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
 
 from ssl_app.runs.headline import RunOptions
-from ssl_app.runs.spec import RunSpec
+from ssl_app.runs.layout import SweepPoint
+from ssl_app.runs.spec import (
+    BACKBONE_KEY,
+    BATCH_KEY,
+    DATA_CLASS_KEY,
+    DATA_KEY,
+    EPOCHS_KEY,
+    LOSS_CLASS_KEY,
+    LOSS_KEY,
+    LR_KEY,
+    METHOD_KEY,
+    OLD_LR_KEY,
+    SEED_KEY,
+    TAU_KEY,
+    RunSpec,
+)
 from ssl_app.runs.tags import describe
+from ssl_app.temperature.spelling import exact
 
-#: HParams' metric columns: the headline tags (kNN and the linear probe are fractions, not %).
-HEADLINE_METRICS = (
+#: The fit's own metric columns (its final values; kNN and the probe are fractions, not %): (tag, display name).
+FIT_METRICS = (
     ("metrics/knn_acc", "kNN"),
-    ("linear/top1", "linear top-1"),
     ("metrics/uniformity", "uniformity"),
     ("metrics/tolerance", "tolerance"),
     ("metrics/effective_rank", "eff. rank"),
+    ("train/loss_epoch", "loss"),
 )
-#: Diagnostics that stay constant in most runs (logged only when they change): HParams shows their last value,
-#: right after the axes (tag, HParams name, display name).
+#: What an evaluation of the fit (validate, test, a linear probe) puts on the fit's row: its final values of these
+#: tags, written into ``<run>/evaluations/<kind>/`` (``EVALUATION_GROUP``), a folder of the fit's session.
+EVALUATION_METRICS = {
+    "linear": (("linear/top1", "linear top-1"), ("linear/many", "linear many"), ("linear/medium", "linear medium"),
+               ("linear/few", "linear few")),
+    "validate": (("metrics/knn_acc", "validate kNN"), ("metrics/uniformity", "validate uniformity")),
+    "test": (("metrics/knn_acc", "test kNN"), ("metrics/uniformity", "test uniformity")),
+}  # fmt: skip
+#: The folder (under the fit's run folder) whose events hold the newest evaluation of each kind, for HParams.
+EVALUATION_GROUP = "evaluations/{kind}"
+#: Diagnostics that stay constant in most runs: HParams shows their last value as context (tag, HParams name, display).
 CONSTANT_DIAGNOSTICS = (("loss/chance", "9_chance", "chance"), ("loss/used_negatives", "9_negatives", "negatives"))
+#: A column a fit has no value for (a method without a loss has no τ): written, so the fit is still drawn.
+MISSING = "—"
 
 
 def _tau(spec: RunSpec) -> Any:
-    """τ: the number of a constant, else the policy's label (``cosine:0.1-1``, ``learnable:0.07``)."""
+    """τ: the policy's label (``0.2``, ``cosine:0.1-1:T=3``, ``learnable:0.07``)."""
     tau = spec.loss.temperature if spec.loss is not None else None
-    if tau is None:
-        return None
-    return tau.constant if tau.constant is not None else tau.label()
+    return None if tau is None else tau.label()
 
 
-#: The comparison axes: HParams name (sorted first), display name, and what of the run's spec it shows.
-AXES: tuple[tuple[str, str, Callable[[RunSpec], Any]], ...] = (
-    ("0_method", "method", lambda spec: spec.method_name),
-    ("1_loss", "loss", lambda spec: None if spec.loss is None else spec.loss.name),
-    ("2_tau", "τ", _tau),
-    ("3_batch", "batch", lambda spec: spec.batch_size),
-    ("4_backbone", "backbone", lambda spec: spec.backbone),
-    ("5_data", "data", lambda spec: spec.data_name),
-    ("6_lr", "lr", lambda spec: spec.lr),
-    ("7_epochs", "epochs", lambda spec: spec.epochs),
-    ("8_seed", "seed", lambda spec: spec.seed),
+#: The columns every fit has: HParams name (TensorBoard sorts the study's axes first, then by name), display name,
+#: what of the run's spec it shows, and the config keys a sweep's grid sets it by.
+AXES: tuple[tuple[str, str, Callable[[RunSpec], Any], tuple[str, ...]], ...] = (
+    ("0_method", "method", lambda spec: spec.method_name, (METHOD_KEY,)),
+    ("1_loss", "loss", lambda spec: None if spec.loss is None else spec.loss.name, (LOSS_KEY, LOSS_CLASS_KEY)),
+    ("2_tau", "τ", _tau, (TAU_KEY,)),
+    ("3_batch", "batch", lambda spec: spec.batch_size, (BATCH_KEY,)),
+    ("4_backbone", "backbone", lambda spec: spec.backbone, (BACKBONE_KEY,)),
+    ("5_data", "data", lambda spec: spec.data_name, (DATA_KEY, DATA_CLASS_KEY)),
+    ("6_lr", "lr", lambda spec: spec.lr, (LR_KEY, OLD_LR_KEY)),
+    ("7_epochs", "epochs", lambda spec: spec.epochs, (EPOCHS_KEY,)),
+    ("8_seed", "seed", lambda spec: spec.seed, (SEED_KEY,)),
 )
+SEED_AXIS = "8_seed"
 
 
-def _plain(value: Any) -> bool | float | str:
-    """A value the hparams plugin stores: bool, number or text (``None`` and the rest as text)."""
+def shown(value: Any) -> str:
+    """A column's value as configured: ``0.2``, ``128``, ``1e-05`` (never ``0.20000``: the hparams plugin prints
+    every number with 5 significant digits, so every value is written as text), ``MISSING`` for None."""
+    if value is None:
+        return MISSING
     if isinstance(value, bool):
-        return value
-    if isinstance(value, numbers.Real):
-        return float(value)
-    return str(value)
+        return str(value).lower()
+    return exact(value) if isinstance(value, numbers.Real) else str(value)
 
 
-def axis_values(spec: RunSpec) -> dict[str, bool | float | str]:
-    """The comparison axes (``AXES``) the run's spec has, by HParams name."""
-    values = {name: read(spec) for name, _, read in AXES}
-    return {name: _plain(value) for name, value in values.items() if value is not None}
+def axis_values(spec: RunSpec) -> dict[str, str]:
+    """Every comparison axis (``AXES``) of the run's spec, by HParams name, as text (``shown``)."""
+    return {name: shown(read(spec)) for name, _, read, _ in AXES}
 
 
-def write_hparams(logger: Any, config: Mapping[str, Any], results: Mapping[str, float]) -> bool:
-    """Write the run's HParams config and values with ``logger`` (a TensorBoardLogger; anything else:
-    nothing written, ``False``). ``results``: the run's final scalars, from which the constant
-    diagnostics (``CONSTANT_DIAGNOSTICS``) become hyper-parameters of the run. Closes the writer
+@dataclass(frozen=True)
+class Row:
+    """A fit's HParams row: its name (the session group), its values, and which columns are the study's axes."""
+
+    name: str
+    values: dict[str, str]
+    displays: dict[str, str]
+    study_axes: tuple[str, ...]
+    probed: bool
+
+
+def fit_row(spec: RunSpec, point: Optional[SweepPoint], where: str) -> Row:
+    """The row of a fit: in a sweep, named by the grid's values and the seed, then the sweep (``τ=0.2 · seed 0 ·
+    tau``: what tells it from the sweep's other fits first, the sweep's name keeping two sweeps' rows apart); a
+    fit of no sweep by its loss's label, its seed and ``where`` (its folder, ``quickstart/version_0``)."""
+    values = axis_values(spec)
+    displays = {name: display for name, display, _, _ in AXES}
+    if point is None:
+        loss = spec.loss.label() if spec.loss is not None else spec.method_name or "run"
+        return Row(f"{loss} · seed {values[SEED_AXIS]} · {where}", values, displays, (), False)
+    touched: list[str] = []
+    parts: list[str] = []
+    for key, text in point.grid.items():
+        axis = next((name for name, _, _, keys in AXES if key in keys), None)
+        if axis is None:  # a grid key no axis shows: a column of its own, named by the key's last part
+            last = key.rsplit(".", 1)[-1]
+            axis = f"2_{last}"
+            values[axis], displays[axis] = text, last
+        if axis not in touched and axis != SEED_AXIS:
+            touched.append(axis)
+            parts.append(f"{displays[axis]}={values[axis]}")
+    values[SEED_AXIS] = shown(point.seed)
+    name = " · ".join([*parts, f"seed {point.seed}", point.sweep])
+    return Row(name, values, displays, (*touched, SEED_AXIS), point.probed)
+
+
+def metric_columns(results: Mapping[str, float], probed: bool) -> list[tuple[str, str, str]]:
+    """HParams' metric columns, ``(tag, group, display name)``: the fit's own that it logged, the probe's top-1
+    second when the fit's sweep probes it (TensorBoard shows the first five and draws a fit in parallel coordinates
+    only when it has every column shown), then the evaluations' columns."""
+    own = [(tag, "", display) for tag, display in FIT_METRICS if tag in results]
+    evaluations = [
+        (tag, EVALUATION_GROUP.format(kind=kind), display)
+        for kind, columns in EVALUATION_METRICS.items()
+        for tag, display in columns
+    ]
+    if probed:
+        own.insert(min(1, len(own)), evaluations.pop(0))
+    return own + evaluations
+
+
+def write_hparams(
+    logger: Any, config: Mapping[str, Any], results: Mapping[str, float], point: Optional[SweepPoint] = None
+) -> bool:
+    """Write the fit's HParams row (``fit_row``) and the experiment's columns with ``logger`` (a TensorBoardLogger;
+    anything else: nothing written, ``False``). ``results``: the fit's final scalars, from which its constant
+    diagnostics (``CONSTANT_DIAGNOSTICS``) become context columns; ``point``: its ``sweep.json``. Closes the writer
     (``finalize``), which Lightning had closed already and this opened again."""
     from lightning.pytorch.loggers import TensorBoardLogger
-    from tensorboard.plugins.hparams import summary_v2
+    from tensorboard.plugins.hparams import api_pb2, metadata, plugin_data_pb2
 
     if not isinstance(logger, TensorBoardLogger):
         return False
-    spec = RunSpec.from_config(config)
-    flat = spec.flat
-    values: dict[str, bool | float | str] = axis_values(spec)
-    infos = [summary_v2.HParam(name, display_name=display) for name, display, _ in AXES if name in values]
+    version = logger.version if isinstance(logger.version, str) else f"version_{logger.version}"
+    row = fit_row(RunSpec.from_config(config), point, f"{logger.name}/{version}" if logger.name else version)
+    values, displays = dict(row.values), dict(row.displays)
+    descriptions: dict[str, str] = {}
     for tag, name, display in CONSTANT_DIAGNOSTICS:
         if tag in results:
-            values[name] = float(results[tag])
-            infos.append(summary_v2.HParam(name, display_name=display, description=describe(tag)))
-    for key, value in flat.items():
-        values[key] = _plain(value)
-        infos.append(summary_v2.HParam(key))
-    metrics = [summary_v2.Metric(tag, display_name=display, description=describe(tag)) for tag, display in HEADLINE_METRICS]
+            values[name], displays[name], descriptions[name] = shown(results[tag]), display, describe(tag)
+    infos = [
+        api_pb2.HParamInfo(
+            name=name,
+            display_name=displays[name],
+            description=descriptions.get(name, ""),
+            type=api_pb2.DATA_TYPE_STRING,
+            differs=name in row.study_axes,
+        )
+        for name in values
+    ]
+    metrics = [
+        api_pb2.MetricInfo(name=api_pb2.MetricName(tag=tag, group=group), display_name=display, description=describe(tag) or "")
+        for tag, group, display in metric_columns(results, row.probed)
+    ]
     writer = logger.experiment._get_file_writer()  # as Lightning's own log_hyperparams writes its summaries
     now = time.time()
-    writer.add_summary(summary_v2.hparams_config_pb(infos, metrics, time_created_secs=now))
-    writer.add_summary(summary_v2.hparams_pb(values, start_time_secs=now))  # grouped by its values, as TensorBoard does
+    experiment = api_pb2.Experiment(hparam_infos=infos, metric_infos=metrics, time_created_secs=now)
+    start = plugin_data_pb2.SessionStartInfo(group_name=row.name, start_time_secs=now)
+    for name, value in values.items():
+        start.hparams[name].string_value = value
+    end = plugin_data_pb2.SessionEndInfo(status=api_pb2.STATUS_SUCCESS, end_time_secs=now)
+    writer.add_summary(_hparams_summary(metadata.EXPERIMENT_TAG, plugin_data_pb2.HParamsPluginData(experiment=experiment)))
+    writer.add_summary(
+        _hparams_summary(metadata.SESSION_START_INFO_TAG, plugin_data_pb2.HParamsPluginData(session_start_info=start))
+    )
+    writer.add_summary(_hparams_summary(metadata.SESSION_END_INFO_TAG, plugin_data_pb2.HParamsPluginData(session_end_info=end)))
     logger.finalize("success")
+    return True
+
+
+def _hparams_summary(tag: str, data: Any) -> Any:
+    """A summary holding the hparams plugin's ``data`` (``HParamsPluginData``), as the plugin's own ``summary_v2``
+    writes its experiment and session start (its ``summary`` module, which takes these protos, needs TensorFlow)."""
+    from tensorboard.compat.proto.summary_pb2 import Summary
+    from tensorboard.plugins.hparams import metadata
+
+    return Summary(value=[Summary.Value(tag=tag, metadata=metadata.create_summary_metadata(data), tensor=metadata.NULL_TENSOR)])
+
+
+def write_evaluation(run: Path, kind: str, results: Mapping[str, float], step: int = 0) -> bool:
+    """Put an evaluation's final values (``EVALUATION_METRICS[kind]``) on its fit's HParams row: written into
+    ``<run>/evaluations/<kind>/`` at ``step`` (the evaluated checkpoint's). The newest evaluation of a kind is the one
+    the row shows (TensorBoard reads a tag's last value). Nothing to write (another kind, no value): ``False``."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    found = {tag: results[tag] for tag, _ in EVALUATION_METRICS.get(kind, ()) if tag in results}
+    if not found:
+        return False
+    writer = SummaryWriter(str(run / EVALUATION_GROUP.format(kind=kind)))
+    try:
+        for tag, value in found.items():
+            writer.add_scalar(tag, float(value), step)
+    finally:
+        writer.close()
     return True
 
 

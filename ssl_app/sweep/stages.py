@@ -94,7 +94,7 @@ class PlannedRun:
         return todo
 
     def sidecar(self) -> SweepPoint:
-        return SweepPoint(sweep=self.sweep, point=self.point, grid=self.grid, seed=self.seed)
+        return SweepPoint(sweep=self.sweep, point=self.point, grid=self.grid, seed=self.seed, probed=self.linear_args is not None)
 
 
 def launch(args: list[str], log: Path, device: Optional[int], env: Optional[dict[str, str]] = None) -> subprocess.Popen:

@@ -36,3 +36,20 @@ def test_a_value_is_written_first_and_then_only_when_it_changes():
         (3, ["loss/chance"]),
     ]
     assert logger.rows[0][1] == {"loss/chance": 5.5, "metrics/collapsed": 0.0} and math.isnan(logger.rows[2][1]["loss/chance"])
+
+
+def test_held_values_are_written_again_at_the_epochs_end_so_a_constant_draws_a_line():
+    """Catches a constant left as one dot in TensorBoard (issue 40: a fixed τ and the chance value), a held value
+    written twice at one step, and a value that changed at the epoch's last step written again."""
+    logger, changes = Collect(), OnChange()
+    for step in range(3):
+        changes.write([logger], {"loss/chance": 5.5, "loss/temperature": 0.5 if step < 2 else 0.2}, step)
+    changes.hold([logger], 2)  # the epoch ends at step 2, where τ changed
+    changes.hold([logger], 2)
+    changes.hold([logger], 5)
+    assert logger.rows == [
+        (0, {"loss/chance": 5.5, "loss/temperature": 0.5}),
+        (2, {"loss/temperature": 0.2}),
+        (2, {"loss/chance": 5.5}),
+        (5, {"loss/chance": 5.5, "loss/temperature": 0.2}),
+    ]

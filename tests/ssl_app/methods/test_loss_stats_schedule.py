@@ -57,9 +57,10 @@ def test_without_a_trainer_every_call_computes_the_diagnostics():
     assert model.loss_and_chance is not None  # the step's (loss, chance) reached the method
 
 
-def test_constants_are_written_once_and_used_neg_sim_only_when_it_differs(tmp_path):
+def test_constants_are_written_at_the_start_and_the_epochs_end_and_used_neg_sim_only_when_it_differs(tmp_path):
     """InfoNCE (keeps every negative, fixed τ) against HardContrastive keeping 2 of 14 negatives.
-    Catches ``loss/chance``, ``loss/used_negatives`` or the fixed τ written at every logged step,
+    Catches ``loss/chance``, ``loss/used_negatives`` or the fixed τ written at every logged step, or
+    only once (one dot in TensorBoard, not a line across the run: issue 40),
     written at another step than the step's other diagnostics, dropped from ``callback_metrics``
     (the run record), and ``loss/used_neg_sim`` logged as a copy of ``loss/mean_neg_sim`` or
     dropped for a loss whose kept negatives differ."""
@@ -73,7 +74,8 @@ def test_constants_are_written_once_and_used_neg_sim_only_when_it_differs(tmp_pa
         trainer = tiny_trainer(tmp_path, logger=logger, max_steps=4, log_every_n_steps=1)
         trainer.fit(model, datamodule=tiny_data())
         steps = {tag: [step for step, row in logger.history if tag in row] for tag in ("loss/pos_sim", "loss/chance")}
-        assert steps["loss/pos_sim"] == [0, 1, 2, 3] and steps["loss/chance"] == [0]
-        assert logger.values("loss/used_negatives") == [14 if copies else 2] and logger.values("loss/temperature") == [0.5]
+        assert steps["loss/pos_sim"] == [0, 1, 2, 3] and steps["loss/chance"] == [0, 3]  # the first step, the epoch's last
+        assert logger.values("loss/used_negatives") == [14 if copies else 2] * 2
+        assert logger.values("loss/temperature") == [0.5, 0.5]
         assert "loss/chance" in trainer.callback_metrics and "loss/used_negatives" in trainer.callback_metrics
         assert len(logger.values("loss/used_neg_sim")) == (0 if copies else 4), type(loss).__name__

@@ -21,7 +21,7 @@ from tensorboard.plugins.hparams import api_pb2, backend_context, get_experiment
 from tensorboard.plugins.text.text_plugin import text_array_to_html
 
 from ssl_app.metrics import registered_fields
-from ssl_app.runs.panel import AXES, HEADLINE_METRICS, write_hparams
+from ssl_app.runs.panel import AXES, FIT_METRICS, write_hparams
 from ssl_app.runs.record import read_record
 from ssl_app.runs.tags import describe
 from tests.helpers import cli_in
@@ -47,7 +47,7 @@ class Panel:
         self.provider = MultiplexerDataProvider(multiplexer, str(run))
         self.context = TBContext(data_provider=self.provider, multiplexer=multiplexer, logdir=str(run))
         self.ctx = RequestContext()
-        self.scalars = self.provider.list_scalars(self.ctx, experiment_id="", plugin_name="scalars")["."]
+        self.scalars = self.provider.list_scalars(self.ctx, experiment_id="", plugin_name="scalars").get(".", {})
 
     def series(self, tag: str) -> list[float]:
         data = self.provider.read_scalars(
@@ -117,15 +117,19 @@ def test_the_metric_table_renders_every_logged_formula_whole(panel):
 @pytest.mark.slow  # the CLI through training (docs/testing.md)
 def test_no_final_copies_and_no_series_repeating_one_value(panel):
     """Catches the one-dot ``final/*`` cards, a constant (``loss/chance``, ``loss/used_negatives``,
-    a fixed τ) or a flag that stays 0 (``metrics/collapsed``) written at every step, and
+    a fixed τ) or a flag that stays 0 (``metrics/collapsed``) written at every step, a constant left
+    as one dot (it is written again at each epoch's end, so it draws as a line), and
     ``loss/used_neg_sim`` logged beside the identical ``loss/mean_neg_sim`` (InfoNCE keeps every
     negative); the values stay in the run record."""
     assert not [tag for tag in panel.scalars if tag.startswith("final/")]
+    held = ("loss/chance", "loss/used_negatives", "loss/temperature", "loss/temperature_epoch")
     flat = [tag for tag in panel.scalars if len(values := panel.series(tag)) > 1 and len(set(values)) == 1]
-    assert not flat, flat
-    for tag in ("loss/chance", "loss/used_negatives", "loss/temperature", "metrics/collapsed", "metrics/nonfinite"):
+    assert not [tag for tag in flat if tag not in held], flat
+    for tag in held:  # the first step, then each epoch's end: a line across the run (issue 40), not a value per step
+        assert len(panel.series(tag)) == (2 if tag == "loss/temperature_epoch" else 3), (tag, panel.series(tag))
+    for tag in ("metrics/collapsed", "metrics/nonfinite"):
         assert len(panel.series(tag)) == 1, tag  # written once: the value never changed
-    assert panel.series("loss/temperature") == [pytest.approx(0.5)]
+    assert panel.series("loss/temperature") == [pytest.approx(0.5)] * 3
     assert "loss/used_neg_sim" not in panel.scalars and len(panel.series("loss/mean_neg_sim")) == 4
     results = read_record(panel.run).results
     assert results["loss/chance"] == pytest.approx(panel.series("loss/chance")[0]) and results["metrics/collapsed"] == 0
@@ -147,17 +151,16 @@ def hparams_experiment(panel: Panel) -> api_pb2.Experiment:
 
 
 @pytest.mark.slow  # the CLI through training (docs/testing.md)
-def test_hparams_shows_the_comparison_axes_first_and_the_headline_metrics(panel):
+def test_hparams_shows_the_comparison_axes_and_the_headline_metrics(panel):
     """Catches the axes sorted among 100 config keys (TensorBoard orders them by name), a metric
-    column that is not a real tag (``final/*``, ``hp_metric``), and τ or the method missing."""
+    column that is not a real tag (``final/*``, ``hp_metric``), τ or the method missing, and the
+    full config offered as columns (it stays in the run folder)."""
     experiment = hparams_experiment(panel)
     names = [info.name for info in experiment.hparam_infos]
     axes = [name for name, *_ in AXES]
-    assert names[: len(axes)] == axes, names[:12]
+    assert names == [*axes, "9_chance", "9_negatives"], names  # a lone fit: no axis differs, so by name
     assert [info.display_name for info in experiment.hparam_infos[:3]] == ["method", "loss", "τ"]
-    assert [info.name.tag for info in experiment.metric_infos] == [tag for tag, _ in HEADLINE_METRICS]
-    assert names[len(axes) : len(axes) + 2] == ["9_chance", "9_negatives"]  # the run's constants, then the config
-    assert "model.init_args.loss.init_args.temperature" in names
+    assert [info.name.tag for info in experiment.metric_infos][:5] == [tag for tag, _ in FIT_METRICS]
 
 
 @pytest.mark.slow  # the CLI through training (docs/testing.md)
@@ -191,7 +194,156 @@ def test_the_tau_axis_names_a_policy_by_its_label_and_never_imports_a_strangers_
 
     assert tau_of({"class_path": "ssl_app.temperature.Cosine", "init_args": {"low": 0.1, "high": 1.0}}) == "cosine:0.1-1"
     assert tau_of({"class_path": "ssl_app.temperature.Cosine", "init_args": {"period": 3}}) == "cosine:0.1-1:T=3"
-    assert tau_of(0.5) == 0.5
+    assert tau_of(0.5) == "0.5"  # as configured: the plugin prints a number as 0.50000
     stranger = {"class_path": "no_such_module_anywhere.Policy", "init_args": {"rate": 0.25}}
     assert tau_of(stranger) == "Policy(rate=0.25)"
     assert "no_such_module_anywhere" not in sys.modules
+
+
+# --- HParams as the study's table (issue 40 item 1) -----------------------------------------------------------------
+def _study_config(tau: float, seed: int) -> dict:
+    loss = {"class_path": "ssl_app.losses.InfoNCE", "init_args": {"temperature": tau}}
+    return {
+        "seed_everything": seed,
+        "model": {"class_path": "ssl_app.methods.SimCLR", "init_args": {"loss": loss, "backbone": "resnet18"}},
+        "data": {"class_path": "datamodules.SyntheticShapesDataModule", "init_args": {"batch_size": 128}},
+        "trainer": {"max_epochs": 3},
+    }
+
+
+def _fit(root: Path, sweep: str, tau: float, seed: int, knn: float, probed: bool = True) -> Path:
+    """A sweep's fit folder as the CLI leaves it: its scalars and its row, written by the real writers."""
+    from ssl_app.runs.layout import SweepPoint
+
+    logger = TensorBoardLogger(str(root / sweep), name=f"temperature={tau}", version=f"seed{seed}", default_hp_metric=False)
+    results = {"metrics/knn_acc": knn, "metrics/uniformity": 2.5, "metrics/tolerance": 0.4, "metrics/effective_rank": 9.0,
+               "train/loss_epoch": 5.0, "loss/chance": 5.54}  # fmt: skip
+    logger.log_metrics(results, step=29)
+    grid = {"model.init_args.loss.init_args.temperature": str(tau)}
+    point = SweepPoint(sweep=sweep, point=f"temperature={tau}", grid=grid, seed=seed, probed=probed)
+    assert write_hparams(logger, _study_config(tau, seed), results, point)
+    return Path(logger.log_dir)
+
+
+def _probe(run: Path, top1: float, step: int = 29) -> None:
+    """A linear probe of ``run``: its own folder (``evaluations/linear_<n>``, its curves) and its values on the row."""
+    from ssl_app.runs.layout import next_evaluation_name
+    from ssl_app.runs.panel import write_evaluation
+
+    logger = TensorBoardLogger(str(run), name="evaluations", version=next_evaluation_name(run, "linear"), default_hp_metric=False)
+    values = {"linear/top1": top1, "linear/many": top1 + 0.1, "linear/medium": top1, "linear/few": top1 - 0.1}
+    for epoch in range(3):
+        logger.log_metrics({"linear/top1": top1 * (epoch + 1) / 3}, step=epoch)
+    logger.finalize("success")
+    assert write_evaluation(run, "linear", values, step)
+
+
+def study_view(root: Path) -> tuple[api_pb2.Experiment, list[api_pb2.SessionGroup]]:
+    """The experiment and the session groups (rows) the hparams plugin serves for ``root``, by its own handlers."""
+    from tensorboard.plugins.hparams import list_session_groups
+
+    panel = Panel(root)
+    context = backend_context.Context(panel.context)
+    experiment = get_experiment.Handler(panel.ctx, context, "", api_pb2.GetExperimentRequest(experiment_name="")).run()
+    request = api_pb2.ListSessionGroupsRequest(
+        experiment_name="", allowed_statuses=list(api_pb2.Status.values()), start_index=0, slice_size=1000
+    )
+    groups = list(list_session_groups.Handler(panel.ctx, context, "", request).run().session_groups)
+    return experiment, groups
+
+
+def drawn(experiment: api_pb2.Experiment, groups: list[api_pb2.SessionGroup]) -> list[str]:
+    """The rows parallel coordinates and the scatter plots draw on opening the tab: the hparams dashboard shows the
+    first 5 hyper-parameters (in the order served: the differing ones first) and the first 5 metrics, and draws a
+    row only when it has a value in every column shown (tf-hparams-parallel-coords-plot: _computeValidSessionGroups)."""
+    shown_hparams = [info.name for info in experiment.hparam_infos[:5]]
+    shown_metrics = [info.name for info in experiment.metric_infos[:5]]
+    rows = []
+    for group in groups:
+        values = {(m.name.group, m.name.tag) for m in group.metric_values}
+        if all(name in group.hparams for name in shown_hparams) and all((m.group, m.tag) in values for m in shown_metrics):
+            rows.append(group.name)
+    return rows
+
+
+def test_hparams_is_the_studys_table_one_row_per_fit_with_its_probe(tmp_path):
+    """A sweep of 3 τ × 2 seeds, each probed (one twice): catches a probe or an evaluation as a row of its own, rows
+    named by hashes, a probe's top-1 missing from its fit's row (parallel coordinates then draws nothing), the full
+    config offered as columns, numbers shown as the plugin prints floats (0.20000), and an older probe's value shown."""
+    runs = {}
+    for i, tau in enumerate((0.5, 0.2, 0.07)):
+        for seed in (0, 1):
+            runs[tau, seed] = _fit(tmp_path, "tau", tau, seed, knn=0.4 + i / 10 + seed / 100)
+            _probe(runs[tau, seed], top1=0.3 + i / 10 + seed / 100)
+    _probe(runs[0.2, 1], top1=0.77)  # the same probe again: the newest is the row's value
+    experiment, groups = study_view(tmp_path)
+    names = sorted(group.name for group in groups)
+    assert names == sorted(f"τ={tau} · seed {seed} · tau" for tau in (0.5, 0.2, 0.07) for seed in (0, 1)), names
+    assert all(len(group.sessions) == 1 for group in groups)  # nothing averaged into a row
+    assert [info.display_name for info in experiment.hparam_infos[:2]] == ["τ", "seed"]  # the study's axes first
+    assert len(experiment.hparam_infos) <= 12, [info.name for info in experiment.hparam_infos]
+    assert {info.type for info in experiment.hparam_infos} == {api_pb2.DATA_TYPE_STRING}
+    metrics = [(info.name.group, info.name.tag) for info in experiment.metric_infos]
+    assert metrics[:2] == [("", "metrics/knn_acc"), ("evaluations/linear", "linear/top1")], metrics
+    row = {group.name: group for group in groups}["τ=0.2 · seed 1 · tau"]
+    assert row.hparams["2_tau"].string_value == "0.2" and row.hparams["3_batch"].string_value == "128"
+    assert row.hparams["8_seed"].string_value == "1" and row.hparams["9_chance"].string_value == "5.54"
+    values = {(m.name.group, m.name.tag): m.value for m in row.metric_values}
+    assert values[("evaluations/linear", "linear/top1")] == pytest.approx(0.77)
+    assert values[("", "metrics/knn_acc")] == pytest.approx(0.51)
+    assert values[("evaluations/linear", "linear/few")] == pytest.approx(0.77 - 0.1)
+    assert sorted(drawn(experiment, groups)) == names
+
+
+def test_twenty_fits_two_sweeps_and_a_lone_fit_each_keep_their_own_row(tmp_path):
+    """Catches two sweeps' fits with the same τ and seed merged (averaged) into one row, a fit of a sweep without
+    probes left undrawn for want of a probe's column, and a lone fit (no sweep) named by nothing."""
+    for i in range(10):
+        _fit(tmp_path, "first", 0.05 * (i + 1), 0, knn=0.5, probed=False)
+        _fit(tmp_path, "second", 0.05 * (i + 1), 0, knn=0.6, probed=False)
+    logger = TensorBoardLogger(str(tmp_path / "runs"), name="quickstart", default_hp_metric=False)
+    logger.log_metrics({"metrics/knn_acc": 0.3}, step=1)
+    assert write_hparams(logger, _study_config(0.5, 0), {"metrics/knn_acc": 0.3})
+    experiment, groups = study_view(tmp_path)
+    assert len(groups) == 21 and all(len(group.sessions) == 1 for group in groups)
+    assert "InfoNCE τ=0.5 · seed 0 · quickstart/version_0" in {group.name for group in groups}
+    assert {group.name for group in groups if group.name.endswith("· first")} >= {"τ=0.05 · seed 0 · first"}
+    assert ("evaluations/linear", "linear/top1") not in [(m.name.group, m.name.tag) for m in experiment.metric_infos[:5]]
+    assert len(drawn(experiment, [group for group in groups if "quickstart" not in group.name])) == 20
+
+
+def test_an_evaluation_writes_no_row_of_its_own(tmp_path):
+    """Catches validate/test/a probe writing HParams summaries into its own folder (TensorBoard made it a row, or
+    averaged it with the fit into a fake one) and an evaluation's values missing from its fit's row."""
+    from ssl_app.runs.panel import write_evaluation
+
+    run = _fit(tmp_path, "tau", 0.2, 0, knn=0.5)
+    assert write_evaluation(run, "test", {"metrics/knn_acc": 0.488, "val/loss": 1.0}, step=29)
+    assert write_evaluation(run, "validate", {"metrics/knn_acc": 0.496}, step=29)
+    assert not write_evaluation(run, "embed", {"metrics/knn_acc": 0.1})
+    assert not write_evaluation(run, "linear", {"val/loss": 1.0})
+    _, groups = study_view(tmp_path)
+    assert [group.name for group in groups] == ["τ=0.2 · seed 0 · tau"]
+    values = {(m.name.group, m.name.tag): m.value for m in groups[0].metric_values}
+    assert values[("evaluations/test", "metrics/knn_acc")] == pytest.approx(0.488)
+    assert values[("evaluations/validate", "metrics/knn_acc")] == pytest.approx(0.496)
+    assert values[("", "metrics/knn_acc")] == pytest.approx(0.5)
+
+
+@pytest.mark.slow  # the CLI through training and a probe (docs/testing.md)
+def test_a_fits_probe_and_validation_land_on_its_row_through_the_cli(panel):
+    """The quickstart fit, then ``validate`` and a linear probe of its last checkpoint, as a user runs them. Catches
+    the probe and the validation as rows of their own (main before issue 40: three rows, the probe's without loss, τ
+    or seed, so parallel coordinates drew nothing with kNN and linear top-1 both shown)."""
+    last = panel.run / "checkpoints" / "last.ckpt"
+    workdir = panel.run.parents[2]
+    cli_in(workdir, ["validate", "--config", str(CONFIGS / "quickstart.yaml"), f"--ckpt_path={last}", *TINY[3:]])
+    probe = ["fit", "--config", str(CONFIGS / "linear.yaml"), f"--model.init_args.checkpoint={last}",
+             "--data.init_args.data.init_args.train_size=40", "--data.init_args.data.init_args.test_size=20",
+             "--trainer.max_epochs=1", "--trainer.check_val_every_n_epoch=1", "--trainer.enable_progress_bar=false"]  # fmt: skip
+    cli_in(workdir, probe)
+    _, groups = study_view(panel.run.parents[1])  # TensorBoard on runs/: the fit's session is quickstart/version_0
+    assert len(groups) == 1 and len(groups[0].sessions) == 1, [group.name for group in groups]
+    assert groups[0].name.endswith(" · seed 0 · quickstart/version_0"), groups[0].name
+    values = {(m.name.group, m.name.tag) for m in groups[0].metric_values}
+    assert {("", "metrics/knn_acc"), ("evaluations/linear", "linear/top1"), ("evaluations/validate", "metrics/knn_acc")} <= values
