@@ -80,9 +80,13 @@ def test_a_dead_worker_is_named_from_what_torch_says(fate, signum, code):
     loader = DataLoader(Numbers(fate, fate_at=5), batch_size=4, num_workers=2, **loader_options(2))
     with pytest.raises(RuntimeError) as raised:
         list(loader)
-    death = worker_death(raised.value)
-    assert death is not None and death.signum == signum and death.code == code, str(raised.value)
-    assert death.pids.isdigit()
+    death, text = worker_death(raised.value), str(raised.value)
+    assert death is not None and death.pids.isdigit(), text
+    if "exited unexpectedly" in text and death.signum is None and death.code is None:
+        # torch's wait for data saw the worker gone before its SIGCHLD check said how (a loaded machine's race):
+        # that message names no fate, and the line says only that the worker died
+        return
+    assert death.signum == signum and death.code == code, text
 
 
 def test_the_line_of_a_dead_worker_says_its_fate_the_cause_what_to_change_and_where_the_state_is():
