@@ -58,7 +58,10 @@ def class_path_problem(value: str) -> Optional[str]:
         found = None
     if found is None:
         return f"no module named {module}"
-    loaded = importlib.import_module(module)
+    try:
+        loaded = importlib.import_module(module)
+    except Exception:  # noqa: BLE001 - a module that fails to import: jsonargparse reports it as it would have
+        return None
     if isinstance(getattr(loaded, name, None), type):
         return None
     return f"{module} has no class {name}"

@@ -59,9 +59,9 @@ def test_tau_presets_expand_to_the_policy_configs_each_in_a_folder_of_its_own(tm
 def test_a_bad_tau_preset_is_one_error_line_naming_it_and_the_accepted_forms(tmp_path, capsys, monkeypatch):
     """Catches a mistyped preset passed on to the fit as a string (a traceback or a run per typo), an incomplete
     preset refused without saying what it lacks (a linear ramp without its length, a cosine without its high
-    end, an option without its value), an empty value between commas dropped silently, an option a policy does not have, and one policy written twice (one folder, two
-    runs in it), and numbers the policy refuses (low > high: found only when each run started); each refused
-    before anything is parsed or written."""
+    end, an option without its value), an empty value between commas dropped silently, an option a policy
+    does not have, and one policy written twice (one folder, two runs in it), and numbers the policy refuses
+    (low > high: found only when each run started); each refused before anything is parsed or written."""
     cases = {
         "cosine:0.1": "'cosine:0.1': HIGH is missing after 0.1; the form is cosine:LOW-HIGH[:T=PERIOD][:unit=epoch|step]",
         "cosine:": "'cosine:': LOW-HIGH is missing; the form is cosine:LOW-HIGH",
