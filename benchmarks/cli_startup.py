@@ -24,8 +24,8 @@ QUICKSTART = ["--config", "configs/quickstart.yaml"]
 COMMANDS = {
     "import torch (bare)": ["-c", "import torch"],
     "import lightning (bare)": ["-c", "import lightning.pytorch"],
-    "--help": ["-m", "ssl_app", "--help"],
-    "list --help": ["-m", "ssl_app", "list", "--help"],
+    "ssl_app --help": ["-m", "ssl_app", "--help"],
+    "ssl_app list --help": ["-m", "ssl_app", "list", "--help"],
     "fti (misspelled command)": ["-m", "ssl_app", "fti"],
     "list losses": ["-m", "ssl_app", "list", "losses"],
     "list (all)": ["-m", "ssl_app", "list"],
