@@ -1,8 +1,8 @@
 """``python -m ssl_app {fit,validate,test} --config X.yaml``: LightningCLI in subclass mode.
 
-``python -m ssl_app list [KIND ...]``, ``export`` and ``embed`` are not Trainer subcommands: ``main``
-hands them to ``ssl_app.cli.listing``, ``ssl_app.cli.export`` and ``ssl_app.cli.embed`` before LightningCLI
-parses anything. Lightning's ``predict`` is not offered (``embed`` writes the features).
+``python -m ssl_app list [KIND ...]``, ``export`` and ``embed`` are not Trainer subcommands: ``ssl_app.cli.entry``
+hands them, before Lightning is imported, to ``ssl_app.cli.listing``, ``ssl_app.cli.export`` and
+``ssl_app.cli.embed``. Lightning's ``predict`` is not offered (``embed`` writes the features).
 
 Any method (``--model ssl_app.methods.SimCLR``) and any datamodule
 (``--data datamodules.CIFAR10DataModule``) is chosen by class path, from YAML or the command
@@ -29,7 +29,6 @@ its first step is removed again). Which folder and checkpoint a command uses is 
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import os
 import shutil
 import sys
@@ -52,9 +51,9 @@ from ssl_app.checkpointing import (
     FitOnlyCheckpointState,
     InterruptCheckpoint,
 )
+from ssl_app.cli.early import LIST_HELP, check_config_files
 from ssl_app.cli.endings import command_ending, record_ending, report, signals_before_training
-from ssl_app.cli.listing import KINDS as LIST_KINDS
-from ssl_app.cli.parsing import OneLineParser, check_config_files
+from ssl_app.cli.parsing import OneLineParser
 from ssl_app.cli.plan import RunPlan, info, plan_run
 from ssl_app.cli.tau_presets import expand_in_argv
 from ssl_app.errors import ConfigError
@@ -72,13 +71,6 @@ from ssl_app.runs.summary import record_summary_lines, shown_path, summary_lines
 from ssl_app.runtime import keep_freed_memory
 
 DEFAULT_RUN_DIR = "runs"
-LIST_HELP = (
-    f"Also: python -m ssl_app list [{'|'.join(LIST_KINDS)}] prints what can be chosen, one line each, "
-    "with the option that selects it; python -m ssl_app export --ckpt CKPT --out encoder.pt writes the trained "
-    "backbone; python -m ssl_app embed --ckpt CKPT [--data PATH] --out features.npz writes features of a data set."
-)
-#: Subcommands ``main`` runs itself, not through LightningCLI: name → module with ``main(args) -> status``.
-OWN_SUBCOMMANDS = {"list": "ssl_app.cli.listing", "export": "ssl_app.cli.export", "embed": "ssl_app.cli.embed"}
 
 
 class SSLCLI(LightningCLI):
@@ -421,7 +413,9 @@ def trainer_defaults(interrupt: InterruptCheckpoint | None = None, recorder: Run
 
 
 def main(args: list[str] | None = None) -> LightningCLI:
-    """Run the CLI and return it.
+    """Run a Trainer command (``fit``, ``validate``, ``test``) and return its CLI (``python -m ssl_app`` comes here
+    through ``ssl_app.cli.entry.main``, which answers the other commands, ``--help`` and what it can refuse
+    before Lightning is imported).
 
     A bad input becomes one ``error: ...`` line and exit status 2; a non-finite loss one
     ``error: ...`` line and status 1; a file that cannot be written (disk full, read-only
@@ -429,8 +423,6 @@ def main(args: list[str] | None = None) -> LightningCLI:
     it and the command that resumes, and status 128 + the signal number (130, 143).
     """
     argv = list(sys.argv[1:] if args is None else args)
-    if argv[:1] and argv[0] in OWN_SUBCOMMANDS:  # not a Trainer subcommand: no Trainer, no run folder
-        sys.exit(importlib.import_module(OWN_SUBCOMMANDS[argv[0]]).main(argv[1:]))
     keep_freed_memory()  # also for the ssl-app entry point (a no-op after python -m ssl_app)
     interrupt = InterruptCheckpoint()
     recorder = RunRecorder()

@@ -4,8 +4,9 @@ One line per loss, temperature policy, method, embedding metric, datamodule and 
 first line of its docstring, or a metric's formula and the tags it logs, plus the capabilities
 its class declares) and the option that selects it. Nothing here names an entry: a class
 registered anywhere (``ssl_app.registering``, ``ssl_app.metrics.register``) is listed, and one that
-is not registered is not. ``ssl_app.cli.main`` hands ``list`` over before LightningCLI parses
-anything, so listing builds no model, no data and no run folder.
+is not registered is not. ``ssl_app.cli.main`` hands ``list`` over before Lightning is imported, and a kind
+imports only its own registry's package (``list losses`` needs no Lightning; ``methods`` and ``datamodules``,
+Lightning's subclasses, do), so listing builds no model, no data and no run folder.
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ssl_app.registry import BACKBONES, DATAMODULES, LOSSES, METHODS, TEMPERATURES, Registry
+from ssl_app import registry as registries
+from ssl_app.registering import Registry
 
 #: Every registered embedding metric runs in this callback, which logs each field as
 #: ``metrics/<tag>``; adding the callback is what selects the metrics.
@@ -63,12 +65,12 @@ def metric_rows() -> list[Row]:
 
 #: The kinds ``list`` prints, in order, each with the function that reads its registry.
 KINDS: dict[str, Callable[[], list[Row]]] = {
-    "losses": lambda: registry_rows(LOSSES),
-    "temperatures": lambda: registry_rows(TEMPERATURES),
-    "methods": lambda: registry_rows(METHODS),
+    "losses": lambda: registry_rows(registries.LOSSES),
+    "temperatures": lambda: registry_rows(registries.TEMPERATURES),
+    "methods": lambda: registry_rows(registries.METHODS),
     "metrics": metric_rows,
-    "datamodules": lambda: registry_rows(DATAMODULES),
-    "backbones": lambda: registry_rows(BACKBONES),
+    "datamodules": lambda: registry_rows(registries.DATAMODULES),
+    "backbones": lambda: registry_rows(registries.BACKBONES),
 }
 _SINGULAR = {kind[:-2] if kind.endswith("ses") else kind[:-1]: kind for kind in KINDS}
 

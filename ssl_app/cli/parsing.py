@@ -1,19 +1,18 @@
-"""What ``python -m ssl_app`` reads before LightningCLI does: its parser, whose errors are one line,
-and a check that every ``--config`` file is a YAML mapping of options (naming the file and the line)."""
+"""The parser of ``python -m ssl_app``'s Trainer commands: its errors are one line, with "did you mean" for a
+misspelled option or class (``ssl_app.cli.suggest``); configs an earlier version wrote are read upgraded."""
 
 from __future__ import annotations
 
 import re
 import sys
-from pathlib import Path
-from typing import Any, NoReturn, Optional
+from typing import Any, NoReturn
 
 import yaml
 from lightning.pytorch.cli import LightningArgumentParser
 
 from ssl_app.checks import in_words
+from ssl_app.cli.suggest import class_path_problem, class_suggestion, did_you_mean, parameters_of
 from ssl_app.cli.tau_presets import expand_in_config
-from ssl_app.errors import ConfigError
 
 
 class OneLineParser(LightningArgumentParser):
@@ -35,8 +34,46 @@ class OneLineParser(LightningArgumentParser):
         if not self.exit_on_error:
             super().error(message, ex)
         prog = self.prog.replace(" [options]", "")
-        sys.stderr.write(f"error: {condense_parser_error(message)}\n(options: {prog} --help)\n")
+        sys.stderr.write(f"error: {with_suggestion(condense_parser_error(message), self)}\n(options: {prog} --help)\n")
         sys.exit(2)
+
+    def option_names(self) -> list[str]:
+        """Every ``--option`` this parser and its subcommands' parsers take."""
+        names = [name for name in self._option_string_actions if name.startswith("--")]
+        for action in self._actions:
+            for parser in (getattr(action, "_name_parser_map", None) or {}).values():
+                if isinstance(parser, OneLineParser):
+                    names += parser.option_names()
+        return names
+
+
+#: How Python says a module lacks a name (jsonargparse passes it on for a class path's missing class).
+NO_ATTRIBUTE = r"module '([\w.]+)' has no attribute '(\w+)'"
+
+
+def with_suggestion(line: str, parser: OneLineParser) -> str:
+    """A condensed parser error with "did you mean …" (``ssl_app.cli.suggest``): for an unrecognised
+    ``--option``, the parser's closest options; for an option a class does not take, the class's closest
+    init options; for a class path that names no class, why (no such module, or no such class in it, in place
+    of jsonargparse's "Expected a path") and the closest registered classes."""
+    unknown = re.fullmatch(r"unrecognized arguments: (.*)", line)
+    if unknown:
+        hints = [did_you_mean(arg.split("=", 1)[0], parser.option_names()) for arg in unknown.group(1).split()]
+        hints = [hint for hint in hints if hint]
+        return line + (hints[0] if len(hints) == 1 else "".join(hints))
+    option = re.fullmatch(r"(?:(\S+): )?Option '(\w+)' is not accepted by ([\w.]+)", line)
+    if option:
+        key, name, class_path = option.groups()
+        prefix = f"{key}.init_args." if key else ""
+        return line + did_you_mean(prefix + name, [prefix + known for known in parameters_of(class_path)])
+    path = re.fullmatch(r"(\S+): (?:Expected a path but (\S+) either not accessible or invalid|" + NO_ATTRIBUTE + ")", line)
+    if path:
+        key = path.group(1)
+        value = path.group(2) or f"{path.group(3)}.{path.group(4)}"
+        problem = class_path_problem(value)
+        if problem is not None:
+            return f"{key}: {problem}{class_suggestion(key, value)}"
+    return line
 
 
 def upgrade_config(content: str) -> str:
@@ -119,38 +156,3 @@ def condense_parser_error(message: str) -> str:
     if not reason:
         return " ".join(line.strip() for line in lines)
     return f"{option}: {reason}" if option else reason
-
-
-def check_config_files(argv: list[str]) -> None:
-    """Raise a ConfigError naming the ``--config`` file (and the line) that is not a YAML mapping of options.
-
-    jsonargparse says ``Problems parsing config`` or ``Unexpected config`` without the file's name, and
-    composed configs include others (their ``config:`` key, relative to the including file's folder).
-    """
-    given = [argv[i + 1] for i, arg in enumerate(argv[:-1]) if arg in ("--config", "-c")]
-    given += [arg.split("=", 1)[1] for arg in argv if arg.startswith("--config=")]
-    for name in given:
-        _check_config_file(Path(name), None, set())
-
-
-def _check_config_file(path: Path, included_by: Optional[Path], seen: set[Path]) -> None:
-    if not path.is_file() or path.resolve() in seen:
-        return  # not a file (jsonargparse reports it), or already read
-    seen.add(path.resolve())
-    where = f"--config {path}" if included_by is None else f"--config {included_by}: the config it includes, {path},"
-    try:
-        loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.MarkedYAMLError as error:
-        mark = error.problem_mark or error.context_mark
-        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-        raise ConfigError(f"{where} is not valid YAML{at}: {error.problem or error.context}") from None
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as error:
-        raise ConfigError(f"{where} cannot be read: {error}") from None
-    if loaded is None:
-        raise ConfigError(f"{where} is empty; a config is a mapping of options (key: value)")
-    if not isinstance(loaded, dict):
-        raise ConfigError(f"{where} holds a {type(loaded).__name__}, not a mapping of options (key: value)")
-    included = loaded.get("config")
-    for name in included if isinstance(included, list) else [included]:
-        if isinstance(name, str):
-            _check_config_file(path.parent / name, path, seen)

@@ -35,9 +35,12 @@ def parse_grid(specs: Sequence[str]) -> list[tuple[str, list[str]]]:
     grid = []
     for spec in specs:
         key, sep, values = spec.partition("=")
-        items = [v.strip() for v in values.split(",") if v.strip()]
-        if not sep or not key.strip() or not items:
+        items = [v.strip() for v in values.split(",")]
+        if not sep or not key.strip() or not values.strip():
             fail(f"--grid must be KEY=V1,V2,..., got {spec!r}")
+        empty = [str(i) for i, item in enumerate(items, 1) if not item]
+        if empty:
+            fail(f"--grid {key.strip()}: value {' and '.join(empty)} of {values!r} is empty (two commas, or one at an end)")
         grid.append((key.strip().lstrip("-"), items))
     keys = [k for k, _ in grid]
     if len(set(keys)) != len(keys):

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from ssl_app.cli.tau_presets import is_temperature_option
 from ssl_app.errors import ConfigError
 from ssl_app.runs.spec import TAU_KEY
-from ssl_app.temperature.labels import POLICY_MODULE, PolicySpec, accepted_forms
+from ssl_app.temperature.labels import POLICY_MODULE, PolicySpec, not_a_tau
 from ssl_app.temperature.spelling import spell
 
 #: The short name of ``TAU_KEY`` on the command line (``--grid tau=...``).
@@ -64,7 +64,7 @@ def tau_value(text: str, option: str = "--grid tau") -> TauValue:
     found = PolicySpec.read(text)
     cls = None if found is None else found[0].policy_class
     if cls is None or cls.label_form is None:
-        raise ConfigError(f"{option}: {text!r} is not a τ; give {accepted_forms()}")
+        raise not_a_tau(text, option)
     spec, written = found
     given = {key: value for key, value in spec.values.items() if key in cls.label_form.positional} | {
         cls.label_form.options[key]: spec.values[cls.label_form.options[key]] for key in written

@@ -11,6 +11,7 @@ as written and named ``Name(key=value, ...)`` from the config alone, and nothing
 
 from __future__ import annotations
 
+import difflib
 import numbers
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -19,7 +20,7 @@ from typing import Any, Optional
 from ssl_app.errors import ConfigError
 from ssl_app.temperature.base import TemperaturePolicy
 from ssl_app.temperature.registry import TEMPERATURES
-from ssl_app.temperature.spelling import read, spell, spell_generic
+from ssl_app.temperature.spelling import LabelForm, read, spell, spell_generic, why_not
 
 #: The package whose policies are named by their class (``ssl_app.temperature.Cosine``).
 POLICY_MODULE = "ssl_app.temperature"
@@ -110,14 +111,13 @@ class PolicySpec:
         ``option``, the text and the accepted forms when it follows none."""
         found = cls.read(text)
         if found is None:
-            raise ConfigError(f"{option}: {text!r} is not a τ; give {accepted_forms()}")
+            raise not_a_tau(text, option)
         return found[0]
 
     @classmethod
     def read(cls, text: str) -> Optional[tuple[PolicySpec, tuple[str, ...]]]:
         """``(spec, the option keys the text wrote)`` of a label, or None."""
-        forms = {name: entry.target.label_form for name, entry in TEMPERATURES.items() if entry.target.label_form is not None}
-        found = read(text, forms)
+        found = read(text, _forms())
         if found is None:
             return None
         name, values, keys = found
@@ -149,6 +149,27 @@ class PolicySpec:
         defaults = entry.target.defaults(required=True)
         filled = {**defaults, **values}
         return cls(name, tuple((key, filled[key]) for key in [*defaults, *(k for k in values if k not in defaults)]))
+
+
+def _forms() -> dict[str, LabelForm]:
+    """The registered policies' label forms, by class name."""
+    return {name: entry.target.label_form for name, entry in TEMPERATURES.items() if entry.target.label_form is not None}
+
+
+def not_a_tau(text: str, option: str) -> ConfigError:
+    """The error for ``text`` given as ``option`` that no policy's form reads: what it lacks and its kind's form
+    (``linear:1-0.1``: ``L=LENGTH is missing``), else the forms accepted, with the closest kind."""
+    text = text.strip()
+    forms = _forms()
+    reason = why_not(text, forms)
+    kind = text.partition(":")[0]
+    form = next((form for form in forms.values() if form.kind and form.kind == kind), None)
+    if reason and form is not None:
+        return ConfigError(f"{option}: {text!r}: {reason}; the form is {form.form()}")
+    kinds = [form.kind for form in forms.values() if form.kind]
+    close = difflib.get_close_matches(kind, kinds, n=1) if kind and ":" in text else []
+    hint = f" (did you mean {close[0]}:{text.partition(':')[2]}?)" if close else ""
+    return ConfigError(f"{option}: {text!r} is not a τ{hint}; give {accepted_forms()}")
 
 
 def accepted_forms() -> str:

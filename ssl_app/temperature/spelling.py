@@ -137,6 +137,48 @@ def read(text: str, forms: Mapping[str, LabelForm]) -> Optional[tuple[str, dict[
     return name, values, tuple(keys)
 
 
+def why_not(text: str, forms: Mapping[str, LabelForm]) -> str:
+    """What keeps ``text`` from following its form, for a label :func:`read` refused: the part that is missing
+    (``linear:1-0.1`` lacks ``L=LENGTH``), not a number, or not an option of its kind; "" when ``text`` names no
+    kind of ``forms`` (a number of a kind without a bare form included)."""
+    kind, _, rest = text.strip().partition(":")
+    form = next((form for form in forms.values() if form.kind and form.kind == kind), None)
+    if form is None:
+        return ""
+    head, *extras = rest.split(":")
+    names = [name.upper() for name in form.positional]
+    if not head:
+        return f"{'-'.join(names)} is missing"
+    for count in range(len(form.positional), 0, -1):
+        if re.fullmatch("-".join(f"({_NUMBER})" for _ in range(count)), head):
+            if count < len(form.positional):
+                return f"{'-'.join(names[count:])} is missing after {head}"
+            break
+    else:
+        return f"{head!r} is not {'-'.join(names)} (numbers)"
+    given: list[str] = []
+    for extra in extras:
+        key, sep, written = extra.partition("=")
+        if key not in form.options:
+            known = ", ".join(form.options) or "none"
+            return f"{kind} takes no option {key!r} (its options: {known})"
+        if key in given:
+            return f"{key}= is given twice"
+        if not sep or not written:
+            return f"{key}= has no value ({key}={_placeholder(form, key)})"
+        if form.options[key] == "unit" and written not in UNITS:
+            return f"unit={written}: unit is {' or '.join(UNITS)}"
+        if form.options[key] != "unit" and finite(written) is None:
+            return f"{key}={written}: not a finite number"
+        given.append(key)
+    missing = [f"{key}={_placeholder(form, key)}" for key in form.required if key not in given]
+    return f"{', '.join(missing)} is missing" if missing else ""
+
+
+def _placeholder(form: LabelForm, key: str) -> str:
+    return "epoch|step" if form.options[key] == "unit" else form.options[key].upper()
+
+
 def _read_generic(name: str, inside: str) -> Optional[tuple[str, dict[str, Any], tuple[str, ...]]]:
     values: dict[str, Any] = {}
     for part in filter(None, (p.strip() for p in inside.split(","))):

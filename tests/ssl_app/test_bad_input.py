@@ -137,6 +137,34 @@ CASES = [
     ),
     ("unknown_key_cli", lambda t: ["--model.init_args.no_such_option=1"], ["no_such_option"]),
     ("unknown_key_yaml", lambda t: ["--config", write(t / "key.yaml", "trainer:\n  no_such_option: 1\n")], ["no_such_option"]),
+    (
+        "misspelled_trainer_option",
+        lambda t: ["--trainer.max_epoch=3"],
+        ["--trainer.max_epoch=3", "did you mean --trainer.max_epochs?"],
+    ),
+    (
+        "misspelled_model_option",
+        lambda t: ["--model.init_args.los=ssl_app.losses.InfoNCE"],
+        ["'los'", "did you mean model.init_args.loss?"],
+    ),
+    (
+        "misspelled_loss_option",
+        lambda t: ["--model.init_args.loss.init_args.temperatur=0.3"],
+        ["'temperatur'", "did you mean model.init_args.loss.init_args.temperature?"],
+    ),
+    (
+        "misspelled_loss_class_cli",
+        lambda t: ["--model.init_args.loss=ssl_app.losses.InfoNCe"],
+        ["ssl_app.losses has no class InfoNCe", "did you mean ssl_app.losses.InfoNCE?"],
+    ),
+    (
+        "misspelled_loss_class_yaml",
+        lambda t: [
+            "--config",
+            write(t / "cls.yaml", "model:\n  init_args:\n    loss:\n      class_path: ssl_app.losses.InfoNCe\n"),
+        ],
+        ["ssl_app.losses has no class InfoNCe", "did you mean ssl_app.losses.InfoNCE?"],
+    ),
     ("wrong_type", lambda t: ["--data.init_args.batch_size=many"], ["batch_size"]),
     ("wrong_type_trainer", lambda t: ["--trainer.max_epochs=lots"], ["max_epochs"]),
     (

@@ -57,18 +57,26 @@ def test_tau_presets_expand_to_the_policy_configs_each_in_a_folder_of_its_own(tm
 
 
 def test_a_bad_tau_preset_is_one_error_line_naming_it_and_the_accepted_forms(tmp_path, capsys, monkeypatch):
-    """Catches a mistyped preset passed on to the fit as a string (a traceback or a run per typo), a linear
-    ramp without its length, an option a policy does not have, and one policy written twice (one folder, two
-    runs in it), and numbers the policy refuses (low > high: found only when each run started); each refused
-    before anything is parsed or written."""
+    """Catches a mistyped preset passed on to the fit as a string (a traceback or a run per typo), an incomplete
+    preset refused without saying what it lacks (a linear ramp without its length, a cosine without its high
+    end, an option without its value), an empty value between commas dropped silently, an option a policy
+    does not have, and one policy written twice (one folder, two runs in it), and numbers the policy refuses
+    (low > high: found only when each run started); each refused before anything is parsed or written."""
     cases = {
-        "cosine:0.1": "'cosine:0.1' is not a τ",
-        "cosine:0.1-1.0:T=": "'cosine:0.1-1.0:T=' is not a τ",
-        "cosine:0.1-1:T=inf": "'cosine:0.1-1:T=inf' is not a τ",
-        "cosine:0.1-1:unit=hour": "'cosine:0.1-1:unit=hour' is not a τ",
-        "linear:0.1-0.5": "'linear:0.1-0.5' is not a τ",
-        "learnable:0.07:alpha=1": "'learnable:0.07:alpha=1' is not a τ",
+        "cosine:0.1": "'cosine:0.1': HIGH is missing after 0.1; the form is cosine:LOW-HIGH[:T=PERIOD][:unit=epoch|step]",
+        "cosine:": "'cosine:': LOW-HIGH is missing; the form is cosine:LOW-HIGH",
+        "cosine:0.1-1.0:T=": "'cosine:0.1-1.0:T=': T= has no value (T=PERIOD)",
+        "cosine:0.1-1:T=inf": "T=inf: not a finite number",
+        "cosine:0.1-1:unit=hour": "unit=hour: unit is epoch or step",
+        "linear:0.1-0.5": "'linear:0.1-0.5': L=LENGTH is missing; the form is linear:START-END:L=LENGTH[:unit=epoch|step]",
+        "linear:0.1:L=9": "'linear:0.1:L=9': END is missing after 0.1",
+        "learnable:0.07:alpha=1": "learnable takes no option 'alpha' (its options: min, max)",
+        "learnable:": "'learnable:': INIT is missing; the form is learnable:INIT[:min=MIN][:max=MAX]",
+        "adaptive:0.1:alpha": "alpha= has no value (alpha=ALPHA); the form is adaptive:BASE[:alpha=ALPHA][:a0=A0]",
         "warm:0.1": "'warm:0.1' is not a τ",
+        "cosin:0.1-1": "'cosin:0.1-1' is not a τ (did you mean cosine:0.1-1?)",
+        "0.5,,0.2": "value 2 of '0.5,,0.2' is empty",
+        "0.5,0.2,": "value 3 of '0.5,0.2,' is empty",
         "cosine:0.1-1.0,cosine:0.1-1": "cosine:0.1-1 given twice",
         # numbers the policy itself refuses (its own check, which --print_config would not run)
         "cosine:1.0-0.1": "'cosine:1.0-0.1': Cosine: low must be <= high",

@@ -1,0 +1,54 @@
+"""``python -m ssl_app``'s first step: what it can answer before Lightning is imported.
+
+Importing Lightning takes seconds (6 on a quiet 2-core machine, most of it torchmetrics, torchvision and scipy,
+which Lightning imports in turn; benchmarks/README.md, "Errors and --help before the imports"), so ``main``
+answers first what needs none of it: ``list``, ``export`` and ``embed`` (their own modules, which import what
+they use), the top-level ``--help``, a missing or misspelled command, and the inputs ``ssl_app.cli.early`` checks
+(a ``--config`` file that is not a YAML mapping, a class path on the command line that names no class).
+Everything else goes to LightningCLI (``ssl_app.cli.app``), whose parser errors say "did you mean" too
+(``ssl_app.cli.parsing``).
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from typing import Any, NoReturn, Optional
+
+from ssl_app.cli.early import OWN_SUBCOMMANDS, PROG, TRAINER_COMMANDS, check_class_paths, check_config_files, top_help
+from ssl_app.cli.suggest import did_you_mean
+from ssl_app.errors import ConfigError
+
+
+def main(args: Optional[list[str]] = None) -> Any:
+    """Run ``python -m ssl_app`` with ``args`` (default: ``sys.argv[1:]``) and return the LightningCLI of a
+    Trainer command; the other commands, ``--help`` and the inputs refused here exit (status 0 or 2)."""
+    argv = list(sys.argv[1:] if args is None else args)
+    if argv[:1] and argv[0] in OWN_SUBCOMMANDS:  # not a Trainer subcommand: no Trainer, no run folder
+        sys.exit(importlib.import_module(OWN_SUBCOMMANDS[argv[0]]).main(argv[1:]))
+    if argv[:1] in (["-h"], ["--help"]):
+        print(top_help())
+        sys.exit(0)
+    command = argv[0] if argv and not argv[0].startswith("-") else None  # else a top-level option first: LightningCLI's
+    if not argv or (command is not None and command not in TRAINER_COMMANDS):
+        known = [*TRAINER_COMMANDS, *OWN_SUBCOMMANDS]
+        given = f"invalid choice: {command!r}{did_you_mean(command, known)}" if command else "no command given"
+        refuse(f"{given}; choose from {', '.join(known)}", PROG)
+    if command is not None:
+        try:
+            check_config_files(argv)
+        except ConfigError as error:
+            refuse(str(error))
+        try:
+            check_class_paths(argv)
+        except ConfigError as error:
+            refuse(str(error), f"{PROG} {command}")
+    from ssl_app.cli.app import main as run_trainer_command
+
+    return run_trainer_command(argv)
+
+
+def refuse(message: str, prog: Optional[str] = None) -> NoReturn:
+    """One ``error:`` line, exit status 2; with ``prog``, where its options are listed (as the parser says its errors)."""
+    sys.stderr.write(f"error: {message}\n" + (f"(options: {prog} --help)\n" if prog else ""))
+    sys.exit(2)
