@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import importlib
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, NoReturn, Optional
 
 from ssl_app.cli.early import OWN_SUBCOMMANDS, PROG, TRAINER_COMMANDS, check_class_paths, check_config_files, top_help
@@ -25,7 +27,9 @@ def main(args: Optional[list[str]] = None) -> Any:
     Trainer command; the other commands, ``--help`` and the inputs refused here exit (status 0 or 2)."""
     argv = list(sys.argv[1:] if args is None else args)
     if argv[:1] and argv[0] in OWN_SUBCOMMANDS:  # not a Trainer subcommand: no Trainer, no run folder
-        sys.exit(importlib.import_module(OWN_SUBCOMMANDS[argv[0]]).main(argv[1:]))
+        with starting():
+            command_module = importlib.import_module(OWN_SUBCOMMANDS[argv[0]])
+        sys.exit(command_module.main(argv[1:]))
     if argv[:1] in (["-h"], ["--help"]):
         print(top_help())
         sys.exit(0)
@@ -40,12 +44,25 @@ def main(args: Optional[list[str]] = None) -> Any:
         except ConfigError as error:
             refuse(str(error))
         try:
-            check_class_paths(argv)
+            with starting():  # it imports the modules the class paths name
+                check_class_paths(argv)
         except ConfigError as error:
             refuse(str(error), f"{PROG} {command}")
-    from ssl_app.cli.app import main as run_trainer_command
+    with starting():
+        from ssl_app.cli.app import main as run_trainer_command
 
     return run_trainer_command(argv)
+
+
+@contextmanager
+def starting() -> Iterator[None]:
+    """Ctrl-C while the block imports (seconds: torch, Lightning), before the commands handle signals: one
+    line and status 130, as ``ssl_app.__main__`` says it for its own imports, not a traceback through them."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        sys.stderr.write("Interrupted by SIGINT while starting; nothing written\n")
+        sys.exit(130)
 
 
 def refuse(message: str, prog: Optional[str] = None) -> NoReturn:

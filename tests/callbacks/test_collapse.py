@@ -477,8 +477,8 @@ def test_a_run_whose_loss_sits_at_chance_is_flagged_from_epoch_one(tmp_path, cap
         # an explicit loss: a copy of the lazy default loss would keep its diagnostics to itself
         trainer.fit(tiny_model(ChanceSimCLR, loss=InfoNCE(0.5)), tiny_data())
     assert logger.values("metrics/collapsed") == [0.0, 1.0]  # written when it changes
-    chance = logger.values("loss/chance")  # constant: written once, at the first step
-    assert len(chance) == 1 and chance[0] == pytest.approx(math.log(2 * 16 - 1))  # batch 16: 1 positive + 30 negatives
+    chance = logger.values("loss/chance")  # constant: at the first step, then again at each epoch's last (a line)
+    assert len(chance) == 1 + 3 and chance == pytest.approx([math.log(2 * 16 - 1)] * 4)  # batch 16: 1 positive + 30 negatives
     summary = callback.collapse_summary()
     assert summary["mode"] == "loss_at_chance" and summary["since_epoch"] == 1 and summary["modes"] == {"loss_at_chance": 1}
     assert "Representation collapse at epoch 1 (loss_at_chance)" in caplog.text

@@ -276,7 +276,7 @@ def test_a_sweep_signalled_as_a_group_resumes_the_point_on_its_rerun_and_reports
     run = log.parent
     assert read_record(run).status == "interrupted" and "Traceback" not in log.read_text(), log.read_text()[-3000:]
 
-    assert sweep_main(args) == 0
+    assert sweep_main(args) == 0, log.read_text()[-3000:]
     record = read_record(run)
     assert record.status == "done" and len(record.resumes) == 1 and record.resumes[0]["checkpoint"].startswith(str(run))
     capsys.readouterr()

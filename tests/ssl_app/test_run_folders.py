@@ -244,9 +244,18 @@ def test_nothing_in_the_package_loads_a_file_with_weights_only_false():
         for package in ("ssl_app", "datamodules", "callbacks")
         for path in (REPO / package).rglob("*.py")
         for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1)
-        if ("weights_only=False" in line.replace(" ", "") and "save_checkpoint(" not in line) or "pickle.load(" in line
+        if ("weights_only=False" in line.replace(" ", "") and "save_checkpoint(" not in line)
+        or ("pickle.load(" in line and str(path.relative_to(REPO)) not in OWN_PIPES)
     ]
     assert found == []
+
+
+#: The modules that unpickle, and from what: only the pipes between a process and the drawing process it
+#: started itself (no file, nothing a user or another process hands in).
+OWN_PIPES = {
+    "ssl_app/drawing/worker.py": "the jobs its parent, the training process, writes to its stdin",
+    "callbacks/figure_process.py": "the answers of the drawing process it started, on that process's stdout",
+}
 
 
 # --- one writer per folder ---------------------------------------------------------------------

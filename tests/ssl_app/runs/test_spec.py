@@ -48,7 +48,7 @@ def test_grid_spellings_read_as_the_policy_they_mean_and_the_label_is_canonical(
     assert PolicySpec.parse("0.30").label() == "0.3" and PolicySpec.parse("1e-5").label() == "1e-05"
     assert PolicySpec.parse("learnable:0.07:min=0.01").label() == "learnable:0.07"
     assert PolicySpec.of(Learnable(0.2, max=0.5)).label() == "learnable:0.2:max=0.5"
-    with pytest.raises(ConfigError, match=r"temperature: 'cosine:0.1' is not a τ; give a number, cosine:LOW-HIGH"):
+    with pytest.raises(ConfigError, match=r"temperature: 'cosine:0.1': HIGH is missing after 0.1; the form is cosine:LOW-HIGH"):
         PolicySpec.parse("cosine:0.1")
 
 

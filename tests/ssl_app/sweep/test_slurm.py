@@ -200,8 +200,10 @@ def test_a_grid_on_the_slurm_launcher_runs_and_a_requeued_job_resumes_in_place(t
     assert "saving and requeueing" in task_log and "Requeued job" in task_log
 
     assert main([*args, "--status", *FAST, *pace]) == 0
-    lines = capsys.readouterr().out.strip().splitlines()
+    out = capsys.readouterr().out.strip().splitlines()
+    lines = out[: len(jobs)]  # each run's state, then the comparison table of the finished runs
     assert [line.split()[3] for line in lines] == ["done", "done"]
+    assert any(line.startswith("| ") for line in out[len(jobs) :])
     assert [line.rsplit(" ", 1)[1] for line in lines] == [job.job_id for job in jobs]
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from ssl_app.report.cli import main as report_main
-from ssl_app.runs.layout import read_sweep_point
+from ssl_app.runs.layout import evaluation_folders, read_sweep_point
 from ssl_app.runs.record import finish_record, read_record, start_record, write_record
 from ssl_app.sweep.command import main
 from ssl_app.sweep.grid import parse_grid, point_name
@@ -121,7 +121,7 @@ def test_the_linear_stage_is_filed_in_its_run_and_reaches_the_report(tmp_path, c
     args = ["--config", QUICKSTART, "--linear", str(linear), "--out", str(tmp_path / "out"), "--name", "p", *FAST]
     assert main(args) == 0
     run = tmp_path / "out" / "p" / "base" / "seed0"
-    [probe] = [p.name for p in (run / "evaluations").iterdir()]
+    [probe] = [p.name for p in evaluation_folders(run)]  # beside it: evaluations/linear, its values on the fit's row
     assert probe == "linear_0" and read_record(run / "evaluations" / probe).status == "done"
     assert read_sweep_point(run).commands.keys() == {"fit", "linear"}
     capsys.readouterr()
