@@ -241,7 +241,7 @@ def test_a_group_sigterm_stops_every_ddp_rank_and_one_process_resumes_the_epochs
 
 
 @pytest.mark.slow
-def test_a_sweep_signalled_as_a_group_resumes_the_point_on_its_rerun_and_reports_it(tmp_path, capsys):
+def test_a_sweep_signalled_as_a_group_resumes_the_point_on_its_rerun_and_reports_it(tmp_path, capsys, monkeypatch):
     """``python -m ssl_app.sweep`` and everything it started (the fit, its 2 data workers) get SIGTERM, as
     a pre-empted job: the sweep says how to resume, the point's record says interrupted, and the same
     sweep command resumes it into the same folder; the report then has its row. Catches a point failed
@@ -276,6 +276,10 @@ def test_a_sweep_signalled_as_a_group_resumes_the_point_on_its_rerun_and_reports
     run = log.parent
     assert read_record(run).status == "interrupted" and "Traceback" not in log.read_text(), log.read_text()[-3000:]
 
+    # the re-run where the first ran: its fits import this module's Marks from the repository, whatever the cwd and
+    # the environment the test process was left in by the tests before it
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PYTHONPATH", str(REPO))
     assert sweep_main(args) == 0, log.read_text()[-3000:]
     record = read_record(run)
     assert record.status == "done" and len(record.resumes) == 1 and record.resumes[0]["checkpoint"].startswith(str(run))

@@ -140,7 +140,7 @@ def test_configs_linear_runs_through_the_cli_on_a_checkpoint(checkpoint, tmp_pat
 
 @pytest.mark.slow
 @pytest.mark.parametrize("cache", ["none", "flips"])
-def test_two_processes_train_the_probe_and_agree_on_its_metrics(checkpoint, cache, tmp_path):
+def test_two_processes_train_the_probe_and_agree_on_its_metrics(checkpoint, cache, tmp_path, monkeypatch):
     """The probe under DDP (gloo): both paths run, the backbone is unchanged, and the synchronised
     test accuracy equals one process's accuracy of the same weights on the whole test split."""
     common = [f"--model.init_args.checkpoint={checkpoint}", f"--model.init_args.cache_features={cache}",
@@ -162,6 +162,6 @@ def test_two_processes_train_the_probe_and_agree_on_its_metrics(checkpoint, cach
     events = EventAccumulator(str(run))
     events.Reload()
     ddp_top1 = events.Scalars("linear/top1")[-1].value
-    os.chdir(tmp_path)
+    monkeypatch.chdir(tmp_path)  # os.chdir would leave the next tests of this worker there
     single = main(["validate", "--config", linear, *common, f"--ckpt_path={last}"])
     assert single.trainer.callback_metrics["linear/top1"].item() == pytest.approx(ddp_top1, abs=1e-6)
