@@ -10,9 +10,10 @@
 
 Every title names the run (its log folder) and its loss with τ, so images of two runs side by
 side say which is which, and the epoch and step it shows: in a ``validate``/``test`` of a checkpoint,
-the run that wrote the checkpoint and the checkpoint's epoch and step (``callbacks.plots.position``). The figures are handed over as plain data and drawn, during ``fit``, in a
-process of their own (``callbacks.figure_process``; ``EmbeddingMetrics.figure_process``), each
-written at its evaluation's step and time once drawn, at the latest at the end of ``fit``.
+the run that wrote the checkpoint and the checkpoint's epoch and step (``callbacks.plots.position``).
+The figures are handed over as plain data and drawn, during ``fit``, in a process of their own
+(``callbacks.figure_process``; ``EmbeddingMetrics.figure_process``), each written at its
+evaluation's step and time once drawn, at the latest at the end of ``fit``.
 """
 
 from __future__ import annotations

@@ -233,6 +233,8 @@ class SSLCLI(LightningCLI):
             )
             if folder is not None and log_dir is not None and folder.absolute() != Path(log_dir).absolute():
                 created_root = folder  # another process took the first free number; this one claimed the next
+            if plan.kind == "fit" and folder is not None and read_sweep_point(folder) is not None:
+                share_study_texts(trainer.callbacks, folder)
             without_placeholder(trainer.loggers)  # the HParams config is the curated one (ssl_app.runs.panel)
             options = read_options(self.config_snapshot, [])
             describe_scalars(trainer.loggers, options)
@@ -291,6 +293,15 @@ class SSLCLI(LightningCLI):
             "(or --trainer.max_steps)"
         )
         print("\n".join(record_summary_lines(record, finished.folder)), flush=True)
+
+
+def share_study_texts(callbacks: list[Any], folder: Path) -> None:
+    """A sweep's fit (``<out>/<sweep>/<point>/seed<k>``, ``ssl_app.runs.layout``): the texts every fit of the study
+    would repeat (``metrics/inputs``) are written once per study, by the first fit to write each."""
+    for callback in callbacks:
+        share = getattr(callback, "describe_inputs_once_in", None)
+        if callable(share):
+            share(folder.absolute().parent.parent)
 
 
 def _step_of(checkpoint: Any) -> int:
