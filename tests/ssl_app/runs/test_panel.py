@@ -416,3 +416,43 @@ def test_a_fits_probe_and_validation_land_on_its_row_through_the_cli(panel):
     assert groups[0].name.endswith(" · seed 0 · quickstart/version_0"), groups[0].name
     values = {(m.name.group, m.name.tag) for m in groups[0].metric_values}
     assert {("", "metrics/knn_acc"), ("evaluations/linear", "linear/top1"), ("evaluations/validate", "metrics/knn_acc")} <= values
+
+
+@pytest.mark.slow  # two fits and their probes through the CLI (docs/testing.md)
+def test_a_sweeps_run_list_holds_each_fit_and_its_probes_values_and_one_formula_table(tmp_path):
+    """Two fits of a sweep (``sweep.json`` as the sweep writes it before the fit), each probed as the sweep probes
+    it, then TensorBoard on the sweep's folder. Catches the probe's training curves as a run of their own beside its
+    values (main before issue 40: 3 runs per fit), the probe's top-1 missing from its fit's row or from the report,
+    and the formula table written by every fit of the study (identical in each)."""
+    from ssl_app.report.runs import read_run
+    from ssl_app.runs.layout import SweepPoint, write_sweep_point
+    from ssl_app.runs.spec import TAU_KEY
+
+    sweep = tmp_path / "tau"
+    for seed in (0, 1):
+        folder = sweep / "temperature=0.5" / f"seed{seed}"
+        folder.mkdir(parents=True)
+        write_sweep_point(folder, SweepPoint("tau", "temperature=0.5", {TAU_KEY: "0.5"}, seed, probed=True))
+        where = [f"--trainer.logger.init_args.save_dir={sweep}", "--trainer.logger.init_args.name=temperature=0.5",
+                 f"--trainer.logger.init_args.version=seed{seed}", f"--seed_everything={seed}"]  # fmt: skip
+        cli_in(tmp_path, [*TINY, *where])
+        last = folder / "checkpoints" / "last.ckpt"
+        probe = ["fit", "--config", str(CONFIGS / "linear.yaml"), f"--model.init_args.checkpoint={last}",
+                 "--data.init_args.data.init_args.train_size=40", "--data.init_args.data.init_args.test_size=20",
+                 "--trainer.max_epochs=1", "--trainer.check_val_every_n_epoch=1",
+                 "--trainer.enable_progress_bar=false"]  # fmt: skip
+        cli_in(tmp_path, probe)
+        assert (folder / "evaluations" / "linear_0" / "metrics.csv").is_file()  # the probe's curves, beside its record
+    view = Panel(sweep)
+    runs = sorted(run.run_name for run in view.provider.list_runs(view.ctx, experiment_id=""))
+    fits = [f"temperature=0.5/seed{seed}" for seed in (0, 1)]
+    assert runs == sorted([*fits, *(f"{fit}/evaluations/linear" for fit in fits)]), runs
+    texts = view.provider.list_tensors(view.ctx, experiment_id="", plugin_name="text")
+    assert [run for run, tags in texts.items() if "metrics/inputs/text_summary" in tags] in ([fits[0]], [fits[1]]), texts
+    _, groups = study_view(sweep)
+    assert sorted(group.name for group in groups) == ["τ=0.5 · seed 0 · tau", "τ=0.5 · seed 1 · tau"]
+    for group in groups:
+        assert ("evaluations/linear", "linear/top1") in {(m.name.group, m.name.tag) for m in group.metric_values}
+    report = read_run(sweep / fits[0], fits[0])
+    assert report.linear is not None and report.linear.last("linear/top1") is not None
+    assert report.linear.last("linear/top5") is not None
