@@ -15,6 +15,7 @@ from lightning.pytorch.trainer.states import TrainerFn
 from matplotlib.figure import Figure
 from torch import Tensor
 
+from ssl_app.checks import NonNegativeInt, is_a
 from ssl_app.drawing.figures import SimilarityDensities, densities
 from ssl_app.errors import ConfigError
 
@@ -92,11 +93,11 @@ def _read_position(path: str, stamp: int) -> Optional[Position]:
     except Exception:  # noqa: BLE001 - not ours to judge here: the CLI checked the checkpoint; the title makes do
         return None
     epoch, step = (saved.get("epoch"), saved.get("global_step")) if isinstance(saved, dict) else (None, None)
-    if not isinstance(epoch, int) or not isinstance(step, int) or isinstance(epoch, bool) or isinstance(step, bool):
+    if not (is_a(NonNegativeInt, epoch) and is_a(NonNegativeInt, step)):
         return None
     file = Path(path)
     run = "/".join(file.parent.parent.parts[-2:]) if file.parent.name == "checkpoints" else file.name
-    return Position(run, epoch, step)
+    return Position(run, int(epoch), int(step))
 
 
 def figure_title(trainer: L.Trainer, pl_module: L.LightningModule, subject: str) -> str:
