@@ -240,6 +240,8 @@ class SSLCLI(LightningCLI):
             describe_scalars(trainer.loggers, options)
             if plan.kind != "linear":
                 write_layout(trainer.loggers, options)
+            if plan.kind == "linear" and plan.parent is not None and trainer.is_global_zero and log_dir is not None:
+                keep_earlier_curves(Path(log_dir))
             with known_noise_silenced(PROBE_WARNINGS, ()) if plan.kind == "linear" else nullcontext():
                 getattr(trainer, subcommand)(model, **kwargs)
         except BaseException as error:
@@ -293,6 +295,15 @@ class SSLCLI(LightningCLI):
             "(or --trainer.max_steps)"
         )
         print("\n".join(record_summary_lines(record, finished.folder)), flush=True)
+
+
+def keep_earlier_curves(folder: Path) -> None:
+    """A probe resumed in its folder: its earlier ``metrics.csv`` (its curves so far, ``ssl_app.cli.plan.curves_as_csv``)
+    becomes ``metrics_<n>.csv`` (n the next free), since Lightning's CSVLogger deletes the file it finds."""
+    earlier = folder / "metrics.csv"
+    if earlier.is_file():
+        taken = {path.name for path in folder.glob("metrics_*.csv")}
+        earlier.rename(folder / next(f"metrics_{n}.csv" for n in range(len(taken) + 1) if f"metrics_{n}.csv" not in taken))
 
 
 def share_study_texts(callbacks: list[Any], folder: Path) -> None:
