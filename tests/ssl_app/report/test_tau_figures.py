@@ -59,12 +59,16 @@ def test_a_nearly_flat_series_gets_the_least_span_and_a_wide_one_keeps_its_range
 
 
 def test_the_tau_figures_are_drawn_or_skipped_with_a_note(tmp_path):
-    """Catches a τ figure that fails on runs that logged no τ (every run before policies) instead of saying so."""
+    """Catches a τ figure that fails on runs that logged no τ (every run before policies) instead of drawing their
+    configured constant, and one that fails, instead of saying so, when no run has a τ at all."""
     results = draw_tau_figures(write_tau_study(tmp_path / "runs"), tmp_path / "out", "fake")
     assert [result.name for result in results] == ["temperature_curves.png", "uniformity_tolerance_paths.png"]
     for result in results:
         assert_valid_png(result.path)
     write_run(tmp_path / "old" / "s0", run_config("InfoNCE", 0, 0.5), {"uniformity": 3.0, "tolerance": 0.3}, epochs=1)
-    skipped = draw_tau_figures(build_rows(group_runs(load_runs(tmp_path / "old"))), tmp_path / "old_out", None)
-    assert [result.path for result in skipped] == [None, None]
-    assert "loss/temperature" in skipped[0].note and "two epochs" in skipped[1].note
+    old = draw_tau_figures(build_rows(group_runs(load_runs(tmp_path / "old"))), tmp_path / "old_out", None)
+    assert_valid_png(old[0].path)  # its configured τ, a flat line
+    assert old[1].path is None and "two epochs" in old[1].note
+    write_run(tmp_path / "simple" / "s0", run_config("Simple", 0), {"uniformity": 3.0, "tolerance": 0.3}, epochs=2)
+    skipped = draw_tau_figures(build_rows(group_runs(load_runs(tmp_path / "simple"))), tmp_path / "simple_out", None)
+    assert skipped[0].path is None and "loss/temperature" in skipped[0].note
