@@ -42,6 +42,7 @@ SIMILARITY_EDGES = np.linspace(-1.0, 1.0, 51)
 #: tenth of uniformity's range [0, 4] (docs/science.md) and a twentieth of tolerance's [−1, 1].
 MIN_SPAN = {"uniformity": 0.4, "tolerance": 0.1}
 CURVES_PER_LINE = 4  # panels per line of the metric-curves figure
+PANELS_PER_LINE = 4  # the similarity figure's panels per line (a loss with more τs wraps)
 DPI = 110
 #: The x axis of every per-epoch figure (module docstring).
 EPOCH_AXIS_LABEL = "epochs trained"
@@ -197,13 +198,14 @@ def draw_penalty_curves(rows: list[Row], path: Path, title: str | None) -> Figur
     for curve in curves:
         by_series[curve.series].append(curve)
     styles = configuration_styles(rows)
-    figure, axes = new_figure(1, len(by_series), (8.5 * len(by_series), 4.2))
+    figure, axes = new_figure(1, len(by_series), (9 * len(by_series), 4.4))
     for axis, (series, series_curves) in zip(axes, by_series.items()):
+        words = {_negatives_words(curve) for curve in series_curves}
         for curve in series_curves:
             style = styles[curve.label]
-            details = [_negatives_words(curve)]
+            details = [] if len(words) == 1 else [_negatives_words(curve)]
             if curve.scheduled:  # its r(s) is drawn at the τ it ended at; the policy names it
-                details.append(f"r(s) at its final τ {curve.temperature:.3g}")
+                details.append(f"at its final τ {curve.temperature:.3g}")
             axis.plot(
                 curve.similarity,
                 curve.penalty,
@@ -217,7 +219,7 @@ def draw_penalty_curves(rows: list[Row], path: Path, title: str | None) -> Figur
         axis.set_ylabel("relative penalty r(s)")
         axis.set_title(series, fontsize="small")
         axis.grid(alpha=0.3)
-        legend_beside(axis)
+        legend_beside(axis, title=words.pop() if len(words) == 1 else None, title_fontsize="small")
     kinds = sorted({"all negatives" if curve.negatives == "all" else "top-k negatives" for curve in curves})
     figure.supxlabel(textwrap.fill(PENALTY_COUNTS, width=int(16 * figure.get_figwidth())), fontsize="x-small")
     return save_figure(figure, path, title, f"relative penalty r(s) over {' / '.join(kinds)}, final epoch")
@@ -349,8 +351,10 @@ def draw_dilemma_plane(
 def draw_similarity_distributions(rows: list[Row], path: Path, title: str | None) -> FigureResult:
     """Positive vs top-k negative similarity densities of the final epoch (Wang & Liu, Fig. 8).
 
-    One panel per configuration (seeds pooled), one line of panels per loss, τ left to right;
-    each run's k is its own ``EmbeddingMetrics.top_k``. Every panel has the same x-range [−1, 1],
+    One panel per configuration (seeds pooled), one line of panels per loss (wrapped at
+    ``PANELS_PER_LINE``), τ left to right; each panel's title names its configuration and the means of
+    both distributions, one legend below the panels says which colour is which; each run's k is its own
+    ``EmbeddingMetrics.top_k``. Every panel has the same x-range [−1, 1],
     the same 50 bins (``SIMILARITY_EDGES``) and the same y-range (the largest density of any panel).
     """
     panels = [(row, _final(row.runs, POSITIVE_TAG), _final(row.runs, NEGATIVE_TAG)) for row in rows]
@@ -358,13 +362,15 @@ def draw_similarity_distributions(rows: list[Row], path: Path, title: str | None
     if not panels:
         negative = NEGATIVE_TAG.replace("{k}", "<k>")
         return FigureResult(path.name, None, f"skipped: no run logged the histograms {POSITIVE_TAG} and {negative}")
-    lines: dict[str, list] = defaultdict(list)
+    by_series: dict[str, list] = defaultdict(list)
     for panel in panels:
-        lines[panel[0].configuration.series].append(panel)
-    width = max(len(line) for line in lines.values())
-    figure, axes = new_figure(len(lines), width, (3.4 * width, 2.9 * len(lines) + 0.5), squeeze=False)
+        by_series[panel[0].configuration.series].append(panel)
+    wrap = PANELS_PER_LINE
+    lines = [line[start : start + wrap] for line in by_series.values() for start in range(0, len(line), wrap)]
+    width = max(len(line) for line in lines)
+    figure, axes = new_figure(len(lines), width, (3.6 * width, 2.9 * len(lines) + 0.5), squeeze=False)
     edges, highest = SIMILARITY_EDGES, 0.0
-    for line_index, line in enumerate(lines.values()):
+    for line_index, line in enumerate(lines):
         for column in range(width):
             axis = axes[line_index][column]
             if column >= len(line):
@@ -379,9 +385,8 @@ def draw_similarity_distributions(rows: list[Row], path: Path, title: str | None
                 axis.stairs(density, edges, fill=True, alpha=0.5, color=colour, label=name)
                 means.append(mean)
             # the means in the title, the colours in one legend below the panels: nothing over the densities
-            title = run_label(row.configuration.label, len(positives))
-            title += f"\nmean pos. {means[0]:.3f} · top-{top_k} neg. {means[1]:.3f}"
-            axis.set_title(title, fontsize="small")
+            heading = run_label(row.configuration.label, len(positives))
+            axis.set_title(f"{heading}\nmean pos. {means[0]:.3f} · top-{top_k} neg. {means[1]:.3f}", fontsize="small")
             axis.set_xlabel("cosine similarity", fontsize="small")
             axis.set_ylabel("density", fontsize="small")
     for axis in axes.ravel():

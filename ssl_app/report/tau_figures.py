@@ -173,7 +173,7 @@ def draw_temperature_curves(rows: list[Row], path: Path, title: str | None) -> F
             axis.set_ylim(*readable_limits(seen[key], MIN_SPANS[key]))
         axis.set_ylabel(name)
         axis.grid(alpha=0.3)
-        epoch_axis(axis, end)
+        epoch_axis(axis, end, label=axis is axes[-1])
     legend_beside(figure, list(handles.values()), list(handles))
     return save_figure(figure, path, title, "τ, uniformity and tolerance over training, one line per run")
 
