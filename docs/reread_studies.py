@@ -224,6 +224,70 @@ def write_markdown(path: Path, rows: list[dict[str, object]], title: str) -> Non
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
+# --- docs/hardness_study/hardness_profile.png: the profiles read back from the figure's pixels ------------------
+#: The figure's gridlines (pixel column of s = −0.75 … 1.0, pixel row of share 1e-2, 1e-3, 1e-4) and curve colours
+#: (matplotlib's tab10, in the report's order; InfoNCE's blue and DCL's green lie under Debiased's red: the same
+#: profile, log-slope 1.98 ± 0.00 each).
+GRID_COLUMNS = {-0.75: 144, -0.5: 238, -0.25: 332, 0.0: 426, 0.25: 521, 0.5: 615, 0.75: 709, 1.0: 803}
+GRID_ROWS = {-2: 169, -3: 314, -4: 458}
+CURVES = {DEB: (214, 39, 40), HARD: (255, 127, 14), HCL: (148, 103, 189), HYP: (140, 86, 75), MACL: (227, 119, 194)}
+#: A marker covers at least this many of the 7 rows around its centre (a curve's line alone, fewer).
+MARKER_ROWS = 3
+BIN_CENTRES = [round(-0.85 + 0.1 * k, 2) for k in range(19)]
+#: The legend's frame (columns, rows): its markers share the curves' colours; no curve's point lies inside it.
+LEGEND = ((78, 377), (38, 206))
+#: The bins each slope is fitted on: every bin a curve has a point in, and for the two losses whose share falls
+#: to 0 below an edge, only the bins right of that edge's steep rise (the hard loss: the bins it keeps whole;
+#: HCL: the upper half, where its push is not cancelled by the pull-back).
+KEPT = {HARD: (0.45, 0.95), HCL: (0.45, 0.95)}
+
+
+def read_profiles(png: Path) -> list[dict[str, object]]:
+    """Each curve's mean share at each bin centre, read from the figure: the marker's pixel row in the bin's column,
+    mapped through the gridlines (linear in s, linear in log10 share). Accurate to a pixel (~2% of a share)."""
+    import numpy as np
+    from PIL import Image
+
+    image = np.asarray(Image.open(png).convert("RGB")).astype(int)
+    x_slope, x_zero = np.polyfit(list(GRID_COLUMNS), list(GRID_COLUMNS.values()), 1)
+    y_slope, y_zero = np.polyfit(list(GRID_ROWS), list(GRID_ROWS.values()), 1)
+    points = []
+    for name, colour in CURVES.items():
+        mask = np.abs(image - np.array(colour)).sum(axis=2) < 40
+        for s in BIN_CENTRES:
+            x = int(round(x_slope * s + x_zero))
+            ys = np.nonzero(mask[:, x - 1 : x + 2].any(axis=1))[0]
+            in_legend = (LEGEND[0][0] <= x <= LEGEND[0][1]) & (ys >= LEGEND[1][0]) & (ys <= LEGEND[1][1])
+            ys = ys[(ys > 35) & (ys < 470) & ~in_legend]
+            if len(ys) == 0:
+                continue
+            centre = max(ys, key=lambda y: int(((ys >= y - 3) & (ys <= y + 3)).sum()))
+            if ((ys >= centre - 3) & (ys <= centre + 3)).sum() < MARKER_ROWS:
+                continue  # a few edge pixels of another curve's marker, not this curve's
+            row = float(ys[(ys >= centre - 4) & (ys <= centre + 4)].mean())
+            points.append({"configuration": name, "s": s, "mean_share": float(10 ** ((row - y_zero) / y_slope))})
+    return points
+
+
+def profile_slopes(points: list[dict[str, object]]) -> list[dict[str, object]]:
+    """Least-squares slope of ln(share) against s (unweighted: the figure gives no counts) on each curve's bins."""
+    slopes = []
+    for name in CURVES:
+        mine = [p for p in points if p["configuration"] == name]
+        fits = [("every bin with a point", mine)]
+        if name in KEPT:
+            low, high = KEPT[name]
+            fits.append((f"s = {low}–{high}", [p for p in mine if low - 1e-9 <= p["s"] <= high + 1e-9]))
+        for bins, used in fits:
+            fit = stats.linregress([p["s"] for p in used], [math.log(p["mean_share"]) for p in used])
+            s_values = [p["s"] for p in used]
+            slopes.append({
+                "configuration": name, "bins": bins, "s_low": min(s_values), "s_high": max(s_values),
+                "points": len(used), "log_slope": float(fit.slope),
+            })  # fmt: skip
+    return slopes
+
+
 def main() -> None:
     study = from_summaries(read_table(DOCS / "study" / "table.csv"), STUDY)
     write(DOCS / "study" / "comparisons.csv", study)
@@ -231,6 +295,9 @@ def main() -> None:
     hardness = from_summaries(read_table(DOCS / "hardness_study" / "table.csv"), HARDNESS)
     write(DOCS / "hardness_study" / "comparisons.csv", hardness)
     write_markdown(DOCS / "hardness_study" / "comparisons.md", hardness, "Hardness study")
+    points = read_profiles(DOCS / "hardness_study" / "hardness_profile.png")
+    write(DOCS / "hardness_study" / "profile_read.csv", points)
+    write(DOCS / "hardness_study" / "profile_read_slopes.csv", profile_slopes(points))
     tau = from_intervals(read_table(DOCS / "tau_study" / "table.csv"))
     write(DOCS / "tau_study" / "comparisons.csv", tau)
     lines = [

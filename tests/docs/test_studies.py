@@ -12,6 +12,7 @@ quotes is found in a recorded file. No training: a few CSVs and three pages.
 from __future__ import annotations
 
 import csv
+import importlib.util
 import math
 import re
 from pathlib import Path
@@ -249,3 +250,32 @@ def test_every_quoted_decimal_is_recorded(name):
         if not any(abs(round(value, d) - float(quoted)) < 1e-9 for value in recorded):
             missing.append(quoted)
     assert missing == [], f"{name}.md quotes numbers no committed file records: {missing}"
+
+
+# --- docs/hardness_study: the profiles read back from the committed figure ---------------------------------------
+
+
+def test_profile_slopes_read_from_the_figure_are_recorded_and_fitted_on_their_bins():
+    """Reading the committed figure again gives the recorded points; each slope is scipy's fit on the bins it
+    names; the curves with a share in every bin give back the recorded (weighted, per-run) slopes, which is what
+    makes the hard loss's kept-bin slope, flatter than InfoNCE's, a reading to trust."""
+    spec = importlib.util.spec_from_file_location("reread_studies", DOCS / "reread_studies.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    points = rows(DOCS / "hardness_study" / "profile_read.csv")
+    read = module.read_profiles(DOCS / "hardness_study" / "hardness_profile.png")
+    assert [(p["configuration"], p["s"]) for p in read] == [(p["configuration"], float(p["s"])) for p in points]
+    assert [p["mean_share"] for p in read] == pytest.approx([float(p["mean_share"]) for p in points], rel=1e-9)
+    slopes = rows(DOCS / "hardness_study" / "profile_read_slopes.csv")
+    for fit in slopes:
+        used = [p for p in points if p["configuration"] == fit["configuration"]]
+        used = [p for p in used if float(fit["s_low"]) - 1e-9 <= float(p["s"]) <= float(fit["s_high"]) + 1e-9]
+        assert len(used) == int(fit["points"]) >= 5
+        line = stats.linregress([float(p["s"]) for p in used], [math.log(float(p["mean_share"])) for p in used])
+        assert float(fit["log_slope"]) == pytest.approx(line.slope, rel=1e-9)
+    recorded = {r["configuration"]: float(r["log_slope_mean"]) for r in rows(DOCS / "hardness_study" / "profile_slopes.csv")}
+    every_bin = {f["configuration"]: float(f["log_slope"]) for f in slopes if f["bins"] == "every bin with a point"}
+    for name in ("Debiased τ=0.5 tau_plus=0.1", "MACL τ=0.5 a_0=0 alpha=0.5", "Hypersphere λ=1 alpha=2 t=2"):
+        assert every_bin[name] == pytest.approx(recorded[name], abs=0.1)
+    kept = {f["configuration"]: float(f["log_slope"]) for f in slopes if f["bins"] != "every bin with a point"}
+    assert kept["HardContrastive τ=0.5 q=0.1"] < recorded["InfoNCE τ=0.5"] < recorded["HardContrastive τ=0.5 q=0.1"]
