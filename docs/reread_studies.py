@@ -17,8 +17,13 @@ What each study kept, and so what can be computed from it:
   report's output folders are gone; 3 digits). The p-value follows from an interval: s_d/√n = half-width /
   t_{0.975, n−1}; the comparisons with ≥ 3 pairs are one Holm family, those with 2 pairs are not tested.
 
-Outputs: ``comparisons.csv`` in ``docs/study``, ``docs/hardness_study`` and ``docs/tau_study``, and ``comparisons.md``
-(the table, with the quote each study's text uses) in the first two.
+* ``docs/hardness_study`` kept each profile's slope (mean ± std, fitted across the edge where HCL and the hard loss
+  give no share) and the figure, not the per-bin shares: the shares are read back from the figure's pixels and
+  fitted on the bins each loss keeps.
+
+Outputs: ``comparisons.csv`` in ``docs/study``, ``docs/hardness_study`` and ``docs/tau_study``, ``comparisons.md``
+beside each (the table, with the quote each study's text uses), and ``docs/hardness_study/profile_read.csv`` and
+``profile_read_slopes.csv``. Deterministic: running it again rewrites the same files.
 """
 
 from __future__ import annotations
