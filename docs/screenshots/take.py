@@ -113,7 +113,8 @@ def free_port() -> int:
 #: (Time Series' settings pane closed, as a returning user has it), then opens the tab named in the fragment
 #: with SVG charts (``forceSVG``). With ``?click=<view-id>`` it opens TensorBoard in a frame filling the window
 #: instead, clicks that element (searched through the shadow roots of TensorBoard's Polymer dashboards) once it
-#: exists, and posts to ``REPORT`` how many lines parallel coordinates draws once that count is steady.
+#: exists, and posts to ``REPORT`` whether it clicked and how many lines parallel coordinates draws, each time that
+#: changes (the last report stands for the picture, taken when the virtual time is spent).
 PRIME = "/__screenshot"
 REPORT = "/__screenshot/report"
 PRIME_PAGE = b"""<!doctype html>
@@ -134,23 +135,16 @@ if (!click) location.replace(board);
 else addEventListener("DOMContentLoaded", () => {
   const frame = document.body.appendChild(document.createElement("iframe"));
   frame.src = board;
-  let clicked = false, last = -1, steady = 0, ticks = 0;
+  let clicked = false, posted = "";
   const step = () => {
     const page = frame.contentDocument;
     if (page && !clicked) {
       const target = deep(page, '[view-id="' + click + '"]')[0];
       if (target) { target.click(); clicked = true; }
     }
-    if (clicked) {
-      const drawn = p => p.getAttribute("d") && p.getAttribute("visibility") !== "hidden";
-      const lines = deep(page, "g.foreground path").filter(drawn).length;
-      steady = lines === last ? steady + 1 : 0;
-      last = lines;
-    }
-    if ((clicked && last > 0 && steady >= 4) || ++ticks > 200) {
-      fetch("/__screenshot/report", {method: "POST", body: JSON.stringify({click, clicked, lines: last})});
-      return;
-    }
+    const drawn = p => p.getAttribute("d") && p.getAttribute("visibility") !== "hidden";
+    const report = JSON.stringify({click, clicked, lines: clicked ? deep(page, "g.foreground path").filter(drawn).length : 0});
+    if (report !== posted) fetch("/__screenshot/report", {method: "POST", body: posted = report});
     setTimeout(step, 250);
   };
   step();
@@ -178,14 +172,17 @@ def with_prime_page(app, reports: list[dict]):
 
 
 def serve(logdir: Path, reports: list[dict]) -> str:
-    """TensorBoard on ``logdir`` in a daemon thread of this process; returns its URL once it answers."""
+    """TensorBoard on ``logdir`` in a daemon thread of this process, its logs read; returns its URL once it answers."""
     from tensorboard import program
 
     def server(app, flags):
         return program.WerkzeugServer(with_prime_page(app, reports), flags)
 
     board = program.TensorBoard(server_class=server)
-    board.configure(argv=[None, "--logdir", str(logdir), "--host", "127.0.0.1", "--port", str(free_port()), "--load_fast=false"])
+    port = str(free_port())
+    # Every event file read once, before the server starts: the logs do not change while the shots are taken.
+    static = ["--load_fast=false", "--reload_task=blocking", "--reload_interval=0"]
+    board.configure(argv=[None, "--logdir", str(logdir), "--host", "127.0.0.1", "--port", port, *static])
     url = board.launch().rstrip("/")
     for _ in range(120):  # until the runs are loaded: /data/runs lists them
         try:
@@ -303,17 +300,17 @@ def main(argv: list[str] | None = None) -> int:
         reports: list[dict] = []
         url = serve(logdir, reports)
         args.out.mkdir(parents=True, exist_ok=True)
-        for name in shots:
-            shot, path = SHOTS[name], args.out / f"{name}.png"
+        for name in shots:  # each taken in the scratch folder and moved into --out once checked and compressed
+            shot, taken, path = SHOTS[name], Path(scratch) / f"{name}.png", args.out / f"{name}.png"
             del reports[:]
-            shoot(
-                chromium, shot_url(url, shot), path, args.width or shot.window[0], args.height or shot.window[1], args.budget_ms
-            )
+            width, height = args.width or shot.window[0], args.height or shot.window[1]
+            shoot(chromium, shot_url(url, shot), taken, width, height, args.budget_ms)
             checked = check_lines(reports[-1] if reports else None, hparams_rows(url)) if name == "parallel_coordinates" else ""
-            compress(path, args.max_kb)
-            with Image.open(path) as image:
-                size = f"{image.width}×{image.height}, {path.stat().st_size // 1024} KB"
-            print(f"wrote {path} ({size}){'; ' + checked if checked else ''}")
+            compress(taken, args.max_kb)
+            with Image.open(taken) as image:
+                size = f"{image.width}×{image.height}, {taken.stat().st_size // 1024} KB"
+            shutil.copyfile(taken, path)
+            print(f"wrote {path} ({size}){'; ' + checked if checked else ''}", flush=True)
     return 0
 
 
