@@ -57,7 +57,7 @@ SHOTS = {
     "landing": Shot("", window=(1400, 1750)),
     "timeseries": Shot("timeseries", window=(1400, 1750)),
     "scalars": Shot("scalars"),
-    "custom_scalars": Shot("custom_scalars", window=(1400, 1300)),
+    "custom_scalars": Shot("custom_scalars", window=(1400, 900)),
     "images": Shot("images", window=(1400, 1400)),
     "text": Shot("text"),
     "hparams": Shot("hparams", window=(2300, 700)),
