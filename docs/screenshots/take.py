@@ -273,7 +273,7 @@ def chosen_shots(names: Optional[str]) -> list[str]:
     shots = [name.strip() for name in (names or ",".join(STUDY)).split(",") if name.strip()]
     unknown = [name for name in shots if name not in SHOTS]
     if unknown or not shots:
-        raise ValueError(f"--shots {','.join(unknown) or names!r}: not one of {','.join(SHOTS)}")
+        raise ValueError(f"--shots {','.join(unknown) or repr(names)}: not one of {','.join(SHOTS)}")
     return shots
 
 
