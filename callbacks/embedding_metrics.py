@@ -31,6 +31,7 @@ from callbacks.labels import missing_labels, say_skipped
 from callbacks.plots import SIMILARITY_RANGE, find_tensorboard
 from callbacks.schedule import check_every_n_epochs, evaluation_due
 from ssl_app.checkpointing import first_nonfinite
+from ssl_app.checks import check_int, check_optional_int
 from ssl_app.errors import ConfigError, NonFiniteError
 from ssl_app.io.changes import OnChange
 from ssl_app.metrics import DEFAULT_TOP_K, EmbeddingInputs, EmbeddingReport, evaluate_metrics
@@ -211,10 +212,9 @@ class EmbeddingMetrics(Callback):
         lidar_samples: int | None = 1000,
     ) -> None:
         super().__init__()
-        if not isinstance(lidar_views, int) or isinstance(lidar_views, bool) or lidar_views < 0 or lidar_views == 1:
-            raise ConfigError(f"EmbeddingMetrics: lidar_views must be 0 (off) or an int >= 2, got {lidar_views!r}")
-        if lidar_samples is not None and (not isinstance(lidar_samples, int) or lidar_samples < 2):
-            raise ConfigError(f"EmbeddingMetrics: lidar_samples must be an int >= 2 or None, got {lidar_samples!r}")
+        if lidar_views != 0:  # 0: off; else q >= 2 views per image
+            check_int(lidar_views, "EmbeddingMetrics: lidar_views (0 turns LiDAR off)", minimum=2)
+        check_optional_int(lidar_samples, "EmbeddingMetrics: lidar_samples", minimum=2)
         every_n_epochs = check_every_n_epochs(every_n_epochs, "EmbeddingMetrics")
         if not isinstance(top_k, int) or top_k < 1:
             raise ConfigError(f"EmbeddingMetrics: top_k must be an int >= 1, got {top_k!r}")
