@@ -144,6 +144,10 @@ def test_each_metric_reads_the_inputs_it_declares():
     assert declared["uniformity"] == ("clean",) and declared["alignment"] == ("views",)
     assert declared["tolerance"] == ("clean", "labels") and declared["effective_rank"] == ("clean",)
     assert declared["effective_rank_backbone"] == ("backbone",)
+    assert declared["wasserstein_uniformity"] == ("clean",) and declared["lidar"] == ("multiview",)
+    assert report.value("wasserstein_uniformity") == pytest.approx(wasserstein_uniformity(x.clean).item())
+    assert math.isnan(report.value("lidar"))  # no multiview input: not computed, not logged
+    assert "lidar" not in report.scalars()
 
 
 def test_each_input_is_decomposed_once_per_evaluation_and_the_report_keeps_its_spectrum(monkeypatch):
@@ -183,7 +187,7 @@ def test_the_report_reads_every_scalar_in_one_transfer():
 def test_scalars_are_the_logged_tags_with_k_filled_in():
     """Catches a tag logged with its template unfilled (``top{k}_neg_sim``) or with the default k
     instead of the inputs' top_k, and a registered field left out of the scalars."""
-    scalars = evaluate_metrics(inputs(train=torch.randn(50, 8))).scalars()  # top_k = 5
+    scalars = evaluate_metrics(inputs(train=torch.randn(50, 8), multiview=torch.randn(40, 3, 8))).scalars()  # top_k = 5
     assert set(scalars) == {metric.tag(name, 5) for metric, name in registered_fields()}
     assert "top5_neg_sim" in scalars and not any("{" in tag or "top10" in tag for tag in scalars)
 
