@@ -285,3 +285,18 @@ def test_two_ranks_sum_the_statistics_one_process_sums(tmp_path):
         assert result["w2"].item() == pytest.approx(wasserstein_uniformity(z).item(), abs=1e-12)
         assert result["lidar"].item() == pytest.approx(lidar(views).item(), rel=1e-9)
         torch.testing.assert_close(result["stats"].view_gram, single.view_gram, rtol=0, atol=1e-9)
+
+
+def test_a_non_finite_view_drops_its_sample_from_lidar_and_is_counted():
+    """Catches a NaN view reaching the LDA (every eigenvalue NaN) or dropped without being counted."""
+    from ssl_app.metrics import EmbeddingInputs, evaluate_metrics
+
+    clean = torch.randn(20, 8)
+    views = sample_views(n=20, q=3, d=8)
+    broken = views.clone()
+    broken[4, 1, 0] = float("nan")
+    x = EmbeddingInputs(clean, torch.zeros(20, dtype=torch.long), clean, clean, multiview=broken)
+    report = evaluate_metrics(x, names=("lidar",))
+    keep = torch.arange(20) != 4
+    assert report.nonfinite == 1 and report.total == 20 + 20 + 20  # two view inputs and the 20 samples of q views
+    assert report.value("lidar") == pytest.approx(lidar(views[keep]).item(), rel=1e-6)  # read as float32
