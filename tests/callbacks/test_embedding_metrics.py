@@ -312,7 +312,15 @@ def test_two_ranks_measure_what_one_process_measures(ddp_results, inputs, eval_o
     """The ranks read their clean shards from the device (``eval_on: auto``); one process reads
     them from the device or through the workers: the same values."""
     single = ddp_worker.callback_report(0, 1, inputs, eval_on).scalars()
-    assert {"uniformity", "tolerance", "effective_rank", "alignment", "pos_sim", "top10_neg_sim"} <= set(single)
+    assert {
+        "uniformity",
+        "tolerance",
+        "effective_rank",
+        "alignment",
+        "pos_sim",
+        "top10_neg_sim",
+        "wasserstein_uniformity",
+    } <= set(single)
     # RankMe's backbone rows come with the clean pass only, gathered like the projections
     assert ("effective_rank_backbone" in single) == (inputs == "clean")
     assert ("top10_train_neg_sim" in single) == (inputs == "clean")  # negatives_from=train there
