@@ -31,6 +31,7 @@ COMMANDS = {
     "list (all)": ["-m", "ssl_app", "list"],
     "fit: misspelled loss class": ["-m", "ssl_app", "fit", *QUICKSTART, "--model.init_args.loss=ssl_app.losses.InfoNCe"],
     "fit: misspelled option": ["-m", "ssl_app", "fit", *QUICKSTART, "--trainer.max_epoch=3"],
+    "fit: misspelled loss option": ["-m", "ssl_app", "fit", *QUICKSTART, "--model.init_args.loss.init_args.temperatur=0.2"],
     "sweep: empty grid value": ["-m", "ssl_app.sweep", *QUICKSTART, "--grid", "tau=0.5,,0.2", "--dry-run"],
 }
 

@@ -216,7 +216,7 @@ TEST_REFERENCE = re.compile(r"(?<![\w*/])([\w/*]+\.py)(?:::(\w+))?")
 def test_docs_testing_names_only_test_files_and_functions_that_exist():
     """Catches docs/testing.md describing a test file or a test function that was renamed, moved or
     removed (a page about the suite that no longer matches it)."""
-    roots = [REPO / part for part in ("tests", "ssl_app", "callbacks", "datamodules", "benchmarks", ".ci")]
+    roots = [REPO / part for part in ("tests", "ssl_app", "callbacks", "datamodules", "benchmarks", ".ci", "docs")]
     files = [path for root in roots for path in root.rglob("*.py")]
     stale = []
     references = TEST_REFERENCE.findall((REPO / "docs" / "testing.md").read_text(encoding="utf-8"))

@@ -6,7 +6,7 @@ jsonargparse would; "did you mean" from the option's registry, ``ssl_app.cli.sug
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import yaml
 
@@ -116,3 +116,100 @@ def _check_config_file(path: Path, included_by: Optional[Path], seen: set[Path])
     for name in included if isinstance(included, list) else [included]:
         if isinstance(name, str):
             _check_config_file(path.parent / name, path, seen)
+
+
+#: The core and added groups of every Trainer command's parser (``lightning.pytorch.cli``, ``ssl_app.cli.app``): the
+#: class a group configures (None: the one its config names, ``subclass_mode``), or None for a plain option.
+#: The tests hold this equal to the parser's own top-level options.
+GROUPS: dict[str, Optional[str]] = {
+    "trainer": "lightning.pytorch.trainer.trainer.Trainer",
+    "checkpoint": "lightning.pytorch.callbacks.model_checkpoint.ModelCheckpoint",
+    "health": "ssl_app.health.NumericalHealth",
+}
+SUBCLASS_GROUPS = ("model", "data")
+PLAIN_OPTIONS = ("config", "print_config", "seed_everything", "resume_anyway", "attach_to_run")
+#: The arguments of ``Trainer.<command>`` LightningCLI leaves out (it passes the model and data itself).
+SKIPPED_METHOD_ARGUMENTS = {"model", "train_dataloaders", "val_dataloaders", "dataloaders", "datamodule"}
+
+
+def top_level_options(command: str) -> Optional[list[str]]:
+    """The top-level options of ``command``'s parser, or None when ``Trainer.<command>``'s source cannot be read."""
+    from ssl_app.cli.source_signatures import method_parameters
+
+    method = method_parameters(GROUPS["trainer"], command)
+    if method is None:
+        return None
+    own = [name for name in method if name not in SKIPPED_METHOD_ARGUMENTS]
+    return [*PLAIN_OPTIONS, *GROUPS, *SUBCLASS_GROUPS, *own]
+
+
+def check_option_names(command: str, argv: list[str], cwd: Optional[Path] = None) -> None:
+    """Raise a ``ConfigError`` for an option ``command`` does not take, said as its parser would say it with "did
+    you mean" (``ssl_app.cli.parsing``), read from source (``ssl_app.cli.source_signatures``) and the configs
+    (``ssl_app.cli.given_config``) instead of importing Lightning. An option whose class cannot be settled that way
+    is left to the parser."""
+    from ssl_app.cli.given_config import given_tree, options_and_values
+    from ssl_app.cli.suggest import did_you_mean
+
+    top = top_level_options(command)
+    if top is None:
+        return
+    tree = given_tree(argv, cwd)
+    for option, value in options_and_values(argv):
+        if option in ("-c", "--help") or not option.startswith("--"):
+            continue
+        parts = option[2:].rstrip("+").split(".")
+        shown = option if value is None else f"{option}={value}" if f"{option}={value}" in argv else f"{option} {value}"
+        if parts[0] not in top:
+            known = [f"--{name}" for name in top]
+            raise ConfigError(f"unrecognized arguments: {shown}{did_you_mean(option.split('=')[0], known)}")
+        if len(parts) == 1 or parts[-1] == "help":
+            continue
+        group = parts[0]
+        if group in GROUPS:
+            _check_plain_group(group, GROUPS[group], parts[1:], tree.get(group), shown)
+        elif group in SUBCLASS_GROUPS:
+            _check_class_node(group, tree.get(group), parts[1:])
+
+
+def _check_plain_group(group: str, class_path: Optional[str], rest: list[str], subtree: Any, shown: str) -> None:
+    """``--trainer.max_epochs``: a group of a class's options (no ``init_args``), refused as an unrecognised argument."""
+    from ssl_app.cli.source_signatures import init_parameters
+    from ssl_app.cli.suggest import did_you_mean
+
+    options = init_parameters(class_path) if class_path else None
+    if options is None:
+        return
+    if rest[0] not in options:
+        known = [f"--{group}.{name}" for name in options]
+        raise ConfigError(f"unrecognized arguments: {shown}{did_you_mean(f'--{group}.{rest[0]}', known)}")
+    child = subtree.get(rest[0]) if isinstance(subtree, dict) else None
+    if len(rest) > 1:
+        _check_class_node(f"{group}.{rest[0]}", child, rest[1:])
+
+
+def _check_class_node(key: str, subtree: Any, rest: list[str]) -> None:
+    """``--model.init_args.loss.init_args.temperature``: each option after a class (``init_args.`` optional) must be
+    one that class takes, down to where the configs no longer name a class."""
+    from ssl_app.cli.source_signatures import init_parameters
+    from ssl_app.cli.suggest import did_you_mean
+
+    class_path = subtree.get("class_path") if isinstance(subtree, dict) else None
+    if not isinstance(class_path, str) or not rest or rest[0] == "class_path":
+        return
+    if rest[0] == "init_args":
+        rest = rest[1:]
+        if not rest:
+            return
+    options = init_parameters(class_path)
+    if options is None:
+        return
+    name = rest[0]
+    if name not in options:
+        known = [f"{key}.init_args.{option}" for option in options]
+        raise ConfigError(
+            f"{key}: Option '{name}' is not accepted by {class_path}{did_you_mean(f'{key}.init_args.{name}', known)}"
+        )
+    init_args = subtree.get("init_args")
+    if len(rest) > 1:
+        _check_class_node(f"{key}.init_args.{name}", init_args.get(name) if isinstance(init_args, dict) else None, rest[1:])

@@ -4,7 +4,8 @@ Importing Lightning takes seconds (6 on a quiet 2-core machine, most of it torch
 which Lightning imports in turn; benchmarks/README.md, "Errors and --help before the imports"), so ``main``
 answers first what needs none of it: ``list``, ``export`` and ``embed`` (their own modules, which import what
 they use), the top-level ``--help``, a missing or misspelled command, and the inputs ``ssl_app.cli.early`` checks
-(a ``--config`` file that is not a YAML mapping, a class path on the command line that names no class).
+(a ``--config`` file that is not a YAML mapping, a class path on the command line that names no class, an option
+no parser would take: its names are read from the classes' source, ``ssl_app.cli.source_signatures``).
 Everything else goes to LightningCLI (``ssl_app.cli.app``), whose parser errors say "did you mean" too
 (``ssl_app.cli.parsing``).
 """
@@ -17,7 +18,15 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, NoReturn, Optional
 
-from ssl_app.cli.early import OWN_SUBCOMMANDS, PROG, TRAINER_COMMANDS, check_class_paths, check_config_files, top_help
+from ssl_app.cli.early import (
+    OWN_SUBCOMMANDS,
+    PROG,
+    TRAINER_COMMANDS,
+    check_class_paths,
+    check_config_files,
+    check_option_names,
+    top_help,
+)
 from ssl_app.cli.suggest import did_you_mean
 from ssl_app.errors import ConfigError
 
@@ -46,6 +55,7 @@ def main(args: Optional[list[str]] = None) -> Any:
         try:
             with starting():  # it imports the modules the class paths name
                 check_class_paths(argv)
+                check_option_names(command, argv)
         except ConfigError as error:
             refuse(str(error), f"{PROG} {command}")
     with starting():

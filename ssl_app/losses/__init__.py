@@ -19,6 +19,8 @@ from ssl_app.losses.debiased import Debiased
 from ssl_app.losses.hcl import HCL
 from ssl_app.losses.hypersphere import Hypersphere
 from ssl_app.losses.macl import MACL
+from ssl_app.losses.spectral import Spectral
+from ssl_app.losses.sigmoid import Sigmoid
 
 # isort: on
 from ssl_app.losses.registry import LOSSES
@@ -39,6 +41,8 @@ __all__ = [
     "LossTerms",
     "MaskedSimilarities",
     "PaCo",
+    "Sigmoid",
     "Simple",
+    "Spectral",
     "SupCon",
 ]

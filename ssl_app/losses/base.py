@@ -161,6 +161,12 @@ class ContrastiveLoss(nn.Module):
         """Whether this loss has a τ (a ``temperature`` policy, ``ssl_app.temperature``)."""
         return self.temperature_policy is not None
 
+    def undecayed_parameters(self) -> list[nn.Parameter]:
+        """The loss's parameters that the optimiser trains without weight decay: a learnable τ's, and a
+        loss's own scalars (Sigmoid's bias) that decay would pull towards 0 for no reason of the loss."""
+        policy = self.temperature_policy
+        return list(policy.parameters()) if policy is not None else []
+
     def set_progress(self, progress: Progress) -> None:
         """Where training stands (epoch, step, fraction of the run): the method calls this once per
         training step, before the loss; a temperature policy reads it, never the Trainer."""

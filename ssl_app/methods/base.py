@@ -319,11 +319,10 @@ class ContrastiveMethod(L.LightningModule, ABC):
         return optimisers
 
     def parameter_groups(self) -> list[dict[str, Any]]:
-        """The optimiser's parameter groups: every parameter, and the loss's temperature policy's (a
-        learnable τ) in a group of its own without weight decay. One group when there is none, as
-        checkpoints written before temperature policies have."""
-        policy = self.loss.temperature_policy
-        undecayed = {id(p) for p in policy.parameters()} if policy is not None else set()
+        """The optimiser's parameter groups: every parameter, and the loss's ``undecayed_parameters`` (a
+        learnable τ, Sigmoid's bias) in a group of its own without weight decay. One group when there is
+        none, as checkpoints written before temperature policies have."""
+        undecayed = {id(p) for p in self.loss.undecayed_parameters()}
         groups = [{"params": [p for p in self.parameters() if id(p) not in undecayed]}]
         if undecayed:
             groups.append({"params": [p for p in self.parameters() if id(p) in undecayed], "weight_decay": 0.0})

@@ -2,6 +2,17 @@
 
 Each ``draw_*`` function returns a ``FigureResult``: the file it wrote, or why it skipped
 (the data it needs is absent), never an exception for missing data.
+
+What every figure shares, so that figures compare (issue 40):
+
+- a run is named by its configuration's canonical label (``Configuration.label``, the table's row:
+  ``InfoNCE τ=cosine:0.1-1:T=200``), never by a value it ended at, and keeps one colour and line style
+  in every figure that draws one line per configuration (``configuration_styles``);
+- every per-epoch figure has one x axis, ``EPOCH_AXIS_LABEL``: the epochs trained, 0 at the start of
+  training, a value measured at the end of Lightning's epoch e (TensorBoard's ``epoch`` scalar e, the
+  checkpoint ``epoch=e``) at e + 1, the last at ``trainer.max_epochs``; every such figure spans the same
+  range (``epoch_axis``);
+- legends sit outside the panels (``legend_beside``, ``legend_below``), never over the data.
 """
 
 from __future__ import annotations
@@ -31,7 +42,81 @@ SIMILARITY_EDGES = np.linspace(-1.0, 1.0, 51)
 #: tenth of uniformity's range [0, 4] (docs/science.md) and a twentieth of tolerance's [−1, 1].
 MIN_SPAN = {"uniformity": 0.4, "tolerance": 0.1}
 CURVES_PER_LINE = 4  # panels per line of the metric-curves figure
+PANELS_PER_LINE = 4  # the similarity figure's panels per line (a loss with more τs wraps)
 DPI = 110
+#: The x axis of every per-epoch figure (module docstring).
+EPOCH_AXIS_LABEL = "epochs trained"
+#: Line styles that tell configurations apart once the ten colours repeat.
+LINE_STYLES = ("-", "--", ":", "-.")
+
+
+@dataclass(frozen=True)
+class Style:
+    """How a configuration's lines are drawn: ``colour`` and ``linestyle``."""
+
+    colour: str
+    linestyle: str
+
+
+def configuration_styles(rows: list[Row]) -> dict[str, Style]:
+    """One style per configuration label, in the rows' order: the ten default colours, then the same colours
+    dashed, dotted, … (a schedule and the constants it moves between are different configurations)."""
+    return {
+        row.configuration.label: Style(f"C{index % 10}", LINE_STYLES[(index // 10) % len(LINE_STYLES)])
+        for index, row in enumerate(rows)
+    }
+
+
+def epochs_trained(rows: list[Row]) -> int:
+    """The most epochs any run trained: its last logged ``epoch`` + 1 (without ``epoch``, its longest
+    per-epoch ``metrics/*`` series); at least 1. The common end of every per-epoch figure's x axis."""
+    most = 1
+    for row in rows:
+        for run in row.runs:
+            if run.events is None:
+                continue
+            epochs = run.events.scalars.get(EPOCH_TAG)
+            if epochs:
+                most = max(most, int(max(value for _, value in epochs)) + 1)
+            else:
+                lengths = [len(series) for tag, series in run.events.scalars.items() if tag.startswith("metrics/")]
+                most = max(most, *lengths) if lengths else most
+    return most
+
+
+def epoch_axis(axis, end: int, label: bool = True) -> None:
+    """The shared epoch axis: [0, ``end``] epochs trained (a small margin each side), integer ticks;
+    ``label``: name it (False for a panel whose neighbour below names the shared axis)."""
+    margin = 0.03 * end
+    axis.set_xlim(-margin, end + margin)
+    axis.xaxis.set_major_locator(MaxNLocator(integer=True))
+    if label:
+        axis.set_xlabel(EPOCH_AXIS_LABEL)
+
+
+def legend_beside(target, handles=None, labels=None, **options) -> None:
+    """A legend to the right of ``target`` (an axis, or a figure: then beside all its panels), outside the data;
+    constrained layout makes room for it."""
+    if handles is None:
+        handles, labels = target.get_legend_handles_labels()
+    if not handles:
+        return
+    if isinstance(target, Figure):
+        target.legend(handles, labels, loc="outside right upper", fontsize="small", **options)
+    else:
+        outside = {"loc": "upper left", "bbox_to_anchor": (1.02, 1.0), "borderaxespad": 0.0}
+        target.legend(handles, labels, fontsize="small", **outside, **options)
+
+
+def legend_below(figure: Figure, handles, labels, **options) -> None:
+    """A legend under all of ``figure``'s panels, as many columns as fit (at most four)."""
+    if handles:
+        figure.legend(handles, labels, loc="outside lower center", ncol=min(4, len(labels)), fontsize="small", **options)
+
+
+def run_label(label: str, runs: int, *details: str) -> str:
+    """A legend entry for a configuration: its canonical ``label``, then ``(n=runs; details…)``."""
+    return f"{label} ({'; '.join((f'n={runs}', *details))})"
 
 
 def curve_columns(rows: list[Row]) -> list[TableColumn]:
@@ -112,22 +197,29 @@ def draw_penalty_curves(rows: list[Row], path: Path, title: str | None) -> Figur
     by_series: dict[str, list] = defaultdict(list)
     for curve in curves:
         by_series[curve.series].append(curve)
-    figure, axes = new_figure(1, len(by_series), (5.5 * len(by_series), 4.2))
+    styles = configuration_styles(rows)
+    figure, axes = new_figure(1, len(by_series), (9 * len(by_series), 4.4))
     for axis, (series, series_curves) in zip(axes, by_series.items()):
-        for index, curve in enumerate(series_curves):
+        words = {_negatives_words(curve) for curve in series_curves}
+        for curve in series_curves:
+            style = styles[curve.label]
+            details = [] if len(words) == 1 else [_negatives_words(curve)]
+            if curve.scheduled:  # its r(s) is drawn at the τ it ended at; the policy names it
+                details.append(f"at its final τ {curve.temperature:.3g}")
             axis.plot(
                 curve.similarity,
                 curve.penalty,
                 marker=".",
-                color=f"C{index % 10}",
-                label=f"τ={curve.temperature:g}, {_negatives_words(curve)} (n={curve.runs})",
+                color=style.colour,
+                linestyle=style.linestyle,
+                label=run_label(curve.label, curve.runs, *details),
             )
         axis.set_yscale("log")
         axis.set_xlabel("similarity s of a negative")
         axis.set_ylabel("relative penalty r(s)")
         axis.set_title(series, fontsize="small")
         axis.grid(alpha=0.3)
-        axis.legend(fontsize="small")
+        legend_beside(axis, title=words.pop() if len(words) == 1 else None, title_fontsize="small")
     kinds = sorted({"all negatives" if curve.negatives == "all" else "top-k negatives" for curve in curves})
     figure.supxlabel(textwrap.fill(PENALTY_COUNTS, width=int(16 * figure.get_figwidth())), fontsize="x-small")
     return save_figure(figure, path, title, f"relative penalty r(s) over {' / '.join(kinds)}, final epoch")
@@ -140,9 +232,18 @@ def draw_hardness_profiles(rows: list[Row], path: Path, title: str | None) -> Fi
     curves = hardness_curves(rows)
     if not curves:
         return FigureResult(path.name, None, f"skipped: no run logged the histogram {SHARE_TAG}")
-    figure, [axis] = new_figure(1, 1, (7.5, 4.8))
-    for index, curve in enumerate(curves):
-        axis.plot(curve.similarity, curve.share, marker=".", color=f"C{index % 10}", label=f"{curve.label} (n={curve.runs})")
+    styles = configuration_styles(rows)
+    figure, [axis] = new_figure(1, 1, (10, 4.8))
+    for curve in curves:
+        style = styles[curve.label]
+        axis.plot(
+            curve.similarity,
+            curve.share,
+            marker=".",
+            color=style.colour,
+            linestyle=style.linestyle,
+            label=run_label(curve.label, curve.runs),
+        )
     per_anchor = {round(curve.per_anchor, 1) for curve in curves}
     if len(per_anchor) == 1 and math.isfinite(curves[0].per_anchor):
         k = curves[0].per_anchor
@@ -151,7 +252,7 @@ def draw_hardness_profiles(rows: list[Row], path: Path, title: str | None) -> Fi
     axis.set_xlabel("similarity s of a negative")
     axis.set_ylabel("mean share of its anchor's penalty")
     axis.grid(alpha=0.3)
-    axis.legend(fontsize="small")
+    legend_beside(axis)
     return save_figure(figure, path, title, "measured hardness profile, final epoch")
 
 
@@ -173,7 +274,7 @@ def draw_against_temperature(rows: list[Row], path: Path, colours: dict[str, str
         by_series[row.configuration.series].append(row)
     if not any(len({r.configuration.temperature for r in series}) > 1 for series in by_series.values()):
         return FigureResult(path.name, None, "skipped: no loss was run at more than one temperature τ")
-    figure, axes = new_figure(1, 2, (11, 4.2))
+    figure, axes = new_figure(1, 2, (11, 4.8))
     for axis, (key, label) in zip(axes, (("uniformity", "uniformity (−L_unif)"), ("tolerance", "tolerance"))):
         for series, series_rows in by_series.items():
             points = [(r.configuration.temperature, r.stat(key)) for r in series_rows]
@@ -200,7 +301,7 @@ def draw_against_temperature(rows: list[Row], path: Path, colours: dict[str, str
         axis.set_ylabel(label)
         axis.grid(alpha=0.3)
         widen_to(axis, MIN_SPAN[key])
-    axes[0].legend(fontsize="small")
+    legend_below(figure, *axes[0].get_legend_handles_labels())
     return save_figure(figure, path, title, "uniformity and tolerance against τ")
 
 
@@ -213,7 +314,7 @@ def draw_dilemma_plane(
     points = [(row, u, t) for row, u, t in points if u.mean is not None and t.mean is not None]
     if not points:
         return FigureResult(path.name, None, "skipped: no configuration has both uniformity and tolerance")
-    figure, axes = new_figure(1, 1, (7, 5.5))
+    figure, axes = new_figure(1, 1, (9 if paper else 7, 5.5))
     axis = axes[0]
     for index, (row, u, t) in enumerate(points):
         axis.errorbar(
@@ -243,15 +344,17 @@ def draw_dilemma_plane(
     axis.set_ylabel("tolerance (same-class similarity)")
     axis.grid(alpha=0.3)
     if paper:
-        axis.legend(fontsize="small")
+        legend_beside(axis)
     return save_figure(figure, path, title, "the uniformity–tolerance plane")
 
 
 def draw_similarity_distributions(rows: list[Row], path: Path, title: str | None) -> FigureResult:
     """Positive vs top-k negative similarity densities of the final epoch (Wang & Liu, Fig. 8).
 
-    One panel per configuration (seeds pooled), one line of panels per loss, τ left to right;
-    each run's k is its own ``EmbeddingMetrics.top_k``. Every panel has the same x-range [−1, 1],
+    One panel per configuration (seeds pooled), one line of panels per loss (wrapped at
+    ``PANELS_PER_LINE``), τ left to right; each panel's title names its configuration and the means of
+    both distributions, one legend below the panels says which colour is which; each run's k is its own
+    ``EmbeddingMetrics.top_k``. Every panel has the same x-range [−1, 1],
     the same 50 bins (``SIMILARITY_EDGES``) and the same y-range (the largest density of any panel).
     """
     panels = [(row, _final(row.runs, POSITIVE_TAG), _final(row.runs, NEGATIVE_TAG)) for row in rows]
@@ -259,13 +362,15 @@ def draw_similarity_distributions(rows: list[Row], path: Path, title: str | None
     if not panels:
         negative = NEGATIVE_TAG.replace("{k}", "<k>")
         return FigureResult(path.name, None, f"skipped: no run logged the histograms {POSITIVE_TAG} and {negative}")
-    lines: dict[str, list] = defaultdict(list)
+    by_series: dict[str, list] = defaultdict(list)
     for panel in panels:
-        lines[panel[0].configuration.series].append(panel)
-    width = max(len(line) for line in lines.values())
-    figure, axes = new_figure(len(lines), width, (3.4 * width, 2.6 * len(lines)), squeeze=False)
+        by_series[panel[0].configuration.series].append(panel)
+    wrap = PANELS_PER_LINE
+    lines = [line[start : start + wrap] for line in by_series.values() for start in range(0, len(line), wrap)]
+    width = max(len(line) for line in lines)
+    figure, axes = new_figure(len(lines), width, (3.6 * width, 2.9 * len(lines) + 0.5), squeeze=False)
     edges, highest = SIMILARITY_EDGES, 0.0
-    for line_index, line in enumerate(lines.values()):
+    for line_index, line in enumerate(lines):
         for column in range(width):
             axis = axes[line_index][column]
             if column >= len(line):
@@ -273,17 +378,21 @@ def draw_similarity_distributions(rows: list[Row], path: Path, title: str | None
                 continue
             row, positives, negatives = line[column]
             top_k = "/".join(sorted({str(run.options.top_k) for run in row.runs}, key=int))
-            for histograms, colour, name in ((positives, "tab:blue", "positive"), (negatives, "tab:red", f"top-{top_k} neg.")):
+            means = []
+            for histograms, colour, name in ((positives, "tab:blue", "positive"), (negatives, "tab:red", "top-k negative")):
                 density, mean = _pooled_density(histograms, edges)
                 highest = max(highest, float(density.max(initial=0.0)))
-                axis.stairs(density, edges, fill=True, alpha=0.5, color=colour, label=f"{name} ({mean:.3f})")
-            axis.set_title(f"{row.configuration.label} (n={len(positives)})", fontsize="small")
+                axis.stairs(density, edges, fill=True, alpha=0.5, color=colour, label=name)
+                means.append(mean)
+            # the means in the title, the colours in one legend below the panels: nothing over the densities
+            heading = run_label(row.configuration.label, len(positives))
+            axis.set_title(f"{heading}\nmean pos. {means[0]:.3f} · top-{top_k} neg. {means[1]:.3f}", fontsize="small")
             axis.set_xlabel("cosine similarity", fontsize="small")
             axis.set_ylabel("density", fontsize="small")
-            axis.legend(fontsize="x-small", loc="upper left")
     for axis in axes.ravel():
         axis.set_xlim(edges[0], edges[-1])
         axis.set_ylim(0.0, 1.05 * highest or 1.0)
+    legend_below(figure, *axes[0][0].get_legend_handles_labels())
     return save_figure(figure, path, title, "positive vs top-k negative similarities, final epoch")
 
 
@@ -299,25 +408,24 @@ def draw_metric_curves(rows: list[Row], path: Path, title: str | None) -> Figure
     columns, curves = [column for column, _ in panels], [pairs for _, pairs in panels]
     ncols = min(CURVES_PER_LINE, len(columns))
     nrows = math.ceil(len(columns) / ncols)
-    figure, axes = new_figure(nrows, ncols, (5 * ncols, 4.2 * nrows))
+    figure, axes = new_figure(nrows, ncols, (5 * ncols, 4.2 * nrows + 0.3 * math.ceil(len(rows) / 4)))
     for axis in axes[len(columns) :]:
         axis.set_visible(False)
+    styles, end = configuration_styles(rows), epochs_trained(rows)
     for axis, column, pairs in zip(axes, columns, curves):
-        for index, (row, curve) in enumerate(pairs):
+        for row, curve in pairs:
             if not curve:
                 continue
             epochs, means, stds = (np.asarray(values) for values in zip(*curve))
-            colour = f"C{index % 10}"
-            axis.plot(epochs, means, marker=".", color=colour, label=row.configuration.label)
-            axis.fill_between(epochs, means - stds, means + stds, color=colour, alpha=0.15)
-        axis.set_xlabel("epoch")
-        axis.xaxis.set_major_locator(MaxNLocator(integer=True))
+            style = styles[row.configuration.label]
+            label = run_label(row.configuration.label, len(row.runs))
+            axis.plot(epochs, means, marker=".", color=style.colour, linestyle=style.linestyle, label=label)
+            axis.fill_between(epochs, means - stds, means + stds, color=style.colour, alpha=0.15)
+        epoch_axis(axis, end)
         axis.set_ylabel(column.shown.header)
         axis.grid(alpha=0.3)
-    handles, labels = axes[0].get_legend_handles_labels()
-    if not handles:
-        handles, labels = max((axis.get_legend_handles_labels() for axis in axes), key=lambda pair: len(pair[0]))
-    figure.legend(handles, labels, loc="outside lower center", ncol=min(4, max(1, len(labels))), fontsize="small")
+    handles, labels = max((axis.get_legend_handles_labels() for axis in axes), key=lambda pair: len(pair[0]))
+    legend_below(figure, handles, labels)
     return save_figure(figure, path, title, "metrics over epochs")
 
 
@@ -368,10 +476,11 @@ def _pooled_density(histograms: list[Histogram], edges: np.ndarray) -> tuple[np.
 
 
 def _mean_curve(runs: list[Run], column: TableColumn) -> list[tuple[float, float, float]]:
-    """``(epoch, mean, std)`` of ``column`` (scaled) over the runs that logged its tag at that
+    """``(epochs trained, mean, std)`` of ``column`` (scaled) over the runs that logged its tag at that
     epoch (std 0 for one run); each run's tag is read with its own options.
 
-    The epoch of a value is the ``epoch`` scalar logged at its step, else its position.
+    A value logged at the end of epoch e (the ``epoch`` scalar at its step, else its position) is at
+    e + 1 epochs trained (``EPOCH_AXIS_LABEL``).
     """
     by_epoch: dict[float, list[float]] = defaultdict(list)
     for run in runs:
@@ -380,7 +489,7 @@ def _mean_curve(runs: list[Run], column: TableColumn) -> list[tuple[float, float
         epoch_at = dict(run.events.scalars.get(EPOCH_TAG, []))
         for position, (step, value) in enumerate(run.events.scalars.get(column.column.tag_of(run), [])):
             if np.isfinite(value):
-                by_epoch[epoch_at.get(step, position)].append(value * column.column.scale)
+                by_epoch[epoch_at.get(step, position) + 1].append(value * column.column.scale)
     curve = []
     for epoch in sorted(by_epoch):
         stat = summarise(by_epoch[epoch])

@@ -47,7 +47,9 @@ class PenaltyCurve:
     """One configuration's curve: ``similarity`` (bin centres holding negatives), ``penalty`` r(s)
     there, ``weight`` p_b the fraction of the negatives in each bin, ``k`` the negatives per
     anchor m (top-k: k; all: their mean number), ``negatives`` which ones (``all`` or
-    ``top{k}``), ``runs`` pooled."""
+    ``top{k}``), ``runs`` pooled; ``label`` the configuration's canonical label (the policy's, for a
+    schedule: never its ``temperature``), ``scheduled`` whether ``temperature`` is the τ a policy
+    ended at (``temperature_in_force``) rather than the configured number."""
 
     label: str
     series: str
@@ -58,6 +60,7 @@ class PenaltyCurve:
     weight: np.ndarray
     runs: int
     negatives: str
+    scheduled: bool = False
 
 
 def penalty_curves(rows: list[Row]) -> list[PenaltyCurve]:
@@ -129,7 +132,10 @@ def _curve(
     centres, weight = centres[keep], weight[keep]
     penalty = relative_penalty(centres, weight, tau, per_anchor)
     configuration = row.configuration
-    return PenaltyCurve(configuration.label, configuration.series, tau, per_anchor, centres, penalty, weight, runs, negatives)
+    scheduled = configuration.temperature is None
+    return PenaltyCurve(
+        configuration.label, configuration.series, tau, per_anchor, centres, penalty, weight, runs, negatives, scheduled
+    )
 
 
 def relative_penalty(similarity: np.ndarray, weight: np.ndarray, tau: float, k: float) -> np.ndarray:

@@ -48,6 +48,8 @@ the run it evaluates, ``<run>/evaluations/linear_<n>/`` (``ssl_app.runs.layout``
   plan's model on this machine and prints the plan's expected device-hours, running nothing else.
 - ``--plan hardness --data cifar10``: one point per loss of the hardness-aware family on one SimCLR
   recipe (``ssl_app.sweep.plans.HARDNESS_LOSSES``), in ``OUT/hardness_cifar10/``.
+- ``--plan beyond_softmax --data {cifar10,cifar100}``: InfoNCE at τ 0.2 and 0.5, DCL, Spectral and Sigmoid, one
+  overlay each (``configs/losses/beyond_softmax/``) on the data set's memory-bank recipe, as Table 1 (issue 41).
 - ``--plan tau_schedules --data {cifar10_lt,cifar100_lt}``: constant τ against Kukleva et al.'s cosine
   schedule on SimCLR ResNet-18, long-tailed data (``ssl_app.sweep.plans.TAU_SCHEDULE_COLUMNS``).
 - ``--grid tau=0.1,cosine:0.1-1.0:T=200,learnable:0.07``: τ policies as a grid axis (``ssl_app.sweep.tau_axis``).

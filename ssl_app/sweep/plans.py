@@ -1,6 +1,7 @@
 """Plans: named grids of whole experiments, one command per data set (``python -m ssl_app.sweep --plan table1 --data cifar10``).
 
-A plan is a list of *columns* (each a loss overlay, ``configs/losses/table1/<column>.yaml``) run on a
+A plan is a list of *columns* (each a loss overlay, ``configs/losses/<plan>/<column>.yaml``: ``table1``,
+``beyond_softmax``) run on a
 data set's *recipe* (its memory-bank config), each fit followed by the data set's linear evaluation.
 :func:`plan_points` turns it into the sweep's points, so a plan runs, resumes, reports ``--status``
 and goes to SLURM exactly as a hand-written ``--config``/``--grid`` sweep.
@@ -31,6 +32,12 @@ TABLE1_COLUMNS = (
     "hard_t0.07", "hard_t0.3", "hard_t0.7", "hard_t1.0", "hard_simple",
 )  # fmt: skip
 PLANS = {"table1": ("losses/table1", TABLE1_COLUMNS)}  # the hardness plan adds itself below (no overlay folder)
+#: Issue 41: the softmax family (InfoNCE at a small and a large τ, DCL) beside the losses without a softmax
+#: temperature (docs/science.md, "Losses without a softmax temperature"), one overlay each in
+#: configs/losses/beyond_softmax/, on the data set's memory-bank recipe as Table 1. The temperature-free
+#: InfoNCE of Kim & Kim (arXiv 2501.17683) is not among them: its exact form could not be sourced.
+BEYOND_SOFTMAX_COLUMNS = ("infonce_t0.2", "infonce_t0.5", "dcl", "spectral", "sigmoid")
+PLANS["beyond_softmax"] = ("losses/beyond_softmax", BEYOND_SOFTMAX_COLUMNS)
 
 
 @dataclass(frozen=True)

@@ -129,7 +129,9 @@ def test_every_config_lives_where_the_readme_says():
         if parts[0] in FRAGMENT_DIRS:
             assert len(parts) == 2 and path in FRAGMENTS, f"{rel(path)}: a fragment sits directly in its group's folder"
         elif parts[0] == "losses":
-            assert parts[:2] == ("losses", "table1") and len(parts) == 3, f"{rel(path)}: overlays sit in losses/table1/"
+            assert parts[1] in ("table1", "beyond_softmax") and len(parts) == 3, (
+                f"{rel(path)}: overlays sit in losses/table1/ or losses/beyond_softmax/ (a plan's folder)"
+            )
         else:
             assert path in EXPERIMENTS or path in EVALUATIONS, rel(path)
             assert len(parts) == 1 or (len(parts) == 2 and (CONFIGS / "data" / f"{parts[0]}.yaml").is_file()), (

@@ -102,3 +102,72 @@ def test_a_class_path_on_the_command_line_that_names_no_class_says_what_was_mean
     option = given.split("=")[0].lstrip("-")
     assert stop.value.code == 2
     assert capsys.readouterr().err.splitlines()[0] == f"error: {option}: {problem}; did you mean {meant}?"
+
+
+MISSPELLED_OPTIONS = [
+    ["--trainer.max_epoch=3"],
+    ["--seed_everythin=1"],
+    ["--model.init_args.los=x"],
+    ["--model.los=x"],
+    ["--data.init_args.batchsize=3"],
+    ["--model.init_args.loss.init_args.temperatur=0.2"],
+    ["--checkpoint.every_n_epoch=2"],
+]
+
+
+def test_a_misspelled_option_is_refused_before_lightning_is_imported_with_the_parser_s_words(capsys):
+    """Catches an unknown option costing the seconds of importing Lightning before its line (issue 40: 6–7 s on
+    this machine), and the early line saying something else than the parser says for it (the parser's words are
+    taken from ``ssl_app.cli.app.main``, which builds the real parser)."""
+    from ssl_app.cli.app import main as parser_main
+
+    cases = [["fit", "--config", QUICKSTART, *given] for given in MISSPELLED_OPTIONS]
+    cases.append(["fit", "--config", str(REPO / "configs" / "linear.yaml"), "--data.init_args.data.init_args.batch_siz=3"])
+    results, imported = probe(*cases)
+    assert "lightning" not in imported
+    for case, (code, _, early) in zip(cases, results):
+        with pytest.raises(SystemExit) as stop:
+            parser_main(case)
+        assert code == stop.value.code == 2
+        assert "did you mean" in early
+        assert early.splitlines()[0] == capsys.readouterr().err.splitlines()[0], case
+
+
+def test_every_option_the_configs_set_passes_the_early_check():
+    """Catches the early check refusing what the parser takes: every key every shipped config sets (through its
+    includes and fragments), given again on the command line, is let through."""
+    from ssl_app.cli.early import check_option_names
+    from ssl_app.cli.given_config import given_tree
+
+    def leaves(tree, prefix=""):
+        for key, value in tree.items():
+            if isinstance(value, dict) and value:
+                yield from leaves(value, f"{prefix}{key}.")
+            else:
+                yield f"{prefix}{key}"
+
+    configs = sorted((REPO / "configs").rglob("*.yaml"))
+    checked = 0
+    for config in configs:
+        tree = given_tree(["--config", str(config)])
+        if "model" not in tree or "trainer" not in tree:
+            continue  # a fragment, not an experiment
+        for key in leaves(tree):
+            check_option_names("fit", ["--config", str(config), f"--{key}=1"], REPO)
+            checked += 1
+    assert checked > 500
+
+
+@pytest.mark.parametrize("command", ["fit", "validate", "test"])
+def test_the_top_level_options_are_the_parser_s(command, capsys):
+    """Catches ``top_level_options`` missing an option the parser has (it would be refused early) or naming one
+    it lacks (its misspelling would get a wrong "did you mean")."""
+    import re
+
+    from ssl_app.cli.app import main as parser_main
+    from ssl_app.cli.early import top_level_options
+
+    with pytest.raises(SystemExit):
+        parser_main([command, "--help"])
+    shown = set(re.findall(r"^  (?:-\w \S+, )?--(\w+)\b", capsys.readouterr().out, flags=re.MULTILINE))
+    assert set(top_level_options(command)) == shown - {"help"}

@@ -12,6 +12,7 @@ import torch
 import yaml
 from torch.utils.tensorboard import SummaryWriter
 
+from ssl_app.io.changes import OnChange
 from ssl_app.losses.hardness import HardnessProfile, write_profile
 from ssl_app.report.paired import PAIRED_HEADING
 from ssl_app.report.table import SECONDARY_HEADING
@@ -30,6 +31,8 @@ EPOCH_METRICS = (
     "effective_rank_backbone",
     "spectrum_alpha",
     "spectrum_alpha_backbone",
+    "wasserstein_uniformity",
+    "lidar",
     "top10_train_neg_sim",
 )
 
@@ -91,6 +94,7 @@ def write_run(
     top_k: int = 10,
     hardness: torch.Tensor | list[torch.Tensor] | None = None,
     temperature=None,
+    temperature_on_change: bool = False,
 ) -> Path:
     """A run folder whose per-epoch ``metrics/<name>`` end at ``final[name]`` (earlier epochs:
     ``final − 0.1 × epochs to go``); ``effective_negatives[e]`` are the per-step values of epoch e;
@@ -103,7 +107,8 @@ def write_run(
 
     ``temperature``: τ as a function of the fractional epoch t = epoch + step in epoch / steps per epoch, logged as
     a method logs the τ in force: ``loss/temperature`` at every step, ``loss/temperature_epoch`` (the epoch's mean)
-    at its end.
+    at its end. ``temperature_on_change``: both written through ``OnChange.write`` instead (only when the value
+    changes, as the methods wrote them before ``OnChange.hold``): a constant τ is one point at the first step.
 
     ``status``: the run record's final status (``running``: started, never finished; ``None``: no
     record at all, as an older version wrote). ``linear_top1``: a finished linear probe filed in the
@@ -112,6 +117,14 @@ def write_run(
     folder.mkdir(parents=True, exist_ok=True)
     record = start_record(folder, "fit", config or {}) if status is not None else None
     writer = SummaryWriter(log_dir=str(folder))
+    changes, loggers = OnChange(), [_WriterLogger(writer)]
+
+    def write_tau(tag: str, value: float, step: int) -> None:
+        if temperature_on_change:
+            changes.write(loggers, {tag: value}, step)
+        else:
+            writer.add_scalar(tag, value, step)
+
     for epoch in range(epochs):
         for step_in_epoch in range(STEPS_PER_EPOCH):
             step = epoch * STEPS_PER_EPOCH + step_in_epoch
@@ -121,11 +134,11 @@ def write_run(
             if log_epoch:
                 writer.add_scalar("epoch", epoch, step)
             if temperature is not None:
-                writer.add_scalar("loss/temperature", temperature(epoch + step_in_epoch / STEPS_PER_EPOCH), step)
+                write_tau("loss/temperature", temperature(epoch + step_in_epoch / STEPS_PER_EPOCH), step)
         end = (epoch + 1) * STEPS_PER_EPOCH - 1
         if temperature is not None:
             taus = [temperature(epoch + i / STEPS_PER_EPOCH) for i in range(STEPS_PER_EPOCH)]
-            writer.add_scalar("loss/temperature_epoch", sum(taus) / len(taus), end)
+            write_tau("loss/temperature_epoch", sum(taus) / len(taus), end)
         for name, value in final.items():
             writer.add_scalar(f"metrics/{name}", value - 0.1 * (epochs - 1 - epoch), end)
         writer.add_scalar("metrics/collapsed", 0.0 if collapse is None else 1.0, end)
@@ -147,6 +160,17 @@ def write_run(
     if linear_top1 is not None:
         write_probe(folder / EVALUATIONS_DIR / "linear_0", linear_top1)
     return folder
+
+
+class _WriterLogger:
+    """A ``SummaryWriter`` as the loggers ``OnChange`` writes to (``log_metrics``, as Lightning's TensorBoardLogger)."""
+
+    def __init__(self, writer: SummaryWriter) -> None:
+        self.writer = writer
+
+    def log_metrics(self, metrics: dict[str, float], step: int) -> None:
+        for tag, value in metrics.items():
+            self.writer.add_scalar(tag, value, step)
 
 
 def write_probe(folder: Path, top1: float, status: str = DONE, parent: str = "../..") -> Path:

@@ -90,6 +90,7 @@ def test_panels_share_their_axes_drop_what_nothing_logged_and_say_their_counts(t
     assert high - low >= 0.4  # 0.003 apart does not fill the panel
 
     penalty = results["relative_penalty.png"].figure
-    legend = [text.get_text() for axis in penalty.axes for text in axis.get_legend().get_texts()]
-    assert all("evaluation negatives per anchor" in text for text in legend), legend
+    legends = [axis.get_legend() for axis in penalty.axes]
+    said = [legend.get_title().get_text() or text.get_text() for legend in legends for text in legend.get_texts()]
+    assert said and all("evaluation negatives per anchor" in text for text in said), said
     assert "loss/used_negatives" in penalty.get_supxlabel()

@@ -5,11 +5,13 @@ from __future__ import annotations
 import math
 
 import pytest
+from torch.utils.tensorboard import SummaryWriter
 
+from ssl_app.report.events import read_events
 from ssl_app.report.groups import group_runs
 from ssl_app.report.runs import load_runs
 from ssl_app.report.summary import build_rows
-from ssl_app.report.tau_figures import MIN_SPANS, draw_tau_figures, plane_path, readable_limits, tau_curve
+from ssl_app.report.tau_figures import MIN_SPANS, draw_tau_figures, fractional_epochs, plane_path, readable_limits, tau_curve
 from tests.ssl_app.report.fakes import STEPS_PER_EPOCH, run_config, write_run
 from tests.ssl_app.report.test_figures import assert_valid_png
 
@@ -59,12 +61,30 @@ def test_a_nearly_flat_series_gets_the_least_span_and_a_wide_one_keeps_its_range
 
 
 def test_the_tau_figures_are_drawn_or_skipped_with_a_note(tmp_path):
-    """Catches a τ figure that fails on runs that logged no τ (every run before policies) instead of saying so."""
+    """Catches a τ figure that fails on runs that logged no τ (every run before policies) instead of drawing their
+    configured constant, and one that fails, instead of saying so, when no run has a τ at all."""
     results = draw_tau_figures(write_tau_study(tmp_path / "runs"), tmp_path / "out", "fake")
     assert [result.name for result in results] == ["temperature_curves.png", "uniformity_tolerance_paths.png"]
     for result in results:
         assert_valid_png(result.path)
     write_run(tmp_path / "old" / "s0", run_config("InfoNCE", 0, 0.5), {"uniformity": 3.0, "tolerance": 0.3}, epochs=1)
-    skipped = draw_tau_figures(build_rows(group_runs(load_runs(tmp_path / "old"))), tmp_path / "old_out", None)
-    assert [result.path for result in skipped] == [None, None]
-    assert "loss/temperature" in skipped[0].note and "two epochs" in skipped[1].note
+    old = draw_tau_figures(build_rows(group_runs(load_runs(tmp_path / "old"))), tmp_path / "old_out", None)
+    assert_valid_png(old[0].path)  # its configured τ, a flat line
+    assert old[1].path is None and "two epochs" in old[1].note
+    write_run(tmp_path / "simple" / "s0", run_config("Simple", 0), {"uniformity": 3.0, "tolerance": 0.3}, epochs=2)
+    skipped = draw_tau_figures(build_rows(group_runs(load_runs(tmp_path / "simple"))), tmp_path / "simple_out", None)
+    assert skipped[0].path is None and "loss/temperature" in skipped[0].note
+
+
+def test_a_step_is_placed_in_its_epoch_when_lightning_logs_every_few_steps(tmp_path):
+    """Catches t measured from an epoch's first *logged* step: with 16 steps an epoch and ``epoch`` logged every
+    5th step (4, 9, 14, 19, …) and at each epoch's last step (its epoch-end metrics: 15, 31, 47), step 19 is the
+    4th step of epoch 1 (t = 1 + 3/16), not its start, and the last step 47 ends the run at t = 3 − 1/16."""
+    per_epoch, every = 16, 5
+    writer = SummaryWriter(log_dir=str(tmp_path))
+    for step in range(3 * per_epoch):
+        if (step + 1) % every == 0 or (step + 1) % per_epoch == 0:
+            writer.add_scalar("epoch", step // per_epoch, step)
+    writer.close()
+    times = fractional_epochs(read_events(tmp_path), [4, 19, 32, 47])
+    assert times == pytest.approx([4 / 16, 1 + 3 / 16, 2.0, 2 + 15 / 16])

@@ -332,3 +332,57 @@ def test_plans_refuse_the_data_sets_they_have_no_recipe_for(tmp_path, capsys):
             main(["--plan", plan, "--data", data, "--out", str(tmp_path), "--dry-run"])
         err = capsys.readouterr().err
         assert exit_.value.code == 2 and err.startswith(says) and err.count("\n") == 1, err
+
+
+@pytest.mark.parametrize("data", ["cifar10", "cifar100"])
+def test_the_beyond_softmax_plan_expands_to_its_five_overlays_on_the_memory_bank_recipe(data, tmp_path, capsys, monkeypatch):
+    """Catches a beyond_softmax plan that drops or repeats a column, points a column at another loss or τ,
+    leaves out the learnable scale and bias of SigLIP, composes another data set's recipe or leaves out the
+    linear evaluation, or a column that does not build (the dry run's pre-flight builds each)."""
+    from ssl_app.sweep.command import parse_args
+    from ssl_app.sweep.grid import planned_runs
+    from ssl_app.sweep.plans import BEYOND_SOFTMAX_COLUMNS
+
+    monkeypatch.chdir(REPO)
+    argv = ["--plan", "beyond_softmax", "--data", data, "--seeds", "0,1,2", "--out", str(tmp_path)]
+    _, runs = planned_runs(parse_args(argv))
+    assert len(runs) == 5 * 3 and [run.point for run in runs[::3]] == list(BEYOND_SOFTMAX_COLUMNS)
+    expected = {
+        "infonce_t0.2": ("ssl_app.losses.InfoNCE", {"temperature": 0.2}),
+        "infonce_t0.5": ("ssl_app.losses.InfoNCE", {"temperature": 0.5}),
+        "dcl": ("ssl_app.losses.DCL", {"temperature": 0.1}),
+        "spectral": ("ssl_app.losses.Spectral", {"mu": 1.0}),
+        "sigmoid": (
+            "ssl_app.losses.Sigmoid",
+            {"temperature": {"class_path": "ssl_app.temperature.Learnable", "init_args": {"init": 0.1, "min": 0.01, "max": 1.0}},
+             "bias": -10.0},
+        ),
+    }  # fmt: skip
+    assert set(expected) == set(BEYOND_SOFTMAX_COLUMNS)
+    for run in runs:
+        fit = run.fit_args
+        assert fit[fit.index("--config") + 1] == f"configs/{data}/memory_bank.yaml"
+        overlay = fit[fit.index("--config") + 3]
+        assert overlay == f"configs/losses/beyond_softmax/{run.point}.yaml"
+        loss = yaml.safe_load((REPO / overlay).read_text())["model"]["init_args"]["loss"]
+        assert (loss["class_path"], loss["init_args"]) == expected[run.point]
+        assert run.linear_args[1:3] == ["--config", f"configs/{data}/linear.yaml"]
+    assert main([*argv, "--dry-run"]) == 0  # the pre-flight builds every column's loss
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 15 and all(f"beyond_softmax_{data}/" in line for line in lines)
+
+
+def test_the_beyond_softmax_plan_estimates_the_memory_bank_recipe(capsys, monkeypatch):
+    """Catches --estimate failing on the plan, or timing another model than its recipe's."""
+    import ssl_app.sweep.estimate as estimate
+    from ssl_app.sweep.command import parse_args
+    from ssl_app.sweep.grid import planned_runs
+
+    monkeypatch.chdir(REPO)
+    _, runs = planned_runs(parse_args(["--plan", "beyond_softmax", "--data", "cifar100", "--out", "unused"]))
+    monkeypatch.setattr(estimate, "calibrate", lambda backbone, crop, batch: estimate.Calibration(backbone, batch, 0.5, 0.25))
+    estimate.print_estimate("beyond_softmax", "cifar100", runs)
+    out = capsys.readouterr().out
+    assert "plan beyond_softmax on cifar100: 5 runs, each 200 epochs of 50,000 images at batch 128 (resnet18_cifar" in out
+    assert main(["--plan", "beyond_softmax", "--data", "shapes", "--estimate"]) == 0  # timed here, on the CPU stand-in
+    assert "5 runs" in capsys.readouterr().out
