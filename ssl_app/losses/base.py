@@ -23,6 +23,9 @@ never a class name):
   only its other views.
 - ``needs_anchor_features``: the method fills ``anchor_features`` and ``anchor_labels`` (PaCo's
   class centres read the backbone features).
+- ``needs_embedding_norms``: the method fills ``anchor_norms`` and ``candidate_norms``, the L2 norms
+  of the projections before normalisation (Spectral clips the embeddings to a ball, as its authors
+  do); a hand-over without them reads as unit-norm embeddings.
 - ``same_as_with_every_negative``: the loss this one equals when it keeps every negative
   (HardContrastive with K ≥ the negatives: InfoNCE; HardSimple: Simple), with ``num_negatives``.
 - :meth:`ContrastiveLoss.chance_value`: the value at "every similarity equal", when that value
@@ -106,6 +109,7 @@ class ContrastiveLoss(nn.Module):
 
     uses_labels: ClassVar[bool] = False
     needs_anchor_features: ClassVar[bool] = False
+    needs_embedding_norms: ClassVar[bool] = False
     same_as_with_every_negative: ClassVar[Optional[str]] = None
     #: Keys of parameters or buffers the loss sizes from the data in :meth:`prepare` (relative to the loss).
     state_built_in_setup: ClassVar[tuple[str, ...]] = ()
@@ -238,6 +242,12 @@ class ContrastiveLoss(nn.Module):
                 raise ValueError(f"{name} must have the shape of sim {tuple(sim.shape)}, got {tuple(mask.shape)}")
             if mask.dtype != torch.bool:
                 raise ValueError(f"{name} must be a bool tensor, got {mask.dtype}")
+        for name, norms, size in (
+            ("anchor_norms", handover.anchor_norms, sim.shape[0]),
+            ("candidate_norms", handover.candidate_norms, sim.shape[1]),
+        ):
+            if norms is not None and tuple(norms.shape) != (size,):
+                raise ValueError(f"{name} must have shape ({size},) to fit sim {tuple(sim.shape)}, got {tuple(norms.shape)}")
 
     def extra_repr(self) -> str:
         return ", ".join(f"{k}={v}" for k, v in self.hparams().items())

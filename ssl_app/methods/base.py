@@ -135,9 +135,13 @@ class ContrastiveMethod(L.LightningModule, ABC):
         """Backbone features [B, feature_dim] and their L2-normalised projections z [B, proj_dim]."""
         return self.run_encoder(self.backbone, self.projection_head, images)
 
-    def run_encoder(self, backbone: nn.Module, head: nn.Module, images: Tensor) -> tuple[Tensor, Tensor]:
-        """``models.encode_with`` on ``images`` in the encoders' layout: one graph with ``compile``."""
-        return self._encoder(backbone, head, self.to_memory_format(images))
+    def run_encoder(self, backbone: nn.Module, head: nn.Module, images: Tensor, with_norms: bool = False) -> tuple[Tensor, ...]:
+        """``models.encode_with`` on ``images`` in the encoders' layout: one graph with ``compile``;
+        ``(features, z)``, and with ``with_norms`` the projections' norms before normalisation too."""
+        memory_format_images = self.to_memory_format(images)
+        if with_norms:
+            return self._encoder(backbone, head, memory_format_images, with_norms=True)
+        return self._encoder(backbone, head, memory_format_images)
 
     def embed(self, images: Tensor) -> Tensor:
         """L2-normalised projections z [B, proj_dim] (what the loss and the metrics read)."""
@@ -174,6 +178,16 @@ class ContrastiveMethod(L.LightningModule, ABC):
         if self.loss.needs_anchor_features:
             return self.encode(images)
         return None, self.embed(images)
+
+    def embed_for_loss(self, images: Tensor) -> tuple[Optional[Tensor], Tensor, Optional[Tensor]]:
+        """``(features, z, norms)`` of anchor images (or of candidates encoded with gradient) for
+        ``contrast``: :meth:`embed_anchors`, plus, when the loss ``needs_embedding_norms``, the L2 norms
+        [B] of the projections before normalisation, from the same pass and with gradient
+        (``MaskedSimilarities.anchor_norms``/``candidate_norms``); ``None`` otherwise."""
+        if not self.loss.needs_embedding_norms:
+            return (*self.embed_anchors(images), None)
+        features, z, norms = self.run_encoder(self.backbone, self.projection_head, images, with_norms=True)
+        return (features if self.loss.needs_anchor_features else None), z, norms
 
     # --- what the loss needs from the data, and a loss that classifies ----------------------
     def _prepare_loss(self, stage: str) -> None:
@@ -230,6 +244,12 @@ class ContrastiveMethod(L.LightningModule, ABC):
             raise ConfigError(
                 f"{type(self).__name__} does not hand its anchors' features and labels to the loss, which "
                 f"{type(self.loss).__name__} needs (MaskedSimilarities.anchor_features / anchor_labels)"
+            )
+        if self.loss.needs_embedding_norms and (contrast.anchor_norms is None or contrast.candidate_norms is None):
+            raise ConfigError(
+                f"{type(self).__name__} does not hand the norms of its projections to the loss, which "
+                f"{type(self.loss).__name__} needs (MaskedSimilarities.anchor_norms / candidate_norms: "
+                "ContrastiveMethod.embed_for_loss)"
             )
         if contrast.mask_memo is None:
             contrast.mask_memo = self.masks.memo(contrast.pos_mask, contrast.neg_mask)
