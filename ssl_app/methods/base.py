@@ -261,7 +261,8 @@ class ContrastiveMethod(L.LightningModule, ABC):
         """Turn a batch ``(views, labels, indices)`` into anchors × candidates similarities and masks.
 
         Called by every train/val/test step; the loss strategy then reads ``(sim, pos_mask,
-        neg_mask)``. Use ``self.embed`` for the trained embeddings, ``similarity`` for ``sim``
+        neg_mask)``. Use ``self.embed`` for the trained embeddings (``self.embed_for_loss`` for the
+        anchors' features and projection norms a loss may need), ``similarity`` for ``sim``
         (float32 even under autocast), ``ssl_app.distributed`` to gather candidates from every
         rank and ``ssl_app.methods.masks`` for the masks. Outside training (``not
         self.training``) fill ``MaskedSimilarities.views`` with the normalised embeddings of the first two
