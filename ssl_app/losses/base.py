@@ -231,6 +231,16 @@ class ContrastiveLoss(nn.Module):
         whether this is ``fit`` (``validate``/``test`` restore data-sized state from the checkpoint).
         Called by the method at every ``setup``; the base class needs nothing."""
 
+    def check_handed_over(self, handover: MaskedSimilarities, method: str) -> None:
+        """Raise a ``ConfigError`` naming ``method`` and this loss when the hand-over lacks what the loss
+        declares it needs (``needs_anchor_features``, ``needs_embedding_norms``); the method calls it."""
+        for declared, fields, what in HANDED_OVER:
+            if getattr(self, declared) and any(getattr(handover, name) is None for name in fields):
+                raise ConfigError(
+                    f"{method} does not hand {what} to the loss, which {type(self).__name__} needs "
+                    f"(MaskedSimilarities.{' / '.join(fields)})"
+                )
+
     @staticmethod
     def check_inputs(handover: MaskedSimilarities) -> None:
         """Raise a ``ValueError`` naming the argument if shapes or dtypes do not fit."""
@@ -261,6 +271,13 @@ class ContrastiveLoss(nn.Module):
     def hparams(self) -> dict[str, object]:
         """The strategy's hyper-parameters, for reprs and run reports."""
         return {}
+
+
+#: What each declaration asks a method to fill in the hand-over, and how an error names it.
+HANDED_OVER = (
+    ("needs_anchor_features", ("anchor_features", "anchor_labels"), "its anchors' features and labels"),
+    ("needs_embedding_norms", ("anchor_norms", "candidate_norms"), "the norms of its projections (embed_for_loss)"),
+)
 
 
 #: What a loss's ``temperature`` option takes: a number (a constant τ) or a policy (``ssl_app.temperature``).

@@ -136,12 +136,8 @@ class ContrastiveMethod(L.LightningModule, ABC):
         return self.run_encoder(self.backbone, self.projection_head, images)
 
     def run_encoder(self, backbone: nn.Module, head: nn.Module, images: Tensor, with_norms: bool = False) -> tuple[Tensor, ...]:
-        """``models.encode_with`` on ``images`` in the encoders' layout: one graph with ``compile``;
-        ``(features, z)``, and with ``with_norms`` the projections' norms before normalisation too."""
-        memory_format_images = self.to_memory_format(images)
-        if with_norms:
-            return self._encoder(backbone, head, memory_format_images, with_norms=True)
-        return self._encoder(backbone, head, memory_format_images)
+        """``models.encode_with`` on ``images`` in the encoders' layout: one graph with ``compile``."""
+        return self._encoder(backbone, head, self.to_memory_format(images), with_norms=with_norms)
 
     def embed(self, images: Tensor) -> Tensor:
         """L2-normalised projections z [B, proj_dim] (what the loss and the metrics read)."""
@@ -180,10 +176,8 @@ class ContrastiveMethod(L.LightningModule, ABC):
         return None, self.embed(images)
 
     def embed_for_loss(self, images: Tensor) -> tuple[Optional[Tensor], Tensor, Optional[Tensor]]:
-        """``(features, z, norms)`` of anchor images (or of candidates encoded with gradient) for
-        ``contrast``: :meth:`embed_anchors`, plus, when the loss ``needs_embedding_norms``, the L2 norms
-        [B] of the projections before normalisation, from the same pass and with gradient
-        (``MaskedSimilarities.anchor_norms``/``candidate_norms``); ``None`` otherwise."""
+        """``(features, z, norms)``: :meth:`embed_anchors`, and the projections' L2 norms [B] before normalisation
+        (same pass, with gradient) when the loss ``needs_embedding_norms`` (else ``None``)."""
         if not self.loss.needs_embedding_norms:
             return (*self.embed_anchors(images), None)
         features, z, norms = self.run_encoder(self.backbone, self.projection_head, images, with_norms=True)
@@ -240,17 +234,7 @@ class ContrastiveMethod(L.LightningModule, ABC):
 
     def compute_loss(self, contrast: MaskedSimilarities, with_stats: bool = False) -> LossResult:
         """The loss strategy on the hand-over (one call, one answer)."""
-        if self.loss.needs_anchor_features and (contrast.anchor_features is None or contrast.anchor_labels is None):
-            raise ConfigError(
-                f"{type(self).__name__} does not hand its anchors' features and labels to the loss, which "
-                f"{type(self.loss).__name__} needs (MaskedSimilarities.anchor_features / anchor_labels)"
-            )
-        if self.loss.needs_embedding_norms and (contrast.anchor_norms is None or contrast.candidate_norms is None):
-            raise ConfigError(
-                f"{type(self).__name__} does not hand the norms of its projections to the loss, which "
-                f"{type(self.loss).__name__} needs (MaskedSimilarities.anchor_norms / candidate_norms: "
-                "ContrastiveMethod.embed_for_loss)"
-            )
+        self.loss.check_handed_over(contrast, type(self).__name__)
         if contrast.mask_memo is None:
             contrast.mask_memo = self.masks.memo(contrast.pos_mask, contrast.neg_mask)
         return self.loss(contrast, with_stats)
@@ -261,8 +245,7 @@ class ContrastiveMethod(L.LightningModule, ABC):
         """Turn a batch ``(views, labels, indices)`` into anchors × candidates similarities and masks.
 
         Called by every train/val/test step; the loss strategy then reads ``(sim, pos_mask,
-        neg_mask)``. Use ``self.embed`` for the trained embeddings (``self.embed_for_loss`` for the
-        anchors' features and projection norms a loss may need), ``similarity`` for ``sim``
+        neg_mask)``. Use ``self.embed`` (``embed_for_loss``: and what the loss needs), ``similarity`` for ``sim``
         (float32 even under autocast), ``ssl_app.distributed`` to gather candidates from every
         rank and ``ssl_app.methods.masks`` for the masks. Outside training (``not
         self.training``) fill ``MaskedSimilarities.views`` with the normalised embeddings of the first two

@@ -89,7 +89,7 @@ class MemoryBank(ContrastiveMethod):
         self.bank = LabelledBank(bank_size or 0, self.embedding_dim, keep_norms=self.loss.needs_embedding_norms)
         # Every rank applies the same gathered update, so DDP must not broadcast the bank.
         self._ddp_params_and_buffers_to_ignore = [f"bank.{name}" for name, _ in self.bank.named_buffers()]
-        self._pending: Optional[tuple[Tensor, Tensor, Tensor, Optional[Tensor]]] = None
+        self._pending: Optional[tuple[Tensor, ...]] = None  # (indices, z, labels[, norms]) until the backward is done
 
     def negatives_per_anchor(self, batch_size: int, world_size: int) -> Optional[int]:
         if self.num_negatives is not None:
@@ -126,7 +126,7 @@ class MemoryBank(ContrastiveMethod):
         candidates = Members(entries, torch.ones_like(entries), self.bank.labels[entries])
         pos_mask, neg_mask = contrast_masks(anchors, candidates, self.loss.uses_labels, usable)
         sim = similarity(z, self.bank.features[entries])
-        self._pending = (indices, z.detach(), labels, None if norms is None else norms.detach())
+        self._pending = (indices, z.detach(), labels) + (() if norms is None else (norms.detach(),))
         read_norms = {} if norms is None else {"anchor_norms": norms, "candidate_norms": self.bank.norms[entries]}
         return MaskedSimilarities(sim, pos_mask, neg_mask, anchor_features=features, anchor_labels=labels, **read_norms)
 
@@ -201,9 +201,8 @@ class MemoryBank(ContrastiveMethod):
         # After backward (the loss's graph holds the bank itself, so it is only written now), and
         # before any callback's on_train_batch_end: a checkpoint of this step must hold the update.
         if self._pending is not None:
-            indices, z, labels, norms = self._pending
-            self._pending = None
-            self.update_bank(indices, z, labels, norms)
+            pending, self._pending = self._pending, None
+            self.update_bank(*pending)  # (indices, z, labels[, norms])
 
     @torch.no_grad()
     def update_bank(self, indices: Tensor, z: Tensor, labels: Tensor, norms: Optional[Tensor] = None) -> None:

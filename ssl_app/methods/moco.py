@@ -139,7 +139,7 @@ class MoCo(ContrastiveMethod):
         # Every rank applies the same gathered update, so DDP must not broadcast the queue
         # from rank 0 before each forward (it would cost queue_size × proj_dim per step).
         self._ddp_params_and_buffers_to_ignore = [f"queue.{name}" for name, _ in self.queue.named_buffers()]
-        self._pending: Optional[tuple[Tensor, Tensor, Optional[Tensor]]] = None
+        self._pending: Optional[tuple[Tensor, ...]] = None  # (keys, labels[, norms]) until the backward is done
         self._total_steps: Optional[int] = None
 
     # --- BatchNorm leakage ------------------------------------------------------------------
@@ -296,7 +296,7 @@ class MoCo(ContrastiveMethod):
                 candidate_norms.append(distributed.gather_with_grad(query_norms))
             anchors.update(anchor_norms=query_norms, candidate_norms=torch.cat(candidate_norms))
         if self.training:
-            self._pending = (keys, key_labels, key_norms)
+            self._pending = (keys, key_labels) if key_norms is None else (keys, key_labels, key_norms)
             return MaskedSimilarities(sim, pos_mask, neg_mask, **anchors)
         second = queries.chunk(2)[1] if self.symmetric else self.embed(views[1])
         return MaskedSimilarities(sim, pos_mask, neg_mask, views=(queries[:batch_size].detach(), second.detach()), **anchors)
@@ -379,9 +379,8 @@ class MoCo(ContrastiveMethod):
         # The keys join the queue once the loss's backward is done, and before any callback's
         # on_train_batch_end: a checkpoint taken at the end of this step must already hold them.
         if self._pending is not None:
-            keys, labels, norms = self._pending
-            self._pending = None
-            self.queue.enqueue(keys, labels, norms)
+            pending, self._pending = self._pending, None
+            self.queue.enqueue(*pending)  # (keys, labels[, norms])
 
 
 def _unpermute(encoded: Tensor, permutation: Tensor) -> Tensor:
