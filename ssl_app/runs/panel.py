@@ -55,7 +55,7 @@ from ssl_app.runs.spec import (
     TAU_KEY,
     RunSpec,
 )
-from ssl_app.runs.tags import describe
+from ssl_app.runs.tags import HEADLINE_SERIES, describe
 from ssl_app.temperature.spelling import exact
 
 #: The fit's own metric columns (its final values; kNN and the probe are fractions, not %): (tag, display name).
@@ -66,6 +66,13 @@ FIT_METRICS = (
     ("metrics/effective_rank", "eff. rank"),
     ("train/loss_epoch", "loss"),
 )
+#: The geometry beyond uniformity (−W₂, LiDAR, RankMe of the backbone): context columns after every other, so the
+#: first five (what the dashboard shows and draws) stay the fit's headline ones; each only where the fit logged it.
+CONTEXT_METRICS = (
+    ("metrics/wasserstein_uniformity", "−W₂"),
+    ("metrics/lidar", "LiDAR"),
+    ("metrics/effective_rank_backbone", "RankMe (backbone)"),
+)
 #: What an evaluation of the fit (validate, test, a linear probe) puts on the fit's row: its final values of these
 #: tags, written into ``<run>/evaluations/<kind>/`` (``EVALUATION_GROUP``), a folder of the fit's session.
 EVALUATION_METRICS = {
@@ -74,12 +81,20 @@ EVALUATION_METRICS = {
     "validate": (("metrics/knn_acc", "validate kNN"), ("metrics/uniformity", "validate uniformity")),
     "test": (("metrics/knn_acc", "test kNN"), ("metrics/uniformity", "test uniformity")),
 }  # fmt: skip
+#: Final values an evaluation also writes there, beside its columns: what the report reads of a probe filed in a run
+#: (whose own curves are not TensorBoard events: ``ssl_app.cli.plan``).
+EVALUATION_EXTRAS = {"linear": ("linear/top5",)}
 #: The folder (under the fit's run folder) whose events hold the newest evaluation of each kind, for HParams.
 EVALUATION_GROUP = "evaluations/{kind}"
 #: Diagnostics that stay constant in most runs: HParams shows their last value as context (tag, HParams name, display).
 CONSTANT_DIAGNOSTICS = (("loss/chance", "9_chance", "chance"), ("loss/used_negatives", "9_negatives", "negatives"))
 #: A column a fit has no value for (a method without a loss has no τ): written, so the fit is still drawn.
 MISSING = "—"
+
+
+def with_headline(metrics: Mapping[str, Any]) -> dict[str, Any]:
+    """``metrics`` and, for each headline tag in it (``HEADLINE_SERIES``), its copy under ``HEADLINE_GROUP``."""
+    return {**metrics, **{HEADLINE_SERIES[tag]: value for tag, value in metrics.items() if tag in HEADLINE_SERIES}}
 
 
 def _tau(spec: RunSpec) -> Any:
@@ -158,7 +173,8 @@ def fit_row(spec: RunSpec, point: Optional[SweepPoint], where: str) -> Row:
 def metric_columns(results: Mapping[str, float], probed: bool) -> list[tuple[str, str, str]]:
     """HParams' metric columns, ``(tag, group, display name)``: the fit's own that it logged, the probe's top-1
     second when the fit's sweep probes it (TensorBoard shows the first five and draws a fit in parallel coordinates
-    only when it has every column shown), then the evaluations' columns."""
+    only when it has every column shown), then the evaluations' columns, then the context (``CONTEXT_METRICS``)
+    that the fit logged."""
     own = [(tag, "", display) for tag, display in FIT_METRICS if tag in results]
     evaluations = [
         (tag, EVALUATION_GROUP.format(kind=kind), display)
@@ -167,7 +183,8 @@ def metric_columns(results: Mapping[str, float], probed: bool) -> list[tuple[str
     ]
     if probed:
         own.insert(min(1, len(own)), evaluations.pop(0))
-    return own + evaluations
+    context = [(tag, "", display) for tag, display in CONTEXT_METRICS if tag in results]
+    return own + evaluations + context
 
 
 def write_hparams(
@@ -237,9 +254,10 @@ def write_evaluation(run: Path, kind: str, results: Mapping[str, float], step: i
     found = {tag: results[tag] for tag, _ in EVALUATION_METRICS.get(kind, ()) if tag in results}
     if not found:
         return False
+    extra = {tag: results[tag] for tag in EVALUATION_EXTRAS.get(kind, ()) if tag in results}
     writer = SummaryWriter(str(run / EVALUATION_GROUP.format(kind=kind)))
     try:
-        for tag, value in found.items():
+        for tag, value in with_headline({**found, **extra}).items():
             writer.add_scalar(tag, float(value), step)
     finally:
         writer.close()
@@ -295,7 +313,7 @@ def _describing(logger: Any, log_metrics: Callable[..., None], options: RunOptio
         if rank_zero_only.rank != 0:  # as Lightning's own log_metrics: rank 0 writes
             return
         rest = {}
-        for tag, value in metrics.items():
+        for tag, value in with_headline(metrics).items():
             text = None if tag in seen else describe(tag, options)
             seen.add(tag)
             try:
