@@ -194,7 +194,8 @@ def test_a_grid_on_the_slurm_launcher_runs_and_a_requeued_job_resumes_in_place(t
     assert len(record.resumes) == 1 and record.resumes[0]["checkpoint"].startswith(str(first / "checkpoints"))
     text = log.read_text()
     assert "Interrupted by SIGUSR2" in text and "--ckpt_path=" in text and "Traceback" not in text
-    assert sorted(p.name for p in sweep.iterdir()) == [".slurm", "sweep_plan.json", "temperature=0.2", "temperature=0.5"]
+    expected = [".inputs_tables", ".slurm", "sweep_plan.json", "temperature=0.2", "temperature=0.5"]
+    assert sorted(p.name for p in sweep.iterdir()) == expected
     assert read_record(second).resumes == []
     task_log = Path(jobs[0].stdout).read_text()
     assert "saving and requeueing" in task_log and "Requeued job" in task_log
