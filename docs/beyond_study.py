@@ -12,10 +12,12 @@ validation logged (−W₂ ``metrics/wasserstein_uniformity``, ``metrics/lidar``
   paired difference (``ssl_app.report.paired``: mean Δ = a − b over the shared seeds, its 95% t-interval, the
   paired t-test's p) with Holm's adjustment (``ssl_app.report.significance.holm_adjusted``) over all m of them
   at once, and the quote the page uses: ``Δ +0.362 [+0.118, +0.606] (p̃ 0.351, not called)``;
-* ``orders.csv``: each configuration's mean in each metric and its rank (1 = highest; for the higher-is-better
-  reading of each metric);
+* ``orders.csv``: each configuration's mean (and sample std over its seeds) in each metric and its rank
+  (1 = highest);
 * ``rank_agreement.csv``: Kendall's τ_b (scipy) between each metric and kNN over the 15 runs, over the 5
-  configurations' means, and within each seed (the 5 runs of one seed), with the discordant pairs of means;
+  configurations' means, and within each seed (the 5 runs of one seed), with the pairs of configurations whose
+  means a metric orders unlike kNN, and unlike Wang–Isola uniformity;
+* ``summary.md``: the page's tables (mean ± std, the per-seed values, the rank agreement), from the above;
 * ``profile.csv``: each configuration's pooled measured profile (the report's pooling, ``hardness_curves``);
 * ``geometry_vs_knn.png``: each metric against kNN, one point per run.
 
@@ -166,6 +168,8 @@ def orders(records: list[dict], labels: list[str]) -> list[dict]:
         row = {"configuration": label}
         for key in keys:
             row[f"{key}_mean"] = means[key][label]
+            values = [r[key] for r in logged(records, label, key)]
+            row[f"{key}_std"] = statistics.stdev(values) if len(values) > 1 else None
             present = [m for m in means[key].values() if m is not None]
             row[f"{key}_rank"] = 1 + sum(m > means[key][label] for m in present) if means[key][label] is not None else None
         found.append(row)
@@ -190,11 +194,17 @@ def rank_agreement(records: list[dict], labels: list[str]) -> list[dict]:
             within.append(stats.kendalltau([r[key] for r in one], [r["knn_acc"] for r in one]).statistic)
         discordant = [f"{a} / {b}" for (a, (ma, ka)), (b, (mb, kb)) in itertools.combinations(zip(labels, means), 2)
                       if (ma - mb) * (ka - kb) < 0]  # fmt: skip
+        wang_isola = [mean_of(records, label, "uniformity") for label in labels]
+        against_uniformity = [
+            f"{a} / {b}" for (a, (ma, _), ua), (b, (mb, _), ub) in itertools.combinations(zip(labels, means, wang_isola), 2)
+            if (ma - mb) * (ua - ub) < 0
+        ]  # fmt: skip
         found.append({
             "metric": key, "runs": len(runs), "tau_runs": pooled.statistic, "p_runs": pooled.pvalue,
             "tau_means": between.statistic, "p_means": between.pvalue,
             "tau_within_seed": " ".join(f"{t:.3f}" for t in within), "tau_within_seed_mean": statistics.fmean(within),
             "discordant_pairs_of_means": len(discordant), "discordant": "; ".join(discordant),
+            "pairs_ordered_unlike_uniformity": len(against_uniformity), "unlike_uniformity": "; ".join(against_uniformity),
         })  # fmt: skip
     return found
 
@@ -237,6 +247,47 @@ def write_profiles(path: Path, rows) -> None:
     write_csv(path, out)
 
 
+SUMMARY_COLUMNS = (
+    ("knn_acc", "kNN (%)", 2), ("uniformity", "uniformity", 3), ("tolerance", "tolerance", 3),
+    ("wasserstein_uniformity", "−W₂", 3), ("lidar", "LiDAR", 2), ("effective_rank", "eff. rank", 2),
+    ("effective_rank_backbone", "RankMe", 2), ("log_slope", "log-slope", 2), ("share_le_0", "share ≤ 0", 2),
+)  # fmt: skip
+
+
+def cell(values: list[float], digits: int) -> str:
+    if not values:
+        return ""
+    sd = statistics.stdev(values) if len(values) > 1 else 0.0
+    return f"{plain(statistics.fmean(values), digits)} ± {sd:.{digits}f}"
+
+
+def plain(value: float, digits: int) -> str:
+    """``value`` at ``digits`` decimals with the typographic minus of the pages."""
+    return f"{value:.{digits}f}".replace("-", MINUS)
+
+
+def write_summary_md(path: Path, records: list[dict], labels: list[str], agreement: list[dict]) -> None:
+    """The page's tables: mean ± std per configuration, the per-seed values, the rank agreement with kNN."""
+    head = [name for _, name, _ in SUMMARY_COLUMNS]
+    lines = ["| configuration | n | " + " | ".join(head) + " |", "|---" * (len(head) + 2) + "|"]
+    for label in labels:
+        cells = [cell([r[key] for r in logged(records, label, key)], d) for key, _, d in SUMMARY_COLUMNS]
+        lines.append(f"| {label} | {len(logged(records, label, 'knn_acc'))} | " + " | ".join(cells) + " |")
+    lines += ["", "| configuration | seed | " + " | ".join(head) + " |", "|---" * (len(head) + 2) + "|"]
+    for r in records:
+        cells = ["" if r[key] is None else plain(r[key], d) for key, _, d in SUMMARY_COLUMNS]
+        lines.append(f"| {r['configuration']} | {r['seed']} | " + " | ".join(cells) + " |")
+    lines += ["", "| metric | Kendall τ_b with kNN, 15 runs (p) | τ_b, 5 means (p) | τ_b within each seed | pairs of means "
+              "ordered unlike kNN | pairs of means ordered unlike uniformity |", "|---|---|---|---|---|---|"]  # fmt: skip
+    for a in agreement:
+        lines.append(
+            f"| {a['metric']} | {a['tau_runs']:.3f} ({a['p_runs']:.3f}) | {a['tau_means']:.3f} ({a['p_means']:.3f}) | "
+            f"{a['tau_within_seed']} | {a['discordant_pairs_of_means']}: {a['discordant']} | "
+            f"{a['pairs_ordered_unlike_uniformity']}: {a['unlike_uniformity']} |"
+        )
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
 def figure(path: Path, records: list[dict], labels: list[str]) -> None:
     import matplotlib
 
@@ -272,7 +323,9 @@ def main(root: Path) -> None:
     write_csv(OUT / "comparisons.csv", found)
     write_comparisons_md(OUT / "comparisons.md", found)
     write_csv(OUT / "orders.csv", orders(records, labels))
-    write_csv(OUT / "rank_agreement.csv", rank_agreement(records, labels))
+    agreement = rank_agreement(records, labels)
+    write_csv(OUT / "rank_agreement.csv", agreement)
+    write_summary_md(OUT / "summary.md", records, labels, agreement)
     write_profiles(OUT / "profile.csv", rows)
     figure(OUT / "geometry_vs_knn.png", records, labels)
     print(f"{len(records)} runs, {len(found)} comparisons, Holm calls {sum(r['holm'] == 'called' for r in found)}")
