@@ -6,8 +6,9 @@ holds a finished ``validate`` of its last checkpoint (``<run>/evaluations/valida
 validation logged (−W₂ ``metrics/wasserstein_uniformity``, ``metrics/lidar``). It writes into ``docs/beyond_study/``:
 
 * ``per_seed.csv``: one row per run (configuration, seed) with every value the page uses: the report's columns,
-  the validation's, the Sigmoid's learnt τ and bias (its last checkpoint), and the measured hardness profile's
-  log-slope and the fraction of negatives at a share ≤ 0 (as docs/hardness_study.md defines them);
+  the validation's, the Sigmoid's learnt τ and bias (its last checkpoint), the measured hardness profile's
+  log-slope and the fraction of negatives at a share ≤ 0 (as docs/hardness_study.md defines them), and the
+  commit and wall time of the fit and of the validation (their run records);
 * ``comparisons.csv`` / ``comparisons.md``: every pair of configurations in every compared metric, the report's
   paired difference (``ssl_app.report.paired``: mean Δ = a − b over the shared seeds, its 95% t-interval, the
   paired t-test's p) with Holm's adjustment (``ssl_app.report.significance.holm_adjusted``) over all m of them
@@ -28,8 +29,10 @@ from __future__ import annotations
 
 import csv
 import itertools
+import json
 import statistics
 import sys
+from datetime import datetime
 from pathlib import Path
 
 import numpy as np
@@ -88,6 +91,14 @@ def profile_numbers(run) -> tuple[float | None, float | None]:
     return slope, float(n[(n > 0) & (w <= 0)].sum() / n.sum())
 
 
+def provenance(folder: Path) -> tuple[str, float | None]:
+    """The commit a run (or evaluation) ran at and its wall time in seconds, from its run record."""
+    record = json.loads((folder / "run.json").read_text(encoding="utf-8"))
+    started, ended = (record.get(key) for key in ("started", "ended"))
+    seconds = (datetime.fromisoformat(ended) - datetime.fromisoformat(started)).total_seconds() if started and ended else None
+    return record.get("git_commit") or "", seconds
+
+
 def sigmoid_state(run) -> tuple[float | None, float | None]:
     """The Sigmoid loss's learnt τ and bias from the run's last checkpoint (None for another loss)."""
     path = run.path / "checkpoints" / "last.ckpt"
@@ -114,6 +125,8 @@ def per_seed(rows) -> list[dict]:
                 value = events.last(tag) if events is not None else None
                 record[key] = None if value is None else value * (100.0 if key.endswith("knn_acc") else 1.0)
             record["validate_folder"] = folder.name if folder is not None else ""
+            record["git_commit"], record["fit_seconds"] = provenance(run.path)
+            record["validate_git_commit"], record["validate_seconds"] = provenance(folder) if folder is not None else ("", None)
             record["log_slope"], record["share_le_0"] = profile_numbers(run)
             record["sigmoid_tau"], record["sigmoid_bias"] = sigmoid_state(run)
             records.append(record)
