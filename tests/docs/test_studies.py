@@ -304,7 +304,8 @@ def beyond_values(metric: str) -> dict[tuple[str, str], float]:
 
 def test_beyond_per_seed_values_give_the_report_table():
     """The report's table (means, stds, n) is what the recorded per-seed values give: the seeds beside the table
-    are the table's seeds."""
+    are the table's seeds; and each run's validation (where −W₂ and LiDAR come from) gave back its training's last
+    kNN, uniformity and effective rank, so the geometry metrics belong to the state the table describes."""
     table = {row["configuration"]: row for row in rows(BEYOND / "table.csv")}
     seeds = rows(BEYOND / "per_seed.csv")
     assert len(seeds) == 15 and len(table) == 5
@@ -314,6 +315,9 @@ def test_beyond_per_seed_values_give_the_report_table():
             assert len(values) == int(cells[f"{metric}_n"]) == 3
             assert sum(values) / 3 == pytest.approx(float(cells[f"{metric}_mean"]), rel=1e-9)
             assert stats.tstd(values) == pytest.approx(float(cells[f"{metric}_std"]), rel=1e-6)
+    for row in seeds:  # the validation of the last checkpoint re-measured the training's last state
+        for metric in ("knn_acc", "uniformity", "effective_rank"):
+            assert float(row[f"validate_{metric}"]) == pytest.approx(float(row[metric]), rel=1e-6)
 
 
 def test_beyond_comparisons_are_recomputed_from_the_per_seed_values():
