@@ -31,6 +31,7 @@ from callbacks.labels import missing_labels, say_skipped
 from callbacks.plots import SIMILARITY_RANGE, find_tensorboard
 from callbacks.schedule import check_every_n_epochs, evaluation_due
 from ssl_app.checkpointing import first_nonfinite
+from ssl_app.checks import check_int, check_optional_int
 from ssl_app.errors import ConfigError, NonFiniteError
 from ssl_app.io.changes import OnChange
 from ssl_app.metrics import DEFAULT_TOP_K, EmbeddingInputs, EmbeddingReport, evaluate_metrics
@@ -51,6 +52,7 @@ def embedding_report(
     backbone: Tensor | None = None,
     train: Tensor | None = None,
     negative_histogram: SimilarityHistogram | None = None,
+    multiview: Tensor | None = None,
 ) -> EmbeddingReport:
     """Every registered metric of N samples' two view embeddings ``za``, ``zb`` [N, d].
 
@@ -61,6 +63,7 @@ def embedding_report(
     not computed). ``train`` [T, d]: clean embeddings of the training split, where
     ``top{k}_train_neg_sim`` looks for each anchor's hardest negatives (``None``: not computed).
     ``negative_histogram``: filled with every negative view similarity (``report.negative_histogram``).
+    ``multiview`` [n, q, d]: q augmented views of n samples, which ``lidar`` reads (``None``: not computed).
     Pass the same gathered tensors on every rank: the functions shard their work and return the
     single-process values everywhere.
     """
@@ -68,7 +71,7 @@ def embedding_report(
         clean, clean_labels = za, labels
     elif clean_labels is None:
         raise ValueError("embedding_report: clean needs clean_labels")
-    return evaluate_metrics(EmbeddingInputs(clean, clean_labels, za, zb, top_k, backbone, train, negative_histogram))
+    return evaluate_metrics(EmbeddingInputs(clean, clean_labels, za, zb, top_k, backbone, train, negative_histogram, multiview))
 
 
 def collapse_evidence(report: EmbeddingReport) -> CollapseEvidence:
@@ -182,6 +185,13 @@ class EmbeddingMetrics(Callback):
             ``on_exception``). The process starts with training (``on_train_start``). ``false``: drawn
             in the training process, 0.3–0.7 s of CPU per evaluation that a GPU waits for.
             ``validate`` and ``test`` draw in the training process.
+        lidar_views: q, the augmented views of each evaluation image that ``metrics/lidar`` (LiDAR, Thilak et
+            al. 2024) reads: each image a class of an LDA (``ssl_app.metrics.geometry.lidar``). 0 (default):
+            not computed. q ≥ 2 (10 in both reference implementations): an own pass of q augmented views (the
+            datamodule's training augmentation, a fixed function of the sample index) of the first
+            ``lidar_samples`` images of the evaluation split, i.e. q × ``lidar_samples`` forward passes per
+            evaluation (10 × 1,000 = 10,000: about one CIFAR-10 validation pass).
+        lidar_samples: n, the images LiDAR reads (those with index < n, also below ``max_samples``; ``None``: all).
     """
 
     def __init__(
@@ -198,8 +208,13 @@ class EmbeddingMetrics(Callback):
         negatives_from: NegativesFrom = "views",
         similarity_range: tuple[float, float] = SIMILARITY_RANGE,
         figure_process: bool = True,
+        lidar_views: int = 0,
+        lidar_samples: int | None = 1000,
     ) -> None:
         super().__init__()
+        if lidar_views != 0:  # 0: off; else q >= 2 views per image
+            check_int(lidar_views, "EmbeddingMetrics: lidar_views (0 turns LiDAR off)", minimum=2)
+        check_optional_int(lidar_samples, "EmbeddingMetrics: lidar_samples", minimum=2)
         every_n_epochs = check_every_n_epochs(every_n_epochs, "EmbeddingMetrics")
         if not isinstance(top_k, int) or top_k < 1:
             raise ConfigError(f"EmbeddingMetrics: top_k must be an int >= 1, got {top_k!r}")
@@ -225,6 +240,8 @@ class EmbeddingMetrics(Callback):
         self.uniformity_inputs = uniformity_inputs
         self.negatives_from = negatives_from
         self.log_histograms = log_histograms
+        self.lidar_views = lidar_views
+        self.lidar_samples = lidar_samples
         self.alarm = CollapseAlarm(collapse)
         self.stop_on_collapse = stop_on_collapse
         self.stop_on_nonfinite = bool(stop_on_nonfinite)
@@ -281,6 +298,8 @@ class EmbeddingMetrics(Callback):
             require_embedding_dataloader(trainer, f"EmbeddingMetrics with split={self.split}")
         if self.negatives_from == "train":
             require_embedding_dataloader(trainer, "EmbeddingMetrics with negatives_from=train")
+        if self.lidar_views:
+            require_embedding_dataloader(trainer, f"EmbeddingMetrics with lidar_views={self.lidar_views}")
 
     # --- collecting ------------------------------------------------------------------------
     def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
@@ -359,15 +378,27 @@ class EmbeddingMetrics(Callback):
         """Every registered metric of the gathered ``views`` (and, for ``clean``, an own pass of ``split``)."""
         za, zb = views.view_features(0), views.view_features(1)
         train = self.train_embeddings(trainer, pl_module) if self.negatives_from == "train" else None
+        multiview = self.lidar_embeddings(trainer, pl_module, split) if self.lidar_views else None
         histogram = SimilarityHistogram() if self.log_histograms else None
         if self.uniformity_inputs == "clean":
             clean = self.clean_samples(trainer, pl_module, split, views)
             self._clean_rows = (clean.view_features(0), clean.backbone)
             return embedding_report(
-                za, zb, views.labels, self.top_k, clean.view_features(0), clean.labels, clean.backbone, train, histogram
-            )
+                za, zb, views.labels, self.top_k, clean.view_features(0), clean.labels, clean.backbone, train, histogram,
+                multiview,
+            )  # fmt: skip
         self._clean_rows = (za, None)
-        return embedding_report(za, zb, views.labels, self.top_k, train=train, negative_histogram=histogram)
+        return embedding_report(za, zb, views.labels, self.top_k, train=train, negative_histogram=histogram, multiview=multiview)
+
+    def lidar_embeddings(self, trainer: L.Trainer, pl_module: L.LightningModule, split: str) -> Tensor:
+        """[n, q, d]: ``lidar_views`` augmented views of the first ``lidar_samples`` images of ``split``, gathered
+        from every rank (each embeds a disjoint shard; a collective)."""
+        limits = [limit for limit in (self.lidar_samples, self.max_samples) if limit is not None]
+        buffer = embed_split(
+            trainer, pl_module, split, views=self.lidar_views, augment=True, max_samples=min(limits) if limits else None,
+            who="EmbeddingMetrics (lidar_views)",
+        )  # fmt: skip
+        return buffer.gather(device=pl_module.device).features
 
     def train_embeddings(self, trainer: L.Trainer, pl_module: L.LightningModule) -> Tensor:
         """The clean embeddings of the whole train split, gathered from every rank (a collective)."""

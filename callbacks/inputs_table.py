@@ -22,6 +22,7 @@ def inputs_table(top_k: int, uniformity_inputs: UniformityInputs, logged: Collec
         "labels": "labels",
         "backbone": "backbone features of the clean (eval-transform) images, unnormalised",
         "train": "clean embeddings of the train split",
+        "multiview": "lidar_views augmented views of each sample",
     }
     rows = [(f"metrics/{metric.tag(name, top_k)}", metric.formula(name, top_k), " + ".join(words[r] for r in metric.reads))
             for metric, name in registered_fields()]  # fmt: skip

@@ -442,7 +442,7 @@ class ContrastiveDataModule(LightningDataModule):
 
         Args:
             split: ``"train"``, ``"val"`` or ``"test"``.
-            views: views per sample (1 or 2).
+            views: views per sample (≥ 1: one or two for most callbacks; q for LiDAR's ``lidar_views``).
             augment: ``False``: the deterministic eval pipeline (e.g. kNN features of the train
                 split); ``True``: augmented views, a fixed function of ``(val_seed, index)``
                 (e.g. alignment over two views of the val split).
@@ -451,8 +451,8 @@ class ContrastiveDataModule(LightningDataModule):
                 ranks embed disjoint shards covering the split exactly once (no padding, unlike
                 a DistributedSampler); the batch's ``indices`` are still split indices.
         """
-        if views not in (1, 2):
-            raise ConfigError(f"embedding_dataloader: views must be 1 or 2, got {views}")
+        if not isinstance(views, int) or views < 1:
+            raise ConfigError(f"embedding_dataloader: views must be an int >= 1, got {views!r}")
         if not 0 <= rank < world_size:
             raise ValueError(f"embedding_dataloader: need 0 <= rank < world_size, got {rank}, {world_size}")
         if augment:

@@ -1,7 +1,12 @@
 import os
+import tempfile
 
 import pytest
 import torch
+
+# ``list`` keeps its lines in the user's cache (ssl_app.cli.listing_cache): the suite and the processes it starts
+# keep theirs in a folder of their own, not in ~/.cache.
+os.environ.setdefault("SSL_APP_CACHE", tempfile.mkdtemp(prefix="ssl_app_cache_"))
 
 
 @pytest.fixture(autouse=True, scope="session")

@@ -6,11 +6,13 @@ its class declares) and the option that selects it. Nothing here names an entry:
 registered anywhere (``ssl_app.registering``, ``ssl_app.metrics.register``) is listed, and one that
 is not registered is not. ``ssl_app.cli.main`` hands ``list`` over before Lightning is imported, and a kind
 imports only its own registry's package (``list losses`` needs no Lightning; ``methods`` and ``datamodules``,
-Lightning's subclasses, do), so listing builds no model, no data and no run folder.
+Lightning's subclasses, do), so listing builds no model, no data and no run folder; what it printed is kept in
+the user's cache under a key of the sources (``ssl_app.cli.listing_cache``), so the next ``list`` imports nothing.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -107,9 +109,37 @@ def main(args: Sequence[str], out: Any = None, err: Any = None) -> int:
         if kind not in kinds:
             kinds.append(kind)
     lines: list[str] = []
-    for kind in kinds or list(KINDS):
+    for kind, rows in rows_of(kinds or list(KINDS)).items():
         if lines:
             lines.append("")
-        lines += format_kind(kind, KINDS[kind]())
-    print("\n".join(lines), file=out)
+        lines += format_kind(kind, rows)
+    try:
+        print("\n".join(lines), file=out)
+    except BrokenPipeError:  # `list | head`: the reader has what it wanted
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - Python flushes stdout again at exit
     return 0
+
+
+#: The packages whose import fills a registry. Before any of them is imported, only their sources can register
+#: anything, so the lines kept for those sources are the lines; after, a class registered at run time (a plug-in,
+#: a test) may be missing from them, and the registries are read (and nothing kept).
+REGISTRY_PACKAGES = (
+    "ssl_app.losses", "ssl_app.temperature", "ssl_app.methods", "ssl_app.metrics", "ssl_app.models", "datamodules",
+)  # fmt: skip
+
+
+def rows_of(kinds: list[str]) -> dict[str, list[Row]]:
+    """The rows of each kind: in a process that has not loaded the registries, those kept from an earlier ``list``
+    of the same sources (``ssl_app.cli.listing_cache``: no import), else read from the registries and kept for the
+    next one."""
+    from ssl_app.cli import listing_cache
+
+    if any(name in sys.modules for name in REGISTRY_PACKAGES):  # imported before: something may have registered more
+        return {kind: KINDS[kind]() for kind in kinds}
+    key = listing_cache.sources_key(listing_cache.package_folders())
+    kept = listing_cache.cached(kinds, key)
+    if kept is not None:
+        return {kind: [Row(*row) for row in kept[kind]] for kind in kinds}
+    read = {kind: KINDS[kind]() for kind in kinds}
+    listing_cache.keep({kind: [[row.name, row.summary, row.option] for row in rows] for kind, rows in read.items()}, key)
+    return read

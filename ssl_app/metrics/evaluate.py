@@ -84,10 +84,12 @@ def drop_nonfinite(inputs: EmbeddingInputs) -> tuple[EmbeddingInputs, int, int]:
     non-finite); a sample of ``views`` goes when either view is non-finite. Counts are of
     embedding vectors: N clean rows plus 2M view rows, except that a ``clean`` that *is*
     ``view_a`` (the same tensor: clean inputs taken from the first view) is counted once, as the
-    views. Non-finite ``train`` rows are dropped and counted too.
+    views. Non-finite ``train`` rows are dropped and counted too, and so is a ``multiview`` sample
+    with any non-finite view (counted once per sample).
     """
     clean_ok = torch.isfinite(inputs.clean).all(dim=1)
     train_ok = None if inputs.train is None else torch.isfinite(inputs.train).all(dim=1)
+    multiview_ok = None if inputs.multiview is None else torch.isfinite(inputs.multiview).flatten(1).all(dim=1)
     if inputs.backbone is not None:
         clean_ok = clean_ok & torch.isfinite(inputs.backbone).all(dim=1)
     view_a_ok, view_b_ok = torch.isfinite(inputs.view_a).all(dim=1), torch.isfinite(inputs.view_b).all(dim=1)
@@ -96,6 +98,8 @@ def drop_nonfinite(inputs: EmbeddingInputs) -> tuple[EmbeddingInputs, int, int]:
         checked.append(clean_ok)
     if train_ok is not None:
         checked.append(train_ok)
+    if multiview_ok is not None:
+        checked.append(multiview_ok)
     total = sum(ok.shape[0] for ok in checked)
     # The finite rows of every input, read in one transfer.
     bad = total - sum(torch.stack([ok.sum().to(view_a_ok.device) for ok in checked]).tolist())
@@ -108,6 +112,7 @@ def drop_nonfinite(inputs: EmbeddingInputs) -> tuple[EmbeddingInputs, int, int]:
         labels=inputs.labels[clean_ok],
         backbone=None if inputs.backbone is None else inputs.backbone[clean_ok],
         train=None if inputs.train is None else inputs.train[train_ok],
+        multiview=None if inputs.multiview is None else inputs.multiview[multiview_ok],
         view_a=inputs.view_a[pair_ok],
         view_b=inputs.view_b[pair_ok],
     )

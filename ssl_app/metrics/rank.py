@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 from torch import Tensor
 
@@ -10,6 +12,69 @@ from ssl_app.metrics.rows import accumulation_dtype, check_chunk, check_rows, un
 from ssl_app.metrics.sharding import all_reduce_sum, resolve_world, row_range
 
 _ROW_CHUNK = 16384
+
+
+@dataclass(frozen=True)
+class Moments:
+    """The sufficient statistics of N rows u_i [d]: ``count`` N, ``total`` Σ_i u_i [d] and ``gram``
+    Σ_i u_i u_iᵀ [d, d], float64 on the CPU. Every second-order metric here reads them: the singular
+    values (of ``gram``), the mean and covariance (−W₂, ``ssl_app.metrics.geometry``)."""
+
+    count: int
+    total: Tensor
+    gram: Tensor
+
+    @property
+    def mean(self) -> Tensor:
+        """μ = Σ u_i / N, [d]."""
+        return self.total / self.count
+
+    @property
+    def covariance(self) -> Tensor:
+        """Σ = Σ_i (u_i − μ)(u_i − μ)ᵀ / N = gram / N − μ μᵀ, [d, d] (the 1/N, maximum-likelihood fit)."""
+        mean = self.mean
+        return self.gram / self.count - torch.outer(mean, mean)
+
+
+@torch.no_grad()
+def moments(
+    z: Tensor,
+    *,
+    chunk_size: int | None = None,
+    rank: int | None = None,
+    world_size: int | None = None,
+    normalize: bool = True,
+) -> Moments:
+    """``Moments`` of U [N, d]: ``z`` with L2-normalised rows, or ``z`` itself with ``normalize=False``.
+
+    Accumulated in float64 (float32 on MPS), ``chunk_size`` rows at a time; under DDP each rank sums
+    its ``row_range`` of the gathered rows and the partial sums are all-reduced (one collective), so
+    every rank holds the same statistics, exactly the single-process ones up to summation order.
+
+    Args:
+        z: [N, d] embeddings, N ≥ 1 (gathered from every rank under DDP).
+        chunk_size, rank, world_size: as for ``uniformity`` (see ``ssl_app.metrics.embedding``).
+        normalize: L2-normalise the rows first (``False``: the rows as given).
+    """
+    check_rows("z", z, 1)
+    chunk = check_chunk(chunk_size, _ROW_CHUNK)
+    rank, world_size = resolve_world(rank, world_size)
+    d = z.shape[1]
+    with torch.autocast(z.device.type, enabled=False):
+        start, stop = row_range(z.shape[0], rank, world_size)
+        sums = torch.zeros(d + 1, d, dtype=accumulation_dtype(z), device=z.device)  # [Σ u_i; Σ u_i u_iᵀ]
+        for a in range(start, stop, chunk):
+            rows = z[a : min(a + chunk, stop)]
+            rows = (unit_rows(rows) if normalize else rows).to(sums.dtype)
+            sums[0] += rows.sum(dim=0)
+            sums[1:] += rows.T @ rows
+        sums = all_reduce_sum(sums, world_size).cpu().double()
+    return Moments(z.shape[0], sums[0], sums[1:])
+
+
+def gram_singular_values(gram: Tensor) -> Tensor:
+    """σ_k = sqrt(λ_k(G)) of a Gram matrix G = UᵀU, descending, eigenvalues clamped at 0 (float64, CPU)."""
+    return torch.linalg.eigvalsh(gram.cpu().double()).clamp(min=0).sqrt().flip(0)
 
 
 @torch.no_grad()
@@ -24,29 +89,19 @@ def singular_values(
     """The singular values σ_1 ≥ … ≥ σ_d ≥ 0 of U [N, d], exactly, as a float64 CPU tensor [d].
 
     U is ``z`` with L2-normalised rows, or ``z`` itself with ``normalize=False``. They are computed
-    from the d × d Gram matrix ``G = Uᵀ U = Σ_i u_i u_iᵀ``: ``σ_k = sqrt(λ_k(G))`` (eigenvalues
-    clamped at 0). G is accumulated in float64 (float32 on MPS), ``chunk_size`` rows at a time;
-    under DDP each rank sums its ``row_range`` of the gathered rows and the partial Gram matrices
-    are all-reduced, so every rank decomposes the same matrix. The eigen-decomposition runs on the
-    CPU in float64 (d × d is small), so the result does not depend on the device.
+    from the d × d Gram matrix ``G = Uᵀ U = Σ_i u_i u_iᵀ`` of ``moments``: ``σ_k = sqrt(λ_k(G))``
+    (eigenvalues clamped at 0). G is accumulated in float64 (float32 on MPS), ``chunk_size`` rows at
+    a time; under DDP each rank sums its ``row_range`` of the gathered rows and the partial Gram
+    matrices are all-reduced, so every rank decomposes the same matrix. The eigen-decomposition runs
+    on the CPU in float64 (d × d is small), so the result does not depend on the device.
 
     Args:
         z: [N, d] embeddings, N ≥ 1 (gathered from every rank under DDP).
         chunk_size, rank, world_size: as for ``uniformity`` (see ``ssl_app.metrics.embedding``).
         normalize: L2-normalise the rows first (``False``: the rows as given).
     """
-    check_rows("z", z, 1)
-    chunk = check_chunk(chunk_size, _ROW_CHUNK)
-    rank, world_size = resolve_world(rank, world_size)
-    with torch.autocast(z.device.type, enabled=False):
-        start, stop = row_range(z.shape[0], rank, world_size)
-        gram = torch.zeros(z.shape[1], z.shape[1], dtype=accumulation_dtype(z), device=z.device)
-        for a in range(start, stop, chunk):
-            rows = z[a : min(a + chunk, stop)]
-            rows = (unit_rows(rows) if normalize else rows).to(gram.dtype)
-            gram += rows.T @ rows
-        gram = all_reduce_sum(gram, world_size)
-        return torch.linalg.eigvalsh(gram.cpu().double()).clamp(min=0).sqrt().flip(0)
+    stats = moments(z, chunk_size=chunk_size, rank=rank, world_size=world_size, normalize=normalize)
+    return gram_singular_values(stats.gram)
 
 
 @torch.no_grad()

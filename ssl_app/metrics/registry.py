@@ -27,6 +27,8 @@ runs the registered metrics. What the inputs are:
 - ``train``: clean embeddings of the training split, [T, d], where the evaluation anchors look
   for their hardest negatives (the paper's memory-bank comparison; absent unless the callback's
   ``negatives_from: train``).
+- ``multiview``: q ≥ 2 augmented views of each of n samples, [n, q, d], what LiDAR's LDA reads
+  (absent unless the callback's ``lidar_views`` ≥ 2).
 
 The metric functions are pure (no Lightning); under DDP pass the same gathered tensors on every
 rank and the metric functions shard their own work.
@@ -43,10 +45,10 @@ from torch import Tensor
 
 from ssl_app.errors import ConfigError
 from ssl_app.metrics.histogram import SimilarityHistogram
-from ssl_app.metrics.rank import singular_values
+from ssl_app.metrics.rank import Moments, gram_singular_values, moments
 
-Input = Literal["clean", "views", "labels", "backbone", "train"]
-INPUTS: tuple[Input, ...] = ("clean", "views", "labels", "backbone", "train")
+Input = Literal["clean", "views", "labels", "backbone", "train", "multiview"]
+INPUTS: tuple[Input, ...] = ("clean", "views", "labels", "backbone", "train", "multiview")
 
 #: Hardest negatives per anchor unless the callback's ``top_k`` says otherwise (Wang & Liu: 10).
 DEFAULT_TOP_K = 10
@@ -74,7 +76,8 @@ class EmbeddingInputs:
     backbone features of the ``clean`` rows (``None``: not available); ``train`` [T, d]: clean
     embeddings of the training split (``None``: not available); ``negative_histogram``: when
     given, filled with every negative similarity ``za_i·zb_j`` (j ≠ i) of the views, from the
-    top-k search's own blocks (``None``: not computed).
+    top-k search's own blocks (``None``: not computed); ``multiview`` [n, q, d]: q augmented views of
+    n samples (``None``: not computed).
     """
 
     clean: Tensor
@@ -85,7 +88,20 @@ class EmbeddingInputs:
     backbone: Tensor | None = None
     train: Tensor | None = None
     negative_histogram: SimilarityHistogram | None = None
+    multiview: Tensor | None = None
     spectra: dict[str, Tensor] = field(default_factory=dict, init=False, repr=False, compare=False)
+    sums: dict[str, Moments] = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    def moments(self, name: Literal["clean", "backbone"]) -> Moments:
+        """The count, sum and Gram matrix of ``clean`` (its unit rows) or ``backbone`` (as given), computed
+        once (``ssl_app.metrics.rank.moments``, a collective under DDP): the singular values and −W₂ read
+        the same sums, so −W₂ costs no pass of its own."""
+        if name not in self.sums:
+            rows = self.clean if name == "clean" else self.backbone
+            if rows is None:
+                raise ValueError("EmbeddingInputs.moments: no backbone features")
+            self.sums[name] = moments(rows, normalize=name == "clean")
+        return self.sums[name]
 
     def singular_values(self, name: Literal["clean", "backbone"]) -> Tensor:
         """The singular values of ``clean`` (its unit rows) or ``backbone`` (as given), computed once
@@ -93,10 +109,7 @@ class EmbeddingInputs:
         power-law exponents and the spectrum figure read the same σ, one Gram matrix and one
         eigen-decomposition per input and evaluation."""
         if name not in self.spectra:
-            rows = self.clean if name == "clean" else self.backbone
-            if rows is None:
-                raise ValueError("EmbeddingInputs.singular_values: no backbone features")
-            self.spectra[name] = singular_values(rows, normalize=name == "clean")
+            self.spectra[name] = gram_singular_values(self.moments(name).gram)
         return self.spectra[name]
 
     def rows(self, name: Input) -> int:
@@ -109,6 +122,8 @@ class EmbeddingInputs:
             return 0 if self.backbone is None else self.backbone.shape[0]
         if name == "train":
             return 0 if self.train is None else self.train.shape[0]
+        if name == "multiview":
+            return 0 if self.multiview is None else self.multiview.shape[0]
         return int((self.labels >= 0).sum())
 
 

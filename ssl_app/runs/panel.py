@@ -66,6 +66,13 @@ FIT_METRICS = (
     ("metrics/effective_rank", "eff. rank"),
     ("train/loss_epoch", "loss"),
 )
+#: The geometry beyond uniformity (−W₂, LiDAR, RankMe of the backbone): context columns after every other, so the
+#: first five (what the dashboard shows and draws) stay the fit's headline ones; each only where the fit logged it.
+CONTEXT_METRICS = (
+    ("metrics/wasserstein_uniformity", "−W₂"),
+    ("metrics/lidar", "LiDAR"),
+    ("metrics/effective_rank_backbone", "RankMe (backbone)"),
+)
 #: What an evaluation of the fit (validate, test, a linear probe) puts on the fit's row: its final values of these
 #: tags, written into ``<run>/evaluations/<kind>/`` (``EVALUATION_GROUP``), a folder of the fit's session.
 EVALUATION_METRICS = {
@@ -158,7 +165,8 @@ def fit_row(spec: RunSpec, point: Optional[SweepPoint], where: str) -> Row:
 def metric_columns(results: Mapping[str, float], probed: bool) -> list[tuple[str, str, str]]:
     """HParams' metric columns, ``(tag, group, display name)``: the fit's own that it logged, the probe's top-1
     second when the fit's sweep probes it (TensorBoard shows the first five and draws a fit in parallel coordinates
-    only when it has every column shown), then the evaluations' columns."""
+    only when it has every column shown), then the evaluations' columns, then the context (``CONTEXT_METRICS``)
+    that the fit logged."""
     own = [(tag, "", display) for tag, display in FIT_METRICS if tag in results]
     evaluations = [
         (tag, EVALUATION_GROUP.format(kind=kind), display)
@@ -167,7 +175,8 @@ def metric_columns(results: Mapping[str, float], probed: bool) -> list[tuple[str
     ]
     if probed:
         own.insert(min(1, len(own)), evaluations.pop(0))
-    return own + evaluations
+    context = [(tag, "", display) for tag, display in CONTEXT_METRICS if tag in results]
+    return own + evaluations + context
 
 
 def write_hparams(

@@ -8,7 +8,7 @@ import torch.multiprocessing as mp
 
 from callbacks import EmbeddingMetrics, KNNMonitor
 from tests.callbacks import ddp_worker
-from tests.callbacks.helpers import tensorboard, tiny_data, tiny_model, tiny_trainer
+from tests.callbacks.helpers import LIDAR_SAMPLES, LIDAR_VIEWS, tensorboard, tiny_data, tiny_model, tiny_trainer
 
 KNN_K = 20
 
@@ -24,11 +24,12 @@ def one_thread():
 
 @pytest.fixture(scope="package")
 def tiny_run(tmp_path_factory):
-    """A 2-epoch SimCLR fit with EmbeddingMetrics (with the train-set negatives, so every registered
-    tag is logged) and KNNMonitor logging to TensorBoard."""
+    """A 2-epoch SimCLR fit with EmbeddingMetrics (with the train-set negatives and LiDAR on 3 views of the
+    first 40 val images, so every registered tag is logged) and KNNMonitor logging to TensorBoard."""
     logger = tensorboard(tmp_path_factory.mktemp("tiny_run"))
     data, model = tiny_data(), tiny_model()
-    trainer = tiny_trainer([EmbeddingMetrics(negatives_from="train"), KNNMonitor(k=KNN_K)], logger=logger)
+    metrics = EmbeddingMetrics(negatives_from="train", lidar_views=LIDAR_VIEWS, lidar_samples=LIDAR_SAMPLES)
+    trainer = tiny_trainer([metrics, KNNMonitor(k=KNN_K)], logger=logger)
     trainer.fit(model, data)
     return trainer, model, data, logger.log_dir
 

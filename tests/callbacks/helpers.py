@@ -16,6 +16,8 @@ from tests import helpers as shared
 
 EPOCHS = 2
 VAL_SIZE = 45  # odd, and not a multiple of the batch size
+#: LiDAR in the tiny fit: 3 augmented views of each of the first 40 val images (fewer than VAL_SIZE: the limit is read).
+LIDAR_VIEWS, LIDAR_SAMPLES = 3, 40
 
 
 def tiny_data(**overrides: Any) -> SyntheticDataModule:

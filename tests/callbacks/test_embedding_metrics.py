@@ -26,9 +26,12 @@ from ssl_app.metrics import (
     tolerance,
     uniformity,
 )
+from ssl_app.metrics.geometry import lidar, wasserstein_uniformity
 from tests.callbacks import ddp_worker
 from tests.callbacks.helpers import (
     EPOCHS,
+    LIDAR_SAMPLES,
+    LIDAR_VIEWS,
     VAL_SIZE,
     RecordingLogger,
     embed_views,
@@ -86,6 +89,8 @@ def test_logged_values_equal_the_metric_functions(tiny_run):
         "metrics/effective_rank": effective_rank(clean),
         "metrics/effective_rank_backbone": rankme(clean_backbone_features(model, data)),
         "metrics/top10_train_neg_sim": train_negatives(za, clean_embeddings(model, data, "train")[1]).mean(),
+        "metrics/wasserstein_uniformity": wasserstein_uniformity(clean),
+        "metrics/lidar": lidar(augmented_views(model, data, LIDAR_VIEWS)[:LIDAR_SAMPLES]),
         "metrics/nonfinite": torch.tensor(0.0),
     }
     logged = last_scalars(log_dir)
@@ -99,6 +104,14 @@ def test_logged_values_equal_the_metric_functions(tiny_run):
     assert abs(logged["metrics/top10_train_neg_sim"] - logged["metrics/top10_neg_sim"]) > 1e-3
     # RankMe on the backbone features is another number than the projections' effective rank
     assert abs(logged["metrics/effective_rank_backbone"] - logged["metrics/effective_rank"]) > 1e-2
+
+
+def augmented_views(model: SimCLR, data, views: int, split: str = "val") -> torch.Tensor:
+    """[N, views, d]: the embeddings of ``views`` augmented views of every image of ``split``, by hand."""
+    model.eval()
+    with torch.no_grad():
+        loader = data.embedding_dataloader(split, views=views, augment=True)
+        return torch.cat([torch.stack([model.embed(v) for v in batch], dim=1) for batch, _, _ in loader])
 
 
 def clean_backbone_features(model: SimCLR, data, split: str = "val") -> torch.Tensor:
@@ -245,6 +258,9 @@ def test_split_option_embeds_the_train_split_in_an_own_pass():
         ("top_k", 0),
         ("every_n_epochs", 0),
         ("max_samples", 1),
+        ("lidar_views", 1),
+        ("lidar_views", -2),
+        ("lidar_samples", 1),
     ],
 )
 def test_bad_options_are_config_errors_naming_the_option(option, value):
@@ -296,7 +312,15 @@ def test_two_ranks_measure_what_one_process_measures(ddp_results, inputs, eval_o
     """The ranks read their clean shards from the device (``eval_on: auto``); one process reads
     them from the device or through the workers: the same values."""
     single = ddp_worker.callback_report(0, 1, inputs, eval_on).scalars()
-    assert {"uniformity", "tolerance", "effective_rank", "alignment", "pos_sim", "top10_neg_sim"} <= set(single)
+    assert {
+        "uniformity",
+        "tolerance",
+        "effective_rank",
+        "alignment",
+        "pos_sim",
+        "top10_neg_sim",
+        "wasserstein_uniformity",
+    } <= set(single)
     # RankMe's backbone rows come with the clean pass only, gathered like the projections
     assert ("effective_rank_backbone" in single) == (inputs == "clean")
     assert ("top10_train_neg_sim" in single) == (inputs == "clean")  # negatives_from=train there
@@ -344,6 +368,17 @@ def test_two_ranks_gather_each_sample_once(ddp_results):
         assert result["lonely_shape"] == (1, 2, ddp_worker.DIM)
 
 
+def every_tag_callbacks(folder: Path) -> Path:
+    """``configs/callbacks/metrics_train_negatives.yaml`` with LiDAR on (3 views of the first 60 images), as a file."""
+    callbacks = yaml.safe_load((REPO / "configs" / "callbacks" / "metrics_train_negatives.yaml").read_text())
+    lidar_on = (REPO / "configs" / "callbacks" / "metrics_lidar.yaml").read_text()
+    assert "lidar_views:" in lidar_on  # the option the shipped config shows
+    callbacks[0]["init_args"].update(lidar_views=3, lidar_samples=60)
+    path = folder / "every_tag_callbacks.yaml"
+    path.write_text(yaml.safe_dump(callbacks))
+    return path
+
+
 @pytest.mark.slow
 def test_validate_logs_the_same_metrics_on_one_and_two_processes(tmp_path, monkeypatch):
     sizes = [
@@ -353,8 +388,8 @@ def test_validate_logs_the_same_metrics_on_one_and_two_processes(tmp_path, monke
         "--data.init_args.batch_size=32",
         "--data.init_args.image_size=16",
         "--trainer.enable_progress_bar=false",
-        # every registered tag, the train-set negatives included (the memory-bank recipes' callbacks)
-        f"--trainer.callbacks={REPO / 'configs' / 'callbacks' / 'metrics_train_negatives.yaml'}",
+        # every registered tag, the train-set negatives (the memory-bank recipes' callbacks) and LiDAR included
+        f"--trainer.callbacks={every_tag_callbacks(tmp_path)}",
     ]
     monkeypatch.chdir(tmp_path)
     main(["fit", "--config", QUICKSTART, *sizes, "--trainer.max_steps=2", "--trainer.limit_val_batches=0"])

@@ -188,11 +188,11 @@ def test_evaluation_loaders_are_deterministic_and_in_order(data, split):
 
 
 def test_embedding_and_classification_loaders_cover_each_split_in_order(data):
-    """Catches callback loaders of the wrong shape (views per sample, crop size), or that drop,
-    repeat or reorder samples (kNN features would be matched to the wrong labels)."""
+    """Catches callback loaders of the wrong shape (views per sample, crop size: also the q views LiDAR asks for),
+    or that drop, repeat or reorder samples (kNN features would be matched to the wrong labels)."""
     data.setup(None)
     crop, name = data.augmentation.crop_size, type(data).__name__
-    for split, views, augment in (("train", 1, False), ("val", 2, True), ("test", 1, False)):
+    for split, views, augment in (("train", 1, False), ("val", 2, True), ("val", 3, True), ("test", 1, False)):
         size = data.num_samples(split)
         found = batches(data.embedding_dataloader(split, views=views, augment=augment, batch_size=3))
         for batch_views, labels, _ in found:

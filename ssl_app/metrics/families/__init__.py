@@ -13,8 +13,9 @@ from ssl_app.metrics.families import tolerance
 from ssl_app.metrics.families import hard_negatives
 from ssl_app.metrics.families import effective_rank
 from ssl_app.metrics.families import spectrum
+from ssl_app.metrics.families import geometry
 from ssl_app.metrics.families import train_negatives
 
 # isort: on
 
-__all__ = ["alignment", "effective_rank", "hard_negatives", "spectrum", "tolerance", "train_negatives", "uniformity"]
+__all__ = ["alignment", "effective_rank", "geometry", "hard_negatives", "spectrum", "tolerance", "train_negatives", "uniformity"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -150,3 +151,88 @@ def test_an_empty_registry_says_so():
     """Catches ``list`` crashing on a kind with no entries (max() of nothing)."""
     empty = Registry("widgets", "--widget", package="ssl_app")
     assert listing.format_kind(empty.kind, listing.registry_rows(empty)) == ["widgets: none registered"]
+
+
+#: ``python -m ssl_app list`` in a fresh process, then what it imported (one JSON line after the listing).
+FRESH_LIST = """
+import json, sys
+from ssl_app.cli import main
+try:
+    main(["list", *sys.argv[1:]])
+except SystemExit:
+    pass
+print(json.dumps([name for name in ("torch", "lightning") if name in sys.modules]))
+"""
+
+
+def fresh_list(cache, *kinds):
+    env = {**os.environ, "PYTHONPATH": str(REPO), "SSL_APP_CACHE": str(cache)}
+    done = subprocess.run(
+        [sys.executable, "-c", FRESH_LIST, *kinds], cwd=REPO, env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+    *listed, imported = done.stdout.splitlines()
+    return "\n".join(listed), json.loads(imported)
+
+
+@pytest.mark.slow
+def test_a_second_list_prints_the_same_lines_without_importing_torch(tmp_path):
+    """Catches ``list`` costing the seconds of torch's and Lightning's imports every time (issue 40: 6 s on a quiet
+    machine, the target 2 s), and the kept lines differing from what the registries say."""
+    cold, cold_imports = fresh_list(tmp_path / "cache")
+    warm, warm_imports = fresh_list(tmp_path / "cache")
+    assert "torch" in cold_imports and warm_imports == []
+    assert warm == cold and "InfoNCE" in warm and "MoCo" in warm
+    one_kind, imported = fresh_list(tmp_path / "cache", "losses")
+    assert imported == [] and one_kind.splitlines()[0] == "losses:" and "methods:" not in one_kind
+
+
+def test_lines_kept_for_other_sources_are_not_used(tmp_path, monkeypatch):
+    """Catches an answer kept for another version of the sources being printed: one edited file is a new key,
+    and a kept file that does not parse is read again from the registries and replaced."""
+    from ssl_app.cli import listing_cache
+
+    package = tmp_path / "made_up"
+    package.mkdir()
+    (package / "__init__.py").write_text("X = 1\n")
+    before = listing_cache.sources_key([package])
+    (package / "__init__.py").write_text("X = 2\n")
+    assert listing_cache.sources_key([package]) != before
+    (package / "__pycache__").mkdir()
+    (package / "__pycache__" / "stale.py").write_text("Y = 1\n")
+    assert listing_cache.sources_key([package]) == listing_cache.sources_key([package])
+
+    monkeypatch.setenv("SSL_APP_CACHE", str(tmp_path / "cache"))
+    listing_cache.keep({"losses": [["A", "a loss", "--option"]]}, key="k1")
+    assert listing_cache.cached(["losses"], "k1") == {"losses": [["A", "a loss", "--option"]]}
+    assert listing_cache.cached(["losses"], "k2") is None and listing_cache.cached(["losses", "methods"], "k1") is None
+    listing_cache.keep({"losses": [["B", "b", "--b"]]}, key="k2")
+    assert sorted(path.name for path in (tmp_path / "cache").iterdir()) == ["list-k2.json"]  # older keys removed
+    (tmp_path / "cache" / "list-k2.json").write_text("{not json")
+    assert listing_cache.cached(["losses"], "k2") is None
+
+
+def test_a_cache_that_cannot_be_written_only_costs_the_imports(tmp_path, monkeypatch, capsys):
+    """Catches a cache folder that cannot be made (here: under a file) failing ``list``."""
+    from ssl_app.cli import listing_cache
+
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    monkeypatch.setenv("SSL_APP_CACHE", str(blocker / "cache"))
+    listing_cache.keep({"losses": [["A", "a", "--a"]]}, key="k")
+    assert listing_cache.cached(["losses"], "k") is None
+    code, out, _ = run_list(capsys, "losses")
+    assert code == 0 and "InfoNCE" in out
+
+
+def test_a_process_that_loaded_the_registries_reads_them_not_the_kept_lines(tmp_path, monkeypatch, capsys):
+    """Catches a loss registered at run time (a plug-in) missing from ``list`` because lines were kept for the
+    sources, and such a run-time loss being kept for the next process."""
+    monkeypatch.setenv("SSL_APP_CACHE", str(tmp_path / "cache"))
+    LOSSES.register(Throwaway)
+    try:
+        code, out, _ = run_list(capsys, "losses")
+    finally:
+        LOSSES.unregister("Throwaway")
+    assert code == 0 and "Throwaway" in out
+    assert not (tmp_path / "cache").exists()

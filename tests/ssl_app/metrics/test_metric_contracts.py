@@ -20,7 +20,7 @@ TOP_K = 3
 
 def full_inputs(seed: int = 0, **overrides) -> EmbeddingInputs:
     """Enough of every input for every metric: 12 clean rows in 3 labelled classes with backbone
-    features, 12 pairs of views and 10 train rows."""
+    features, 12 pairs of views, 10 train rows and 12 samples of 3 views each."""
     g = torch.Generator().manual_seed(seed)
     clean = torch.randn(12, 4, generator=g)
     values = dict(
@@ -31,6 +31,7 @@ def full_inputs(seed: int = 0, **overrides) -> EmbeddingInputs:
         top_k=TOP_K,
         backbone=torch.randn(12, 6, generator=g),
         train=torch.randn(10, 4, generator=g),
+        multiview=clean.unsqueeze(1) + 0.3 * torch.randn(12, 3, 4, generator=g),
     )
     return EmbeddingInputs(**{**values, **overrides})
 
@@ -63,6 +64,7 @@ def test_too_few_rows_of_any_input_it_reads_leave_every_field_nan(metric_case):
         "labels": dict(labels=torch.full_like(x.labels, -1)),
         "backbone": dict(backbone=None),
         "train": dict(train=None),
+        "multiview": dict(multiview=x.multiview[:1]),
     }
     for read in metric_case.reads:
         report = evaluate_metrics(full_inputs(**too_few[read]), names=(metric_case.name,))
@@ -82,6 +84,7 @@ def test_it_reads_only_the_inputs_it_declares(metric_case):
         "labels": dict(labels=(torch.arange(12) + 1) % 2),
         "backbone": dict(backbone=other.backbone),
         "train": dict(train=other.train),
+        "multiview": dict(multiview=other.multiview),
     }
     changed = {}
     for name, overrides in replaced.items():

@@ -24,7 +24,8 @@ from ssl_app.metrics import (
     uniformity,
 )
 from ssl_app.metrics.embedding import topk_similarities
-from ssl_app.metrics.rank import power_law_exponent, singular_values, spectrum_effective_rank
+from ssl_app.metrics.geometry import wasserstein_uniformity
+from ssl_app.metrics.rank import moments, power_law_exponent, singular_values, spectrum_effective_rank
 from tests.helpers import HostSyncRecorder
 
 
@@ -143,18 +144,22 @@ def test_each_metric_reads_the_inputs_it_declares():
     assert declared["uniformity"] == ("clean",) and declared["alignment"] == ("views",)
     assert declared["tolerance"] == ("clean", "labels") and declared["effective_rank"] == ("clean",)
     assert declared["effective_rank_backbone"] == ("backbone",)
+    assert declared["wasserstein_uniformity"] == ("clean",) and declared["lidar"] == ("multiview",)
+    assert report.value("wasserstein_uniformity") == pytest.approx(wasserstein_uniformity(x.clean).item())
+    assert math.isnan(report.value("lidar"))  # no multiview input: not computed, not logged
+    assert "lidar" not in report.scalars()
 
 
 def test_each_input_is_decomposed_once_per_evaluation_and_the_report_keeps_its_spectrum(monkeypatch):
-    """Catches the effective rank and the power-law exponent of one input (and the spectrum figure after
-    them) each decomposing its own Gram matrix again: six on the host per evaluation on a GPU."""
+    """Catches the effective rank, the power-law exponent and −W₂ of one input (and the spectrum figure after
+    them) each summing its own Gram matrix again: a pass over the rows and a decomposition each per evaluation."""
     calls = []
 
     def counted(rows, **options):
         calls.append(options["normalize"])
-        return singular_values(rows, **options)
+        return moments(rows, **options)
 
-    monkeypatch.setattr(registry, "singular_values", counted)
+    monkeypatch.setattr(registry, "moments", counted)
     x = inputs()
     report = evaluate_metrics(x)
     assert sorted(calls) == [False, True]  # the backbone as given, the clean rows normalised: once each
@@ -163,6 +168,7 @@ def test_each_input_is_decomposed_once_per_evaluation_and_the_report_keeps_its_s
     assert report.value("spectrum_alpha") == pytest.approx(power_law_exponent(singular_values(x.clean)).item())
     alpha = power_law_exponent(singular_values(x.backbone, normalize=False)).item()
     assert report.value("spectrum_alpha_backbone") == pytest.approx(alpha)
+    assert report.value("wasserstein_uniformity") == pytest.approx(wasserstein_uniformity(x.clean).item())
 
 
 def test_the_report_reads_every_scalar_in_one_transfer():
@@ -181,7 +187,7 @@ def test_the_report_reads_every_scalar_in_one_transfer():
 def test_scalars_are_the_logged_tags_with_k_filled_in():
     """Catches a tag logged with its template unfilled (``top{k}_neg_sim``) or with the default k
     instead of the inputs' top_k, and a registered field left out of the scalars."""
-    scalars = evaluate_metrics(inputs(train=torch.randn(50, 8))).scalars()  # top_k = 5
+    scalars = evaluate_metrics(inputs(train=torch.randn(50, 8), multiview=torch.randn(40, 3, 8))).scalars()  # top_k = 5
     assert set(scalars) == {metric.tag(name, 5) for metric, name in registered_fields()}
     assert "top5_neg_sim" in scalars and not any("{" in tag or "top10" in tag for tag in scalars)
 

@@ -31,6 +31,8 @@ EPOCH_METRICS = (
     "effective_rank_backbone",
     "spectrum_alpha",
     "spectrum_alpha_backbone",
+    "wasserstein_uniformity",
+    "lidar",
     "top10_train_neg_sim",
 )
 

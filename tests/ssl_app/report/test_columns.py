@@ -77,8 +77,9 @@ def test_columns_are_table_1_in_its_order_then_the_other_registered_metrics(thro
     pushed in among the paper's columns."""
     keys = [column.key for column in table_columns()]
     spectrum = ["effective_rank", "effective_rank_backbone", "spectrum_alpha", "spectrum_alpha_backbone"]
+    geometry = ["wasserstein_uniformity", "lidar"]
     long_tail = [f"{source}_{group}" for source in ("knn", "linear", "lt") for group in ("many", "medium", "few")]
-    assert keys == [*TABLE_ORDER, *spectrum, "top{k}_train_neg_sim", THROWAWAY, *long_tail]
+    assert keys == [*TABLE_ORDER, *spectrum, *geometry, "top{k}_train_neg_sim", THROWAWAY, *long_tail]
     registered = list(EMBEDDING_METRICS)
     assert registered.index("alignment") < registered.index("uniformity")  # so the order above is the table's own
 

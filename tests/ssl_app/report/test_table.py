@@ -25,6 +25,8 @@ EPOCH_COLUMNS = {
     "effective_rank_backbone": ("effective_rank_backbone", 1, 3),
     "spectrum_alpha": ("spectrum_alpha", 1, 3),
     "spectrum_alpha_backbone": ("spectrum_alpha_backbone", 1, 3),
+    "wasserstein_uniformity": ("wasserstein_uniformity", 1, 3),
+    "lidar": ("lidar", 1, 3),
     "top10_train_neg_sim": ("top10_train_neg_sim", 1, 3),
 }
 

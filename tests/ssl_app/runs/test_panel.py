@@ -21,7 +21,7 @@ from tensorboard.plugins.hparams import api_pb2, backend_context, get_experiment
 from tensorboard.plugins.text.text_plugin import text_array_to_html
 
 from ssl_app.metrics import registered_fields
-from ssl_app.runs.panel import AXES, FIT_METRICS, write_hparams
+from ssl_app.runs.panel import AXES, CONTEXT_METRICS, FIT_METRICS, metric_columns, write_hparams
 from ssl_app.runs.record import read_record
 from ssl_app.runs.tags import describe
 from tests.helpers import cli_in
@@ -173,6 +173,19 @@ def test_the_custom_scalars_layout_names_tags_the_run_logs(panel):
     for chart in charts:
         for pattern in chart["multiline"]["tag"]:
             assert any(re.search(pattern, tag) for tag in panel.scalars), (chart["title"], pattern)
+
+
+@pytest.mark.parametrize("probed", [False, True])
+def test_the_geometry_metrics_are_context_columns_after_the_headline_ones(probed):
+    """Catches −W₂, LiDAR or RankMe pushing a headline column out of the five the dashboard shows and draws, and a
+    context column offered for a fit that did not log it (LiDAR is off by default)."""
+    results = {tag: 0.5 for tag, _ in FIT_METRICS} | {"metrics/wasserstein_uniformity": -0.3}
+    tags = [tag for tag, _, _ in metric_columns(results, probed)]
+    headline = [tag for tag, _ in FIT_METRICS]
+    assert tags[:5] == (headline[:1] + ["linear/top1"] + headline[1:4] if probed else headline)
+    assert tags[-1] == "metrics/wasserstein_uniformity" and "metrics/lidar" not in tags
+    everything = results | {tag: 1.0 for tag, _ in CONTEXT_METRICS}
+    assert [tag for tag, _, _ in metric_columns(everything, probed)][-3:] == [tag for tag, _ in CONTEXT_METRICS]
 
 
 def test_only_a_tensorboard_logger_gets_an_hparams_config(tmp_path):
