@@ -6,9 +6,10 @@ holds a finished ``validate`` of its last checkpoint (``<run>/evaluations/valida
 validation logged (−W₂ ``metrics/wasserstein_uniformity``, ``metrics/lidar``). It writes into ``docs/beyond_study/``:
 
 * ``per_seed.csv``: one row per run (configuration, seed) with every value the page uses: the report's columns,
-  the validation's, the Sigmoid's learnt τ and bias (its last checkpoint), the measured hardness profile's
+  the validation's, the Sigmoid's learnt τ, scale 1/τ and bias (its last checkpoint), the measured hardness profile's
   log-slope and the fraction of negatives at a share ≤ 0 (as docs/hardness_study.md defines them), and the
-  commit and wall time of the fit and of the validation (their run records);
+  commit and wall time of the fit and of the validation (their run records); ``fit_wasserstein_uniformity``: −W₂
+  as the training itself logged it, for the runs that trained with the geometry metrics' code (empty otherwise);
 * ``comparisons.csv`` / ``comparisons.md``: every pair of configurations in every compared metric, the report's
   paired difference (``ssl_app.report.paired``: mean Δ = a − b over the shared seeds, its 95% t-interval, the
   paired t-test's p) with Holm's adjustment (``ssl_app.report.significance.holm_adjusted``) over all m of them
@@ -129,6 +130,9 @@ def per_seed(rows) -> list[dict]:
             record["validate_git_commit"], record["validate_seconds"] = provenance(folder) if folder is not None else ("", None)
             record["log_slope"], record["share_le_0"] = profile_numbers(run)
             record["sigmoid_tau"], record["sigmoid_bias"] = sigmoid_state(run)
+            record["sigmoid_scale"] = 1.0 / record["sigmoid_tau"] if record["sigmoid_tau"] else None
+            # −W₂ as the training logged it, for the runs that trained with the geometry metrics' code
+            record["fit_wasserstein_uniformity"] = run.events.last(VALIDATE_TAGS["wasserstein_uniformity"])
             records.append(record)
     return records
 
