@@ -14,8 +14,8 @@ validation logged (−W₂ ``metrics/wasserstein_uniformity``, ``metrics/lidar``
   paired difference (``ssl_app.report.paired``: mean Δ = a − b over the shared seeds, its 95% t-interval, the
   paired t-test's p) with Holm's adjustment (``ssl_app.report.significance.holm_adjusted``) over all m of them
   at once, and the quote the page uses: ``Δ +0.362 [+0.118, +0.606] (p̃ 0.351, not called)``;
-* ``orders.csv``: each configuration's mean (and sample std over its seeds) in each metric and its rank
-  (1 = highest);
+* ``orders.csv``: each configuration's mean (and sample std over its seeds) in each compared metric and in the
+  profile's log-slope and share ≤ 0, and its rank (1 = highest);
 * ``rank_agreement.csv``: Kendall's τ_b (scipy) between each metric and kNN over the 15 runs, over the 5
   configurations' means, and within each seed (the 5 runs of one seed), with the pairs of configurations whose
   means a metric orders unlike kNN, and unlike Wang–Isola uniformity;
@@ -179,7 +179,7 @@ def quote(row: dict) -> str:
 
 def orders(records: list[dict], labels: list[str]) -> list[dict]:
     found = []
-    keys = [key for key, _ in COMPARED]
+    keys = [key for key, _ in COMPARED] + ["log_slope", "share_le_0"]
     means = {key: {label: mean_of(records, label, key) for label in labels} for key in keys}
     for label in labels:
         row = {"configuration": label}
