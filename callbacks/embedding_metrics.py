@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Collection, Mapping
+from pathlib import Path
 from typing import Any, Literal
 
 import lightning as L
@@ -26,7 +27,7 @@ from callbacks.distributions import similarity_distributions, write_histogram
 from callbacks.embedding_pass import embed_split, evaluation_mode, require_embedding_dataloader
 from callbacks.evaluation_figures import EvaluationFigures
 from callbacks.gather import SampleBuffer, Samples
-from callbacks.inputs_table import UniformityInputs, inputs_table
+from callbacks.inputs_table import UniformityInputs, claim_table, inputs_table
 from callbacks.labels import missing_labels, say_skipped
 from callbacks.plots import SIMILARITY_RANGE, find_tensorboard
 from callbacks.schedule import check_every_n_epochs, evaluation_due
@@ -251,6 +252,7 @@ class EmbeddingMetrics(Callback):
         self._warned_no_labels = False
         self._labels_missing = False
         self._described_inputs = False
+        self.study: Path | None = None  # a sweep's folder: its fits share one metrics/inputs table
         self.figures = EvaluationFigures(similarity_range, process=figure_process)
         self._clean_rows: tuple[Tensor, Tensor | None] | None = None  # the last clean pass, for the spectrum
         self._flags = OnChange()
@@ -480,7 +482,13 @@ class EmbeddingMetrics(Callback):
         if tensorboard is not None:
             self._described_inputs = True
             table = inputs_table(self.top_k, self.uniformity_inputs, {*logged, "metrics/nonfinite"})
-            tensorboard.experiment.add_text("metrics/inputs", table, trainer.global_step)
+            if self.study is None or claim_table(self.study, Path(tensorboard.log_dir), table):
+                tensorboard.experiment.add_text("metrics/inputs", table, trainer.global_step)
+
+    def describe_inputs_once_in(self, study: Path) -> None:
+        """Write the ``metrics/inputs`` table only when no other fit of the study at ``study`` (a sweep's folder)
+        wrote the same table (``callbacks.inputs_table.claim_table``): once per study, not once per run."""
+        self.study = Path(study)
 
     @rank_zero_only
     def _log_distributions(self, trainer: L.Trainer, pl_module: L.LightningModule, report: EmbeddingReport) -> None:

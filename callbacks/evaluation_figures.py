@@ -9,9 +9,11 @@
   backbone features (``callbacks.spectrum_plot``), the σ the metrics computed.
 
 Every title names the run (its log folder) and its loss with τ, so images of two runs side by
-side say which is which. The figures are handed over as plain data and drawn, during ``fit``, in a
-process of their own (``callbacks.figure_process``; ``EmbeddingMetrics.figure_process``), each
-written at its evaluation's step and time once drawn, at the latest at the end of ``fit``.
+side say which is which, and the epoch and step it shows: in a ``validate``/``test`` of a checkpoint,
+the run that wrote the checkpoint and the checkpoint's epoch and step (``callbacks.plots.position``).
+The figures are handed over as plain data and drawn, during ``fit``, in a process of their own
+(``callbacks.figure_process``; ``EmbeddingMetrics.figure_process``), each written at its
+evaluation's step and time once drawn, at the latest at the end of ``fit``.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from torch import Tensor
 from callbacks.distributions import SimilarityDistributions
 from callbacks.figure_process import FigureDrawer
 from callbacks.plane_path import PLANE_PATH_TAG, PlanePath, PlanePoint
-from callbacks.plots import SIMILARITY_RANGE, check_similarity_range, figure_title
+from callbacks.plots import SIMILARITY_RANGE, check_similarity_range, figure_title, position
 from callbacks.spectrum_plot import SPECTRUM_TAG, local_spectra, spectrum_drawing
 from ssl_app.drawing.figures import Drawing, Rendered
 from ssl_app.metrics import EmbeddingReport
@@ -68,7 +70,7 @@ class EvaluationFigures:
             found.append((tag, distributions.figure(k, title, self.similarity_range)))
         current = None
         if not fitting:  # a validate/test evaluation is drawn, not recorded
-            point = PlanePoint(trainer.current_epoch, report.value("uniformity"), report.value("tolerance"))
+            point = PlanePoint(position(trainer).epoch, report.value("uniformity"), report.value("tolerance"))
             current = None if math.isnan(point.uniformity) or math.isnan(point.tolerance) else point
         path = self.path.drawing(figure_title(trainer, pl_module, "path on the uniformity–tolerance plane"), current)
         if path is not None:

@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import functools
+import os
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Optional
 
 import lightning as L
+import torch
 from lightning.pytorch.loggers import TensorBoardLogger
+from lightning.pytorch.trainer.states import TrainerFn
 from matplotlib.figure import Figure
 from torch import Tensor
 
+from ssl_app.checks import NonNegativeInt, is_a
 from ssl_app.drawing.figures import SimilarityDensities, densities
 from ssl_app.errors import ConfigError
 
@@ -45,10 +51,62 @@ def loss_label(pl_module: L.LightningModule) -> str:
     return " ".join([type(loss).__name__, *words])
 
 
+@dataclass(frozen=True)
+class Position:
+    """Which run a figure shows and where in its training: ``run`` as :func:`run_name` names it, ``epoch``
+    and ``step`` (the trainer's while fitting, the checkpoint's when a ``validate``/``test`` evaluates one),
+    ``evaluation``: ``validate`` or ``test`` (``""`` while fitting)."""
+
+    run: str
+    epoch: int
+    step: int
+    evaluation: str = ""
+
+
+def position(trainer: L.Trainer) -> Position:
+    """Where the figures of this evaluation belong: during ``fit`` the run and the trainer's epoch and step; in a
+    ``validate``/``test`` of a checkpoint (``trainer.ckpt_path``) the run that wrote it (``<run>/checkpoints/<file>``:
+    the last two parts of ``<run>``, else the file's name) and the epoch and step saved in it (the trainer's own
+    stay 0 there: Lightning restores only the weights)."""
+    fitting = trainer.state.fn in (None, TrainerFn.FITTING)
+    path = None if fitting else trainer.ckpt_path
+    saved = _saved_position(str(path)) if path else None
+    if saved is None:
+        return Position(run_name(trainer), trainer.current_epoch, trainer.global_step, "" if fitting else trainer.state.fn.value)
+    return replace(saved, evaluation=trainer.state.fn.value)
+
+
+def _saved_position(path: str) -> Optional[Position]:
+    """The run, epoch and step of the checkpoint at ``path`` (``None``: unreadable). The file is mapped, not read
+    whole, and loaded with ``weights_only=True``; its position is cached by path and modification time."""
+    try:
+        stamp = os.stat(path).st_mtime_ns
+    except OSError:
+        return None
+    return _read_position(path, stamp)
+
+
+@functools.lru_cache(maxsize=8)
+def _read_position(path: str, stamp: int) -> Optional[Position]:
+    try:
+        saved = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except Exception:  # noqa: BLE001 - not ours to judge here: the CLI checked the checkpoint; the title makes do
+        return None
+    epoch, step = (saved.get("epoch"), saved.get("global_step")) if isinstance(saved, dict) else (None, None)
+    if not (is_a(NonNegativeInt, epoch) and is_a(NonNegativeInt, step)):
+        return None
+    file = Path(path)
+    run = "/".join(file.parent.parent.parts[-2:]) if file.parent.name == "checkpoints" else file.name
+    return Position(run, int(epoch), int(step))
+
+
 def figure_title(trainer: L.Trainer, pl_module: L.LightningModule, subject: str) -> str:
-    """``<run> (<loss label>)`` over ``epoch <e>: <subject>`` (two lines): every figure names its run and loss."""
-    label = loss_label(pl_module)
-    return f"{run_name(trainer)}" + (f" ({label})" if label else "") + f"\nepoch {trainer.current_epoch}: {subject}"
+    """``<run> (<loss label>)`` over ``epoch <e>, step <s>: <subject>`` (two lines): every figure names its run, its
+    loss and where in the run's training it stands; an evaluation of a checkpoint names the run that wrote it and the
+    checkpoint's epoch and step (``validate of epoch 9, step 450: …``, :func:`position`)."""
+    label, where = loss_label(pl_module), position(trainer)
+    evaluation = f"{where.evaluation} of " if where.evaluation else ""
+    return f"{where.run}" + (f" ({label})" if label else "") + f"\n{evaluation}epoch {where.epoch}, step {where.step}: {subject}"
 
 
 def check_similarity_range(x_range, owner: str) -> tuple[float, float]:

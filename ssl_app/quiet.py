@@ -95,6 +95,13 @@ PROBE_WARNINGS: tuple[KnownWarning, ...] = (
         "Lightning's fit loop, for modules left in eval mode",
         "the probe keeps its frozen backbone in eval mode on purpose (batch-norm statistics stay those of the trained encoder)",
     ),
+    KnownWarning(
+        r"Experiment logs directory .* exists and is not empty\. Previous log files",
+        UserWarning,
+        "Lightning's CSVLogger, whose folder already holds files when its first row is written",
+        "a probe filed in its run logs its curves as CSV into its own folder (ssl_app.cli.plan.curves_as_csv), which "
+        "holds its record and config by then; a resumed probe's earlier metrics.csv was kept as metrics_<n>.csv first",
+    ),
 )
 
 _RANK_ZERO_LOGGERS = ("lightning.pytorch.utilities.rank_zero", "lightning.fabric.utilities.rank_zero")

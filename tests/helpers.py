@@ -45,6 +45,17 @@ def newest_probe_folder(encoder_checkpoint: Path) -> Path:
     return probes[-1]
 
 
+def probe_curves(folder: Path) -> dict[str, list[float]]:
+    """Every series a probe filed in its run logged, from its ``metrics.csv`` (Lightning's CSVLogger: a row per
+    logging call, a column per tag, empty where the call did not log it), in the order logged."""
+    import csv
+
+    with open(folder / "metrics.csv", newline="", encoding="utf-8") as file:
+        rows = list(csv.DictReader(file))
+    tags = [tag for tag in (rows[0] if rows else {}) if tag not in ("epoch", "step")]
+    return {tag: [float(row[tag]) for row in rows if row[tag] != ""] for tag in tags}
+
+
 def cli_in(workdir: Path, args: list[str]) -> Any:
     """``python -m ssl_app <args>`` in this process with ``workdir`` as the current folder (where
     ``runs/`` goes), the previous folder restored after."""

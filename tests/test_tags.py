@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from ssl_app.methods.observer import LOGGED_ON_CHANGE
 from ssl_app.metrics import DEFAULT_TOP_K, registered_fields
 from ssl_app.metrics.long_tail import GROUPS, group_accuracies
-from ssl_app.runs.tags import describe
+from ssl_app.runs.tags import HEADLINE_SERIES, describe
 from tests.generic import handover, loss_cases
 
 REPO = Path(__file__).resolve().parents[1]
@@ -104,6 +104,8 @@ def loggable_tags() -> tuple[set[str], list[str]]:
             tags |= computed[(path, ast.unparse(argument))]
         else:
             unread.append(f"{path}:{line}: {ast.unparse(argument)}")
+    # The TensorBoard logger repeats the headline tags under the group Time Series opens first (ssl_app.runs.panel).
+    tags |= {copy for source, copy in HEADLINE_SERIES.items() if source in tags}
     return tags, unread
 
 

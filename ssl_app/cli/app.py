@@ -233,11 +233,15 @@ class SSLCLI(LightningCLI):
             )
             if folder is not None and log_dir is not None and folder.absolute() != Path(log_dir).absolute():
                 created_root = folder  # another process took the first free number; this one claimed the next
+            if plan.kind == "fit" and folder is not None and read_sweep_point(folder) is not None:
+                share_study_texts(trainer.callbacks, folder)
             without_placeholder(trainer.loggers)  # the HParams config is the curated one (ssl_app.runs.panel)
             options = read_options(self.config_snapshot, [])
             describe_scalars(trainer.loggers, options)
             if plan.kind != "linear":
                 write_layout(trainer.loggers, options)
+            if plan.kind == "linear" and plan.parent is not None and trainer.is_global_zero and log_dir is not None:
+                keep_earlier_curves(Path(log_dir))
             with known_noise_silenced(PROBE_WARNINGS, ()) if plan.kind == "linear" else nullcontext():
                 getattr(trainer, subcommand)(model, **kwargs)
         except BaseException as error:
@@ -291,6 +295,24 @@ class SSLCLI(LightningCLI):
             "(or --trainer.max_steps)"
         )
         print("\n".join(record_summary_lines(record, finished.folder)), flush=True)
+
+
+def keep_earlier_curves(folder: Path) -> None:
+    """A probe resumed in its folder: its earlier ``metrics.csv`` (its curves so far, ``ssl_app.cli.plan.curves_as_csv``)
+    becomes ``metrics_<n>.csv`` (n the next free), since Lightning's CSVLogger deletes the file it finds."""
+    earlier = folder / "metrics.csv"
+    if earlier.is_file():
+        taken = {path.name for path in folder.glob("metrics_*.csv")}
+        earlier.rename(folder / next(f"metrics_{n}.csv" for n in range(len(taken) + 1) if f"metrics_{n}.csv" not in taken))
+
+
+def share_study_texts(callbacks: list[Any], folder: Path) -> None:
+    """A sweep's fit (``<out>/<sweep>/<point>/seed<k>``, ``ssl_app.runs.layout``): the texts every fit of the study
+    would repeat (``metrics/inputs``) are written once per study, by the first fit to write each."""
+    for callback in callbacks:
+        share = getattr(callback, "describe_inputs_once_in", None)
+        if callable(share):
+            share(folder.absolute().parent.parent)
 
 
 def _step_of(checkpoint: Any) -> int:

@@ -75,7 +75,39 @@ def plan_run(subcommand: str, config: Namespace, current: Callable[[], dict[str,
 
     ``config``: the subcommand's parsed config (its logger's ``init_args`` and ``ckpt_path`` are set in
     place); ``current``: the resolved config as plain data (what ``config.yaml`` holds), asked only when needed.
+    A probe filed in its run logs its curves as CSV (:func:`curves_as_csv`).
     """
+    plan = _plan_run(subcommand, config, current)
+    if plan.kind == "linear" and plan.parent is not None:
+        curves_as_csv(config.get("trainer"))
+    return plan
+
+
+#: The options of Lightning's ``CSVLogger`` that a TensorBoardLogger's config may also hold.
+CSV_LOGGER_OPTIONS = ("save_dir", "name", "version", "prefix", "flush_logs_every_n_steps")
+
+
+def curves_as_csv(trainer: Any) -> None:
+    """A linear probe filed in the run it evaluates writes its training curves into its own folder as
+    ``metrics.csv`` (Lightning's ``CSVLogger``, the same folder), not as TensorBoard events: TensorBoard makes
+    every folder with events a run of its own, and a sweep's run list showed each fit three times (the fit, its
+    probe's curves, its probe's values). The probe's final values go on the fit's row in
+    ``<run>/evaluations/linear/`` (``ssl_app.runs.panel.write_evaluation``), the only run of the probe that
+    TensorBoard lists. ``--attach_to_run=false`` keeps the configured logger. Changes ``trainer``'s logger in place."""
+    logger = trainer.get("logger") if isinstance(trainer, Namespace) else None
+    if isinstance(logger, list) and len(logger) == 1:
+        logger = logger[0]
+    if not isinstance(logger, Namespace) or str(logger.get("class_path", "")).rsplit(".", 1)[-1] != "TensorBoardLogger":
+        return
+    init_args = logger.get("init_args")
+    if not isinstance(init_args, Namespace):
+        return
+    for key in [key for key in vars(init_args) if key not in CSV_LOGGER_OPTIONS]:
+        delattr(init_args, key)
+    logger.class_path = "lightning.pytorch.loggers.CSVLogger"
+
+
+def _plan_run(subcommand: str, config: Namespace, current: Callable[[], dict[str, Any]]) -> RunPlan:
     model = config.get("model")
     class_path = model.get("class_path") if isinstance(model, Namespace) else None
     probe = subcommand == "fit" and is_probe(class_path)

@@ -23,6 +23,9 @@ never a class name):
   only its other views.
 - ``needs_anchor_features``: the method fills ``anchor_features`` and ``anchor_labels`` (PaCo's
   class centres read the backbone features).
+- ``needs_embedding_norms``: the method fills ``anchor_norms`` and ``candidate_norms``, the L2 norms
+  of the projections before normalisation (Spectral clips the embeddings to a ball, as its authors
+  do); a hand-over without them reads as unit-norm embeddings.
 - ``same_as_with_every_negative``: the loss this one equals when it keeps every negative
   (HardContrastive with K ≥ the negatives: InfoNCE; HardSimple: Simple), with ``num_negatives``.
 - :meth:`ContrastiveLoss.chance_value`: the value at "every similarity equal", when that value
@@ -106,6 +109,7 @@ class ContrastiveLoss(nn.Module):
 
     uses_labels: ClassVar[bool] = False
     needs_anchor_features: ClassVar[bool] = False
+    needs_embedding_norms: ClassVar[bool] = False
     same_as_with_every_negative: ClassVar[Optional[str]] = None
     #: Keys of parameters or buffers the loss sizes from the data in :meth:`prepare` (relative to the loss).
     state_built_in_setup: ClassVar[tuple[str, ...]] = ()
@@ -227,6 +231,16 @@ class ContrastiveLoss(nn.Module):
         whether this is ``fit`` (``validate``/``test`` restore data-sized state from the checkpoint).
         Called by the method at every ``setup``; the base class needs nothing."""
 
+    def check_handed_over(self, handover: MaskedSimilarities, method: str) -> None:
+        """Raise a ``ConfigError`` naming ``method`` and this loss when the hand-over lacks what the loss
+        declares it needs (``needs_anchor_features``, ``needs_embedding_norms``); the method calls it."""
+        for declared, fields, what in HANDED_OVER:
+            if getattr(self, declared) and any(getattr(handover, name) is None for name in fields):
+                raise ConfigError(
+                    f"{method} does not hand {what} to the loss, which {type(self).__name__} needs "
+                    f"(MaskedSimilarities.{' / '.join(fields)})"
+                )
+
     @staticmethod
     def check_inputs(handover: MaskedSimilarities) -> None:
         """Raise a ``ValueError`` naming the argument if shapes or dtypes do not fit."""
@@ -238,6 +252,12 @@ class ContrastiveLoss(nn.Module):
                 raise ValueError(f"{name} must have the shape of sim {tuple(sim.shape)}, got {tuple(mask.shape)}")
             if mask.dtype != torch.bool:
                 raise ValueError(f"{name} must be a bool tensor, got {mask.dtype}")
+        for name, norms, size in (
+            ("anchor_norms", handover.anchor_norms, sim.shape[0]),
+            ("candidate_norms", handover.candidate_norms, sim.shape[1]),
+        ):
+            if norms is not None and tuple(norms.shape) != (size,):
+                raise ValueError(f"{name} must have shape ({size},) to fit sim {tuple(sim.shape)}, got {tuple(norms.shape)}")
 
     def extra_repr(self) -> str:
         return ", ".join(f"{k}={v}" for k, v in self.hparams().items())
@@ -251,6 +271,13 @@ class ContrastiveLoss(nn.Module):
     def hparams(self) -> dict[str, object]:
         """The strategy's hyper-parameters, for reprs and run reports."""
         return {}
+
+
+#: What each declaration asks a method to fill in the hand-over, and how an error names it.
+HANDED_OVER = (
+    ("needs_anchor_features", ("anchor_features", "anchor_labels"), "its anchors' features and labels"),
+    ("needs_embedding_norms", ("anchor_norms", "candidate_norms"), "the norms of its projections (embed_for_loss)"),
+)
 
 
 #: What a loss's ``temperature`` option takes: a number (a constant τ) or a policy (``ssl_app.temperature``).

@@ -58,8 +58,11 @@ def negative_shares(value_of: LossValue, handover: MaskedSimilarities) -> Option
         return None
     with torch.enable_grad(), torch.autocast(device_type=handover.sim.device.type, enabled=False):
         sim = handover.sim.detach().float().requires_grad_(True)
-        features = handover.anchor_features
-        detached = dataclasses.replace(handover, sim=sim, anchor_features=None if features is None else features.detach())
+        detached = dataclasses.replace(
+            handover,
+            sim=sim,
+            **{name: detach(getattr(handover, name)) for name in ("anchor_features", "anchor_norms", "candidate_norms")},
+        )
         value = value_of(detached)
         if not value.requires_grad:
             return None
@@ -139,3 +142,8 @@ def write_profile(experiment, mean_share: Tensor, negatives: Tensor, step: int) 
             bucket_counts=[0.0, *values.tolist()],
             global_step=step,
         )
+
+
+def detach(tensor: Optional[Tensor]) -> Optional[Tensor]:
+    """``tensor`` cut from the encoder's graph (``None`` stays ``None``)."""
+    return None if tensor is None else tensor.detach()

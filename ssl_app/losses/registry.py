@@ -12,5 +12,5 @@ LOSSES = Registry(
     "--model.init_args.loss",
     package="ssl_app.losses",
     base=ContrastiveLoss,
-    capabilities=("uses_labels", "needs_anchor_features", "same_as_with_every_negative"),
+    capabilities=("uses_labels", "needs_anchor_features", "needs_embedding_norms", "same_as_with_every_negative"),
 )

@@ -135,9 +135,9 @@ class ContrastiveMethod(L.LightningModule, ABC):
         """Backbone features [B, feature_dim] and their L2-normalised projections z [B, proj_dim]."""
         return self.run_encoder(self.backbone, self.projection_head, images)
 
-    def run_encoder(self, backbone: nn.Module, head: nn.Module, images: Tensor) -> tuple[Tensor, Tensor]:
+    def run_encoder(self, backbone: nn.Module, head: nn.Module, images: Tensor, with_norms: bool = False) -> tuple[Tensor, ...]:
         """``models.encode_with`` on ``images`` in the encoders' layout: one graph with ``compile``."""
-        return self._encoder(backbone, head, self.to_memory_format(images))
+        return self._encoder(backbone, head, self.to_memory_format(images), with_norms=with_norms)
 
     def embed(self, images: Tensor) -> Tensor:
         """L2-normalised projections z [B, proj_dim] (what the loss and the metrics read)."""
@@ -174,6 +174,14 @@ class ContrastiveMethod(L.LightningModule, ABC):
         if self.loss.needs_anchor_features:
             return self.encode(images)
         return None, self.embed(images)
+
+    def embed_for_loss(self, images: Tensor) -> tuple[Optional[Tensor], Tensor, Optional[Tensor]]:
+        """``(features, z, norms)``: :meth:`embed_anchors`, and the projections' L2 norms [B] before normalisation
+        (same pass, with gradient) when the loss ``needs_embedding_norms`` (else ``None``)."""
+        if not self.loss.needs_embedding_norms:
+            return (*self.embed_anchors(images), None)
+        features, z, norms = self.run_encoder(self.backbone, self.projection_head, images, with_norms=True)
+        return (features if self.loss.needs_anchor_features else None), z, norms
 
     # --- what the loss needs from the data, and a loss that classifies ----------------------
     def _prepare_loss(self, stage: str) -> None:
@@ -226,11 +234,7 @@ class ContrastiveMethod(L.LightningModule, ABC):
 
     def compute_loss(self, contrast: MaskedSimilarities, with_stats: bool = False) -> LossResult:
         """The loss strategy on the hand-over (one call, one answer)."""
-        if self.loss.needs_anchor_features and (contrast.anchor_features is None or contrast.anchor_labels is None):
-            raise ConfigError(
-                f"{type(self).__name__} does not hand its anchors' features and labels to the loss, which "
-                f"{type(self.loss).__name__} needs (MaskedSimilarities.anchor_features / anchor_labels)"
-            )
+        self.loss.check_handed_over(contrast, type(self).__name__)
         if contrast.mask_memo is None:
             contrast.mask_memo = self.masks.memo(contrast.pos_mask, contrast.neg_mask)
         return self.loss(contrast, with_stats)
@@ -241,7 +245,7 @@ class ContrastiveMethod(L.LightningModule, ABC):
         """Turn a batch ``(views, labels, indices)`` into anchors × candidates similarities and masks.
 
         Called by every train/val/test step; the loss strategy then reads ``(sim, pos_mask,
-        neg_mask)``. Use ``self.embed`` for the trained embeddings, ``similarity`` for ``sim``
+        neg_mask)``. Use ``self.embed`` (``embed_for_loss``: and what the loss needs), ``similarity`` for ``sim``
         (float32 even under autocast), ``ssl_app.distributed`` to gather candidates from every
         rank and ``ssl_app.methods.masks`` for the masks. Outside training (``not
         self.training``) fill ``MaskedSimilarities.views`` with the normalised embeddings of the first two

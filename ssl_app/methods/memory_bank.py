@@ -17,7 +17,7 @@ from ssl_app.losses.base import MaskedSimilarities
 from ssl_app.methods.base import ContrastiveMethod, similarity
 from ssl_app.methods.masks import Members, contrast_masks, gathered_views, unmatched, views_of
 from ssl_app.methods.registry import METHODS
-from ssl_app.methods.stores import LabelledBank
+from ssl_app.methods.stores import LabelledBank, fill_unit_norms
 
 # Seeds of the negatives' generator: seed · stride + step, distinct for any run shorter than 2^32 steps.
 _STEP_STRIDE = 2**32
@@ -50,6 +50,10 @@ class MemoryBank(ContrastiveMethod):
     and the negatives are the other view-2 embeddings of the global batch followed by *every*
     bank entry (also with ``num_negatives``, so the value is deterministic).
 
+    A loss that ``needs_embedding_norms`` gets the projections' norms of the anchors (with gradient)
+    and of the candidates: of the view-2 embeddings, and of the bank entries the norm kept with each
+    (``LabelledBank.keep_norms``: the norm of the projection written at the entry's last update).
+
     The bank size comes from ``bank_size`` or, when it is None, from the datamodule's
     ``num_samples("train")`` in ``setup("fit")``; a checkpoint carries its bank, so
     ``validate``/``test`` with ``--ckpt_path`` need neither. The bank is persistent state.
@@ -81,10 +85,11 @@ class MemoryBank(ContrastiveMethod):
         self.bank_momentum = bank_momentum
         self.bank_size = bank_size
         self.num_negatives = num_negatives
-        self.bank = LabelledBank(bank_size or 0, self.embedding_dim)
+        # The entries' norms are kept only for a loss that reads them: any other loss's checkpoints stay as they were.
+        self.bank = LabelledBank(bank_size or 0, self.embedding_dim, keep_norms=self.loss.needs_embedding_norms)
         # Every rank applies the same gathered update, so DDP must not broadcast the bank.
         self._ddp_params_and_buffers_to_ignore = [f"bank.{name}" for name, _ in self.bank.named_buffers()]
-        self._pending: Optional[tuple[Tensor, Tensor, Tensor]] = None
+        self._pending: Optional[tuple[Tensor, ...]] = None  # (indices, z, labels[, norms]) until the backward is done
 
     def negatives_per_anchor(self, batch_size: int, world_size: int) -> Optional[int]:
         if self.num_negatives is not None:
@@ -104,7 +109,7 @@ class MemoryBank(ContrastiveMethod):
             raise ConfigError("MemoryBank: the bank is empty; set model.bank_size or use a datamodule with num_samples('train')")
         if self.num_negatives is not None and self.num_negatives >= size:
             raise ConfigError(f"MemoryBank: num_negatives ({self.num_negatives}) must be smaller than the bank ({size} entries)")
-        features, z = self.embed_anchors(views[0])
+        features, z, norms = self.embed_for_loss(views[0])
         device = z.device
         # Bank entries are keyed by dataset index, so an anchor's own entry shares its instance id.
         anchors = Members(indices, torch.zeros_like(indices), labels)
@@ -121,8 +126,9 @@ class MemoryBank(ContrastiveMethod):
         candidates = Members(entries, torch.ones_like(entries), self.bank.labels[entries])
         pos_mask, neg_mask = contrast_masks(anchors, candidates, self.loss.uses_labels, usable)
         sim = similarity(z, self.bank.features[entries])
-        self._pending = (indices, z.detach(), labels)
-        return MaskedSimilarities(sim, pos_mask, neg_mask, anchor_features=features, anchor_labels=labels)
+        self._pending = (indices, z.detach(), labels) + (() if norms is None else (norms.detach(),))
+        read_norms = {} if norms is None else {"anchor_norms": norms, "candidate_norms": self.bank.norms[entries]}
+        return MaskedSimilarities(sim, pos_mask, neg_mask, anchor_features=features, anchor_labels=labels, **read_norms)
 
     def _negatives_generator(self, device: torch.device) -> torch.Generator:
         """The RNG of a step's sampled negatives: seeded with the run's seed and the optimiser step,
@@ -137,7 +143,8 @@ class MemoryBank(ContrastiveMethod):
         if len(views) < 2:
             raise ValueError(f"MemoryBank validation needs 2 views per sample, got {len(views)}")
         batch_size, device = views[0].shape[0], views[0].device
-        (features, anchors), seconds = self.embed_anchors(views[0]), self.embed(views[1])
+        features, anchors, anchor_norms = self.embed_for_loss(views[0])
+        seconds, second_norms = (self.embed(views[1]), None) if anchor_norms is None else self.embed_for_loss(views[1])[1:]
         others = distributed.gather(seconds)
         other_labels = distributed.gather(labels)
         # Anchors: view 0 of this rank's samples; candidates: view 1 of the global batch, then the bank.
@@ -148,8 +155,18 @@ class MemoryBank(ContrastiveMethod):
         anchor_members = views_of(distributed.rank() * batch_size, batch_size, 1, labels, device)
         pos_mask, neg_mask = contrast_masks(anchor_members, candidates, self.loss.uses_labels)
         sim = similarity(anchors, torch.cat([others, self.bank.features], dim=0))
+        read_norms = {}
+        if anchor_norms is not None:
+            candidate_norms = torch.cat([distributed.gather(second_norms), self.bank.norms])
+            read_norms = {"anchor_norms": anchor_norms, "candidate_norms": candidate_norms}
         return MaskedSimilarities(
-            sim, pos_mask, neg_mask, views=(anchors.detach(), seconds.detach()), anchor_features=features, anchor_labels=labels
+            sim,
+            pos_mask,
+            neg_mask,
+            views=(anchors.detach(), seconds.detach()),
+            anchor_features=features,
+            anchor_labels=labels,
+            **read_norms,
         )
 
     # --- Lightning hooks ------------------------------------------------------------------
@@ -184,13 +201,23 @@ class MemoryBank(ContrastiveMethod):
         # After backward (the loss's graph holds the bank itself, so it is only written now), and
         # before any callback's on_train_batch_end: a checkpoint of this step must hold the update.
         if self._pending is not None:
-            indices, z, labels = self._pending
-            self._pending = None
-            self.update_bank(indices, z, labels)
+            pending, self._pending = self._pending, None
+            self.update_bank(*pending)  # (indices, z, labels[, norms])
 
     @torch.no_grad()
-    def update_bank(self, indices: Tensor, z: Tensor, labels: Tensor) -> None:
-        """Gather every rank's (indices, z, labels), rank-major, and apply the same update on each rank."""
+    def update_bank(self, indices: Tensor, z: Tensor, labels: Tensor, norms: Optional[Tensor] = None) -> None:
+        """Gather every rank's (indices, z, labels, and the projections' norms for a bank that keeps
+        them), rank-major, and apply the same update on each rank."""
+        gathered_norms = distributed.gather(norms.float()) if norms is not None else None
         self.bank.update(
-            distributed.gather(indices), distributed.gather(z.float()), distributed.gather(labels), self.bank_momentum
+            distributed.gather(indices),
+            distributed.gather(z.float()),
+            distributed.gather(labels),
+            self.bank_momentum,
+            norms=gathered_norms,
         )
+
+    def upgrade_state_dict(self, state_dict: dict[str, Any]) -> dict[str, Any]:
+        """The base's, and a bank that keeps norms loading a checkpoint written without them: every norm 1."""
+        fill_unit_norms(self.bank, state_dict, "bank.")
+        return super().upgrade_state_dict(state_dict)

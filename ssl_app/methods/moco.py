@@ -20,7 +20,7 @@ from ssl_app.losses.base import MaskedSimilarities
 from ssl_app.methods.base import ContrastiveMethod, similarity
 from ssl_app.methods.masks import Members, contrast_masks, gathered_views, unmatched, views_of
 from ssl_app.methods.registry import METHODS
-from ssl_app.methods.stores import LabelledQueue
+from ssl_app.methods.stores import LabelledQueue, fill_unit_norms
 from ssl_app.models.split_batchnorm import convert_to_split_batchnorm, has_batch_norm
 from ssl_app.optim import run_length
 
@@ -54,7 +54,10 @@ class MoCo(ContrastiveMethod):
     ``symmetric`` the query's key of its own view is in neither mask; queue slots never written
     are in neither mask; label-based losses add the candidates of the anchor's class among the
     queue (and among the batch's keys or queries when those are candidates). After each
-    training batch the global keys join the queue, so every rank holds the same queue.
+    training batch the global keys join the queue, so every rank holds the same queue. A loss that
+    ``needs_embedding_norms`` gets the projections' norms of the queries (with gradient), of the keys,
+    of the queue (which then keeps each key's norm, ``LabelledQueue.keep_norms``) and of the queries
+    among the candidates, gathered as the keys and queries are.
 
     Args:
         loss: the loss strategy (default InfoNCE, τ = 0.2, MoCo v2's).
@@ -131,11 +134,12 @@ class MoCo(ContrastiveMethod):
         if key_bn != "auto":
             self._apply_key_bn(resolve_key_bn(key_bn, 1, self._has_bn))
 
-        self.queue = LabelledQueue(queue_size, self.embedding_dim)
+        # The keys' norms are kept only for a loss that reads them: any other loss's checkpoints stay as they were.
+        self.queue = LabelledQueue(queue_size, self.embedding_dim, keep_norms=self.loss.needs_embedding_norms)
         # Every rank applies the same gathered update, so DDP must not broadcast the queue
         # from rank 0 before each forward (it would cost queue_size × proj_dim per step).
         self._ddp_params_and_buffers_to_ignore = [f"queue.{name}" for name, _ in self.queue.named_buffers()]
-        self._pending: Optional[tuple[Tensor, Tensor]] = None
+        self._pending: Optional[tuple[Tensor, ...]] = None  # (keys, labels[, norms]) until the backward is done
         self._total_steps: Optional[int] = None
 
     # --- BatchNorm leakage ------------------------------------------------------------------
@@ -157,9 +161,31 @@ class MoCo(ContrastiveMethod):
         with torch.no_grad():
             return self.run_encoder(self.key_backbone, self.key_projection_head, images)[1]
 
-    @torch.no_grad()
+    def _key_rows(self, images: Tensor) -> Tensor:
+        """:meth:`key_embed` in float32, and for a loss that ``needs_embedding_norms`` the key projections'
+        norms before normalisation as one more column, so that every permutation and gather of the keys
+        below carries each key's norm with it."""
+        if not self.loss.needs_embedding_norms:
+            return self.key_embed(images).float()
+        with torch.no_grad():
+            _, keys, norms = self.run_encoder(self.key_backbone, self.key_projection_head, images, with_norms=True)
+        return torch.cat([keys.float(), norms.float()[:, None]], dim=1)
+
     def global_keys(self, images: Tensor) -> Tensor:
-        """Keys of every rank's ``images``, concatenated rank-major [world·B, proj_dim].
+        """Keys of every rank's ``images``, concatenated rank-major [world·B, proj_dim] (:meth:`global_keys_and_norms`)."""
+        return self.global_keys_and_norms(images)[0]
+
+    def global_keys_and_norms(self, images: Tensor) -> tuple[Tensor, Optional[Tensor]]:
+        """``(keys, norms)``: :meth:`global_rows` split into the keys [world·B, proj_dim] and, for a loss
+        that ``needs_embedding_norms``, their projections' norms [world·B] (else ``None``)."""
+        rows = self.global_rows(images)
+        if not self.loss.needs_embedding_norms:
+            return rows, None
+        return rows[:, :-1], rows[:, -1]
+
+    @torch.no_grad()
+    def global_rows(self, images: Tensor) -> Tensor:
+        """:meth:`_key_rows` of every rank's ``images``, concatenated rank-major [world·B, ...].
 
         In training, ``split`` encodes a random permutation of the local batch (so a key's
         BatchNorm group differs from its query's) and ``shuffle`` on several ranks encodes a
@@ -171,11 +197,11 @@ class MoCo(ContrastiveMethod):
         if mode == "split":
             return distributed.gather(self._encode_permuted(images, self._key_permutation(images.shape[0], images.device)))
         if not (mode == "shuffle" and world > 1 and self._has_bn):
-            return distributed.gather(self.key_embed(images).float())
+            return distributed.gather(self._key_rows(images))
         all_images = distributed.gather(images)
         permutation = self._key_permutation(all_images.shape[0], all_images.device)  # the same on every rank
         shard = permutation.view(world, -1)[distributed.rank()]
-        shuffled_keys = distributed.gather(self.key_embed(all_images[shard]).float())
+        shuffled_keys = distributed.gather(self._key_rows(all_images[shard]))
         return _unpermute(shuffled_keys, permutation)
 
     def _key_permutation(self, n: int, device: torch.device) -> Tensor:
@@ -189,7 +215,7 @@ class MoCo(ContrastiveMethod):
         return torch.randperm(n, generator=generator, device=device)
 
     def _encode_permuted(self, images: Tensor, permutation: Tensor) -> Tensor:
-        return _unpermute(self.key_embed(images[permutation]).float(), permutation)
+        return _unpermute(self._key_rows(images[permutation]), permutation)
 
     def momentum_at(self, step: int) -> float:
         """The EMA coefficient of optimiser step ``step`` (0-based)."""
@@ -229,9 +255,12 @@ class MoCo(ContrastiveMethod):
         query_views = 2 if self.symmetric else 1
         if self.symmetric:
             both = torch.cat([views[0], views[1]], dim=0)
-            (features, queries), keys = self.embed_anchors(both), self.global_keys(both)
+            (features, queries, query_norms), (keys, key_norms) = self.embed_for_loss(both), self.global_keys_and_norms(both)
         else:
-            (features, queries), keys = self.embed_anchors(views[0]), self.global_keys(views[1])
+            (features, queries, query_norms), (keys, key_norms) = (
+                self.embed_for_loss(views[0]),
+                self.global_keys_and_norms(views[1]),
+            )
         anchor_labels = labels.repeat(query_views)
         key_labels = distributed.gather(anchor_labels)
 
@@ -261,8 +290,13 @@ class MoCo(ContrastiveMethod):
             candidates.append(distributed.gather_with_grad(queries))
         sim = similarity(queries, torch.cat(candidates, dim=0))
         anchors = {"anchor_features": features, "anchor_labels": anchor_labels}
+        if query_norms is not None:  # a loss that reads the norms: the candidates' in the order of sim's columns
+            candidate_norms = [key_norms, self.queue.norms]
+            if self.query_candidates:
+                candidate_norms.append(distributed.gather_with_grad(query_norms))
+            anchors.update(anchor_norms=query_norms, candidate_norms=torch.cat(candidate_norms))
         if self.training:
-            self._pending = (keys, key_labels)
+            self._pending = (keys, key_labels) if key_norms is None else (keys, key_labels, key_norms)
             return MaskedSimilarities(sim, pos_mask, neg_mask, **anchors)
         second = queries.chunk(2)[1] if self.symmetric else self.embed(views[1])
         return MaskedSimilarities(sim, pos_mask, neg_mask, views=(queries[:batch_size].detach(), second.detach()), **anchors)
@@ -336,13 +370,17 @@ class MoCo(ContrastiveMethod):
             # constant without a schedule: written when it changes (ssl_app.io.changes)
             self.changing_stats.write(self.loggers, {"train/key_momentum": momentum}, step)
 
+    def upgrade_state_dict(self, state_dict: dict[str, Any]) -> dict[str, Any]:
+        """The base's, and a queue that keeps norms loading a checkpoint written without them: every norm 1."""
+        fill_unit_norms(self.queue, state_dict, "queue.")
+        return super().upgrade_state_dict(state_dict)
+
     def on_after_backward(self) -> None:
         # The keys join the queue once the loss's backward is done, and before any callback's
         # on_train_batch_end: a checkpoint taken at the end of this step must already hold them.
         if self._pending is not None:
-            keys, labels = self._pending
-            self._pending = None
-            self.queue.enqueue(keys, labels)
+            pending, self._pending = self._pending, None
+            self.queue.enqueue(*pending)  # (keys, labels[, norms])
 
 
 def _unpermute(encoded: Tensor, permutation: Tensor) -> Tensor:

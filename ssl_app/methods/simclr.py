@@ -21,7 +21,8 @@ class SimCLR(ContrastiveMethod):
     *global* batch, gathered from every DDP rank with gradient, so an anchor has the
     ``V·B·world − V`` embeddings of other images as negatives whatever the number of processes.
     The positives are the other views of the same image; the anchor itself is in neither mask.
-    A label-based loss (SupCon) adds every candidate of the anchor's class (``masks``).
+    A label-based loss (SupCon) adds every candidate of the anchor's class (``masks``). A loss that
+    ``needs_embedding_norms`` gets the projections' norms of the anchors and of the gathered candidates.
 
     All constructor arguments are those of ``ContrastiveMethod``.
     """
@@ -33,8 +34,10 @@ class SimCLR(ContrastiveMethod):
         views, labels, _ = batch
         batch_size, num_views = views[0].shape[0], len(views)
         world, rank = distributed.world_size(), distributed.rank()
-        features, z = self.embed_anchors(torch.cat(list(views), dim=0))
+        features, z, norms = self.embed_for_loss(torch.cat(list(views), dim=0))
         sim = similarity(z, distributed.gather_with_grad(z))
+        # A loss that reads the norms gets the candidates' the way it gets their embeddings: gathered with gradient.
+        candidate_norms = distributed.gather_with_grad(norms) if norms is not None else None
         uses_labels = self.loss.uses_labels
         candidate_labels = distributed.gather(labels.repeat(num_views)) if uses_labels else None
 
@@ -56,4 +59,6 @@ class SimCLR(ContrastiveMethod):
             views=tuple(z.detach().chunk(num_views)),
             anchor_features=features,
             anchor_labels=labels.repeat(num_views),
+            anchor_norms=norms,
+            candidate_norms=candidate_norms,
         )

@@ -42,13 +42,22 @@ class LabelledQueue(nn.Module):
     be a multiple of ``E``); if ``E > size`` only the last ``size`` are kept. Either way the
     queue holds exactly the ``min(size, total)`` most recently enqueued vectors, and
     ``ptr == total % size``.
+
+    ``keep_norms`` (for a loss that ``needs_embedding_norms``): one more persistent buffer, ``norms``
+    [size] float32, each slot's norm of the projection before normalisation, written with it (1 in
+    the slots never written). Without it the state dict is the one of a queue without norms; a
+    checkpoint without ``norms`` loads into a queue that keeps them with every norm 1 (the unit
+    vectors a loss that reads no norm saw).
     """
 
-    def __init__(self, size: int, dim: int) -> None:
+    def __init__(self, size: int, dim: int, keep_norms: bool = False) -> None:
         super().__init__()
         self.size = size
+        self.keep_norms = keep_norms
         self.register_buffer("features", random_unit_vectors(size, dim))
         self.register_buffer("labels", torch.full((size,), -1, dtype=torch.long))
+        if keep_norms:
+            self.register_buffer("norms", torch.ones(size))
         self.register_buffer("ptr", torch.zeros((), dtype=torch.long))
         self.register_buffer("filled", torch.zeros((), dtype=torch.long))
         # ``filled`` as a Python int, so that asking whether the queue is full costs no host-device
@@ -65,17 +74,21 @@ class LabelledQueue(nn.Module):
             self._host_filled = int(self.filled)
         return self._host_filled >= self.size
 
-    def _load_from_state_dict(self, *args, **kwargs) -> None:
-        super()._load_from_state_dict(*args, **kwargs)
+    def _load_from_state_dict(self, state_dict: dict[str, Any], prefix: str, *rest: Any) -> None:
+        fill_unit_norms(self, state_dict, prefix)
+        super()._load_from_state_dict(state_dict, prefix, *rest)
         self._host_filled = None
 
     @torch.no_grad()
-    def enqueue(self, features: Tensor, labels: Tensor) -> None:
-        """Append ``features`` [E, dim] and ``labels`` [E] in order, overwriting the oldest.
+    def enqueue(self, features: Tensor, labels: Tensor, norms: Tensor | None = None) -> None:
+        """Append ``features`` [E, dim] and ``labels`` [E] in order, overwriting the oldest (and, in a
+        queue that ``keep_norms``, their projections' norms ``norms`` [E], required there).
 
-        A row with a NaN or infinite entry is not stored: its slot keeps what it held, so one
+        A row with a NaN or infinite entry (or norm) is not stored: its slot keeps what it held, so one
         diverged step (e.g. one that ``NumericalHealth`` skips) cannot poison every later loss.
         """
+        if self.keep_norms and norms is None:
+            raise ValueError("this queue keeps the norms of its entries: enqueue needs norms")
         total = features.shape[0]
         keep = min(total, self.size)
         features, labels = features[total - keep :], labels[total - keep :]
@@ -83,6 +96,10 @@ class LabelledQueue(nn.Module):
         slots = (start + torch.arange(keep, device=self.features.device)) % self.size
         features = features.detach().to(self.features.dtype)
         finite = torch.isfinite(features).all(dim=1)
+        if self.keep_norms:
+            norms = norms[total - keep :].detach().to(self.norms.dtype)
+            finite &= torch.isfinite(norms)
+            self.norms.index_copy_(0, slots, torch.where(finite, norms, self.norms.index_select(0, slots)))
         features = torch.where(finite[:, None], features, self.features.index_select(0, slots))
         labels = torch.where(finite, labels.to(self.labels.dtype), self.labels.index_select(0, slots))
         self.features.index_copy_(0, slots, features)
@@ -93,7 +110,7 @@ class LabelledQueue(nn.Module):
             self._host_filled = min(self._host_filled + total, self.size)
 
     def extra_repr(self) -> str:
-        return f"size={self.size}, dim={self.features.shape[1]}"
+        return f"size={self.size}, dim={self.features.shape[1]}" + (", keep_norms=True" if self.keep_norms else "")
 
 
 class LabelledBank(nn.Module):
@@ -104,13 +121,23 @@ class LabelledBank(nn.Module):
     construction and set later with :meth:`resize` (e.g. from the datamodule in ``setup``);
     loading a state dict into an empty bank takes the size from the state dict, so a
     checkpoint can be loaded without knowing the data.
+
+    ``keep_norms`` (for a loss that ``needs_embedding_norms``): one more persistent buffer, ``norms``
+    [size] float32. An entry's norm is the norm of the projection (before normalisation) written at
+    its last update, the mean over the occurrences of its index in that update (1 until the sample
+    was first seen); the entry itself stays a unit vector, so the loss reads it as that projection's
+    direction, smoothed by the momentum, at that projection's length. Without it the state dict is
+    unchanged; a checkpoint without ``norms`` loads with every norm 1.
     """
 
-    def __init__(self, size: int, dim: int) -> None:
+    def __init__(self, size: int, dim: int, keep_norms: bool = False) -> None:
         super().__init__()
         self.dim = dim
+        self.keep_norms = keep_norms
         self.register_buffer("features", random_unit_vectors(size, dim))
         self.register_buffer("labels", torch.full((size,), -1, dtype=torch.long))
+        if keep_norms:
+            self.register_buffer("norms", torch.ones(size))
 
     @property
     def size(self) -> int:
@@ -121,10 +148,13 @@ class LabelledBank(nn.Module):
         device = self.features.device
         self.features = random_unit_vectors(size, self.dim).to(device)
         self.labels = torch.full((size,), -1, dtype=torch.long, device=device)
+        if self.keep_norms:
+            self.norms = torch.ones(size, device=device)
 
     @torch.no_grad()
-    def update(self, indices: Tensor, features: Tensor, labels: Tensor, momentum: float) -> None:
-        """``bank[i] ← normalise(m · bank[i] + (1 − m) · z_i)`` and ``labels[i] ← y_i``.
+    def update(self, indices: Tensor, features: Tensor, labels: Tensor, momentum: float, norms: Tensor | None = None) -> None:
+        """``bank[i] ← normalise(m · bank[i] + (1 − m) · z_i)`` and ``labels[i] ← y_i`` (and, in a bank
+        that ``keep_norms``, ``norms[i] ← ‖h_i‖``, the norms [G] of the projections, required there).
 
         ``indices`` [G], ``features`` [G, dim] (unit vectors), ``labels`` [G]. If an index
         occurs several times (a DistributedSampler pads the last shards with repeats), its
@@ -133,8 +163,14 @@ class LabelledBank(nn.Module):
         (in any occurrence) keeps its old vector and label, so one diverged step cannot poison
         the bank; the finite entries of the same batch are updated as usual.
         """
+        if self.keep_norms and norms is None:
+            raise ValueError("this bank keeps the norms of its entries: update needs norms")
         features = features.detach().to(self.features.dtype)
         finite = torch.isfinite(features).all(dim=1)
+        if self.keep_norms:
+            norms = norms.detach().to(self.norms.dtype)
+            finite &= torch.isfinite(norms)
+            norms = torch.where(finite, norms, 0.0)
         features = torch.where(finite[:, None], features, torch.zeros((), dtype=features.dtype, device=features.device))
         same = (indices[:, None] == indices[None, :]).to(features.dtype)
         z = (same @ features) / same.sum(dim=1, keepdim=True)
@@ -144,6 +180,9 @@ class LabelledBank(nn.Module):
         labels = torch.where(clean, labels.to(self.labels.dtype), self.labels.index_select(0, indices))
         self.features.index_copy_(0, indices, new)
         self.labels.index_copy_(0, indices, labels)
+        if self.keep_norms:
+            mean_norms = (same @ norms) / same.sum(dim=1)
+            self.norms.index_copy_(0, indices, torch.where(clean, mean_norms, self.norms.index_select(0, indices)))
 
     def _load_from_state_dict(self, state_dict: dict[str, Any], prefix: str, *rest: Any) -> None:
         # rest: torch's local_metadata, strict, missing_keys, unexpected_keys, error_msgs, passed on as they are
@@ -160,7 +199,16 @@ class LabelledBank(nn.Module):
                     f"{self.size} (model.bank_size, or the size of the datamodule's train split)"
                 )
             self.resize(saved.shape[0])
+        fill_unit_norms(self, state_dict, prefix)
         super()._load_from_state_dict(state_dict, prefix, *rest)
 
     def extra_repr(self) -> str:
-        return f"size={self.size}, dim={self.dim}"
+        return f"size={self.size}, dim={self.dim}" + (", keep_norms=True" if self.keep_norms else "")
+
+
+def fill_unit_norms(store: nn.Module, state_dict: dict[str, Any], prefix: str) -> None:
+    """A store that keeps norms, loading a state dict written without them (a checkpoint of a run whose
+    loss read no norm, or from before norms were kept): every norm 1, what that run's loss read."""
+    if getattr(store, "keep_norms", False) and prefix + "features" in state_dict and prefix + "norms" not in state_dict:
+        saved = state_dict[prefix + "features"]
+        state_dict[prefix + "norms"] = torch.ones(saved.shape[0], dtype=torch.float32, device=saved.device)

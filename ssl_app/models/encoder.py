@@ -9,15 +9,20 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-#: What an encoder pass is called with: ``(backbone, head, images) -> (features, z)``.
-EncoderPass = Callable[[nn.Module, nn.Module, Tensor], tuple[Tensor, Tensor]]
+#: What an encoder pass is called with: ``(backbone, head, images[, with_norms]) -> (features, z[, norms])``.
+EncoderPass = Callable[..., tuple[Tensor, ...]]
 
 
-def encode_with(backbone: nn.Module, head: nn.Module, images: Tensor) -> tuple[Tensor, Tensor]:
+def encode_with(backbone: nn.Module, head: nn.Module, images: Tensor, with_norms: bool = False) -> tuple[Tensor, ...]:
     """``(features, z)``: the backbone's features [B, feature_dim] of ``images`` and their projections
-    by ``head``, L2-normalised [B, proj_dim]."""
+    ``h`` by ``head``, L2-normalised, ``z = h/‖h‖`` [B, proj_dim]; ``with_norms``: also ``‖h‖`` [B]
+    (float32, with gradient), for a loss that reads the norms (``ContrastiveLoss.needs_embedding_norms``)."""
     features = backbone(images)
-    return features, F.normalize(head(features), dim=1)
+    projections = head(features)
+    z = F.normalize(projections, dim=1)
+    if with_norms:
+        return features, z, torch.linalg.vector_norm(projections.float(), dim=1)
+    return features, z
 
 
 def compiled_encoder() -> EncoderPass:

@@ -1,6 +1,7 @@
 """``python -m ssl_app.report RUNS_DIR [--out DIR] [--title TEXT] [--reference table1] [--baseline LABEL]``.
 
-Prints the Markdown table on stdout; writes ``table.md``, ``table.csv`` and the PNG figures to
+Prints the Markdown table on stdout; writes ``table.md``, ``table.csv``, ``runs.csv`` (each run's own numbers,
+``ssl_app.report.per_seed``) and the PNG figures to
 the out dir (default ``RUNS_DIR/report``) and says on stderr what it wrote or skipped. A user
 error (no such directory, no run in it) is one line ``error: ...`` on stderr, exit status 2.
 """
@@ -20,6 +21,7 @@ from ssl_app.report.compare import matches
 from ssl_app.report.figures import FigureResult, draw_all
 from ssl_app.report.groups import group_runs
 from ssl_app.report.paired import reference_index
+from ssl_app.report.per_seed import RUNS_CSV, write_runs_csv
 from ssl_app.report.reference import REFERENCES
 from ssl_app.report.runs import load_study
 from ssl_app.report.summary import build_rows, fill_column
@@ -70,6 +72,7 @@ def make_report(
     markdown = markdown_table(rows, configurations, title, study.orphans, reference, baseline)
     (out_dir / TABLE_MD).write_text(markdown, encoding="utf-8")
     write_csv(rows, out_dir / TABLE_CSV, reference, baseline)
+    write_runs_csv(rows, out_dir / RUNS_CSV, runs_dir)
     figures = draw_all(rows, out_dir, title, matches(rows) if reference else None) + draw_tau_figures(rows, out_dir, title)
     return Report(markdown=markdown, csv_path=out_dir / TABLE_CSV, figures=figures)
 
@@ -134,7 +137,10 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as error:
         return say_error(error)
     sys.stdout.write(report.markdown)
-    print(f"wrote {report.csv_path} and {report.csv_path.with_name(TABLE_MD)}", file=sys.stderr)
+    print(
+        f"wrote {report.csv_path}, {report.csv_path.with_name(TABLE_MD)} and {report.csv_path.with_name(RUNS_CSV)}",
+        file=sys.stderr,
+    )
     for figure in report.figures:
         print(f"wrote {figure.path}" if figure.path else f"{figure.name}: {figure.note}", file=sys.stderr)
     return 0

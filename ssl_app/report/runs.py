@@ -37,6 +37,7 @@ from ssl_app.runs.layout import (
     parent_folder,
     read_sweep_point,
 )
+from ssl_app.runs.panel import EVALUATION_GROUP
 from ssl_app.runs.record import DONE, RECORD_FILE, RecordError, RunRecord, effective_status, read_record
 
 
@@ -183,10 +184,13 @@ def read_run(directory: Path, name: str) -> Run:
 
 
 def _read_probe(run: Run) -> None:
-    """The newest finished linear probe filed in the run (``<run>/evaluations/linear_<n>``)."""
+    """The newest finished linear probe filed in the run (``<run>/evaluations/linear_<n>``): its final values, from
+    ``<run>/evaluations/linear/`` (what the fit's HParams row shows; the probe's curves are its folder's
+    ``metrics.csv``, ``ssl_app.cli.plan.curves_as_csv``), or from its own events where an older version wrote them."""
     folder = newest_done_evaluation(run.path, "linear", run.problems)
     if folder is not None:
-        run.linear = _read_events_safely(folder, run.problems)
+        values = folder if has_event_file(folder) else run.path / EVALUATION_GROUP.format(kind="linear")
+        run.linear = _read_events_safely(values, run.problems)
         run.linear_name = folder.name
 
 

@@ -55,7 +55,7 @@ from ssl_app.runs.spec import (
     TAU_KEY,
     RunSpec,
 )
-from ssl_app.runs.tags import describe
+from ssl_app.runs.tags import HEADLINE_SERIES, describe
 from ssl_app.temperature.spelling import exact
 
 #: The fit's own metric columns (its final values; kNN and the probe are fractions, not %): (tag, display name).
@@ -81,12 +81,20 @@ EVALUATION_METRICS = {
     "validate": (("metrics/knn_acc", "validate kNN"), ("metrics/uniformity", "validate uniformity")),
     "test": (("metrics/knn_acc", "test kNN"), ("metrics/uniformity", "test uniformity")),
 }  # fmt: skip
+#: Final values an evaluation also writes there, beside its columns: what the report reads of a probe filed in a run
+#: (whose own curves are not TensorBoard events: ``ssl_app.cli.plan``).
+EVALUATION_EXTRAS = {"linear": ("linear/top5",)}
 #: The folder (under the fit's run folder) whose events hold the newest evaluation of each kind, for HParams.
 EVALUATION_GROUP = "evaluations/{kind}"
 #: Diagnostics that stay constant in most runs: HParams shows their last value as context (tag, HParams name, display).
 CONSTANT_DIAGNOSTICS = (("loss/chance", "9_chance", "chance"), ("loss/used_negatives", "9_negatives", "negatives"))
 #: A column a fit has no value for (a method without a loss has no τ): written, so the fit is still drawn.
 MISSING = "—"
+
+
+def with_headline(metrics: Mapping[str, Any]) -> dict[str, Any]:
+    """``metrics`` and, for each headline tag in it (``HEADLINE_SERIES``), its copy under ``HEADLINE_GROUP``."""
+    return {**metrics, **{HEADLINE_SERIES[tag]: value for tag, value in metrics.items() if tag in HEADLINE_SERIES}}
 
 
 def _tau(spec: RunSpec) -> Any:
@@ -246,9 +254,10 @@ def write_evaluation(run: Path, kind: str, results: Mapping[str, float], step: i
     found = {tag: results[tag] for tag, _ in EVALUATION_METRICS.get(kind, ()) if tag in results}
     if not found:
         return False
+    extra = {tag: results[tag] for tag in EVALUATION_EXTRAS.get(kind, ()) if tag in results}
     writer = SummaryWriter(str(run / EVALUATION_GROUP.format(kind=kind)))
     try:
-        for tag, value in found.items():
+        for tag, value in with_headline({**found, **extra}).items():
             writer.add_scalar(tag, float(value), step)
     finally:
         writer.close()
@@ -304,7 +313,7 @@ def _describing(logger: Any, log_metrics: Callable[..., None], options: RunOptio
         if rank_zero_only.rank != 0:  # as Lightning's own log_metrics: rank 0 writes
             return
         rest = {}
-        for tag, value in metrics.items():
+        for tag, value in with_headline(metrics).items():
             text = None if tag in seen else describe(tag, options)
             seen.add(tag)
             try:

@@ -95,3 +95,40 @@ def test_the_spectrum_leaves_out_non_finite_rows_and_a_missing_backbone():
     assert list(spectra) == ["projection"]
     assert torch.allclose(spectra["projection"], singular_values(clean[[0, 1, 3, 4, 5]]))
     assert local_spectra(clean[:1], torch.full((1, 3), float("inf"))) == {}
+
+
+def test_a_validation_of_a_checkpoint_names_its_run_epoch_and_step(tmp_path, monkeypatch):
+    """``validate`` of an epoch-2 checkpoint, as the CLI files it (``<run>/evaluations/validate_0``): catches the
+    figures titled by the evaluation's own folder at "epoch 0" (Lightning restores only the weights, so the trainer's
+    epoch and step stay 0) and the plane's current point placed at epoch 0 (main before issue 40)."""
+    from lightning.pytorch.callbacks import ModelCheckpoint
+    from lightning.pytorch.loggers import TensorBoardLogger
+
+    from callbacks.evaluation_figures import EvaluationFigures
+    from tests.callbacks.helpers import tiny_data, tiny_model, tiny_trainer
+
+    run = tmp_path / "sweep" / "tau=0.2" / "seed1"
+    saving = ModelCheckpoint(dirpath=run / "checkpoints", filename="last")
+    trainer = tiny_trainer([saving], logger=False, max_epochs=3, limit_val_batches=0, enable_checkpointing=True)
+    data, model = tiny_data(), tiny_model()
+    trainer.fit(model, data)
+    checkpoint = run / "checkpoints" / "last.ckpt"
+    saved = torch.load(checkpoint, weights_only=True)
+    assert saved["epoch"] == 2 and saved["global_step"] == 6
+    titles, currents = [], []
+    drawings = EvaluationFigures.drawings
+
+    def spy(self, trainer, pl_module, report, distributions, clean, fitting):
+        found = drawings(self, trainer, pl_module, report, distributions, clean, fitting)
+        titles.extend(drawing.title.split("\n") for _, drawing in found)
+        currents.extend(drawing.points[-1][0] for tag, drawing in found if tag == PLANE_PATH_TAG)
+        return found
+
+    monkeypatch.setattr(EvaluationFigures, "drawings", spy)
+    logger = TensorBoardLogger(str(run), name="evaluations", version="validate_0")
+    validating = tiny_trainer([EmbeddingMetrics()], logger=logger)
+    validating.validate(tiny_model(), data, ckpt_path=str(checkpoint), weights_only=True)
+    assert len(titles) == 3 and {run for run, _ in titles} == {"tau=0.2/seed1 (InfoNCE τ=0.5)"}, titles
+    assert all(where.startswith("validate of epoch 2, step 6: ") for _, where in titles), titles
+    assert currents == [2]
+    assert len(events(logger.log_dir).Images(SPECTRUM_TAG)) == 1

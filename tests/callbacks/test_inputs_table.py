@@ -23,3 +23,16 @@ def test_the_inputs_table_renders_every_formula_whole_in_tensorboard():
     assert set(cells) == {*logged, "metrics/nonfinite"}
     for tag, formula in logged.items():
         assert [unescape(cell) for cell in cells[tag][:1]] == [formula] and len(cells[tag]) == 2, (tag, cells[tag])
+
+
+def test_a_study_claims_each_distinct_table_once(tmp_path):
+    """Catches every fit of a sweep writing the same table (issue 40: identical for all 10 runs), a second table (another
+    top-k) lost because one was written, and a retry of the fit that claimed it (its folder cleared) left without it."""
+    from callbacks.inputs_table import claim_table
+
+    study, first, second = tmp_path / "tau", tmp_path / "tau" / "a" / "seed0", tmp_path / "tau" / "b" / "seed0"
+    table, other = inputs_table(10, "clean"), inputs_table(5, "clean")
+    assert claim_table(study, first, table)
+    assert not claim_table(study, second, table)
+    assert claim_table(study, second, other)
+    assert claim_table(study, first, table)  # the same fit again, in its own folder

@@ -150,8 +150,9 @@ def test_an_unknown_name_is_one_error_listing_the_registered_ones():
 def test_capabilities_are_class_attributes_not_names():
     """Catches capabilities guessed from names, or a property (computed per instance) shown as a
     declaration."""
-    assert LOSSES["SupCon"].capabilities == {"uses_labels": True, "needs_anchor_features": False}
-    assert LOSSES["PaCo"].capabilities == {"uses_labels": True, "needs_anchor_features": True}
+    assert LOSSES["SupCon"].capabilities == {"uses_labels": True, "needs_anchor_features": False, "needs_embedding_norms": False}
+    assert LOSSES["PaCo"].capabilities == {"uses_labels": True, "needs_anchor_features": True, "needs_embedding_norms": False}
+    assert LOSSES["Spectral"].capabilities["needs_embedding_norms"] is True
     assert LOSSES["HardSimple"].capabilities["same_as_with_every_negative"] == "Simple"  # None: not declared, left out
     registry = scratch()
     registry.register(LabelLoss, name="InfoNCE_like_name")

@@ -57,3 +57,28 @@ def test_a_linear_probe_is_filed_in_the_run_it_evaluates(tmp_path):
     assert (plan.kind, plan.parent) == ("linear", run)
     assert (logger.save_dir, logger.name, logger.version) == (str(run), EVALUATIONS_DIR, "linear_1")
     assert plan.next_name(run / EVALUATIONS_DIR) == "linear_1"
+    # its curves as CSV in its folder, not a TensorBoard run beside the fit's (issue 40); TensorBoard's options dropped
+    assert given.trainer.logger.class_path == "lightning.pytorch.loggers.CSVLogger"
+
+
+def test_a_probe_of_its_own_keeps_the_configured_logger_and_a_resumed_probe_keeps_its_earlier_curves(tmp_path):
+    """Catches ``--attach_to_run=false`` losing its TensorBoard logger, TensorBoard-only options handed to the
+    CSVLogger, and a resumed probe's curves deleted by the CSVLogger (it removes the metrics.csv it finds)."""
+    from ssl_app.cli.app import keep_earlier_curves
+    from ssl_app.cli.plan import curves_as_csv
+
+    alone = config(tmp_path, "ssl_app.evaluation.LinearProbe", checkpoint=str(tmp_path / "elsewhere.ckpt"))
+    alone.attach_to_run = False
+    plan_run("fit", alone, no_current)
+    assert alone.trainer.logger.class_path.endswith("TensorBoardLogger")
+    options = Namespace(save_dir="s", name="n", version="v", log_graph=False)
+    trainer = Namespace(logger=[Namespace(class_path="lightning.pytorch.loggers.TensorBoardLogger", init_args=options)])
+    curves_as_csv(trainer)
+    assert trainer.logger[0].class_path.endswith("CSVLogger") and dict(vars(trainer.logger[0].init_args)) == {
+        "save_dir": "s", "name": "n", "version": "v"}  # fmt: skip
+    (tmp_path / "metrics.csv").write_text("first", encoding="utf-8")
+    keep_earlier_curves(tmp_path)
+    (tmp_path / "metrics.csv").write_text("second", encoding="utf-8")
+    keep_earlier_curves(tmp_path)
+    assert [(tmp_path / f"metrics_{n}.csv").read_text() for n in (0, 1)] == ["first", "second"]
+    assert not (tmp_path / "metrics.csv").exists()

@@ -19,7 +19,7 @@ from ssl_app.cli import main
 from ssl_app.errors import ConfigError
 from ssl_app.evaluation import LinearProbe
 from ssl_app.optim import Optimization
-from tests.helpers import newest_probe_folder
+from tests.helpers import newest_probe_folder, probe_curves
 from tests.ssl_app.cli.test_cli import QUICKSTART, REPO, TINY
 
 CLASSES = 4  # few classes: a barely trained encoder still separates them above chance
@@ -134,8 +134,14 @@ def test_configs_linear_runs_through_the_cli_on_a_checkpoint(checkpoint, tmp_pat
     assert "linear probe done, finished at epoch 2" in printed, printed
     for name, tag in (("top-1", "linear/top1"), ("top-5", "linear/top5")):
         assert re.search(rf"linear {name} \(%\) +{100 * float(metrics[tag]):.2f}\n", printed), printed
-    # filed with the run it evaluates, not as a run of its own
-    assert list(newest_probe_folder(Path(checkpoint)).glob("events.*")) and not (tmp_path / "runs" / "linear").exists()
+    # filed with the run it evaluates, not as a run of its own; its curves in its folder's metrics.csv, not a
+    # TensorBoard run beside the fit's (issue 40), its final values in <run>/evaluations/linear, on the fit's row
+    probe = newest_probe_folder(Path(checkpoint))
+    assert not (tmp_path / "runs" / "linear").exists() and not list(probe.glob("events.*"))
+    assert probe_curves(probe)["linear/top1"][-1] == pytest.approx(float(metrics["linear/top1"]))
+    values = EventAccumulator(str(probe.parent / "linear"))
+    values.Reload()
+    assert values.Scalars("linear/top1")[-1].value == pytest.approx(float(metrics["linear/top1"]))
 
 
 @pytest.mark.slow
@@ -159,9 +165,7 @@ def test_two_processes_train_the_probe_and_agree_on_its_metrics(checkpoint, cach
     for name, value in original.items():
         if name.startswith("backbone."):
             assert torch.equal(saved[name], value), name  # frozen weights and BatchNorm statistics
-    events = EventAccumulator(str(run))
-    events.Reload()
-    ddp_top1 = events.Scalars("linear/top1")[-1].value
+    ddp_top1 = probe_curves(run)["linear/top1"][-1]
     monkeypatch.chdir(tmp_path)  # os.chdir would leave the next tests of this worker there
     single = main(["validate", "--config", linear, *common, f"--ckpt_path={last}"])
     assert single.trainer.callback_metrics["linear/top1"].item() == pytest.approx(ddp_top1, abs=1e-6)

@@ -14,7 +14,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from datamodules.long_tail import exponential_profile
 from ssl_app.cli import main
-from tests.helpers import cli_in, newest_probe_folder
+from tests.helpers import cli_in, newest_probe_folder, probe_curves
 from tests.ssl_app.cli.test_cli import REPO
 
 CONFIGS = REPO / "configs"
@@ -61,7 +61,7 @@ def test_the_probe_logs_the_long_tail_metrics_every_validation_epoch(supcon_chec
     )
     assert cli.datamodule.train_class_counts() == SHAPES_LT_COUNTS
     run = newest_probe_folder(supcon_checkpoint)
-    logged = scalars(run)
+    logged = probe_curves(run)
     for tag in LT_TAGS:
         assert len(logged[tag]) == 2 and all(0.0 <= v <= 1.0 for v in logged[tag]), (tag, logged.get(tag))
     # Same classifier, same clean test images: the pooled top-1 is the probe's own test accuracy.
@@ -88,7 +88,7 @@ def test_two_processes_log_what_one_process_computes_on_the_same_weights(supcon_
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     run = newest_probe_folder(supcon_checkpoint)
-    logged = scalars(run)
+    logged = probe_curves(run)
     assert all(len(logged[tag]) == 2 for tag in LT_TAGS), logged.keys()
     monkeypatch.chdir(tmp_path)
     single = main(["validate", "--config", config, *common, f"--ckpt_path={run / 'checkpoints' / 'last.ckpt'}"])

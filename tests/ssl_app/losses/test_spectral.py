@@ -1,6 +1,7 @@
 """The spectral contrastive loss against a transcription of the authors' ``D`` (HaoChen et al.,
-github.com/jhaochenz96/spectral_contrastive_learning, ``models/spectral.py``), SimCLR's masks
-against the formula computed from the embeddings, and its option's check."""
+github.com/jhaochenz96/spectral_contrastive_learning, ``models/spectral.py``) on unit-norm and on raw
+projections, SimCLR's masks (and SimCLR itself) against the formula computed from the embeddings, and
+its option's check."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import torch.nn.functional as F
 
 from ssl_app.errors import ConfigError
 from ssl_app.losses import MaskedSimilarities, Spectral
+from ssl_app.methods import SimCLR
 from tests.ssl_app.losses.in_batch import assert_same_value_and_gradient, embeddings, simclr_handover
 
 
@@ -33,6 +35,99 @@ def cross_view_handover(out0: torch.Tensor, out1: torch.Tensor) -> MaskedSimilar
     a, b = F.normalize(out0, dim=1), F.normalize(out1, dim=1)
     eye = torch.eye(a.shape[0], dtype=torch.bool)
     return MaskedSimilarities(a @ b.T, eye, ~eye)
+
+
+def raw_cross_view_handover(h1: torch.Tensor, h2: torch.Tensor) -> MaskedSimilarities:
+    """:func:`cross_view_handover` of raw projections as a method builds it: the cosines of the
+    normalised projections, and the projections' norms (with gradient) of the anchors and candidates."""
+    handover = cross_view_handover(h1, h2)
+    handover.anchor_norms, handover.candidate_norms = h1.norm(dim=1), h2.norm(dim=1)
+    return handover
+
+
+def straddling(out: torch.Tensor, mu: float) -> torch.Tensor:
+    """``out``'s rows rescaled to norms spread from 0.3 √μ to 2 √μ: some inside the ball, some clipped."""
+    scales = torch.linspace(0.3, 2.0, out.shape[0]) * mu**0.5
+    return F.normalize(out, dim=1) * scales.roll(1)[:, None]
+
+
+@pytest.mark.parametrize("mu", [1.0, 0.5, 2.0])
+def test_equals_the_authors_spectral_loss_on_raw_projections(mu):
+    """Catches the √μ clip left off (or applied to the cosines rather than to the embeddings), a norm
+    clipped at 1 instead of √μ, the anchors' norms used for the candidates, and a gradient through the
+    norm of a clipped embedding (the authors' has none): the hand-over of raw projections with norms on
+    both sides of √μ against the authors' ``D`` on the same raw projections, in value and gradient (1e-5)."""
+    out0, out1 = embeddings(11, batch=9)
+    h1, h2 = straddling(out0, mu), straddling(out1.flip(0), mu).flip(0)
+    for h in (h1, h2):
+        assert (h.norm(dim=1) < mu**0.5).any() and (h.norm(dim=1) > mu**0.5).any()
+    ours = Spectral(mu=mu)
+    assert_same_value_and_gradient(
+        lambda a, b: ours(raw_cross_view_handover(a, b)).value, lambda a, b: authors_spectral(a, b, mu), h1, h2
+    )
+
+
+@pytest.mark.parametrize("mu", [1.0, 0.5, 2.0])
+def test_unit_norms_give_the_loss_of_a_hand_over_without_norms(mu):
+    """Catches a loss that reads absent norms as anything but unit-norm embeddings (μ = 0.5 clips them)."""
+    out0, out1 = embeddings(12, batch=7)
+    without = cross_view_handover(out0, out1)
+    with_ones = cross_view_handover(out0, out1)
+    with_ones.anchor_norms, with_ones.candidate_norms = torch.ones(7), torch.ones(7)
+    torch.testing.assert_close(Spectral(mu=mu)(with_ones).value, Spectral(mu=mu)(without).value, atol=1e-6, rtol=0)
+
+
+def test_norms_that_do_not_fit_sim_are_one_error_naming_them():
+    handover = cross_view_handover(*embeddings(13, batch=5))
+    handover.anchor_norms, handover.candidate_norms = torch.ones(5), torch.ones(4)
+    with pytest.raises(ValueError, match=r"candidate_norms must have shape \(5,\)"):
+        Spectral()(handover)
+
+
+class CapturedProjections:
+    """The raw projections ``h`` of the last pass through a projection head (a forward hook), kept with gradient."""
+
+    def __init__(self, head: torch.nn.Module) -> None:
+        self.h: torch.Tensor | None = None
+        head.register_forward_hook(self.keep)
+
+    def keep(self, module, inputs, output) -> None:
+        if output.requires_grad:
+            output.retain_grad()
+        self.h = output
+
+
+@pytest.mark.parametrize("mu_at", [0.25, 0.5, 0.75])
+def test_simclr_hands_over_what_clips_its_raw_projections(mu_at):
+    """Catches a method whose norms are not those of its projections before normalisation, candidates'
+    norms not in the order of sim's columns, and norms without gradient: SimCLR's loss on a batch equals
+    the formula on its raw projections clipped to the ball of radius √μ, with √μ the given quantile of
+    their norms (some clipped, some not), in value and in gradient with respect to the raw projections (1e-5)."""
+    torch.manual_seed(0)
+    model = SimCLR(backbone="small_cnn", proj_hidden_dim=16, proj_dim=8, loss=Spectral())
+    captured = CapturedProjections(model.projection_head)
+    images = torch.rand(2, 6, 3, 8, 8, generator=torch.Generator().manual_seed(1))
+    batch = ((images[0], images[1]), torch.arange(6) % 3, torch.arange(6))
+    with torch.no_grad():
+        model.contrast(batch)
+    mu = float(captured.h.norm(dim=1).quantile(mu_at)) ** 2
+    model.loss = Spectral(mu=mu)
+    ours = model.compute_loss(model.contrast(batch)).value
+    ours.backward()
+    h = captured.h
+    reference = h.detach().clone().requires_grad_(True)
+    radius = mu**0.5
+    clipped = reference * (radius / reference.norm(dim=1, keepdim=True)).clamp(max=1.0)
+    image = torch.arange(12) % 6
+    dot = clipped @ clipped.T
+    other_image = image[:, None] != image[None, :]
+    positive = (clipped * clipped.roll(6, dims=0)).sum(dim=1)
+    negative = torch.where(other_image, dot**2, 0.0).sum(dim=1) / other_image.sum(dim=1)
+    expected = ((negative - 2 * positive) / mu).mean()
+    expected.backward()
+    torch.testing.assert_close(ours.detach(), expected.detach(), atol=1e-5, rtol=0)
+    assert reference.grad.abs().max() > 1e-3
+    torch.testing.assert_close(h.grad, reference.grad, atol=1e-5, rtol=0)
 
 
 @pytest.mark.parametrize("mu", [1.0, 0.5, 2.0])

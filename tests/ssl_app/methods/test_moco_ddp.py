@@ -15,7 +15,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 import torch.nn.functional as F
 
-from ssl_app.losses import InfoNCE, PaCo
+from ssl_app.losses import InfoNCE, PaCo, Spectral
 from ssl_app.methods import MemoryBank, MoCo
 from tests.ranks import gloo_rank
 
@@ -31,10 +31,11 @@ PROJ = 16
 PACO_CANDIDATES = {"batch_negatives": True, "query_candidates": True}
 
 
-def make_moco(symmetric: bool = False, norm: str = "group", paco: bool = False, **options) -> MoCo:
+def make_moco(symmetric: bool = False, norm: str = "group", paco: bool = False, spectral: bool = False, **options) -> MoCo:
     torch.manual_seed(0)
+    loss = PaCo(temperature=0.2, alpha=0.5, class_counts=[5, 3, 2]) if paco else InfoNCE(temperature=0.2)
     model = MoCo(
-        loss=PaCo(temperature=0.2, alpha=0.5, class_counts=[5, 3, 2]) if paco else InfoNCE(temperature=0.2),
+        loss=Spectral() if spectral else loss,
         backbone="small_cnn",
         backbone_norm=norm,
         proj_layers=2,
@@ -51,9 +52,10 @@ def make_moco(symmetric: bool = False, norm: str = "group", paco: bool = False, 
     return model
 
 
-def make_bank() -> MemoryBank:
+def make_bank(spectral: bool = False) -> MemoryBank:
     torch.manual_seed(0)
-    return MemoryBank(loss=InfoNCE(temperature=0.1), backbone="small_cnn", backbone_norm="group", proj_dim=PROJ, bank_size=BANK)
+    loss = Spectral() if spectral else InfoNCE(temperature=0.1)
+    return MemoryBank(loss=loss, backbone="small_cnn", backbone_norm="group", proj_dim=PROJ, bank_size=BANK)
 
 
 def global_batch(step: int, size: int = WORLD * B) -> tuple:
@@ -143,6 +145,8 @@ def _worker(rank: int, init_file: str, out_dir: str) -> None:
             "moco_paco": drive(make_moco(paco=True), rank, WORLD, STEPS),
             "moco_paco_recipe": drive(make_moco(paco=True, **PACO_CANDIDATES), rank, WORLD, STEPS),
             "bank": drive(make_bank(), rank, WORLD, 2),
+            "moco_spectral": drive(make_moco(spectral=True, **PACO_CANDIDATES), rank, WORLD, STEPS),
+            "bank_spectral": drive(make_bank(spectral=True), rank, WORLD, 2),
             "shuffle": shuffle_check(rank),
             "bn_keys": batch_norm_keys(rank),
         }
@@ -167,6 +171,8 @@ def single():
             "moco_paco": drive(make_moco(paco=True), 0, 1, STEPS),
             "moco_paco_recipe": drive(make_moco(paco=True, **PACO_CANDIDATES), 0, 1, STEPS),
             "bank": drive(make_bank(), 0, 1, 2),
+            "moco_spectral": drive(make_moco(spectral=True, **PACO_CANDIDATES), 0, 1, STEPS),
+            "bank_spectral": drive(make_bank(spectral=True), 0, 1, 2),
         }
     finally:
         torch.set_num_threads(threads)
@@ -226,6 +232,23 @@ def test_paco_two_ranks_equal_one_rank_with_the_double_batch(ranks, single, name
         torch.testing.assert_close(distributed["grads"][name], grad, atol=1e-5, rtol=1e-4, msg=name)
     for key, value in reference["state"].items():
         torch.testing.assert_close(distributed["state"][key], value, atol=1e-5, rtol=1e-4, msg=key)
+
+
+@pytest.mark.parametrize("name", ["moco_spectral", "bank_spectral"])
+def test_with_a_loss_that_reads_norms_two_ranks_equal_one_rank_with_the_double_batch(ranks, single, name):
+    """Catches candidates' norms not gathered as the candidates are (the keys', and the queries' with
+    their gradient summed back), and a queue's or bank's norms that differ between ranks or from one
+    process (Spectral reads the projections' norms: ``needs_embedding_norms``)."""
+    rank0, rank1, reference = ranks[0][name], ranks[1][name], single[name]
+    assert any(key.endswith(".norms") for key in reference["state"])
+    for key, value in rank0["state"].items():
+        assert torch.equal(value, rank1["state"][key]), key
+    torch.testing.assert_close(rank0["loss"], reference["loss"], atol=1e-5, rtol=0)
+    assert rank0["grads"].keys() == reference["grads"].keys()
+    for key, grad in reference["grads"].items():
+        torch.testing.assert_close(rank0["grads"][key], grad, atol=1e-5, rtol=1e-4, msg=key)
+    for key, value in reference["state"].items():
+        torch.testing.assert_close(rank0["state"][key], value, atol=1e-5, rtol=1e-4, msg=key)
 
 
 def test_bank_updates_reach_every_rank_and_match_one_rank(ranks, single):

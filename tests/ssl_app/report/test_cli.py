@@ -23,6 +23,7 @@ def test_prints_the_table_and_writes_csv_markdown_and_figures(study, tmp_path, c
         "hardness_profile.png",
         "metric_curves.png",
         "relative_penalty.png",
+        "runs.csv",
         "similarity_distributions.png",
         "table.csv",
         "table.md",

@@ -23,7 +23,7 @@ from tensorboard.plugins.text.text_plugin import text_array_to_html
 from ssl_app.metrics import registered_fields
 from ssl_app.runs.panel import AXES, CONTEXT_METRICS, FIT_METRICS, metric_columns, write_hparams
 from ssl_app.runs.record import read_record
-from ssl_app.runs.tags import describe
+from ssl_app.runs.tags import HEADLINE_SERIES, describe
 from tests.helpers import cli_in
 
 CONFIGS = Path(__file__).resolve().parents[3] / "configs"
@@ -123,6 +123,7 @@ def test_no_final_copies_and_no_series_repeating_one_value(panel):
     negative); the values stay in the run record."""
     assert not [tag for tag in panel.scalars if tag.startswith("final/")]
     held = ("loss/chance", "loss/used_negatives", "loss/temperature", "loss/temperature_epoch")
+    held += (HEADLINE_SERIES["loss/temperature"],)  # τ's copy in the group Time Series opens first
     flat = [tag for tag in panel.scalars if len(values := panel.series(tag)) > 1 and len(set(values)) == 1]
     assert not [tag for tag in flat if tag not in held], flat
     for tag in held:  # the first step, then each epoch's end: a line across the run (issue 40), not a value per step
@@ -141,6 +142,74 @@ def test_every_scalar_carries_its_description(panel):
     for tag in ("metrics/uniformity", "metrics/knn_acc", "loss/chance", "train/loss_step", "epoch"):
         assert panel.scalars[tag].description == describe(tag), tag
     assert not [tag for tag, series in panel.scalars.items() if not series.description]
+
+
+def compare_tag_names(a: str, b: str) -> int:
+    """TensorBoard's Time Series order of two tags (webapp/metrics/utils.ts, ``compareTagNames``): character by
+    character, a run of digits compared as a number, ``/`` and digits before any other character."""
+
+    def number_end(text: str, i: int) -> int:
+        while i < len(text) and (text[i].isdigit() or text[i] in ".eE+-"):  # close enough for tag names
+            i += 1
+        return i
+
+    i = j = 0
+    while True:
+        if i == len(a):
+            return 0 if j == len(b) else -1
+        if j == len(b):
+            return 1
+        if a[i].isdigit() and b[j].isdigit():
+            i_end, j_end = number_end(a, i + 1), number_end(b, j + 1)
+            x, y = float(a[i:i_end].rstrip(".eE+-")), float(b[j:j_end].rstrip(".eE+-"))
+            if x != y:
+                return -1 if x < y else 1
+            i, j = i_end, j_end
+            continue
+        a_break, b_break = a[i] == "/" or a[i].isdigit(), b[j] == "/" or b[j].isdigit()
+        if a_break and not b_break:
+            return -1
+        if b_break and not a_break:
+            return 1
+        if not a_break and a[i] != b[j]:
+            return -1 if a[i] < b[j] else 1
+        i, j = i + 1, j + 1
+
+
+def time_series_groups(provider, ctx) -> list[tuple[str, list[str]]]:
+    """The card groups TensorBoard's Time Series shows, in its order: every scalar, histogram and image tag of every
+    run (from the data provider, as the metrics plugin lists them), sorted by ``compare_tag_names``, grouped by the
+    part before the first ``/`` in order of first appearance (utils.ts, ``groupCardIdWithMetdata``). The dashboard
+    opens the first two groups (metrics_reducers.ts: ``cardGroups.slice(0, 2)``)."""
+    import functools
+
+    tags: set[tuple[str, str]] = set()
+    for plugin, listing in (("scalars", provider.list_scalars), ("histograms", provider.list_tensors),
+                            ("images", provider.list_blob_sequences)):  # fmt: skip
+        for run_tags in listing(ctx, experiment_id="", plugin_name=plugin).values():
+            tags.update((tag, plugin) for tag in run_tags)
+    groups: dict[str, list[str]] = {}
+    for tag, plugin in sorted(tags, key=functools.cmp_to_key(lambda x, y: compare_tag_names(x[0], y[0]))):
+        groups.setdefault(tag.split("/", 1)[0], []).append(f"{plugin}:{tag}")
+    return list(groups.items())
+
+
+@pytest.mark.slow  # the CLI through training (docs/testing.md)
+def test_time_series_opens_on_the_headline_scalars(panel):
+    """Through the data provider and TensorBoard's own ordering of Time Series groups: catches the page opening on
+    Lightning's ``epoch`` card and the per-epoch spectrum images while kNN, uniformity, τ and the loss sit in
+    collapsed groups below (main before issue 40: the open groups were ``epoch`` and ``figures``)."""
+    groups = time_series_groups(panel.provider, panel.ctx)
+    first, cards = groups[0]
+    sources = ("metrics/knn_acc", "metrics/uniformity", "metrics/tolerance", "loss/temperature", "train/loss_epoch")
+    headline = [f"scalars:{HEADLINE_SERIES[tag]}" for tag in sources]
+    assert set(headline) <= set(cards) and all(card.startswith("scalars:") for card in cards), groups[:2]
+    opened = [card for _, cards in groups[:2] for card in cards]
+    assert not [card for card in opened if card.startswith(("images:", "histograms:"))], groups[:2]
+    assert [name for name, _ in groups].index("epoch") > 0
+    for tag, copy in HEADLINE_SERIES.items():  # the copy is the same series as its source
+        if tag in panel.scalars:
+            assert panel.series(copy) == panel.series(tag), tag
 
 
 def hparams_experiment(panel: Panel) -> api_pb2.Experiment:
@@ -360,3 +429,43 @@ def test_a_fits_probe_and_validation_land_on_its_row_through_the_cli(panel):
     assert groups[0].name.endswith(" · seed 0 · quickstart/version_0"), groups[0].name
     values = {(m.name.group, m.name.tag) for m in groups[0].metric_values}
     assert {("", "metrics/knn_acc"), ("evaluations/linear", "linear/top1"), ("evaluations/validate", "metrics/knn_acc")} <= values
+
+
+@pytest.mark.slow  # two fits and their probes through the CLI (docs/testing.md)
+def test_a_sweeps_run_list_holds_each_fit_and_its_probes_values_and_one_formula_table(tmp_path):
+    """Two fits of a sweep (``sweep.json`` as the sweep writes it before the fit), each probed as the sweep probes
+    it, then TensorBoard on the sweep's folder. Catches the probe's training curves as a run of their own beside its
+    values (main before issue 40: 3 runs per fit), the probe's top-1 missing from its fit's row or from the report,
+    and the formula table written by every fit of the study (identical in each)."""
+    from ssl_app.report.runs import read_run
+    from ssl_app.runs.layout import SweepPoint, write_sweep_point
+    from ssl_app.runs.spec import TAU_KEY
+
+    sweep = tmp_path / "tau"
+    for seed in (0, 1):
+        folder = sweep / "temperature=0.5" / f"seed{seed}"
+        folder.mkdir(parents=True)
+        write_sweep_point(folder, SweepPoint("tau", "temperature=0.5", {TAU_KEY: "0.5"}, seed, probed=True))
+        where = [f"--trainer.logger.init_args.save_dir={sweep}", "--trainer.logger.init_args.name=temperature=0.5",
+                 f"--trainer.logger.init_args.version=seed{seed}", f"--seed_everything={seed}"]  # fmt: skip
+        cli_in(tmp_path, [*TINY, *where])
+        last = folder / "checkpoints" / "last.ckpt"
+        probe = ["fit", "--config", str(CONFIGS / "linear.yaml"), f"--model.init_args.checkpoint={last}",
+                 "--data.init_args.data.init_args.train_size=40", "--data.init_args.data.init_args.test_size=20",
+                 "--trainer.max_epochs=1", "--trainer.check_val_every_n_epoch=1",
+                 "--trainer.enable_progress_bar=false"]  # fmt: skip
+        cli_in(tmp_path, probe)
+        assert (folder / "evaluations" / "linear_0" / "metrics.csv").is_file()  # the probe's curves, beside its record
+    view = Panel(sweep)
+    runs = sorted(run.run_name for run in view.provider.list_runs(view.ctx, experiment_id=""))
+    fits = [f"temperature=0.5/seed{seed}" for seed in (0, 1)]
+    assert runs == sorted([*fits, *(f"{fit}/evaluations/linear" for fit in fits)]), runs
+    texts = view.provider.list_tensors(view.ctx, experiment_id="", plugin_name="text")
+    assert [run for run, tags in texts.items() if "metrics/inputs/text_summary" in tags] in ([fits[0]], [fits[1]]), texts
+    _, groups = study_view(sweep)
+    assert sorted(group.name for group in groups) == ["τ=0.5 · seed 0 · tau", "τ=0.5 · seed 1 · tau"]
+    for group in groups:
+        assert ("evaluations/linear", "linear/top1") in {(m.name.group, m.name.tag) for m in group.metric_values}
+    report = read_run(sweep / fits[0], fits[0])
+    assert report.linear is not None and report.linear.last("linear/top1") is not None
+    assert report.linear.last("linear/top5") is not None
