@@ -6,7 +6,9 @@ recorded (``table.csv``: means, stds, n, and for the τ study the report's paire
 the recorded ones (paired t-tests on constructed differences with the recorded mean and std, Holm's step-down
 written out as the rule), every comparison a page quotes is matched to its row, no sentence calls a pair
 "separated" or "distinguishable" (except in reporting the pages' earlier reading), and every decimal a claim
-quotes is found in a recorded file. No training: a few CSVs and three pages.
+quotes is found in a recorded file. docs/beyond_study.md (issue 41 item 3) recorded its per-seed values
+(``beyond_study/per_seed.csv``), so its pairs are recomputed from the seeds themselves with scipy's paired test.
+No training: a few CSVs and four pages.
 """
 
 from __future__ import annotations
@@ -216,10 +218,10 @@ def test_tau_epoch_means_follow_the_schedule():
         assert tau == pytest.approx(0.1 + 0.9 * (1 + math.cos(2 * math.pi * t / 12)) / 2, abs=5e-4)
 
 
-# --- all three pages ---------------------------------------------------------------------------------------------
+# --- all four pages ---------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", (*SUMMARY_STUDIES, "tau_study"))
+@pytest.mark.parametrize("name", (*SUMMARY_STUDIES, "tau_study", "beyond_study"))
 def test_no_sentence_claims_a_separation(name):
     """ "separated" / "distinguishable" (not negated) appear only where a page reports its earlier reading."""
     for sentence in re.split(r"(?<=[.;])\s+(?=[A-Z(*])", claims(name)):
@@ -243,7 +245,7 @@ def recorded_numbers() -> set[float]:
     return found
 
 
-@pytest.mark.parametrize("name", (*SUMMARY_STUDIES, "tau_study"))
+@pytest.mark.parametrize("name", (*SUMMARY_STUDIES, "tau_study", "beyond_study"))
 def test_every_quoted_decimal_is_recorded(name):
     """Each decimal a claim quotes rounds from a number of a committed file: nothing quoted from a lost run."""
     recorded = recorded_numbers()
@@ -282,3 +284,80 @@ def test_profile_slopes_read_from_the_figure_are_recorded_and_fitted_on_their_bi
         assert every_bin[name] == pytest.approx(recorded[name], abs=0.1)
     kept = {f["configuration"]: float(f["log_slope"]) for f in slopes if f["bins"] != "every bin with a point"}
     assert kept["HardContrastive τ=0.5 q=0.1"] < recorded["InfoNCE τ=0.5"] < recorded["HardContrastive τ=0.5 q=0.1"]
+
+
+# --- docs/beyond_study: per-seed values recorded, every pair recomputed from them --------------------------------
+
+BEYOND = DOCS / "beyond_study"
+#: "Δ +0.362 [+0.118, +0.606] (p̃ 0.351, not called)" (docs/beyond_study.py's quote)
+BEYOND_QUOTE = re.compile(r"Δ [+−]\d+\.\d+ \[[+−]\d+\.\d+, [+−]\d+\.\d+\] \(p̃ (?:<0\.001|\d\.\d+), (?:called|not called)\)")
+
+
+def beyond_values(metric: str) -> dict[tuple[str, str], float]:
+    """``{(configuration, seed): value}`` of one metric from the recorded per-seed values."""
+    found = {}
+    for row in rows(BEYOND / "per_seed.csv"):
+        if row[metric]:
+            found[(row["configuration"], row["seed"])] = float(row[metric])
+    return found
+
+
+def test_beyond_per_seed_values_give_the_report_table():
+    """The report's table (means, stds, n) is what the recorded per-seed values give: the seeds beside the table
+    are the table's seeds; and each run's validation (where −W₂ and LiDAR come from) gave back its training's last
+    kNN, uniformity and effective rank, so the geometry metrics belong to the state the table describes."""
+    table = {row["configuration"]: row for row in rows(BEYOND / "table.csv")}
+    seeds = rows(BEYOND / "per_seed.csv")
+    assert len(seeds) == 15 and len(table) == 5
+    for metric in ("knn_acc", "uniformity", "tolerance", "effective_rank", "effective_rank_backbone"):
+        for label, cells in table.items():
+            values = [float(r[metric]) for r in seeds if r["configuration"] == label]
+            assert len(values) == int(cells[f"{metric}_n"]) == 3
+            assert sum(values) / 3 == pytest.approx(float(cells[f"{metric}_mean"]), rel=1e-9)
+            assert stats.tstd(values) == pytest.approx(float(cells[f"{metric}_std"]), rel=1e-6)
+    for row in seeds:  # the validation of the last checkpoint re-measured the training's last state
+        for metric in ("knn_acc", "uniformity", "effective_rank"):
+            assert float(row[f"validate_{metric}"]) == pytest.approx(float(row[metric]), rel=1e-6)
+
+
+def test_beyond_comparisons_are_recomputed_from_the_per_seed_values():
+    """Each pair's Δ, 95% interval and p is scipy's paired test on the recorded seeds; Holm's step-down over all m
+    rows gives the decisions; the quote the page uses is the row's numbers."""
+    found = rows(BEYOND / "comparisons.csv")
+    assert len(found) >= 40
+    for row in found:
+        values = beyond_values(row["metric"])
+        seeds = row["seeds"].split()
+        a = [values[(row["a"], seed)] for seed in seeds]
+        b = [values[(row["b"], seed)] for seed in seeds]
+        test = stats.ttest_rel(a, b)
+        interval = test.confidence_interval(0.95)
+        assert float(row["delta"]) == pytest.approx(sum(x - y for x, y in zip(a, b)) / len(a), rel=1e-9, abs=1e-12)
+        assert (float(row["low"]), float(row["high"])) == pytest.approx((interval.low, interval.high), rel=1e-7, abs=1e-9)
+        assert float(row["p"]) == pytest.approx(test.pvalue, rel=1e-7)
+        assert row["interval"] == ("covers 0" if interval.low <= 0 <= interval.high else "excludes 0")
+        assert int(row["holm_m"]) == len(found)
+        d = int(row["digits"])
+        text = f"Δ {number_text(float(row['delta']), d)} [{number_text(interval.low, d)}, {number_text(interval.high, d)}]"
+        assert row["quote"].startswith(text + " (p̃ ")
+    for row, rejected in zip(found, holm_rejects([float(row["p"]) for row in found])):
+        assert row["holm"] == ("called" if rejected else "not called")
+        assert row["quote"].endswith(f", {row['holm']})")
+
+
+def number_text(value: float, digits: int) -> str:
+    return f"{MINUS if value < 0 else '+'}{abs(value):.{digits}f}"
+
+
+def test_beyond_page_quotes_recorded_comparisons():
+    """Every paired comparison the page quotes is one recorded row, read in its sentence with the row's verdict
+    (an interval covering 0 is never a difference); the page states m and how many Holm calls."""
+    found = rows(BEYOND / "comparisons.csv")
+    recorded = {row["quote"]: row for row in found}
+    text = claims("beyond_study")
+    quotes = BEYOND_QUOTE.findall(text)
+    assert len(quotes) >= 10, "beyond_study.md quotes too few paired comparisons"
+    assert [q for q in quotes if q not in recorded] == []
+    called = sum(row["holm"] == "called" for row in found)
+    assert f"m = {len(found)}" in text
+    assert re.search(rf"Holm calls {called} of\s+the {len(found)}", text), "the page states how many Holm calls"
