@@ -71,16 +71,9 @@ def check_class_paths(argv: list[str]) -> None:
 
 def given_options(argv: list[str]) -> list[tuple[str, str]]:
     """``(--option, value)`` of each ``--option=value`` and ``--option value`` of ``argv``."""
-    found = []
-    for i, arg in enumerate(argv):
-        if not arg.startswith("--"):
-            continue
-        option, sep, value = arg.partition("=")
-        if sep:
-            found.append((option, value))
-        elif i + 1 < len(argv) and not argv[i + 1].startswith("-"):
-            found.append((option, argv[i + 1]))
-    return found
+    from ssl_app.cli.given_config import options_and_values
+
+    return [(option, value) for option, value in options_and_values(argv) if option.startswith("--") and value is not None]
 
 
 def check_config_files(argv: list[str]) -> None:
