@@ -445,9 +445,25 @@ def new_figure(nrows: int, ncols: int, size: tuple[float, float], squeeze: bool 
 
 
 def save_figure(figure: Figure, path: Path, title: str | None, subject: str) -> FigureResult:
-    figure.suptitle(f"{title}: {subject}" if title else subject)
+    text = f"{title}: {subject}" if title else subject
+    heading = figure.suptitle(text)
+    clear_of_legends(figure, heading, text)
     figure.savefig(path, format="png")
     return FigureResult(path.name, path, figure=figure)
+
+
+def clear_of_legends(figure: Figure, heading, text: str) -> None:
+    """Wrap the figure's heading into shorter lines until it runs over no legend: centred over the whole figure, a
+    long heading reaches into the column of a legend beside the panels (constrained layout tops that legend at the
+    heading's height)."""
+    for width in (None, 80, 64, 52, 42, 34):
+        heading.set_text(text if width is None else textwrap.fill(text, width))
+        figure.draw_without_rendering()  # runs the layout, so the boxes below are where they will be drawn
+        renderer = figure.canvas.get_renderer()
+        box = heading.get_window_extent(renderer)
+        legends = [*figure.legends, *(axis.get_legend() for axis in figure.axes)]
+        if not any(legend is not None and box.overlaps(legend.get_window_extent(renderer)) for legend in legends):
+            return
 
 
 def _series_colours(rows: list[Row]) -> dict[str, str]:

@@ -133,3 +133,29 @@ def overlap(a, b, tolerance: float = 1.0) -> bool:
     width = min(a.x1, b.x1) - max(a.x0, b.x0)
     height = min(a.y1, b.y1) - max(a.y0, b.y0)
     return width > tolerance and height > tolerance and not math.isclose(width, 0.0)
+
+
+def test_a_long_title_runs_over_no_legend(tmp_path):
+    """Catches the heading of a figure with its legend beside the panels running over that legend (the beyond
+    study's ``--title`` hid the start of ``temperature_curves.png``'s legend): the heading is wrapped until clear."""
+    from ssl_app.report.figures import draw_all
+    from ssl_app.report.tau_figures import draw_tau_figures
+
+    rows = write_mixed_study(tmp_path / "runs", constants=(0.1, 0.5), seeds=(0,))
+    title = "Beyond-softmax study, CIFAR-10 at CPU scale, with a title as long as a study's"
+    figures = {
+        result.name: result
+        for result in draw_all(rows, tmp_path / "out", title) + draw_tau_figures(rows, tmp_path / "out", title)
+    }
+    checked = 0
+    for name, result in figures.items():
+        if result.figure is None:
+            continue
+        renderer = result.figure.canvas.get_renderer()
+        heading = result.figure.get_suptitle()
+        assert heading.replace("\n", " ").startswith(title), name
+        box = result.figure._suptitle.get_window_extent(renderer)
+        for legend in legends(result.figure):
+            assert not overlap(box, legend.get_window_extent(renderer)), f"{name}: the heading runs over a legend"
+            checked += 1
+    assert checked >= 3
