@@ -18,9 +18,12 @@ the run it evaluates, ``<run>/evaluations/linear_<n>/`` (``ssl_app.runs.layout``
 - ``--out`` is checked first, then every point is parsed (``--print_config``) before anything
   runs: a grid key that does not exist, a value of the wrong type or an unwritable ``--out`` is
   one ``error:`` line and nothing starts.
-- Point names are the grid values' short forms (``loss=InfoNCE``); points whose short forms
-  would coincide (``ssl_app.losses.InfoNCE`` and ``mylosses.InfoNCE``) get a hash of their
-  full values appended, so two points never share a folder.
+- Point names are short, as TensorBoard cuts a run's name at its run list's edge: each axis by its short
+  name (``tau`` for the loss's temperature, ``loss``, else the key's last part) and its value's short form,
+  the shortest values first (``tau=0.2,loss=InfoNCE``); the default ``--name`` is the axes' short names
+  (``tau``, ``loss+tau``). Points whose short forms would coincide (``ssl_app.losses.InfoNCE`` and
+  ``mylosses.InfoNCE``) get a hash of their full values appended, so two points never share a folder. A re-run
+  in a sweep written with the older names (``temperature/temperature=0.2/seed0``) finds its runs there.
 - What a run still needs is read from the run records (``ssl_app.runs.record``), which the runs
   write themselves: a re-run skips runs whose record says ``done``, resumes the others from their
   ``last.ckpt`` and starts the rest afresh; a failed run does not stop the others and is listed at
@@ -120,7 +123,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--seeds", default="0", help="comma-separated seeds (default 0)")
     parser.add_argument("--linear", default=None, help="a linear-evaluation config to run on each finished fit")
     parser.add_argument("--out", default="runs/sweeps", help="where sweeps are written (default runs/sweeps)")
-    parser.add_argument("--name", default=None, help="the sweep's folder name (default: the grid keys)")
+    parser.add_argument(
+        "--name", default=None, help="the sweep's folder name (default: the grid axes' short names, tau or loss+tau)"
+    )
     parser.add_argument("--linear-args", default="", help="options for every linear evaluation, one quoted string")
     parser.add_argument("--jobs", type=int, default=None, help="runs at once (default: 1; all with --launcher slurm)")
     parser.add_argument("--launcher", choices=("local", "slurm"), default="local", help="local processes or a SLURM array")

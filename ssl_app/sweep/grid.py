@@ -21,10 +21,10 @@ from ssl_app.cli.endings import fail
 from ssl_app.errors import ConfigError
 from ssl_app.io.atomic import write_json
 from ssl_app.runs.layout import CHECKPOINTS_DIR, SWEEP_FILE, read_sweep_point
-from ssl_app.runs.spec import ENCODER_CHECKPOINT_KEY, LOGGER_KEYS, TAU_KEY
+from ssl_app.runs.spec import ENCODER_CHECKPOINT_KEY, LOGGER_KEYS, LOSS_CLASS_KEY, LOSS_KEY, TAU_KEY
 from ssl_app.sweep.plans import plan_points, recipe_paths
 from ssl_app.sweep.stages import PlannedRun
-from ssl_app.sweep.tau_axis import TAU_ALIAS, expand_axis
+from ssl_app.sweep.tau_axis import TAU_ALIAS, expand_axis, is_tau_key
 
 #: The sweep's runs, written into its folder at launch: what ``--status DIR`` reads.
 PLAN_FILE = "sweep_plan.json"
@@ -48,22 +48,90 @@ def parse_grid(specs: Sequence[str]) -> list[tuple[str, list[str]]]:
     return grid
 
 
-def point_name(values: dict[str, str]) -> str:
-    """A folder name from the point's values: the last part of each key, ``=`` its value's short form
-    (the last part of a class path). Not unique on its own: see :func:`point_names`."""
+#: The short names of common grid keys in run folders and the default sweep name (``tau=0.2``, ``loss=Simple``);
+#: any other key is named by its last part (``batch_size``).
+KEY_ALIASES = {TAU_KEY: TAU_ALIAS, LOSS_KEY: "loss", LOSS_CLASS_KEY: "loss"}
+#: Key parts that say nothing about what a key sets (jsonargparse's nesting).
+_NESTING = ("init_args", "class_path")
+
+
+def _parts(key: str) -> list[str]:
+    return [part for part in key.split(".") if part not in _NESTING] or key.split(".")
+
+
+def axis_aliases(keys: Sequence[str]) -> dict[str, str]:
+    """Each grid key's short name: ``KEY_ALIASES`` (a loss's temperature at any path is ``tau``), else its last
+    part. Keys whose short names coincide (``data.init_args.batch_size`` and ``model.init_args.batch_size``) are
+    named by as many of their last parts as tell them apart (``data.batch_size``, ``model.batch_size``; the full
+    key where none do), so two axes never share a name."""
+
+    def alias(key: str) -> str:
+        return KEY_ALIASES.get(key) or (TAU_ALIAS if is_tau_key(key) else _parts(key)[-1])
+
+    names = {key: alias(key) for key in keys}
+    counts = Counter(name.lower() for name in names.values())
+    for key in keys:
+        if counts[names[key].lower()] > 1:
+            rivals = [k for k in keys if k != key and names[k].lower() == names[key].lower()]
+            parts = _parts(key)
+            found = next(
+                (".".join(parts[-n:]) for n in range(2, len(parts) + 1)
+                 if all(".".join(_parts(r)[-n:]).lower() != ".".join(parts[-n:]).lower() for r in rivals)),
+                key,
+            )  # fmt: skip
+            names[key] = found
+    if len({name.lower() for name in names.values()}) != len(names):  # a suffix that is another's alias
+        names = {key: key for key in keys}
+    return names
+
+
+def _short_value(value: str) -> str:
+    """A value's short form: the last part of a class path, else the value."""
+    return value.rsplit(".", 1)[-1] if re.fullmatch(r"[A-Za-z_][\w.]*\.[A-Za-z_]\w*", value) else value
+
+
+def point_name(values: dict[str, str], aliases: Optional[dict[str, str]] = None) -> str:
+    """A folder name from the point's values: each key's short name (``aliases``, by default :func:`axis_aliases`),
+    ``=``, its value's short form (the last part of a class path), in the order given. Not unique on its own:
+    see :func:`point_names`."""
     if not values:
         return "base"
-    parts = []
-    for key, value in values.items():
-        short_value = value.rsplit(".", 1)[-1] if re.fullmatch(r"[A-Za-z_][\w.]*\.[A-Za-z_]\w*", value) else value
-        parts.append(f"{key.rsplit('.', 1)[-1]}={short_value}")
+    aliases = aliases or axis_aliases(list(values))
+    parts = [f"{aliases[key]}={_short_value(value)}" for key, value in values.items()]
     return re.sub(r"[^\w.,=+-]", "_", ",".join(parts))
 
 
+def axis_order(points: list[dict[str, str]]) -> list[str]:
+    """The grid's keys, those with the shortest values first (the longest value of each key decides; ties keep
+    the grid's order): TensorBoard cuts a run's name at its run list's edge (docs/linear-and-sweeps.md), and a
+    long value (a loss's class) last keeps the short ones (τ) in sight."""
+    keys = list(points[0]) if points else []
+    longest = {key: max(len(_short_value(point[key])) for point in points) for key in keys}
+    return sorted(keys, key=lambda key: longest[key])
+
+
 def point_names(points: list[dict[str, str]]) -> list[str]:
-    """One folder name per point, unique: :func:`point_name`, plus ``-<hash of the full values>``
-    for the points whose short names coincide (names compared as a case-insensitive filesystem would)."""
-    short = [point_name(values) for values in points]
+    """One folder name per point, unique: :func:`point_name` with the keys in :func:`axis_order`, plus
+    ``-<hash of the full values>`` for the points whose short names coincide (names compared as a
+    case-insensitive filesystem would)."""
+    order = axis_order(points)
+    aliases = axis_aliases(order)
+    return _unique([point_name({key: values[key] for key in order}, aliases) for values in points], points)
+
+
+def legacy_point_names(points: list[dict[str, str]]) -> list[str]:
+    """The folder names sweeps gave points before the short names (issue 40): each key's last part and the value's
+    short form in the grid's order (``temperature=0.2``), made unique as :func:`point_names` does. A re-run finds
+    the runs of such a sweep under them (:func:`plan`)."""
+    short = [
+        re.sub(r"[^\w.,=+-]", "_", ",".join(f"{key.rsplit('.', 1)[-1]}={_short_value(v)}" for key, v in values.items()))
+        if values else "base"
+        for values in points
+    ]  # fmt: skip
+    return _unique(short, points)
+
+
+def _unique(short: list[str], points: list[dict[str, str]]) -> list[str]:
     counts = Counter(name.lower() for name in short)
     names = []
     for name, values in zip(short, points):
@@ -72,6 +140,23 @@ def point_names(points: list[dict[str, str]]) -> list[str]:
             name = f"{name}-{digest}"
         names.append(name)
     return names
+
+
+def found_names(sweep_dir: Path, names: list[str], legacy: list[str]) -> list[str]:
+    """``names``, except where a sweep of the old naming holds a point (``legacy``'s folder is there and ``names``'
+    is not): that folder, so a re-run of the same command skips its done runs and resumes the others."""
+    return [old if not (sweep_dir / new).exists() and (sweep_dir / old).is_dir() else new for new, old in zip(names, legacy)]
+
+
+def sweep_name(out: Path, keys: list[str]) -> str:
+    """The default sweep name: the axes' short names (``tau``, ``loss+tau``; ``base`` without a grid), or the one
+    sweeps gave before (the keys' last parts, ``temperature``) where ``out`` holds such a sweep and not the new."""
+    if not keys:
+        return "base"
+    aliases = axis_aliases(keys)
+    new = "+".join(aliases[key] for key in keys)
+    old = "+".join(key.rsplit(".", 1)[-1] for key in keys)
+    return old if not (out / new).exists() and (out / old).is_dir() else new
 
 
 def plan(
@@ -93,7 +178,8 @@ def plan(
     if len(set(keys)) != len(keys):
         fail(f"--grid names a key twice ({TAU_ALIAS} is {TAU_KEY}): {[k for k, _ in grid]}")
     combinations = list(itertools.product(*[values for _, values in axes]))
-    names = point_names([{k: v.name for k, v in zip(keys, combination)} for combination in combinations])
+    named_values = [{k: v.name for k, v in zip(keys, combination)} for combination in combinations]
+    names = found_names(sweep_dir, point_names(named_values), legacy_point_names(named_values))
     named = []
     for name, combination in zip(names, combinations):
         values = {k: v.value for k, v in zip(keys, combination)}
@@ -152,8 +238,7 @@ def planned_runs(args: argparse.Namespace) -> tuple[Path, list[PlannedRun]]:
         return sweep_dir, expand_points(named, args.seed_list, sweep_dir, [recipe], stages)
     grid = parse_grid(args.grid)
     keys = [TAU_KEY if k == TAU_ALIAS else k for k, _ in grid]
-    name = args.name or ("+".join(k.rsplit(".", 1)[-1] for k in keys) or "base")
-    sweep_dir = Path(args.out) / name
+    sweep_dir = Path(args.out) / (args.name or sweep_name(Path(args.out), keys))
     return sweep_dir, plan(args.config, grid, args.seed_list, sweep_dir, args.extra, args.linear, args.linear_extra)
 
 

@@ -16,7 +16,7 @@ options it wrote:
 
 An option left out is the policy's default (Cosine's period included). Each value names its run folder:
 the preset with its numbers in their shortest form and ``:`` as ``_`` (``cosine:0.1-1.0:T=200`` →
-``temperature=cosine_0.1-1_T=200``), so two different policies never share a folder, and a value that
+``tau=cosine_0.1-1_T=200``), so two different policies never share a folder, and a value that
 would name one twice is refused. Whether the numbers make a valid policy (``low <= high``, τ > 0) is the
 policy's own check: each preset's policy is built once while the grid is expanded, so a bad one is one
 ``error:`` line before anything is written or run.

@@ -85,7 +85,7 @@ def test_status_shows_each_runs_state_and_job(tmp_path, capsys):
     assert main(["--config", QUICKSTART, "--grid", f"{TAU}=0.1,0.2", "--out", str(tmp_path), "--name", "s", "--status"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
     assert len(lines) == 2
-    assert lines[0].startswith("temperature=0.1 seed 0") and " done " in lines[0] and lines[0].endswith("job 4242_0")
+    assert lines[0].startswith("tau=0.1 seed 0") and " done " in lines[0] and lines[0].endswith("job 4242_0")
     assert " unknown " in lines[1] and lines[1].endswith("no job")
     assert status_lines([waiting]) == [f"{waiting.label}  unknown  no job"]
 
@@ -175,7 +175,7 @@ def test_a_grid_on_the_slurm_launcher_runs_and_a_requeued_job_resumes_in_place(t
     out = capsys.readouterr().out
     assert out.count("[sweep] submitted ") == 2
     sweep = tmp_path / "tau"
-    first, second = sweep / "temperature=0.2" / "seed0", sweep / "temperature=0.5" / "seed0"
+    first, second = sweep / "tau=0.2" / "seed0", sweep / "tau=0.5" / "seed0"
     jobs = [read_job_record(folder) for folder in (first, second)]
     assert all(job is not None and job.cluster == "local" and job.job_id for job in jobs)
 
@@ -194,7 +194,7 @@ def test_a_grid_on_the_slurm_launcher_runs_and_a_requeued_job_resumes_in_place(t
     assert len(record.resumes) == 1 and record.resumes[0]["checkpoint"].startswith(str(first / "checkpoints"))
     text = log.read_text()
     assert "Interrupted by SIGUSR2" in text and "--ckpt_path=" in text and "Traceback" not in text
-    expected = [".inputs_tables", ".slurm", "sweep_plan.json", "temperature=0.2", "temperature=0.5"]
+    expected = [".inputs_tables", ".slurm", "sweep_plan.json", "tau=0.2", "tau=0.5"]
     assert sorted(p.name for p in sweep.iterdir()) == expected
     assert read_record(second).resumes == []
     task_log = Path(jobs[0].stdout).read_text()
@@ -229,13 +229,13 @@ def test_status_from_the_sweeps_folder_alone(tmp_path, monkeypatch, capsys):
     assert main([*args, "--name", "s"]) == 0  # seed 1 of each point never starts
     capsys.readouterr()
     expected = grid.planned_runs(sweep.parse_args([*args, "--name", "s"]))[1]
-    monkeypatch.chdir(tmp_path / "s" / "temperature=0.1")  # anywhere
+    monkeypatch.chdir(tmp_path / "s" / "tau=0.1")  # anywhere
     assert main(["--status", str(tmp_path / "s")]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
     assert lines == status_lines(expected)
     assert [line.split()[:4] for line in lines] == [  # in the grid's order
-        ["temperature=0.2", "seed", "0", "done,"], ["temperature=0.2", "seed", "1", "unknown"],
-        ["temperature=0.1", "seed", "0", "done,"], ["temperature=0.1", "seed", "1", "unknown"],
+        ["tau=0.2", "seed", "0", "done,"], ["tau=0.2", "seed", "1", "unknown"],
+        ["tau=0.1", "seed", "0", "done,"], ["tau=0.1", "seed", "1", "unknown"],
     ]  # fmt: skip
     (tmp_path / "s" / "sweep_plan.json").unlink()  # a sweep written before the plan file: its started runs' sweep.json
     assert main(["--status", str(tmp_path / "s")]) == 0

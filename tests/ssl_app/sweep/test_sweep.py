@@ -33,7 +33,7 @@ def test_grid_specs_and_point_names():
         (TAU, ["0.1", "0.5"]),
         ("data.init_args.batch_size", ["32"]),
     ]
-    assert point_name({TAU: "0.1", "model.init_args.loss": "ssl_app.losses.Simple"}) == "temperature=0.1,loss=Simple"
+    assert point_name({TAU: "0.1", "model.init_args.loss": "ssl_app.losses.Simple"}) == "tau=0.1,loss=Simple"
     for bad in (["temperature"], ["=1"], [f"{TAU}="], [f"{TAU}=1", f"{TAU}=2"]):
         with pytest.raises(SystemExit):
             parse_grid(bad)
@@ -64,7 +64,7 @@ def test_sweep_then_report_end_to_end_and_a_rerun_finishes_only_what_is_missing(
             "--jobs", "2", *FAST]  # fmt: skip
     assert main(args) == 0
     sweep = tmp_path / "tau"
-    for point in ("temperature=0.2", "temperature=0.5"):
+    for point in ("tau=0.2", "tau=0.5"):
         for seed in (0, 1):
             run = sweep / point / f"seed{seed}"
             sidecar = read_sweep_point(run)
@@ -83,13 +83,13 @@ def test_sweep_then_report_end_to_end_and_a_rerun_finishes_only_what_is_missing(
     assert pngs and all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in pngs)
 
     # a run whose record says interrupted is the only one run again, from its last.ckpt
-    interrupted = sweep / "temperature=0.5" / "seed1"
+    interrupted = sweep / "tau=0.5" / "seed1"
     record = read_record(interrupted)
     record.status = "interrupted"
     write_record(interrupted, record)
     assert main(args) == 0
     out = capsys.readouterr().out
-    assert "4 runs, 3 already done, 1 to run" in out and "start temperature=0.5 seed 1: fit" in out
+    assert "4 runs, 3 already done, 1 to run" in out and "start tau=0.5 seed 1: fit" in out
     assert "--ckpt_path=" in (interrupted / "fit.log").read_text()
     assert read_record(interrupted).status == "done" and len(read_record(interrupted).resumes) == 1
 
@@ -256,7 +256,7 @@ def test_a_fit_that_fails_or_lies_is_a_failure_of_the_sweep(tmp_path, monkeypatc
     monkeypatch.setattr(sweep, "validate", lambda runs: None)
     code = main(["--config", QUICKSTART, "--grid", f"{TAU}=0.1", "--out", str(tmp_path), "--name", "s"])
     err = capsys.readouterr().err
-    assert code == 1 and "1 run(s) failed" in err and f"temperature=0.1 seed 0 (fit): {why}" in err, err
+    assert code == 1 and "1 run(s) failed" in err and f"tau=0.1 seed 0 (fit): {why}" in err, err
     assert "fit.log" in err
 
 
@@ -275,8 +275,8 @@ def test_a_real_failing_process_gives_the_sweep_its_exit_code(tmp_path, monkeypa
     monkeypatch.setattr(local, "launch", launch)
     monkeypatch.setattr(sweep, "validate", lambda runs: None)
     assert main(["--config", QUICKSTART, "--grid", f"{TAU}=0.1", "--out", str(tmp_path), "--name", "s"]) == 1
-    assert "temperature=0.1 seed 0 (fit): no run record" in capsys.readouterr().err
-    assert "error: bad" in (tmp_path / "s" / "temperature=0.1" / "seed0" / "fit.log").read_text()
+    assert "tau=0.1 seed 0 (fit): no run record" in capsys.readouterr().err
+    assert "error: bad" in (tmp_path / "s" / "tau=0.1" / "seed0" / "fit.log").read_text()
 
 
 def test_points_whose_short_names_coincide_get_distinct_folders():
@@ -464,8 +464,8 @@ def test_a_stage_that_exits_non_zero_after_its_record_says_done_is_failed_and_ru
     monkeypatch.setattr(local, "launch", fake_fit("done", 1))
     assert main(args) == 1
     err = capsys.readouterr().err
-    assert "1 run(s) failed" in err and "temperature=0.1 seed 0 (fit): exit status 1 (its record says done" in err, err
-    run = tmp_path / "s" / "temperature=0.1" / "seed0"
+    assert "1 run(s) failed" in err and "tau=0.1 seed 0 (fit): exit status 1 (its record says done" in err, err
+    run = tmp_path / "s" / "tau=0.1" / "seed0"
     assert read_record(run).status == "done"  # the run's own record is left as the run wrote it
 
     assert main([*args, "--status"]) == 0

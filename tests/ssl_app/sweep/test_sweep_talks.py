@@ -60,9 +60,9 @@ def test_each_finished_stage_prints_the_runs_headline_numbers(tmp_path, fake_lau
     linear.write_text("trainer.max_epochs: 1\n")
     assert main(sweep_args(tmp_path / "out", linear)) == 0
     out = capsys.readouterr().out
-    assert "[sweep] done temperature=0.3 seed 0: fit — kNN (%) 52.00, uniformity 3.610, tolerance 0.179\n" in out
+    assert "[sweep] done tau=0.3 seed 0: fit — kNN (%) 52.00, uniformity 3.610, tolerance 0.179\n" in out
     assert (
-        "[sweep] done temperature=0.5 seed 2: linear — linear top-1 (%) 69.00, kNN (%) 42.00, uniformity 3.420, tolerance 0.245\n"
+        "[sweep] done tau=0.5 seed 2: linear — linear top-1 (%) 69.00, kNN (%) 42.00, uniformity 3.420, tolerance 0.245\n"
     ) in out
     assert out.count("[sweep] done ") == 12
 
@@ -83,7 +83,7 @@ def test_the_end_of_a_sweep_and_status_print_the_comparison_table(tmp_path, fake
 
     assert main(["--status", str(tmp_path / "out" / "tau")]) == 0
     status = capsys.readouterr().out
-    assert status.splitlines()[0].startswith("temperature=0.3 seed 0  done")
+    assert status.splitlines()[0].startswith("tau=0.3 seed 0  done")
     assert "| InfoNCE τ=0.5 | 3 | 42.00 ± 1.00 ▼ |" in status
     assert status.rstrip().endswith(f"python -m ssl_app.report {tmp_path / 'out' / 'tau'}")
     assert main([*sweep_args(tmp_path / "out"), "--status"]) == 0

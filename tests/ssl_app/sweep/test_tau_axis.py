@@ -26,26 +26,26 @@ def test_tau_presets_expand_to_the_policy_configs_each_in_a_folder_of_its_own(tm
     set_to = {run.point: json.loads(run.grid[TAU_KEY]) for run in runs}
     assert [arg for arg in runs[0].fit_args if arg.startswith("--model.")] == [f"--{TAU_KEY}=0.3"]
     assert set_to == {
-        "temperature=0.3": 0.3,
-        "temperature=cosine_0.1-1": {"class_path": POLICY + "Cosine", "init_args": {"low": 0.1, "high": 1.0}},
-        "temperature=cosine_0.1-1_T=200": {
+        "tau=0.3": 0.3,
+        "tau=cosine_0.1-1": {"class_path": POLICY + "Cosine", "init_args": {"low": 0.1, "high": 1.0}},
+        "tau=cosine_0.1-1_T=200": {
             "class_path": POLICY + "Cosine",
             "init_args": {"low": 0.1, "high": 1.0, "period": 200},
         },
-        "temperature=cosine_0.1-1_T=400": {
+        "tau=cosine_0.1-1_T=400": {
             "class_path": POLICY + "Cosine",
             "init_args": {"low": 0.1, "high": 1.0, "period": 400},
         },
-        "temperature=cosine_0.1-1_T=1000_unit=step": {
+        "tau=cosine_0.1-1_T=1000_unit=step": {
             "class_path": POLICY + "Cosine",
             "init_args": {"low": 0.1, "high": 1.0, "period": 1000, "unit": "step"},
         },
-        "temperature=linear_0.1-0.5_L=100": {
+        "tau=linear_0.1-0.5_L=100": {
             "class_path": POLICY + "Linear",
             "init_args": {"start": 0.1, "end": 0.5, "length": 100},
         },
-        "temperature=learnable_0.07_max=0.5": {"class_path": POLICY + "Learnable", "init_args": {"init": 0.07, "max": 0.5}},
-        "temperature=adaptive_0.1_alpha=0.5_a0=0.2": {
+        "tau=learnable_0.07_max=0.5": {"class_path": POLICY + "Learnable", "init_args": {"init": 0.07, "max": 0.5}},
+        "tau=adaptive_0.1_alpha=0.5_a0=0.2": {
             "class_path": POLICY + "Adaptive",
             "init_args": {"base": 0.1, "alpha": 0.5, "a0": 0.2},
         },
