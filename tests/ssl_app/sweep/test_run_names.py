@@ -6,7 +6,8 @@ sidebar 20% of the window wide (``sideBarWidthInPercent: 20``, the core reducer'
 tensorboard/webfiles.zip, TensorBoard 2.21) and clips a name at its edge, neither wrapping it nor ending it with
 "…"; the name starts 53 px in (the checkbox column) and 13-px Roboto takes about 6.4 px a character: measured in
 headless Chromium with docs/screenshots/take.py, a 1,400-px window shows 35 characters
-(``sweeps/tau_small/temperature=0.2/se``). :func:`visible` is that rule; the tests use a 1,280-px window.
+(``sweeps/tau_small/temperature=0.2/se``) and a 1,280-px one 33 (``sweeps/loss+tau/tau=0.07,loss=Ha``).
+:func:`visible` is that rule, on the safe side; the tests use a 1,280-px window.
 """
 
 from __future__ import annotations
