@@ -180,10 +180,12 @@ def plan(
     combinations = list(itertools.product(*[values for _, values in axes]))
     named_values = [{k: v.name for k, v in zip(keys, combination)} for combination in combinations]
     names = found_names(sweep_dir, point_names(named_values), legacy_point_names(named_values))
+    order = axis_order(named_values)
     named = []
     for name, combination in zip(names, combinations):
-        values = {k: v.value for k, v in zip(keys, combination)}
-        named.append((name, values, [f"--{k}={v}" for k, v in values.items()]))
+        given = {k: v.value for k, v in zip(keys, combination)}
+        values = {k: given[k] for k in order}  # sweep.json's grid in the folder's order: HParams names a row by it
+        named.append((name, values, [f"--{k}={v}" for k, v in given.items()]))  # as given: a class before its options
     return expand_points(named, seeds, sweep_dir, configs, StageOptions(extra, linear_config, linear_extra))
 
 

@@ -124,3 +124,28 @@ def test_a_new_sweep_beside_an_old_one_of_other_points_gets_the_new_names(tmp_pa
     command = ["--config", QUICKSTART, "--grid", "tau=0.2,0.1", "--seeds", "0", "--out", "runs/sweeps"]
     _, runs = planned_runs(parse_args(command))
     assert [run.point for run in runs] == ["temperature=0.2", "tau=0.1"]
+
+
+#: HParams' table names a row in its "Trial ID" column, 10em wide (``<vaadin-grid-column flex-grow="0" width="10em">``
+#: of tf-hparams-session-group-table, TensorBoard 2.21), the rest cut with "…": docs/screenshots/hparams.png shows
+#: ``τ=0.2 · seed 0 · …``, 17 characters.
+TRIAL_ID_CHARACTERS = 16
+
+
+def test_hparams_names_a_loss_by_tau_row_by_tau_first(tmp_path):
+    """Catches ``loss=HardContrastive · τ=0.07 · …``: the row's name follows sweep.json's grid, which kept the
+    grid's order, and the Trial ID column cut τ off."""
+    from ssl_app.runs.panel import fit_row
+    from ssl_app.runs.spec import RunSpec
+
+    losses = f"{LOSS}=ssl_app.losses.InfoNCE,ssl_app.losses.HardContrastive"
+    args = parse_args(["--config", QUICKSTART, "--grid", losses, "--grid", "tau=0.07,0.2", "--out", str(tmp_path)])
+    _, runs = planned_runs(args)
+    rows = []
+    for run in runs:
+        loss = {"class_path": run.grid[LOSS], "init_args": {"temperature": float(run.grid[TAU])}}
+        spec = RunSpec.from_config({"model": {"class_path": "ssl_app.methods.SimCLR", "init_args": {"loss": loss}}})
+        rows.append(fit_row(spec, run.sidecar(), "").name)
+    assert rows[2] == "τ=0.07 · loss=HardContrastive · seed 0 · loss+tau"
+    assert len({row[:TRIAL_ID_CHARACTERS] for row in rows}) == 4
+    assert all(run.fit_args.index(f"--{LOSS}={run.grid[LOSS]}") < run.fit_args.index(f"--{TAU}={run.grid[TAU]}") for run in runs)
