@@ -5,7 +5,8 @@ which Lightning imports in turn; benchmarks/README.md, "Errors and --help before
 answers first what needs none of it: ``list``, ``export`` and ``embed`` (their own modules, which import what
 they use), the top-level ``--help``, a missing or misspelled command, and the inputs ``ssl_app.cli.early`` checks
 (a ``--config`` file that is not a YAML mapping, a class path on the command line that names no class, an option
-no parser would take: its names are read from the classes' source, ``ssl_app.cli.source_signatures``).
+no parser would take, a value its type refuses: names and types are read from the classes' source,
+``ssl_app.cli.source_signatures``, ``ssl_app.cli.early_values``).
 Everything else goes to LightningCLI (``ssl_app.cli.app``), whose parser errors say "did you mean" too
 (``ssl_app.cli.parsing``).
 """
@@ -27,6 +28,7 @@ from ssl_app.cli.early import (
     check_option_names,
     top_help,
 )
+from ssl_app.cli.early_values import check_values
 from ssl_app.cli.suggest import did_you_mean
 from ssl_app.errors import ConfigError
 
@@ -56,6 +58,7 @@ def main(args: Optional[list[str]] = None) -> Any:
             with starting():  # it imports the modules the class paths name
                 check_class_paths(argv)
                 check_option_names(command, argv)
+                check_values(argv)
         except ConfigError as error:
             refuse(str(error), f"{PROG} {command}")
     with starting():

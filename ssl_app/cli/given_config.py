@@ -3,9 +3,10 @@ know which class each option configures before the parser (and Lightning) is imp
 
 In order: each ``--config`` file (its own ``config:`` includes first), then each ``--key=value``; a key may be
 dotted (``trainer.logger.init_args.name: x``); a value that names a YAML file is that file's content (a fragment,
-``model: model/simclr_small.yaml``, relative to the file that names it). Only what is needed to find a class is
-kept exact: the ``class_path`` set last at each place. Anything this cannot read is simply absent, so the checks
-built on it leave that option to the parser.
+``model: model/simclr_small.yaml``, relative to the file that names it). Kept exact: the ``class_path`` set last
+at each place, and each option's last value (read by jsonargparse's YAML loader, as the parser reads it:
+``ssl_app.cli.early_values`` checks them). Anything this cannot read is simply absent, so the checks built on it
+leave that option to the parser.
 """
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ def read_file(path: Path, seen: set[Path]) -> dict[str, Any]:
         resolved = path.resolve()
         if resolved in seen or not path.is_file():
             return {}
-        loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
+        loaded = load_yaml(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, yaml.YAMLError):
         return {}
     if not isinstance(loaded, dict):
@@ -92,10 +93,18 @@ def fragment(value: Any, folder: Path, seen: set[Path]) -> Any:
         return read_file(folder / value, seen)
     if isinstance(value, str):
         try:
-            return yaml.safe_load(value)
+            return load_yaml(value)
         except yaml.YAMLError:
             return value
     return value
+
+
+def load_yaml(text: str) -> Any:
+    """``text`` read as the parser reads a config file and a command line's value: jsonargparse's YAML loader, which
+    takes ``1e-3`` for a number (PyYAML's ``safe_load`` keeps it a string) and no timestamps."""
+    from jsonargparse._loaders_dumpers import get_yaml_default_loader
+
+    return yaml.load(text, Loader=get_yaml_default_loader())  # noqa: S506 - a SafeLoader subclass
 
 
 def place(tree: dict[str, Any], dotted: str, value: Any) -> None:

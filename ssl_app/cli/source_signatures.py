@@ -30,14 +30,24 @@ def init_parameters(class_path: str) -> Optional[tuple[str, ...]]:
     module, _, name = class_path.rpartition(".")
     if not module:
         return None
-    found = _find_class(module, name, depth=0)
+    found = init_annotations(class_path)
+    return None if found is None else tuple(found)
+
+
+def init_annotations(class_path: str) -> Optional[dict[str, tuple[str, Optional[ast.expr]]]]:
+    """Each init option of ``class_path`` → ``(module, annotation)``: the module whose source declares it (to read
+    the annotation's names in) and the annotation's syntax tree (None: none declared); None when unsettled."""
+    module, _, name = class_path.rpartition(".")
+    if not module:
+        return None
+    found = find_class(module, name, depth=0)
     return None if found is None else _options(*found, depth=0)
 
 
 def method_parameters(class_path: str, method: str) -> Optional[tuple[str, ...]]:
     """The parameters of ``class_path``'s ``method`` defined in the class itself (``Trainer.fit``), after ``self``."""
     module, _, name = class_path.rpartition(".")
-    found = _find_class(module, name, depth=0) if module else None
+    found = find_class(module, name, depth=0) if module else None
     if found is None:
         return None
     function = _function(found[1], method)
@@ -64,27 +74,27 @@ def module_file(module: str) -> Optional[Path]:
 
 
 @cache
-def _tree(path: Path) -> Optional[ast.Module]:
+def syntax_tree(path: Path) -> Optional[ast.Module]:
     try:
         return ast.parse(path.read_text(encoding="utf-8"))
     except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
         return None
 
 
-def _find_class(module: str, name: str, depth: int) -> Optional[tuple[str, ast.ClassDef]]:
+def find_class(module: str, name: str, depth: int) -> Optional[tuple[str, ast.ClassDef]]:
     """``(module, class node)`` where ``module.name`` is defined, following the module's ``from … import``."""
     path = module_file(module)
-    tree = _tree(path) if path is not None and depth < 12 else None
+    tree = syntax_tree(path) if path is not None and depth < 12 else None
     if tree is None:
         return None
     for node in tree.body:
         if isinstance(node, ast.ClassDef) and node.name == name:
             return module, node
-    source = _imported_from(tree, module, path, name)
-    return None if source is None else _find_class(*source, depth=depth + 1)
+    source = imported_from(tree, module, path, name)
+    return None if source is None else find_class(*source, depth=depth + 1)
 
 
-def _imported_from(tree: ast.Module, module: str, path: Path, name: str) -> Optional[tuple[str, str]]:
+def imported_from(tree: ast.Module, module: str, path: Path, name: str) -> Optional[tuple[str, str]]:
     """``(module, name)`` a top-level ``from X import Y as name`` (or ``import X as name``'s module) refers to."""
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     for node in tree.body:
@@ -103,7 +113,7 @@ def _absolute(node: ast.ImportFrom, package: str) -> str:
     return ".".join([*base, *([node.module] if node.module else [])])
 
 
-def _module_alias(tree: ast.Module, module: str, path: Path, alias_name: str) -> Optional[str]:
+def module_alias(tree: ast.Module, module: str, path: Path, alias_name: str) -> Optional[str]:
     """The module a top-level ``import a.b as L`` or ``from a import b as L`` names ``L`` for."""
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     for node in tree.body:
@@ -126,25 +136,32 @@ def _function(cls: ast.ClassDef, name: str) -> Optional[ast.FunctionDef]:
 
 
 def _named_parameters(function: ast.FunctionDef) -> tuple[str, ...]:
+    return tuple(argument.arg for argument in _arguments(function))
+
+
+def _arguments(function: ast.FunctionDef) -> list[ast.arg]:
     arguments = function.args
     positional = [*arguments.posonlyargs, *arguments.args][1:]  # after self
-    return tuple(argument.arg for argument in [*positional, *arguments.kwonlyargs])
+    return [*positional, *arguments.kwonlyargs]
 
 
-def _options(module: str, cls: ast.ClassDef, depth: int) -> Optional[tuple[str, ...]]:
+Options = dict[str, tuple[str, Optional[ast.expr]]]
+
+
+def _options(module: str, cls: ast.ClassDef, depth: int) -> Optional[Options]:
     if depth > 12 or any(not _harmless(decorator) for decorator in cls.decorator_list):
         return None
     init = _function(cls, "__init__")
     if init is None:
         return _bases_options(module, cls, depth)
-    own = _named_parameters(init)
+    own = {argument.arg: (module, argument.annotation) for argument in _arguments(init)}
     kwargs = init.args.kwarg
     if kwargs is None:
         return own
     if not _kwargs_only_to_super(init, kwargs.arg):
         return None
     inherited = _bases_options(module, cls, depth)
-    return None if inherited is None else tuple(dict.fromkeys([*own, *inherited]))
+    return None if inherited is None else {**own, **{name: found for name, found in inherited.items() if name not in own}}
 
 
 def _harmless(decorator: ast.expr) -> bool:
@@ -179,11 +196,11 @@ def _kwargs_only_to_super(init: ast.FunctionDef, name: str) -> bool:
     return passed_up > 0 and passed_up == len(uses)
 
 
-def _bases_options(module: str, cls: ast.ClassDef, depth: int) -> Optional[tuple[str, ...]]:
+def _bases_options(module: str, cls: ast.ClassDef, depth: int) -> Optional[Options]:
     """The options of the first base (in order) that defines ``__init__``, as the method resolution order finds it
     for single inheritance and mixins without one."""
     path = module_file(module)
-    tree = _tree(path) if path is not None else None
+    tree = syntax_tree(path) if path is not None else None
     if tree is None:
         return None
     for base in cls.bases:
@@ -196,7 +213,7 @@ def _bases_options(module: str, cls: ast.ClassDef, depth: int) -> Optional[tuple
             return None
         if _defines_init(*found, depth=depth + 1):
             return _options(*found, depth=depth + 1)
-    return ()
+    return {}
 
 
 def _defines_init(module: str, cls: ast.ClassDef, depth: int) -> bool:
@@ -205,7 +222,7 @@ def _defines_init(module: str, cls: ast.ClassDef, depth: int) -> bool:
     if _function(cls, "__init__") is not None or depth > 12:
         return True
     path = module_file(module)
-    tree = _tree(path) if path is not None else None
+    tree = syntax_tree(path) if path is not None else None
     if tree is None:
         return True
     for base in cls.bases:
@@ -223,9 +240,9 @@ def _resolve_base(tree: ast.Module, module: str, path: Path, base: ast.expr, dep
         for node in tree.body:
             if isinstance(node, ast.ClassDef) and node.name == base.id:
                 return module, node
-        source = _imported_from(tree, module, path, base.id)
-        return None if source is None else _find_class(*source, depth=depth + 1)
+        source = imported_from(tree, module, path, base.id)
+        return None if source is None else find_class(*source, depth=depth + 1)
     if isinstance(base, ast.Attribute) and isinstance(base.value, ast.Name):
-        aliased = _module_alias(tree, module, path, base.value.id)
-        return None if aliased is None else _find_class(aliased, base.attr, depth=depth + 1)
+        aliased = module_alias(tree, module, path, base.value.id)
+        return None if aliased is None else find_class(aliased, base.attr, depth=depth + 1)
     return None
