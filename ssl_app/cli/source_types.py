@@ -16,7 +16,7 @@ import importlib
 from dataclasses import dataclass
 from typing import Any, Literal, Optional
 
-from ssl_app.cli.source_signatures import find_class, imported_from, module_alias, syntax_tree, module_file
+from ssl_app.cli.source_signatures import find_class, imported_from, module_alias, module_file, syntax_tree
 
 #: Modules whose types are imported to build the check (each imports no more than jsonargparse).
 IMPORTED_TYPES = {"ssl_app.checks", "jsonargparse.typing"}
