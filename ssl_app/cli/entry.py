@@ -55,7 +55,7 @@ def main(args: Optional[list[str]] = None) -> Any:
         except ConfigError as error:
             refuse(str(error))
         try:
-            with starting():  # it imports the modules the class paths name
+            with starting():  # it may import the modules the class paths name (when their source cannot tell)
                 check_class_paths(argv)
                 check_option_names(command, argv)
                 check_values(argv)
