@@ -70,7 +70,7 @@ def read_file(path: Path, seen: set[Path]) -> dict[str, Any]:
             merge(tree, read_file(path.parent / name, seen))
     for key, value in loaded.items():
         if isinstance(key, str):
-            place(tree, key, expand(value, path.parent, seen))
+            place(tree, key, expand(value, path.parent, seen), over_included=True)
     return tree
 
 
@@ -107,8 +107,13 @@ def load_yaml(text: str) -> Any:
     return yaml.load(text, Loader=get_yaml_default_loader())  # noqa: S506 - a SafeLoader subclass
 
 
-def place(tree: dict[str, Any], dotted: str, value: Any) -> None:
-    """Set ``dotted`` (``a.b.c``) in ``tree`` to ``value``, merged into a mapping already there."""
+def place(tree: dict[str, Any], dotted: str, value: Any, over_included: bool = False) -> None:
+    """Set ``dotted`` (``a.b.c``) in ``tree`` to ``value``, merged into a mapping already there.
+
+    ``over_included``: ``value`` is a key of a config file set over what its own ``config:`` includes set. There a
+    mapping without ``class_path`` replaces a class's mapping (``model: {init_args: …}`` over an included
+    ``model: {class_path: …}``): the parser does not merge them (it then looks for the options in the base class),
+    so neither does this reading, and the checks built on it leave that class to the parser."""
     *parents, last = dotted.split(".")
     node = tree
     for part in parents:
@@ -116,8 +121,13 @@ def place(tree: dict[str, Any], dotted: str, value: Any) -> None:
         if not isinstance(child, dict):
             child = node[part] = {}
         node = child
-    if isinstance(value, dict) and isinstance(node.get(last), dict):
-        merge(node[last], value)
+    existing = node.get(last)
+    if isinstance(value, dict) and isinstance(existing, dict):
+        if over_included and "class_path" in existing and "class_path" not in value:
+            node[last] = value
+        else:
+            for key, item in value.items():
+                place(existing, key, item, over_included)
     else:
         node[last] = value
 

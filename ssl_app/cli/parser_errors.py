@@ -10,7 +10,12 @@ from ssl_app.checks import in_words
 
 #: First reasons that only say a value is no class path (nor a config file) for a union that also takes a
 #: number: the number's own reason (``must be > 0 and finite, got -1``) is the one that helps.
-NOT_A_CLASS_PATH = ("Expected a path but", "Expected a dot import path string", "Unexpected import path format")
+NOT_A_CLASS_PATH = (
+    "Expected a path but",
+    "Expected a dot import path string",
+    "Unexpected import path format",
+    "Not a valid subclass of",
+)
 
 
 def condense_parser_error(message: str) -> str:
@@ -73,10 +78,11 @@ def condense_parser_error(message: str) -> str:
 
 
 def _number_reason(lines: list[str]) -> str:
-    """A restricted number type's reason among a union's alternatives (``Not of type PositiveFinite: …``), with the
-    given value (jsonargparse leaves it out there): ``Not of type PositiveFinite: -1 does not conform to …``."""
+    """A restricted number type's reason among a union's alternatives, when the value is a number out of its range
+    (not when it is no number: then it may be a misspelled class path, whose reason the parser words itself), with
+    the given value (jsonargparse leaves it out there): ``Not of type PositiveFinite: -1 does not conform to …``."""
     for index, line in enumerate(lines):
-        found = re.match(r"- Not of type (\w+): (?:could not convert .*|(?:.* )?does not conform to restriction)", line.strip())
+        found = re.match(r"- Not of type (\w+): (?:.* )?does not conform to restriction", line.strip())
         if not found:
             continue
         given = next((later.strip() for later in lines[index:] if later.strip().startswith("Given value: ")), None)
