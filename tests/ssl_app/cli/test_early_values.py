@@ -47,6 +47,17 @@ BAD = {
         "model.init_args.loss.init_args.temperature: ssl_app.temperature has no class Cosin; did you mean "
         "ssl_app.temperature.Cosine?"
     ),
+    "--trainer.logger.init_args.save_dirr=x": (
+        "trainer.logger: Option 'save_dirr' is not accepted by lightning.pytorch.loggers.TensorBoardLogger; did you "
+        "mean trainer.logger.init_args.save_dir?"
+    ),
+    "--trainer.logger.init_args.log_graph=maybe": (
+        "trainer.logger.init_args.log_graph: Expected a <class 'bool'>. Got value: maybe"
+    ),
+    "--trainer.logger.class_path=lightning.pytorch.loggers.TensorBoardLoger": (
+        "trainer.logger.class_path: lightning.pytorch.loggers has no class TensorBoardLoger; did you mean "
+        "lightning.pytorch.loggers.TensorBoardLogger?"
+    ),
 }
 #: The same kind of values written in a config file (a YAML mapping merged over the quickstart's).
 BAD_IN_CONFIG = {
@@ -148,6 +159,8 @@ def test_no_shipped_config_nor_any_of_its_values_given_again_is_refused():
         "--trainer.val_check_interval=1:00:00",
         "--checkpoint.mode=max",
         "--model.init_args.loss=ssl_app.losses.DCLW",
+        "--trainer.logger.init_args.flush_secs=5",
+        "--trainer.logger.init_args.flush_secs=abc",
     ],
 )
 def test_what_the_parser_takes_is_not_refused(given):
