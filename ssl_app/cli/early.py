@@ -77,7 +77,7 @@ def check_class_paths(argv: list[str]) -> None:
         hint = source_classes.class_suggestion(key, value)
         if hint is source_classes.UNSETTLED:
             hint = class_suggestion(key, value)
-        raise ConfigError(f"{option.lstrip('-')}: {problem}{hint}")
+        raise ConfigError(f"{key.lstrip('-')}: {problem}{hint}")  # the parser names the option, not its class_path
 
 
 def given_options(argv: list[str]) -> list[tuple[str, str]]:

@@ -7,10 +7,13 @@ the name (``from .core import LightningModule``), the module it comes from.
 
 The options are those jsonargparse offers for a class (``ssl_app.cli.suggest.parameters_of``): the parameters
 of ``__init__`` after ``self``, ``*args`` and ``**kwargs`` left out; a class without ``__init__`` takes its
-bases'; ``**kwargs`` handed on by ``super().__init__(**kwargs)`` adds the bases' options. Whatever this reading
-cannot settle (a base or a name it cannot find, ``**kwargs`` passed anywhere else, a decorator that replaces the
-class) is ``None``: then the option is left to the parser, never refused on a guess. The tests hold the answers
-equal to jsonargparse's for every class the registries offer.
+bases'; ``**kwargs`` adds what it is handed to, followed as jsonargparse's resolver follows it (``super().__init__``,
+a function or class of the module or imported in the function, ``kwargs.pop("x", default)``, an attribute a
+member passes on: :func:`_kwargs_options`), less the keywords each call gives itself. Whatever this reading
+cannot settle (a base or a name it cannot find, ``**kwargs`` used any other way, an ``if`` it cannot decide, a
+decorator that replaces the class) is ``None``: then the option is left to the parser, never refused on a
+guess. The tests hold the answers equal to jsonargparse's for every class the registries offer, the Trainer,
+ModelCheckpoint and the TensorBoard and CSV loggers.
 """
 
 from __future__ import annotations

@@ -33,6 +33,7 @@ BAD = {
     "--model.init_args.loss.init_args.temperature=-1": f"{TAU}: must be > 0 and finite, got -1",
     "--model.init_args.loss.init_args.temperature=0": f"{TAU}: must be > 0 and finite, got 0",
     "--model.init_args.loss.temperature=-0.5": f"{TAU}: must be > 0 and finite, got -0.5",
+    "--model.init_args.loss.init_args.temperature=nan": f"{TAU}: must be > 0 and finite, got nan",
     "--model.init_args.loss=ssl_app.losses.InfoNCe": (
         "model.init_args.loss: ssl_app.losses has no class InfoNCe; did you mean ssl_app.losses.InfoNCE?"
     ),
@@ -54,8 +55,11 @@ BAD = {
     "--trainer.logger.init_args.log_graph=maybe": (
         "trainer.logger.init_args.log_graph: Expected a <class 'bool'>. Got value: maybe"
     ),
+    "--model.init_args.loss.class_path=ssl_app.losses.InfoNCe": (
+        "model.init_args.loss: ssl_app.losses has no class InfoNCe; did you mean ssl_app.losses.InfoNCE?"
+    ),
     "--trainer.logger.class_path=lightning.pytorch.loggers.TensorBoardLoger": (
-        "trainer.logger.class_path: lightning.pytorch.loggers has no class TensorBoardLoger; did you mean "
+        "trainer.logger: lightning.pytorch.loggers has no class TensorBoardLoger; did you mean "
         "lightning.pytorch.loggers.TensorBoardLogger?"
     ),
 }
