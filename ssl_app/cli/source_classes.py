@@ -135,13 +135,24 @@ def _registered(registry: str) -> Optional[list[str]]:
     exported = _bound(init_tree)
     values = []
     for path in sorted(init.parent.rglob("*.py")):
+        try:
+            if f"{registry}.register" not in path.read_text(encoding="utf-8"):
+                continue  # registers nothing here (read as text: parsing every file costs more)
+        except (OSError, UnicodeDecodeError):
+            return None
         tree = syntax_tree(path)
         if tree is None:
             return None
+        decorators = {
+            id(decorator)
+            for node in ast.walk(tree)
+            if isinstance(node, (ast.ClassDef, ast.FunctionDef))
+            for decorator in node.decorator_list
+        }
         parts = path.relative_to(init.parent).with_suffix("").parts
         module = ".".join([package, *(parts[:-1] if parts[-1] == "__init__" else parts)])
         for node in ast.walk(tree):
-            if isinstance(node, ast.Call) and _is_register(node.func, registry) and not _is_decorator(tree, node):
+            if isinstance(node, ast.Call) and _is_register(node.func, registry) and id(node) not in decorators:
                 return None  # REGISTRY.register(Class) as a statement: not read here
             if not isinstance(node, (ast.ClassDef, ast.FunctionDef)):
                 continue
@@ -167,15 +178,6 @@ def _is_register(node: ast.expr, registry: str) -> bool:
         and node.attr == "register"
         and isinstance(node.value, ast.Name)
         and node.value.id == registry
-    )
-
-
-def _is_decorator(tree: ast.Module, call: ast.Call) -> bool:
-    return any(
-        call is decorator
-        for node in ast.walk(tree)
-        if isinstance(node, (ast.ClassDef, ast.FunctionDef))
-        for decorator in node.decorator_list
     )
 
 
