@@ -82,6 +82,13 @@ def _check_options(prefix: str, options: dict, given: dict, raw: dict[str, str])
 
 
 def _is_number(value: Any) -> bool:
+    """A number, or text only a number reads as (``nan``, ``inf``): no class path or config file is meant by it."""
+    if isinstance(value, str):
+        try:
+            float(value)
+        except ValueError:
+            return False
+        return True
     return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
