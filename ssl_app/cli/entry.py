@@ -5,8 +5,7 @@ which Lightning imports in turn; benchmarks/README.md, "Errors and --help before
 answers first what needs none of it: ``list``, ``export`` and ``embed`` (their own modules, which import what
 they use), the top-level ``--help``, a missing or misspelled command, and the inputs ``ssl_app.cli.early`` checks
 (a ``--config`` file that is not a YAML mapping, a class path on the command line that names no class, an option
-no parser would take, a value its type refuses: names and types are read from the classes' source,
-``ssl_app.cli.source_signatures``, ``ssl_app.cli.early_values``).
+no parser would take: its names are read from the classes' source, ``ssl_app.cli.source_signatures``).
 Everything else goes to LightningCLI (``ssl_app.cli.app``), whose parser errors say "did you mean" too
 (``ssl_app.cli.parsing``).
 """
@@ -55,10 +54,10 @@ def main(args: Optional[list[str]] = None) -> Any:
         except ConfigError as error:
             refuse(str(error))
         try:
-            with starting():  # it may import the modules the class paths name (when their source cannot tell)
+            with starting():  # it imports the modules the class paths name
                 check_class_paths(argv)
                 check_option_names(command, argv)
-                check_values(argv)
+                check_values(argv)  # a value its type refuses (ssl_app.cli.early_values), before torch too
         except ConfigError as error:
             refuse(str(error), f"{PROG} {command}")
     with starting():
