@@ -32,6 +32,19 @@ COMMANDS = {
     "fit: misspelled loss class": ["-m", "ssl_app", "fit", *QUICKSTART, "--model.init_args.loss=ssl_app.losses.InfoNCe"],
     "fit: misspelled option": ["-m", "ssl_app", "fit", *QUICKSTART, "--trainer.max_epoch=3"],
     "fit: misspelled loss option": ["-m", "ssl_app", "fit", *QUICKSTART, "--model.init_args.loss.init_args.temperatur=0.2"],
+    "fit: bad int value": ["-m", "ssl_app", "fit", *QUICKSTART, "--trainer.max_epochs=abc"],
+    "fit: bad bool value": ["-m", "ssl_app", "fit", *QUICKSTART, "--trainer.enable_progress_bar=maybe"],
+    "fit: negative tau": ["-m", "ssl_app", "fit", *QUICKSTART, "--model.init_args.loss.init_args.temperature=-1"],
+    "fit: backbone not a choice": ["-m", "ssl_app", "fit", *QUICKSTART, "--model.init_args.backbone=small_cnnn"],
+    "fit: misspelled loss module": ["-m", "ssl_app", "fit", *QUICKSTART, "--model.init_args.loss=ssl_app.loses.InfoNCE"],
+    "fit: misspelled logger class": [
+        "-m",
+        "ssl_app",
+        "fit",
+        *QUICKSTART,
+        "--trainer.logger.class_path=lightning.pytorch.loggers.TensorBoardLoger",
+    ],
+    "fit: misspelled logger option": ["-m", "ssl_app", "fit", *QUICKSTART, "--trainer.logger.init_args.save_dirr=x"],
     "sweep: empty grid value": ["-m", "ssl_app.sweep", *QUICKSTART, "--grid", "tau=0.5,,0.2", "--dry-run"],
 }
 

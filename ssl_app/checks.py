@@ -19,9 +19,17 @@ import math
 import numbers
 from typing import Any, Optional, TypeVar
 
+import yaml
 from jsonargparse.typing import ClosedUnitInterval, NonNegativeInt, OpenUnitInterval, PositiveInt, restricted_number_type
 
 from ssl_app.errors import ConfigError
+
+# A value of a range is a float or int subclass (what jsonargparse parses it into). jsonargparse dumps a class's
+# options with ``yaml.safe_dump``, also options carried over to another class whose type for them is a plain one
+# (``--model.init_args.loss=my.Loss`` after a config gave InfoNCE's ``temperature: 0.5``): there a range's value
+# must dump as the number it is, not fail with "cannot represent an object".
+yaml.SafeDumper.add_multi_representer(float, yaml.SafeDumper.represent_float)
+yaml.SafeDumper.add_multi_representer(int, yaml.SafeDumper.represent_int)
 
 T = TypeVar("T")
 

@@ -1,7 +1,8 @@
 """What ``python -m ssl_app`` says and checks before Lightning is imported (``ssl_app.cli.entry``): the commands
 and the top-level help, every ``--config`` file a YAML mapping of options, every class path on the command line
-a class (``--model.init_args.loss=ssl_app.losses.InfoNCe``: the module it names is imported to tell, as
-jsonargparse would; "did you mean" from the option's registry, ``ssl_app.cli.suggest``)."""
+a class (``--model.init_args.loss=ssl_app.losses.InfoNCe``: read from source, ``ssl_app.cli.source_classes``,
+else the module it names is imported to tell, as jsonargparse would; "did you mean" from the option's registry,
+``ssl_app.cli.suggest``)."""
 
 from __future__ import annotations
 
@@ -59,14 +60,24 @@ def top_help() -> str:
 def check_class_paths(argv: list[str]) -> None:
     """Raise a ``ConfigError`` for a class path given on the command line that names no class, with the closest
     registered ones: ``--model.init_args.loss=ssl_app.losses.InfoNCe`` or ``--model.init_args.loss.class_path=...``
-    (``--model``, ``--data``, a loss, a τ policy; any ``*.class_path``). Config files are checked by the parser."""
+    (``--model``, ``--data``, a loss, a τ policy; any ``*.class_path``). Config files are checked by the parser.
+    Told from source where it can be (``ssl_app.cli.source_classes``), else by importing the module, as the parser
+    does (and the registries, for "did you mean")."""
+    from ssl_app.cli import source_classes
+
     for option, value in given_options(argv):
         key = option.removesuffix(".class_path")
         if not (option.endswith(".class_path") or (key in REGISTRY_OF_OPTION and key != "--model.init_args.backbone")):
             continue
-        problem = class_path_problem(value)
-        if problem is not None:
-            raise ConfigError(f"{option.lstrip('-')}: {problem}{class_suggestion(key, value)}")
+        problem = source_classes.class_path_problem(value)
+        if problem is source_classes.UNSETTLED:  # the module it names is imported to tell, as jsonargparse would
+            problem = class_path_problem(value)
+        if problem is None:
+            continue
+        hint = source_classes.class_suggestion(key, value)
+        if hint is source_classes.UNSETTLED:
+            hint = class_suggestion(key, value)
+        raise ConfigError(f"{key.lstrip('-')}: {problem}{hint}")  # the parser names the option, not its class_path
 
 
 def given_options(argv: list[str]) -> list[tuple[str, str]]:

@@ -27,6 +27,7 @@ from ssl_app.cli.early import (
     check_option_names,
     top_help,
 )
+from ssl_app.cli.early_values import check_values
 from ssl_app.cli.suggest import did_you_mean
 from ssl_app.errors import ConfigError
 
@@ -56,6 +57,7 @@ def main(args: Optional[list[str]] = None) -> Any:
             with starting():  # it imports the modules the class paths name
                 check_class_paths(argv)
                 check_option_names(command, argv)
+                check_values(argv)  # a value its type refuses (ssl_app.cli.early_values), before torch too
         except ConfigError as error:
             refuse(str(error), f"{PROG} {command}")
     with starting():

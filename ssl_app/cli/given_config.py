@@ -3,9 +3,10 @@ know which class each option configures before the parser (and Lightning) is imp
 
 In order: each ``--config`` file (its own ``config:`` includes first), then each ``--key=value``; a key may be
 dotted (``trainer.logger.init_args.name: x``); a value that names a YAML file is that file's content (a fragment,
-``model: model/simclr_small.yaml``, relative to the file that names it). Only what is needed to find a class is
-kept exact: the ``class_path`` set last at each place. Anything this cannot read is simply absent, so the checks
-built on it leave that option to the parser.
+``model: model/simclr_small.yaml``, relative to the file that names it). Kept exact: the ``class_path`` set last
+at each place, and each option's last value (read by jsonargparse's YAML loader, as the parser reads it:
+``ssl_app.cli.early_values`` checks them). Anything this cannot read is simply absent, so the checks built on it
+leave that option to the parser.
 """
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ def read_file(path: Path, seen: set[Path]) -> dict[str, Any]:
         resolved = path.resolve()
         if resolved in seen or not path.is_file():
             return {}
-        loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
+        loaded = load_yaml(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, yaml.YAMLError):
         return {}
     if not isinstance(loaded, dict):
@@ -69,7 +70,7 @@ def read_file(path: Path, seen: set[Path]) -> dict[str, Any]:
             merge(tree, read_file(path.parent / name, seen))
     for key, value in loaded.items():
         if isinstance(key, str):
-            place(tree, key, expand(value, path.parent, seen))
+            place(tree, key, expand(value, path.parent, seen), over_included=True)
     return tree
 
 
@@ -92,14 +93,27 @@ def fragment(value: Any, folder: Path, seen: set[Path]) -> Any:
         return read_file(folder / value, seen)
     if isinstance(value, str):
         try:
-            return yaml.safe_load(value)
+            return load_yaml(value)
         except yaml.YAMLError:
             return value
     return value
 
 
-def place(tree: dict[str, Any], dotted: str, value: Any) -> None:
-    """Set ``dotted`` (``a.b.c``) in ``tree`` to ``value``, merged into a mapping already there."""
+def load_yaml(text: str) -> Any:
+    """``text`` read as the parser reads a config file and a command line's value: jsonargparse's YAML loader, which
+    takes ``1e-3`` for a number (PyYAML's ``safe_load`` keeps it a string) and no timestamps."""
+    from jsonargparse._loaders_dumpers import get_yaml_default_loader
+
+    return yaml.load(text, Loader=get_yaml_default_loader())  # noqa: S506 - a SafeLoader subclass
+
+
+def place(tree: dict[str, Any], dotted: str, value: Any, over_included: bool = False) -> None:
+    """Set ``dotted`` (``a.b.c``) in ``tree`` to ``value``, merged into a mapping already there.
+
+    ``over_included``: ``value`` is a key of a config file set over what its own ``config:`` includes set. There a
+    mapping without ``class_path`` replaces a class's mapping (``model: {init_args: …}`` over an included
+    ``model: {class_path: …}``): the parser does not merge them (it then looks for the options in the base class),
+    so neither does this reading, and the checks built on it leave that class to the parser."""
     *parents, last = dotted.split(".")
     node = tree
     for part in parents:
@@ -107,8 +121,13 @@ def place(tree: dict[str, Any], dotted: str, value: Any) -> None:
         if not isinstance(child, dict):
             child = node[part] = {}
         node = child
-    if isinstance(value, dict) and isinstance(node.get(last), dict):
-        merge(node[last], value)
+    existing = node.get(last)
+    if isinstance(value, dict) and isinstance(existing, dict):
+        if over_included and "class_path" in existing and "class_path" not in value:
+            node[last] = value
+        else:
+            for key, item in value.items():
+                place(existing, key, item, over_included)
     else:
         node[last] = value
 

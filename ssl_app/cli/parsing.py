@@ -10,7 +10,7 @@ from typing import Any, NoReturn
 import yaml
 from lightning.pytorch.cli import LightningArgumentParser
 
-from ssl_app.checks import in_words
+from ssl_app.cli.parser_errors import condense_parser_error
 from ssl_app.cli.suggest import class_path_problem, class_suggestion, did_you_mean, parameters_of
 from ssl_app.cli.tau_presets import expand_in_config
 
@@ -99,60 +99,3 @@ def upgrade_config(content: str) -> str:
         if str(callback.get("class_path", "")).endswith("EmbeddingMetrics") and isinstance(init_args, dict):
             changed |= upgrade_legacy_options(init_args)
     return yaml.safe_dump(config, sort_keys=False) if changed or presets else content
-
-
-def condense_parser_error(message: str) -> str:
-    """jsonargparse's nested report → ``<option>: <innermost reason>`` (one line).
-
-    ``Parser key "model": ... Problem with given class_path 'X': Parser key "loss": ...
-    Expected a <class 'float'>. Got value: nan`` becomes
-    ``model.init_args.loss.init_args.temperature: Expected a <class 'float'>. Got value: nan``.
-    Alternatives that merely say a value is not ``None`` are ignored. A message without that
-    structure is returned with its lines joined.
-    """
-    lines = [line for line in message.splitlines() if line.strip()]
-    if not lines or not lines[0].startswith("Parser key"):
-        return " ".join(line.strip() for line in lines)
-    keys: list[str] = []
-    depth_of: list[int] = []
-    reason = ""
-    class_path = ""
-    skipping_indent: int | None = None
-    for line in lines:
-        indent = len(line) - len(line.lstrip())
-        text = line.strip()
-        if skipping_indent is not None:
-            if indent > skipping_indent:
-                continue
-            skipping_indent = None
-        if text.startswith(("- Expected a <class 'NoneType'>", "Given value")):
-            skipping_indent = indent
-            continue
-        while depth_of and indent <= depth_of[-1]:
-            depth_of.pop()
-            keys.pop()
-        match = re.match(r'(?:- )?Parser key "([^"]+)":', text)
-        if match:
-            prefix = "init_args." if class_path and keys else ""
-            keys.append(prefix + match.group(1))
-            depth_of.append(indent)
-            class_path = ""
-            continue
-        match = re.match(r"(?:- )?Problem with given class_path '([^']+)':", text)
-        if match:
-            class_path = match.group(1)
-            continue
-        if text.startswith(("Does not validate against", "Subtypes:", "Errors:", "- Problem with")):
-            continue
-        if not reason:
-            reason = text.lstrip("- ")
-            if class_path and reason.startswith("Option"):
-                reason += f" by {class_path}"
-            restricted = re.match(r"Not of type (\w+): (.*) does not conform to restriction", reason)
-            if restricted:  # a range of ssl_app.checks, said in words
-                reason = in_words(*restricted.groups()) or reason
-            break
-    option = ".".join(keys)
-    if not reason:
-        return " ".join(line.strip() for line in lines)
-    return f"{option}: {reason}" if option else reason

@@ -280,10 +280,12 @@ HANDED_OVER = (
 )
 
 
-#: What a loss's ``temperature`` option takes: a number (a constant τ) or a policy (``ssl_app.temperature``).
+#: What a loss's ``temperature`` option takes: a number > 0 (a constant τ) or a policy (``ssl_app.temperature``).
 #: The policy first: jsonargparse chains the first alternative's exception to its error, so a policy's
-#: ConfigError (``Cosine: low must be <= high``) reaches the CLI as one ``error:`` line.
-Temperature = Union[TemperaturePolicy, float]
+#: ConfigError (``Cosine: low must be <= high``) reaches the CLI as one ``error:`` line. The range is declared
+#: (``PositiveFinite``), so the parser refuses τ = -1 while it parses (``…temperature: must be > 0 and finite,
+#: got -1``, ``ssl_app.cli.parser_errors``), and so does the check before Lightning is imported (issue 40).
+Temperature = Union[TemperaturePolicy, PositiveFinite]
 
 
 def check_temperature(temperature: Temperature, owner: str = "loss") -> TemperaturePolicy:

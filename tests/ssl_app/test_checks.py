@@ -69,3 +69,16 @@ def test_the_cli_says_a_range_it_refuses_in_words_naming_the_option():
     with pytest.raises(Exception) as error:
         parser.parse_args(["--owner.rate=-1"])
     assert condense_parser_error(str(error.value)) == "owner.rate: must be > 0 and finite, got -1"
+
+
+def test_a_value_of_a_range_dumps_as_its_number():
+    """Catches ``--model.init_args.loss=my.Loss`` after a config set InfoNCE's ``temperature`` (a ``PositiveFinite``
+    since the option declares its range) failing in jsonargparse's ``yaml.safe_dump``: "cannot represent an object"."""
+    import yaml
+
+    from ssl_app.checks import PositiveFinite, PositiveInt
+
+    assert yaml.safe_load(yaml.safe_dump({"temperature": PositiveFinite(0.5), "k": PositiveInt(3)})) == {
+        "temperature": 0.5,
+        "k": 3,
+    }

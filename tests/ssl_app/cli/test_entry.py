@@ -99,7 +99,7 @@ def test_a_class_path_on_the_command_line_that_names_no_class_says_what_was_mean
     misspelled module) falling through to jsonargparse's "Expected a path"."""
     with pytest.raises(SystemExit) as stop:
         main(["fit", "--config", QUICKSTART, given])
-    option = given.split("=")[0].lstrip("-")
+    option = given.split("=")[0].lstrip("-").removesuffix(".class_path")  # as the parser names it
     assert stop.value.code == 2
     assert capsys.readouterr().err.splitlines()[0] == f"error: {option}: {problem}; did you mean {meant}?"
 
