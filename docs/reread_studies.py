@@ -1,8 +1,10 @@
 """The recorded studies re-read under the report's statistics (issue 40 item 11): ``python docs/reread_studies.py``.
 
-What each study kept, and so what can be computed from it:
+For the studies recorded before per-seed values were kept. A re-run study keeps its per-seed values beside its
+table and is read by ``docs/paired_studies.py`` instead (docs/hardness_study.md). What each study here kept, and
+so what can be computed from it:
 
-* ``docs/study`` and ``docs/hardness_study`` kept each configuration's mean and sample std over its 3 seeds
+* ``docs/study`` kept each configuration's mean and sample std over its 3 seeds
   (``table.csv``), **not the per-seed values** (the run folders are gone). A paired 95% t-interval needs the
   seed-by-seed differences d_k = a_k − b_k; their std s_d is known only up to the (unrecorded) correlation ρ of
   a and b across the seeds: s_d² = s_a² + s_b² − 2ρ s_a s_b, so |s_a − s_b| ≤ s_d ≤ s_a + s_b. This script
@@ -17,13 +19,8 @@ What each study kept, and so what can be computed from it:
   report's output folders are gone; 3 digits). The p-value follows from an interval: s_d/√n = half-width /
   t_{0.975, n−1}; the comparisons with ≥ 3 pairs are one Holm family, those with 2 pairs are not tested.
 
-* ``docs/hardness_study`` kept each profile's slope (mean ± std, fitted across the edge where HCL and the hard loss
-  give no share) and the figure, not the per-bin shares: the shares are read back from the figure's pixels and
-  fitted on the bins each loss keeps.
-
-Outputs: ``comparisons.csv`` in ``docs/study``, ``docs/hardness_study`` and ``docs/tau_study``, ``comparisons.md``
-beside each (the table, with the quote each study's text uses), and ``docs/hardness_study/profile_read.csv`` and
-``profile_read_slopes.csv``. Deterministic: running it again rewrites the same files.
+Outputs: ``comparisons.csv`` in ``docs/study`` and ``docs/tau_study``, ``comparisons.md`` beside each (the table,
+with the quote each study's text uses). Deterministic: running it again rewrites the same files.
 """
 
 from __future__ import annotations
@@ -62,23 +59,6 @@ STUDY = [
     *[(metric, SIMPLE, other) for metric in ("uniformity", "knn_acc", "linear_top1") for other in STUDY_ROWS if other != SIMPLE],
     ("knn_acc", HSIMPLE, I["0.07"]),
     ("linear_top1", HSIMPLE, H["0.07"]),
-]  # fmt: skip
-
-# --- docs/hardness_study.md ------------------------------------------------------------------------------------
-HCL, HARD, HYP = "HCL τ=0.5 beta=1 tau_plus=0.1", "HardContrastive τ=0.5 q=0.1", "Hypersphere λ=1 alpha=2 t=2"
-INFONCE, DCL, DEB, MACL = "InfoNCE τ=0.5", "DCL τ=0.5", "Debiased τ=0.5 tau_plus=0.1", "MACL τ=0.5 a_0=0 alpha=0.5"
-STEEP, FLAT = (HYP, HARD, HCL), (INFONCE, DCL, DEB)
-HARDNESS_ROWS = [INFONCE, HARD, DCL, DEB, HCL, HYP, MACL]
-HARDNESS = [
-    *[("uniformity", s, f) for s in STEEP for f in FLAT],
-    ("uniformity", DCL, INFONCE), ("uniformity", DEB, INFONCE), ("uniformity", DEB, DCL),
-    *[("uniformity", MACL, f) for f in FLAT],
-    ("uniformity", HYP, HARD), ("uniformity", HYP, HCL), ("uniformity", HARD, HCL),
-    *[("top10_neg_sim", s, f) for s in STEEP for f in FLAT],
-    ("top10_neg_sim", MACL, INFONCE),
-    *[("tolerance", a, b) for i, a in enumerate(HARDNESS_ROWS) for b in HARDNESS_ROWS[i + 1:]],
-    *[("knn_acc", s, f) for s in STEEP for f in FLAT],
-    *[("knn_acc", MACL, s) for s in STEEP],
 ]  # fmt: skip
 
 # --- docs/tau_study.md: the report's --baseline intervals, as its text printed them (Δ = row − ★) --------------
@@ -229,80 +209,10 @@ def write_markdown(path: Path, rows: list[dict[str, object]], title: str) -> Non
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
-# --- docs/hardness_study/hardness_profile.png: the profiles read back from the figure's pixels ------------------
-#: The figure's gridlines (pixel column of s = −0.75 … 1.0, pixel row of share 1e-2, 1e-3, 1e-4) and curve colours
-#: (matplotlib's tab10, in the report's order; InfoNCE's blue and DCL's green lie under Debiased's red: the same
-#: profile, log-slope 1.98 ± 0.00 each).
-GRID_COLUMNS = {-0.75: 144, -0.5: 238, -0.25: 332, 0.0: 426, 0.25: 521, 0.5: 615, 0.75: 709, 1.0: 803}
-GRID_ROWS = {-2: 169, -3: 314, -4: 458}
-CURVES = {DEB: (214, 39, 40), HARD: (255, 127, 14), HCL: (148, 103, 189), HYP: (140, 86, 75), MACL: (227, 119, 194)}
-#: A marker covers at least this many of the 7 rows around its centre (a curve's line alone, fewer).
-MARKER_ROWS = 3
-BIN_CENTRES = [round(-0.85 + 0.1 * k, 2) for k in range(19)]
-#: The legend's frame (columns, rows): its markers share the curves' colours; no curve's point lies inside it.
-LEGEND = ((78, 377), (38, 206))
-#: The bins each slope is fitted on: every bin a curve has a point in, and for the two losses whose share falls
-#: to 0 below an edge, only the bins right of that edge's steep rise (the hard loss: the bins it keeps whole;
-#: HCL: the upper half, where its push is not cancelled by the pull-back).
-KEPT = {HARD: (0.45, 0.95), HCL: (0.45, 0.95)}
-
-
-def read_profiles(png: Path) -> list[dict[str, object]]:
-    """Each curve's mean share at each bin centre, read from the figure: the marker's pixel row in the bin's column,
-    mapped through the gridlines (linear in s, linear in log10 share). Accurate to a pixel (~2% of a share)."""
-    import numpy as np
-    from PIL import Image
-
-    image = np.asarray(Image.open(png).convert("RGB")).astype(int)
-    x_slope, x_zero = np.polyfit(list(GRID_COLUMNS), list(GRID_COLUMNS.values()), 1)
-    y_slope, y_zero = np.polyfit(list(GRID_ROWS), list(GRID_ROWS.values()), 1)
-    points = []
-    for name, colour in CURVES.items():
-        mask = np.abs(image - np.array(colour)).sum(axis=2) < 40
-        for s in BIN_CENTRES:
-            x = int(round(x_slope * s + x_zero))
-            ys = np.nonzero(mask[:, x - 1 : x + 2].any(axis=1))[0]
-            in_legend = (LEGEND[0][0] <= x <= LEGEND[0][1]) & (ys >= LEGEND[1][0]) & (ys <= LEGEND[1][1])
-            ys = ys[(ys > 35) & (ys < 470) & ~in_legend]
-            if len(ys) == 0:
-                continue
-            centre = max(ys, key=lambda y: int(((ys >= y - 3) & (ys <= y + 3)).sum()))
-            if ((ys >= centre - 3) & (ys <= centre + 3)).sum() < MARKER_ROWS:
-                continue  # a few edge pixels of another curve's marker, not this curve's
-            row = float(ys[(ys >= centre - 4) & (ys <= centre + 4)].mean())
-            points.append({"configuration": name, "s": s, "mean_share": float(10 ** ((row - y_zero) / y_slope))})
-    return points
-
-
-def profile_slopes(points: list[dict[str, object]]) -> list[dict[str, object]]:
-    """Least-squares slope of ln(share) against s (unweighted: the figure gives no counts) on each curve's bins."""
-    slopes = []
-    for name in CURVES:
-        mine = [p for p in points if p["configuration"] == name]
-        fits = [("every bin with a point", mine)]
-        if name in KEPT:
-            low, high = KEPT[name]
-            fits.append((f"s = {low}–{high}", [p for p in mine if low - 1e-9 <= p["s"] <= high + 1e-9]))
-        for bins, used in fits:
-            fit = stats.linregress([p["s"] for p in used], [math.log(p["mean_share"]) for p in used])
-            s_values = [p["s"] for p in used]
-            slopes.append({
-                "configuration": name, "bins": bins, "s_low": min(s_values), "s_high": max(s_values),
-                "points": len(used), "log_slope": float(fit.slope),
-            })  # fmt: skip
-    return slopes
-
-
 def main() -> None:
     study = from_summaries(read_table(DOCS / "study" / "table.csv"), STUDY)
     write(DOCS / "study" / "comparisons.csv", study)
     write_markdown(DOCS / "study" / "comparisons.md", study, "CIFAR-10 at CPU scale")
-    hardness = from_summaries(read_table(DOCS / "hardness_study" / "table.csv"), HARDNESS)
-    write(DOCS / "hardness_study" / "comparisons.csv", hardness)
-    write_markdown(DOCS / "hardness_study" / "comparisons.md", hardness, "Hardness study")
-    points = read_profiles(DOCS / "hardness_study" / "hardness_profile.png")
-    write(DOCS / "hardness_study" / "profile_read.csv", points)
-    write(DOCS / "hardness_study" / "profile_read_slopes.csv", profile_slopes(points))
     tau = from_intervals(read_table(DOCS / "tau_study" / "table.csv"))
     write(DOCS / "tau_study" / "comparisons.csv", tau)
     lines = [
