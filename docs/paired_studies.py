@@ -61,8 +61,22 @@ HARDNESS = (
     *[("knn_acc", MACL, s) for s in STEEP],
 )  # fmt: skip
 
+# --- docs/tau_study.md: every pair of the four configurations in every metric the page reads ----------------------
+T01, T05, T1, COS = "InfoNCE τ=0.1", "InfoNCE τ=0.5", "InfoNCE τ=1", "InfoNCE τ=cosine:0.1-1:T=12"
+TAU_PAIRS = ((T01, T05), (T01, T1), (T05, T1), (COS, T01), (COS, T05), (COS, T1))
+TAU_METRICS = (
+    "knn_acc", "uniformity", "tolerance", "top10_neg_sim", "effective_negatives", "effective_rank",
+    "knn_many", "knn_medium", "knn_few", "uniformity_epoch_mean", "tolerance_epoch_mean",
+)  # fmt: skip
+#: Each run's lowest uniformity and highest tolerance over epochs 5–7, around the cosine's lowest τ: the cosine
+#: against each constant.
+TAU_LOWEST = ("uniformity_min_epochs5to7", "tolerance_max_epochs5to7")
+TAU = tuple((metric, a, b) for metric in TAU_METRICS for a, b in TAU_PAIRS)
+TAU += tuple((metric, COS, b) for metric in TAU_LOWEST for b in (T01, T05, T1))
+
 FAMILIES = {
     "hardness_study": Family("Hardness study", ("runs.csv", "profile_slopes.csv"), HARDNESS),
+    "tau_study": Family("τ study", ("runs.csv", "run_averages.csv"), TAU),
 }
 
 
