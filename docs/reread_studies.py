@@ -1,8 +1,10 @@
 """The recorded studies re-read under the report's statistics (issue 40 item 11): ``python docs/reread_studies.py``.
 
-What each study kept, and so what can be computed from it:
+For the studies recorded before per-seed values were kept. A re-run study keeps its per-seed values beside its
+table and is read by ``docs/paired_studies.py`` instead (docs/hardness_study.md, docs/tau_study.md). What the
+study here kept, and so what can be computed from it:
 
-* ``docs/study`` and ``docs/hardness_study`` kept each configuration's mean and sample std over its 3 seeds
+* ``docs/study`` kept each configuration's mean and sample std over its 3 seeds
   (``table.csv``), **not the per-seed values** (the run folders are gone). A paired 95% t-interval needs the
   seed-by-seed differences d_k = a_k − b_k; their std s_d is known only up to the (unrecorded) correlation ρ of
   a and b across the seeds: s_d² = s_a² + s_b² − 2ρ s_a s_b, so |s_a − s_b| ≤ s_d ≤ s_a + s_b. This script
@@ -12,18 +14,9 @@ What each study kept, and so what can be computed from it:
   at both ends. Holm's rule is monotone in the p-values, so a difference called with every p at its largest is
   called whatever the pairing, and one not called with every p at its smallest is called under none; the rest
   "depends on the pairing", which was not recorded. The unpaired (Welch) interval is written beside them.
-* ``docs/tau_study`` kept the report's paired intervals (mean Δ, 95% t-interval, pairs): the full-precision ones
-  of its ★ τ = 0.1 in ``table.csv``, and the ``--baseline`` ones as printed in ``docs/tau_study.md`` (the
-  report's output folders are gone; 3 digits). The p-value follows from an interval: s_d/√n = half-width /
-  t_{0.975, n−1}; the comparisons with ≥ 3 pairs are one Holm family, those with 2 pairs are not tested.
 
-* ``docs/hardness_study`` kept each profile's slope (mean ± std, fitted across the edge where HCL and the hard loss
-  give no share) and the figure, not the per-bin shares: the shares are read back from the figure's pixels and
-  fitted on the bins each loss keeps.
-
-Outputs: ``comparisons.csv`` in ``docs/study``, ``docs/hardness_study`` and ``docs/tau_study``, ``comparisons.md``
-beside each (the table, with the quote each study's text uses), and ``docs/hardness_study/profile_read.csv`` and
-``profile_read_slopes.csv``. Deterministic: running it again rewrites the same files.
+Outputs: ``docs/study/comparisons.csv`` and ``comparisons.md`` beside it (the table, with the quote the study's
+text uses). Deterministic: running it again rewrites the same files.
 """
 
 from __future__ import annotations
@@ -38,7 +31,7 @@ from scipy import stats
 DOCS = Path(__file__).resolve().parent
 sys.path.insert(0, str(DOCS.parent))
 
-from ssl_app.report.paired import CONFIDENCE, MIN_TESTED_PAIRS  # noqa: E402
+from ssl_app.report.paired import CONFIDENCE  # noqa: E402
 from ssl_app.report.significance import ALPHA, holm_adjusted  # noqa: E402
 
 CALLED, NOT_CALLED, DEPENDS = "called", "not called", "depends on the pairing"
@@ -63,43 +56,6 @@ STUDY = [
     ("knn_acc", HSIMPLE, I["0.07"]),
     ("linear_top1", HSIMPLE, H["0.07"]),
 ]  # fmt: skip
-
-# --- docs/hardness_study.md ------------------------------------------------------------------------------------
-HCL, HARD, HYP = "HCL τ=0.5 beta=1 tau_plus=0.1", "HardContrastive τ=0.5 q=0.1", "Hypersphere λ=1 alpha=2 t=2"
-INFONCE, DCL, DEB, MACL = "InfoNCE τ=0.5", "DCL τ=0.5", "Debiased τ=0.5 tau_plus=0.1", "MACL τ=0.5 a_0=0 alpha=0.5"
-STEEP, FLAT = (HYP, HARD, HCL), (INFONCE, DCL, DEB)
-HARDNESS_ROWS = [INFONCE, HARD, DCL, DEB, HCL, HYP, MACL]
-HARDNESS = [
-    *[("uniformity", s, f) for s in STEEP for f in FLAT],
-    ("uniformity", DCL, INFONCE), ("uniformity", DEB, INFONCE), ("uniformity", DEB, DCL),
-    *[("uniformity", MACL, f) for f in FLAT],
-    ("uniformity", HYP, HARD), ("uniformity", HYP, HCL), ("uniformity", HARD, HCL),
-    *[("top10_neg_sim", s, f) for s in STEEP for f in FLAT],
-    ("top10_neg_sim", MACL, INFONCE),
-    *[("tolerance", a, b) for i, a in enumerate(HARDNESS_ROWS) for b in HARDNESS_ROWS[i + 1:]],
-    *[("knn_acc", s, f) for s in STEEP for f in FLAT],
-    *[("knn_acc", MACL, s) for s in STEEP],
-]  # fmt: skip
-
-# --- docs/tau_study.md: the report's --baseline intervals, as its text printed them (Δ = row − ★) --------------
-COS, T05, T1 = "InfoNCE τ=cosine:0.1-1:T12", "InfoNCE τ=0.5", "InfoNCE τ=1"
-TAU_BASELINES = [
-    # ★, row, metric, Δ, low, high, pairs
-    (COS, T05, "knn_acc", 0.07, -1.59, 1.72, 3), (COS, T05, "uniformity", -0.231, -0.325, -0.137, 3),
-    (COS, T05, "tolerance", 0.034, 0.021, 0.047, 3), (COS, T05, "top10_neg_sim", 0.057, 0.029, 0.085, 3),
-    (COS, T05, "effective_negatives", -48.9, -52.0, -45.8, 3), (COS, T05, "effective_rank", -8.853, -11.670, -6.035, 3),
-    (COS, T05, "knn_few", -0.89, -1.37, -0.41, 3),
-    (COS, T1, "knn_acc", -1.20, -4.31, 1.91, 3), (COS, T1, "uniformity", -0.383, -0.549, -0.217, 3),
-    (COS, T1, "tolerance", 0.039, 0.011, 0.066, 3), (COS, T1, "top10_neg_sim", 0.082, 0.039, 0.125, 3),
-    (COS, T1, "effective_negatives", -6.6, -10.7, -2.6, 3), (COS, T1, "effective_rank", -7.218, -12.378, -2.059, 3),
-    (COS, T1, "knn_few", -0.67, -4.90, 3.57, 2),
-    (T05, T1, "knn_acc", -1.27, -3.13, 0.60, 3), (T05, T1, "uniformity", -0.151, -0.276, -0.027, 3),
-    (T05, T1, "tolerance", 0.005, -0.017, 0.026, 3), (T05, T1, "top10_neg_sim", 0.025, 0.007, 0.043, 3),
-    (T05, T1, "effective_negatives", 42.3, 37.4, 47.2, 3), (T05, T1, "effective_rank", 1.634, -1.134, 4.403, 3),
-    (T05, T1, "knn_few", 0.33, -3.90, 4.57, 2),
-]  # fmt: skip
-TAU_METRICS = ["knn_acc", "uniformity", "tolerance", "alignment", "pos_sim", "top10_neg_sim", "effective_negatives"]
-TAU_METRICS += ["effective_rank", "effective_rank_backbone", "knn_many", "knn_medium", "knn_few"]
 
 
 def t_quantile(n: int) -> float:
@@ -152,35 +108,6 @@ def from_summaries(table: dict[str, dict[str, str]], pairs: list[tuple[str, str,
     return rows
 
 
-def from_intervals(table: dict[str, dict[str, str]]) -> list[dict[str, object]]:
-    """The tau study's recorded paired intervals, each with its p-value and the Holm decision."""
-    recorded = []
-    for row, values in table.items():
-        if values["paired_reference"] == "1":
-            continue
-        for metric in TAU_METRICS:
-            parts = [values[f"{metric}_paired_{part}"] for part in ("delta", "low", "high", "n")]
-            recorded.append(("InfoNCE τ=0.1", row, metric, *map(float, parts[:3]), int(parts[3]), "table.csv"))
-    recorded += [(*entry, "tau_study.md") for entry in TAU_BASELINES]
-    rows = []
-    for reference, row, metric, delta, low, high, n, source in recorded:
-        se = (high - low) / 2 / t_quantile(n)
-        rows.append({
-            "reference": reference, "configuration": row, "metric": metric, "pairs": n, "delta": delta, "low": low,
-            "high": high, "p": paired_p(delta, se * math.sqrt(n), n), "interval": COVERS if low <= 0 <= high else EXCLUDES,
-            "source": source,
-        })  # fmt: skip
-    tested = [row for row in rows if row["pairs"] >= MIN_TESTED_PAIRS]
-    for row, adjusted in zip(tested, holm_adjusted([row["p"] for row in tested])):
-        row["holm_p"] = adjusted
-        row["holm"] = CALLED if adjusted <= ALPHA else NOT_CALLED
-    for row in rows:
-        row.setdefault("holm_p", "")
-        row.setdefault("holm", f"not tested ({row['pairs']} pairs)")
-        row["holm_m"] = len(tested)
-    return rows
-
-
 def write(path: Path, rows: list[dict[str, object]]) -> None:
     with path.open("w", newline="", encoding="utf-8") as handle:
         writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
@@ -229,101 +156,10 @@ def write_markdown(path: Path, rows: list[dict[str, object]], title: str) -> Non
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
-# --- docs/hardness_study/hardness_profile.png: the profiles read back from the figure's pixels ------------------
-#: The figure's gridlines (pixel column of s = −0.75 … 1.0, pixel row of share 1e-2, 1e-3, 1e-4) and curve colours
-#: (matplotlib's tab10, in the report's order; InfoNCE's blue and DCL's green lie under Debiased's red: the same
-#: profile, log-slope 1.98 ± 0.00 each).
-GRID_COLUMNS = {-0.75: 144, -0.5: 238, -0.25: 332, 0.0: 426, 0.25: 521, 0.5: 615, 0.75: 709, 1.0: 803}
-GRID_ROWS = {-2: 169, -3: 314, -4: 458}
-CURVES = {DEB: (214, 39, 40), HARD: (255, 127, 14), HCL: (148, 103, 189), HYP: (140, 86, 75), MACL: (227, 119, 194)}
-#: A marker covers at least this many of the 7 rows around its centre (a curve's line alone, fewer).
-MARKER_ROWS = 3
-BIN_CENTRES = [round(-0.85 + 0.1 * k, 2) for k in range(19)]
-#: The legend's frame (columns, rows): its markers share the curves' colours; no curve's point lies inside it.
-LEGEND = ((78, 377), (38, 206))
-#: The bins each slope is fitted on: every bin a curve has a point in, and for the two losses whose share falls
-#: to 0 below an edge, only the bins right of that edge's steep rise (the hard loss: the bins it keeps whole;
-#: HCL: the upper half, where its push is not cancelled by the pull-back).
-KEPT = {HARD: (0.45, 0.95), HCL: (0.45, 0.95)}
-
-
-def read_profiles(png: Path) -> list[dict[str, object]]:
-    """Each curve's mean share at each bin centre, read from the figure: the marker's pixel row in the bin's column,
-    mapped through the gridlines (linear in s, linear in log10 share). Accurate to a pixel (~2% of a share)."""
-    import numpy as np
-    from PIL import Image
-
-    image = np.asarray(Image.open(png).convert("RGB")).astype(int)
-    x_slope, x_zero = np.polyfit(list(GRID_COLUMNS), list(GRID_COLUMNS.values()), 1)
-    y_slope, y_zero = np.polyfit(list(GRID_ROWS), list(GRID_ROWS.values()), 1)
-    points = []
-    for name, colour in CURVES.items():
-        mask = np.abs(image - np.array(colour)).sum(axis=2) < 40
-        for s in BIN_CENTRES:
-            x = int(round(x_slope * s + x_zero))
-            ys = np.nonzero(mask[:, x - 1 : x + 2].any(axis=1))[0]
-            in_legend = (LEGEND[0][0] <= x <= LEGEND[0][1]) & (ys >= LEGEND[1][0]) & (ys <= LEGEND[1][1])
-            ys = ys[(ys > 35) & (ys < 470) & ~in_legend]
-            if len(ys) == 0:
-                continue
-            centre = max(ys, key=lambda y: int(((ys >= y - 3) & (ys <= y + 3)).sum()))
-            if ((ys >= centre - 3) & (ys <= centre + 3)).sum() < MARKER_ROWS:
-                continue  # a few edge pixels of another curve's marker, not this curve's
-            row = float(ys[(ys >= centre - 4) & (ys <= centre + 4)].mean())
-            points.append({"configuration": name, "s": s, "mean_share": float(10 ** ((row - y_zero) / y_slope))})
-    return points
-
-
-def profile_slopes(points: list[dict[str, object]]) -> list[dict[str, object]]:
-    """Least-squares slope of ln(share) against s (unweighted: the figure gives no counts) on each curve's bins."""
-    slopes = []
-    for name in CURVES:
-        mine = [p for p in points if p["configuration"] == name]
-        fits = [("every bin with a point", mine)]
-        if name in KEPT:
-            low, high = KEPT[name]
-            fits.append((f"s = {low}–{high}", [p for p in mine if low - 1e-9 <= p["s"] <= high + 1e-9]))
-        for bins, used in fits:
-            fit = stats.linregress([p["s"] for p in used], [math.log(p["mean_share"]) for p in used])
-            s_values = [p["s"] for p in used]
-            slopes.append({
-                "configuration": name, "bins": bins, "s_low": min(s_values), "s_high": max(s_values),
-                "points": len(used), "log_slope": float(fit.slope),
-            })  # fmt: skip
-    return slopes
-
-
 def main() -> None:
     study = from_summaries(read_table(DOCS / "study" / "table.csv"), STUDY)
     write(DOCS / "study" / "comparisons.csv", study)
     write_markdown(DOCS / "study" / "comparisons.md", study, "CIFAR-10 at CPU scale")
-    hardness = from_summaries(read_table(DOCS / "hardness_study" / "table.csv"), HARDNESS)
-    write(DOCS / "hardness_study" / "comparisons.csv", hardness)
-    write_markdown(DOCS / "hardness_study" / "comparisons.md", hardness, "Hardness study")
-    points = read_profiles(DOCS / "hardness_study" / "hardness_profile.png")
-    write(DOCS / "hardness_study" / "profile_read.csv", points)
-    write(DOCS / "hardness_study" / "profile_read_slopes.csv", profile_slopes(points))
-    tau = from_intervals(read_table(DOCS / "tau_study" / "table.csv"))
-    write(DOCS / "tau_study" / "comparisons.csv", tau)
-    lines = [
-        "# τ study: the recorded paired intervals and their Holm decisions (written by `python docs/reread_studies.py`)",
-        "",
-        "Δ = configuration − ★, mean [95% t-interval] of the paired differences over the shared seeds, as the report "
-        "printed them (source: `table.csv` at full precision, or `docs/tau_study.md`'s `--baseline` table at 3 digits); "
-        "p: the paired t-test's two-sided p-value recovered from the interval (s_d/√n = half-width / t_{0.975, n−1}); "
-        f"Holm: p adjusted over the m = {tau[0]['holm_m']} comparisons with ≥ {MIN_TESTED_PAIRS} pairs (family-wise "
-        f"error ≤ 5%); fewer than {MIN_TESTED_PAIRS} pairs: not tested (the interval is shown, nothing is read from it).",
-        "",
-        "| ★ | configuration | metric | pairs | Δ [95% t-interval] | raw interval | p | Holm p̃ | Holm |",
-        "|---|---|---|---|---|---|---|---|---|",
-    ]
-    for row in tau:
-        d = 2 if str(row["metric"]).startswith(("knn", "linear")) else DIGITS.get(str(row["metric"]), 3)
-        interval = f"{signed(row['delta'], d)} [{signed(row['low'], d)}, {signed(row['high'], d)}]"
-        holm_p = f"{row['holm_p']:.3f}" if row["holm_p"] != "" else ""
-        cells = [row["reference"], row["configuration"], row["metric"], str(row["pairs"]), interval, row["interval"]]
-        lines.append("| " + " | ".join([*cells, f"{row['p']:.4f}", holm_p, row["holm"]]) + " |")
-    (DOCS / "tau_study" / "comparisons.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
 if __name__ == "__main__":

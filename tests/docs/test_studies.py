@@ -1,14 +1,21 @@
 """The recorded studies read under the report's statistics (issue 40 item 11), checked from their committed files.
 
-docs/study.md, docs/hardness_study.md and docs/tau_study.md quote comparisons; each study's folder holds what was
-recorded (``table.csv``: means, stds, n, and for the τ study the report's paired intervals) and what
-``docs/reread_studies.py`` derived from it (``comparisons.csv``). Here scipy recomputes every derived number from
-the recorded ones (paired t-tests on constructed differences with the recorded mean and std, Holm's step-down
-written out as the rule), every comparison a page quotes is matched to its row, no sentence calls a pair
-"separated" or "distinguishable" (except in reporting the pages' earlier reading), and every decimal a claim
-quotes is found in a recorded file. docs/beyond_study.md (issue 41 item 3) recorded its per-seed values
-(``beyond_study/per_seed.csv``), so its pairs are recomputed from the seeds themselves with scipy's paired test.
-No training: a few CSVs and four pages.
+Re-run studies (``RERUN``: docs/hardness_study.md so far) keep their per-seed values beside their tables: the
+report's ``runs.csv`` (every run's configuration, seed and final values) and the page's scripts' per-run CSVs.
+Here the report's table (means, stds, n, and its paired section against ★ with Holm over its m) is recomputed
+from ``runs.csv``; every comparison the page makes is scipy's paired test on the committed per-seed values, Holm's
+step-down (written out as the rule) over the page's stated m; every quoted comparison is one recorded row; every
+"mean ± std" a page quotes is a configuration's mean and sample std in a committed file and every other decimal
+of its claims rounds from a number of its own folder; and the hardness profiles' slopes are refitted on the bins
+they name from the recorded per-bin shares. docs/beyond_study.md (issue 41 item 3) is checked the same way from
+its ``per_seed.csv``.
+
+Studies recorded before per-seed values were kept (docs/study.md; docs/tau_study.md until its re-run lands) keep
+what was recorded (``table.csv``: means, stds, n, and for the τ study the report's paired intervals) and what
+``docs/reread_studies.py`` derived from it (``comparisons.csv``): scipy recomputes every derived number from the
+recorded ones (paired t-tests on constructed differences with the recorded mean and std). No sentence of any page
+calls a pair "separated" or "distinguishable" (except in reporting a page's earlier reading). No training: a few
+CSVs and four pages.
 """
 
 from __future__ import annotations
@@ -17,6 +24,8 @@ import csv
 import importlib.util
 import math
 import re
+import statistics
+import sys
 from pathlib import Path
 
 import pytest
@@ -25,15 +34,16 @@ from scipy import stats
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 ALPHA = 0.05
 MINUS = "−"
-SUMMARY_STUDIES = ("study", "hardness_study")
+SUMMARY_STUDIES = ("study",)
+#: The studies re-run with per-seed values kept: their folder holds the report's table.csv and runs.csv, the
+#: page's per-seed script outputs, and docs/paired_studies.py's comparisons.csv.
+RERUN = ("hardness_study", "tau_study")
 CLAIMS_HEADING = re.compile(r"^## What it (?:shows|reproduces)", re.MULTILINE)
 #: "Δ +0.431 (paired ±0.010–0.193; excludes 0, Holm: depends on the pairing)"
 SUMMARY_QUOTE = re.compile(
     r"Δ ([+−]\d+\.\d+) \(paired ±(\d+\.\d+)–(\d+\.\d+); (excludes 0|covers 0|depends on the pairing), "
     r"Holm: (called|not called|depends on the pairing)\)"
 )
-#: "−0.245 [−0.430, −0.059]" (the τ study's paired intervals)
-INTERVAL_QUOTE = re.compile(r"([+−]?\d+\.\d+) \[([+−]?\d+\.\d+), ([+−]?\d+\.\d+)\]")
 DECIMAL = re.compile(r"(?<![\w.])\d+\.\d+(?![\w.]*\d)")
 
 
@@ -146,82 +156,10 @@ def test_every_quoted_comparison_is_a_recorded_row(name):
         assert called == 0 and int(stated.group(3)) == len(found)
 
 
-# --- docs/tau_study: the report's recorded paired intervals, Holm over them --------------------------------------
+# --- every page ------------------------------------------------------------------------------------------------
 
 
-def test_tau_comparisons_match_the_report_and_holm():
-    """The rows from table.csv carry its full-precision intervals; each p-value is the paired t-test whose 95%
-    interval is the recorded one; Holm's step-down over the ≥ 3-pair ones gives the decisions."""
-    table = {row["configuration"]: row for row in rows(DOCS / "tau_study" / "table.csv")}
-    found = rows(DOCS / "tau_study" / "comparisons.csv")
-    for row in found:
-        n, delta, low, high = int(row["pairs"]), float(row["delta"]), float(row["low"]), float(row["high"])
-        if row["source"] == "table.csv":
-            cells = table[row["configuration"]]
-            key = row["metric"]
-            assert (delta, low, high, n) == (
-                float(cells[f"{key}_paired_delta"]),
-                float(cells[f"{key}_paired_low"]),
-                float(cells[f"{key}_paired_high"]),
-                int(cells[f"{key}_paired_n"]),
-            )
-        sd = (high - low) / 2 / stats.t.ppf(0.975, n - 1) * math.sqrt(n)
-        test = paired_test(delta, sd, n)
-        interval = test.confidence_interval(0.95)
-        assert (interval.high - interval.low) / 2 == pytest.approx((high - low) / 2, rel=1e-9)
-        if row["source"] == "table.csv":  # full precision; the --baseline ones were printed at 3 digits
-            assert interval.low == pytest.approx(low, rel=1e-9)
-        assert (low + high) / 2 == pytest.approx(delta, abs=0.06)
-        assert float(row["p"]) == pytest.approx(test.pvalue, rel=1e-9)
-        assert row["interval"] == ("covers 0" if low <= 0 <= high else "excludes 0")
-    tested = [row for row in found if int(row["pairs"]) >= 3]
-    assert len(tested) == int(found[0]["holm_m"]) == 46
-    for row, rejected in zip(tested, holm_rejects([float(row["p"]) for row in tested])):
-        assert row["holm"] == ("called" if rejected else "not called")
-    assert all(row["holm"].startswith("not tested") for row in found if int(row["pairs"]) < 3)
-
-
-def test_tau_page_quotes_recorded_intervals_and_decisions():
-    """Every "Δ [low, high]" of the claims is a recorded interval (either sign order as ★ and row are named);
-    every p̃ it quotes is a recorded Holm p̃; it states m and how many Holm calls."""
-    found = rows(DOCS / "tau_study" / "comparisons.csv")
-    text = claims("tau_study")
-
-    def matches(quote: re.Match, row: dict[str, str]) -> bool:
-        values = [number(quote.group(i)) for i in (1, 2, 3)]
-        recorded = [float(row[part]) for part in ("delta", "low", "high")]
-        pairs = enumerate(zip(values, recorded))
-        return all(round(r, digits(quote.group(i + 1))) == pytest.approx(v, abs=1e-9) for i, (v, r) in pairs)
-
-    quotes = list(INTERVAL_QUOTE.finditer(text))
-    assert len(quotes) >= 20
-    assert [q.group(0) for q in quotes if not any(matches(q, row) for row in found)] == []
-    holm_p = [float(row["holm_p"]) for row in found if row["holm_p"]]
-    for group in re.findall(r"p̃ ([\d., and]+)\)", text):
-        for value in re.findall(r"\d+\.\d+", group):
-            assert any(round(p, digits(value)) == pytest.approx(float(value)) for p in holm_p), value
-    called = sum(row["holm"] == "called" for row in found)
-    assert f"Holm calls {called} of the {len(holm_p)}" in text and f"m = {len(holm_p)}" in text
-    for sentence in re.split(r"(?<=[.;])\s+(?=[A-Z(*])", text):  # a 2-pair interval is shown, never read as a test
-        for quote in INTERVAL_QUOTE.finditer(sentence):
-            if all(int(row["pairs"]) < 3 for row in found if matches(quote, row)):
-                assert "not tested" in sentence, sentence
-
-
-def test_tau_epoch_means_follow_the_schedule():
-    """The recorded epoch τ of the cosine runs is the schedule's τ at each epoch's last step (9 steps an epoch)."""
-    means = rows(DOCS / "tau_study" / "epoch_means.csv")
-    taus = {int(r["epoch"]): float(r["mean_over_seeds"]) for r in means if r["metric"] == "tau"}
-    assert sorted(taus) == list(range(1, 13))
-    for epoch, tau in taus.items():
-        t = epoch - 1 / 9
-        assert tau == pytest.approx(0.1 + 0.9 * (1 + math.cos(2 * math.pi * t / 12)) / 2, abs=5e-4)
-
-
-# --- all four pages ---------------------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("name", (*SUMMARY_STUDIES, "tau_study", "beyond_study"))
+@pytest.mark.parametrize("name", (*SUMMARY_STUDIES, *RERUN, "beyond_study"))
 def test_no_sentence_claims_a_separation(name):
     """ "separated" / "distinguishable" (not negated) appear only where a page reports its earlier reading."""
     for sentence in re.split(r"(?<=[.;])\s+(?=[A-Z(*])", claims(name)):
@@ -245,7 +183,7 @@ def recorded_numbers() -> set[float]:
     return found
 
 
-@pytest.mark.parametrize("name", (*SUMMARY_STUDIES, "tau_study", "beyond_study"))
+@pytest.mark.parametrize("name", (*SUMMARY_STUDIES, "beyond_study"))
 def test_every_quoted_decimal_is_recorded(name):
     """Each decimal a claim quotes rounds from a number of a committed file: nothing quoted from a lost run."""
     recorded = recorded_numbers()
@@ -255,35 +193,6 @@ def test_every_quoted_decimal_is_recorded(name):
         if not any(abs(round(value, d) - float(quoted)) < 1e-9 for value in recorded):
             missing.append(quoted)
     assert missing == [], f"{name}.md quotes numbers no committed file records: {missing}"
-
-
-# --- docs/hardness_study: the profiles read back from the committed figure ---------------------------------------
-
-
-def test_profile_slopes_read_from_the_figure_are_recorded_and_fitted_on_their_bins():
-    """Reading the committed figure again gives the recorded points; each slope is scipy's fit on the bins it
-    names; the curves with a share in every bin give back the recorded (weighted, per-run) slopes, which is what
-    makes the hard loss's kept-bin slope, flatter than InfoNCE's, a reading to trust."""
-    spec = importlib.util.spec_from_file_location("reread_studies", DOCS / "reread_studies.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    points = rows(DOCS / "hardness_study" / "profile_read.csv")
-    read = module.read_profiles(DOCS / "hardness_study" / "hardness_profile.png")
-    assert [(p["configuration"], p["s"]) for p in read] == [(p["configuration"], float(p["s"])) for p in points]
-    assert [p["mean_share"] for p in read] == pytest.approx([float(p["mean_share"]) for p in points], rel=1e-9)
-    slopes = rows(DOCS / "hardness_study" / "profile_read_slopes.csv")
-    for fit in slopes:
-        used = [p for p in points if p["configuration"] == fit["configuration"]]
-        used = [p for p in used if float(fit["s_low"]) - 1e-9 <= float(p["s"]) <= float(fit["s_high"]) + 1e-9]
-        assert len(used) == int(fit["points"]) >= 5
-        line = stats.linregress([float(p["s"]) for p in used], [math.log(float(p["mean_share"])) for p in used])
-        assert float(fit["log_slope"]) == pytest.approx(line.slope, rel=1e-9)
-    recorded = {r["configuration"]: float(r["log_slope_mean"]) for r in rows(DOCS / "hardness_study" / "profile_slopes.csv")}
-    every_bin = {f["configuration"]: float(f["log_slope"]) for f in slopes if f["bins"] == "every bin with a point"}
-    for name in ("Debiased τ=0.5 tau_plus=0.1", "MACL τ=0.5 a_0=0 alpha=0.5", "Hypersphere λ=1 alpha=2 t=2"):
-        assert every_bin[name] == pytest.approx(recorded[name], abs=0.1)
-    kept = {f["configuration"]: float(f["log_slope"]) for f in slopes if f["bins"] != "every bin with a point"}
-    assert kept["HardContrastive τ=0.5 q=0.1"] < recorded["InfoNCE τ=0.5"] < recorded["HardContrastive τ=0.5 q=0.1"]
 
 
 # --- docs/beyond_study: per-seed values recorded, every pair recomputed from them --------------------------------
@@ -361,3 +270,321 @@ def test_beyond_page_quotes_recorded_comparisons():
     called = sum(row["holm"] == "called" for row in found)
     assert f"m = {len(found)}" in text
     assert re.search(rf"Holm calls {called} of\s+the {len(found)}", text), "the page states how many Holm calls"
+
+
+# --- the re-run studies: per-seed values kept beside every table (runs.csv), every comparison computed ----------
+
+#: "Δ +0.362 [+0.118, +0.606] (p̃ 0.351, not called)" (docs/paired_studies.py's and docs/beyond_study.py's quote)
+PAIRED_QUOTE = re.compile(r"Δ [+−]\d+\.\d+ \[[+−]\d+\.\d+, [+−]\d+\.\d+\] \(p̃ (?:<0\.001|\d\.\d+), (?:called|not called)\)")
+#: "2.553 ± 0.098": a mean ± sample std the page quotes
+MEAN_STD = re.compile(r"(?<![\w.])([−-]?\d+\.\d+) ± (\d+\.\d+)")
+
+
+def paired_studies():
+    spec = importlib.util.spec_from_file_location("paired_studies", DOCS / "paired_studies.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclass resolves its annotations through its module
+    spec.loader.exec_module(module)
+    return module
+
+
+def seed_values(name: str, sources) -> dict[tuple[str, str], dict[str, float]]:
+    """``{(configuration, seed): {column: value}}`` from a study's committed per-seed CSVs."""
+    found: dict[tuple[str, str], dict[str, float]] = {}
+    for source in sources:
+        for row in rows(DOCS / name / source):
+            values = found.setdefault((row["configuration"], row["seed"]), {})
+            for key, cell in row.items():
+                try:
+                    values[key] = float(cell)
+                except (TypeError, ValueError):
+                    continue
+    return found
+
+
+@pytest.mark.parametrize("name", RERUN)
+def test_runs_csv_gives_the_report_table_and_its_paired_section(name):
+    """The report's table (means, stds, n) is what the committed per-seed values give, and its paired differences
+    against ★ (Δ, 95% interval, p) are scipy's paired test on them, Holm over the report's m tests."""
+    table = rows(DOCS / name / "table.csv")
+    seeds = rows(DOCS / name / "runs.csv")
+    assert len(seeds) == sum(int(row["n"]) for row in table) >= 3 * len(table)
+    star = [row for row in table if row["paired_reference"] == "1"]
+    assert len(star) == 1
+    reference = star[0]["configuration"]
+    tested = []
+    for row in table:
+        mine = [r for r in seeds if r["configuration"] == row["configuration"]]
+        for key in [k.removesuffix("_mean") for k in row if k.endswith("_mean")]:
+            values = [float(r[key]) for r in mine if r[key]]
+            assert len(values) == int(row[f"{key}_n"] or 0), (row["configuration"], key)
+            if not values:
+                continue
+            assert statistics.fmean(values) == pytest.approx(float(row[f"{key}_mean"]), rel=1e-9, abs=1e-12)
+            if len(values) > 1:
+                assert statistics.stdev(values) == pytest.approx(float(row[f"{key}_std"]), rel=1e-6, abs=1e-12)
+            if row["configuration"] == reference or not row.get(f"{key}_paired_p"):
+                continue
+            ours = {r["seed"]: float(r[key]) for r in mine if r[key]}
+            theirs = {r["seed"]: float(r[key]) for r in seeds if r["configuration"] == reference and r[key]}
+            shared = sorted(ours.keys() & theirs.keys())
+            test = stats.ttest_rel([ours[s] for s in shared], [theirs[s] for s in shared])
+            interval = test.confidence_interval(0.95)
+            assert int(row[f"{key}_paired_n"]) == len(shared) >= 3
+            delta = statistics.fmean(ours[s] - theirs[s] for s in shared)
+            assert float(row[f"{key}_paired_delta"]) == pytest.approx(delta, rel=1e-9, abs=1e-12)
+            low, high = float(row[f"{key}_paired_low"]), float(row[f"{key}_paired_high"])
+            assert (low, high) == pytest.approx((interval.low, interval.high), rel=1e-7, abs=1e-9)
+            assert float(row[f"{key}_paired_p"]) == pytest.approx(test.pvalue, rel=1e-7, abs=1e-12)
+            tested.append((float(row[f"{key}_paired_p"]), float(row[f"{key}_paired_holm_p"])))
+    m = len(tested)
+    assert m > 0
+    for (_, holm_p), rejected in zip(tested, holm_rejects([p for p, _ in tested])):
+        assert (holm_p <= ALPHA) == rejected
+    text = (DOCS / name / "table.md").read_text(encoding="utf-8")
+    assert f"Comparisons tested: m = {m} " in text
+    assert f"m = {m}:" in claims(name), "the page names the report's own family and its m"
+
+
+#: "24 to 83 s a fit (median 45 s), 16.4 minutes of fit time": the page's time, from the run records
+FIT_TIMES = re.compile(r"(\d+) to (\d+) s a fit \(median (\d+(?:\.\d+)?) s\), (\d+\.\d) minutes of fit time")
+
+
+@pytest.mark.parametrize("name", RERUN)
+def test_a_rerun_page_quotes_its_fit_times_and_commit_from_the_run_records(name):
+    """The time a page states is its runs' records' (``fits.csv``): fastest, slowest, median fit and the sum; every
+    run ended done, at the commit the page names."""
+    fits = [row for row in rows(DOCS / name / "fits.csv") if row["kind"] == "fit"]
+    seconds = [float(row["seconds"]) for row in fits]
+    page = " ".join((DOCS / f"{name}.md").read_text(encoding="utf-8").split())
+    stated = FIT_TIMES.search(page)
+    assert stated, f"{name}.md states no fit times"
+    assert (int(stated.group(1)), int(stated.group(2))) == (round(min(seconds)), round(max(seconds)))
+    assert stated.group(3) == f"{statistics.median(seconds):g}"
+    assert float(stated.group(4)) == round(sum(seconds) / 60, 1)
+    assert {row["status"] for row in fits} == {"done"}
+    commits = {row["git_commit"][:7] for row in fits}
+    assert len(commits) == 1 and f"commit {commits.pop()}" in page
+
+
+@pytest.mark.parametrize("name", RERUN)
+def test_rerun_comparisons_are_recomputed_from_the_per_seed_values(name):
+    """Each comparison's Δ, 95% interval and p is scipy's paired test on the committed per-seed values; Holm's
+    step-down over all m rows of the page gives the decisions; the quote the page uses is the row's numbers."""
+    family = paired_studies().FAMILIES[name]
+    values = seed_values(name, family.sources)
+    found = rows(DOCS / name / "comparisons.csv")
+    assert [(r["metric"], r["a"], r["b"]) for r in found] == list(family.comparisons)
+    for row in found:
+        seeds = row["seeds"].split()
+        assert seeds == sorted(s for (label, s), v in values.items() if label == row["a"] and row["metric"] in v)
+        a = [values[(row["a"], s)][row["metric"]] for s in seeds]
+        b = [values[(row["b"], s)][row["metric"]] for s in seeds]
+        test = stats.ttest_rel(a, b)
+        interval = test.confidence_interval(0.95)
+        assert float(row["delta"]) == pytest.approx(sum(x - y for x, y in zip(a, b)) / len(a), rel=1e-9, abs=1e-12)
+        if all(x - y == a[0] - b[0] for x, y in zip(a, b)):  # equal differences: no spread, p = 0 by the report's rule
+            assert float(row["p"]) == 0.0
+        else:
+            assert (float(row["low"]), float(row["high"])) == pytest.approx((interval.low, interval.high), rel=1e-7, abs=1e-9)
+            assert float(row["p"]) == pytest.approx(test.pvalue, rel=1e-7, abs=1e-15)
+        assert row["interval"] == ("covers 0" if float(row["low"]) <= 0 <= float(row["high"]) else "excludes 0")
+        assert int(row["holm_m"]) == len(found)
+        d = int(row["digits"])
+        low, high = (number_text(float(row[part]), d) for part in ("low", "high"))
+        assert row["quote"].startswith(f"Δ {number_text(float(row['delta']), d)} [{low}, {high}] (p̃ ")
+    for row, rejected in zip(found, holm_rejects([float(row["p"]) for row in found])):
+        assert row["holm"] == ("called" if rejected else "not called")
+        assert row["quote"].endswith(f", {row['holm']})")
+
+
+@pytest.mark.parametrize("name", RERUN)
+def test_rerun_page_quotes_recorded_comparisons(name):
+    """Every paired comparison the page quotes is one recorded row; the page states m and how many Holm calls."""
+    found = rows(DOCS / name / "comparisons.csv")
+    recorded = {row["quote"] for row in found}
+    text = claims(name)
+    quotes = PAIRED_QUOTE.findall(text)
+    assert len(quotes) >= 10, f"{name}.md quotes too few paired comparisons"
+    assert [q for q in quotes if q not in recorded] == []
+    called = sum(row["holm"] == "called" for row in found)
+    assert f"m = {len(found)}" in text
+    assert re.search(rf"Holm calls {called} of\s+the {len(found)}", text), "the page states how many Holm calls"
+
+
+#: Files too many-valued to vouch for a quoted decimal by themselves (a 3-digit number is found in them by chance):
+#: the comparisons (quoted whole, checked apart), each run's every epoch and every profile bin (quoted through
+#: their means, which the page's own tables hold).
+BULK = ("comparisons.csv", "epochs.csv", "profile_bins.csv")
+
+
+def folder_numbers(name: str) -> tuple[set[float], set[tuple[float, float]]]:
+    """Every number of a study's committed CSVs, and every (mean, sample std) of a numeric column over a
+    configuration's rows of its per-run CSVs (runs.csv and the scripts' per-run files) or of table.csv (those means
+    and stds are numbers the page may quote too)."""
+    numbers: set[float] = {stats.t.ppf(0.975, 2)}
+    pairs: set[tuple[float, float]] = set()
+    for path in sorted((DOCS / name).glob("*.csv")):
+        found = rows(path)
+        for row in found if path.name not in BULK else ():
+            for cell in row.values():
+                try:
+                    numbers.add(abs(float(cell)))
+                except (TypeError, ValueError):
+                    numbers.update(float(x) for x in re.findall(r"\d+(?:\.\d+)?", cell or ""))
+        if path.name == "table.csv":
+            for row in found:
+                for key in [k.removesuffix("_mean") for k in row if k.endswith("_mean")]:
+                    if row[f"{key}_mean"] and row[f"{key}_std"]:
+                        pairs.add((float(row[f"{key}_mean"]), float(row[f"{key}_std"])))
+        elif found and "configuration" in found[0] and "seed" in found[0] and path.name not in BULK:
+            for label in {row["configuration"] for row in found}:
+                mine = [row for row in found if row["configuration"] == label]
+                for key in mine[0]:
+                    try:
+                        values = [float(row[key]) for row in mine]
+                    except (TypeError, ValueError):
+                        continue
+                    if len(values) > 1:
+                        pairs.add((statistics.fmean(values), statistics.stdev(values)))
+                        numbers.update((abs(statistics.fmean(values)), statistics.stdev(values)))
+    numbers.update(float(x) for x in re.findall(r"\d+\.\d+", (DOCS / "science.md").read_text(encoding="utf-8")))
+    return numbers, pairs
+
+
+@pytest.mark.parametrize("name", RERUN)
+def test_every_number_a_rerun_page_quotes_is_recorded(name):
+    """Each "mean ± std" of the page (setup and claims) is a configuration's mean and sample std of one column of
+    its committed files; each other decimal of the claims (its quoted comparisons aside) rounds from a number of its
+    own folder's files, bulk files aside (``BULK``)."""
+    numbers, pairs = folder_numbers(name)
+    text = " ".join((DOCS / f"{name}.md").read_text(encoding="utf-8").split())
+    quoted = MEAN_STD.findall(text)
+    assert len(quoted) >= 10
+    missing = []
+    for mean, sd in quoted:
+        d = digits(mean)
+        if not any(round(m, d) == pytest.approx(number(mean)) and round(s, digits(sd)) == pytest.approx(float(sd))
+                   for m, s in pairs):  # fmt: skip
+            missing.append(f"{mean} ± {sd}")
+    assert missing == [], f"{name}.md quotes means ± stds no committed file gives: {missing}"
+    missing = []
+    for value in DECIMAL.findall(PAIRED_QUOTE.sub("", claims(name))):
+        d = digits(value)
+        if not any(abs(round(x, d) - float(value)) < 1e-9 for x in numbers):
+            missing.append(value)
+    assert missing == [], f"{name}.md quotes numbers its committed files do not record: {missing}"
+
+
+@pytest.mark.parametrize("name", RERUN)
+def test_a_rerun_page_shows_the_committed_tables(name):
+    """The page's tables are the report's first tables (``table.md`` up to its paired section), line for line."""
+    page = (DOCS / f"{name}.md").read_text(encoding="utf-8")
+    table = (DOCS / name / "table.md").read_text(encoding="utf-8").split("### Paired")[0]
+    lines = [line for line in table.splitlines() if line.startswith("| ")]
+    assert len(lines) >= 10
+    assert [line for line in lines if line not in page] == []
+
+
+# --- docs/hardness_study: the profiles' slopes, refitted on the bins they name -----------------------------------
+
+
+def weighted_slope(points: list[tuple[float, float, float]]) -> float:
+    """Least-squares slope of y on x with weights w (numpy's polyfit with weights √w minimises the same sum)."""
+    total = sum(w for _, _, w in points)
+    mx = sum(w * x for x, _, w in points) / total
+    my = sum(w * y for _, y, w in points) / total
+    return sum(w * (x - mx) * (y - my) for x, y, w in points) / sum(w * (x - mx) ** 2 for x, _, w in points)
+
+
+def test_hardness_slopes_are_refitted_on_the_bins_they_name():
+    """Each run's two log-slopes are the weighted fit of ln(mean share) on s over the recorded bins they name (every
+    bin with a share > 0; the upper bins s = 0.45–0.95, the same 6 for every run), its share ≤ 0 the recorded
+    negatives' fraction; InfoNCE's is 1/τ = 2 up to the binning; the page shows the script's table and names the bins."""
+    name = "hardness_study"
+    bins = rows(DOCS / name / "profile_bins.csv")
+    slopes = rows(DOCS / name / "profile_slopes.csv")
+    assert len(slopes) == 21
+    for run in slopes:
+        mine = [b for b in bins if (b["configuration"], b["seed"]) == (run["configuration"], run["seed"])]
+        points = [(float(b["s"]), float(b["mean_share"]), float(b["negatives"])) for b in mine]
+        positive = [(s, math.log(w), n) for s, w, n in points if w > 0]
+        named = (float(run["s_low"]), float(run["s_high"]), int(run["bins"]))
+        assert (min(s for s, _, _ in positive), max(s for s, _, _ in positive), len(positive)) == named
+        assert float(run["log_slope"]) == pytest.approx(weighted_slope(positive), rel=1e-6)
+        upper = [p for p in positive if p[0] >= 0.45 - 1e-9]
+        assert (float(run["upper_s_low"]), float(run["upper_s_high"]), int(run["upper_bins"])) == (0.45, 0.95, 6)
+        assert len(upper) == 6
+        assert float(run["upper_log_slope"]) == pytest.approx(weighted_slope(upper), rel=1e-6)
+        dropped = sum(n for _, w, n in points if w <= 0) / sum(n for _, _, n in points)
+        assert float(run["share_le_0"]) == pytest.approx(dropped, rel=1e-9, abs=1e-12)
+        if run["configuration"] == "InfoNCE τ=0.5":
+            assert float(run["log_slope"]) == pytest.approx(2.0, abs=0.05)
+    page = (DOCS / f"{name}.md").read_text(encoding="utf-8")
+    summary = (DOCS / name / "profile_summary.md").read_text(encoding="utf-8").split("\n\n")[0]
+    assert summary.strip() in page
+    assert "s = 0.45–0.95" in claims(name)
+
+
+# --- docs/tau_study: the path, run by run ------------------------------------------------------------------------
+
+
+def test_tau_paths_follow_the_schedule_and_give_the_recorded_means():
+    """Each cosine run's recorded τ is the schedule's at each epoch's last step (9 steps an epoch), each constant's
+    its τ; the path table's means and the run averages are the recorded per-run epochs' means."""
+    name = "tau_study"
+    epochs = rows(DOCS / name / "epochs.csv")
+    runs = {(r["configuration"], r["seed"]): r for r in rows(DOCS / name / "run_averages.csv")}
+    assert len(runs) == 12 and len(epochs) == 12 * 12
+    constants = {"InfoNCE τ=0.1": 0.1, "InfoNCE τ=0.5": 0.5, "InfoNCE τ=1": 1.0}
+    for row in epochs:
+        t = int(row["epoch"]) - 1 / 9
+        expected = constants.get(row["configuration"], 0.1 + 0.9 * (1 + math.cos(2 * math.pi * t / 12)) / 2)
+        assert float(row["tau"]) == pytest.approx(expected, abs=1e-6), row
+    for (label, seed), run in runs.items():
+        mine = [e for e in epochs if (e["configuration"], e["seed"]) == (label, seed)]
+        for key in ("tau", "uniformity", "tolerance"):
+            assert float(run[f"{key}_epoch_mean"]) == pytest.approx(statistics.fmean(float(e[key]) for e in mine), rel=1e-9)
+    for mean in rows(DOCS / name / "epoch_means.csv"):
+        at = [e for e in epochs if (e["configuration"], e["epoch"]) == (mean["configuration"], mean["epoch"])]
+        assert len(at) == int(mean["n"]) == 3
+        for key in ("tau", "uniformity", "tolerance", "knn_acc"):
+            assert float(mean[key]) == pytest.approx(statistics.fmean(float(e[key]) for e in at), rel=1e-9)
+    cosine = {int(m["epoch"]): m for m in rows(DOCS / name / "epoch_means.csv") if "cosine" in m["configuration"]}
+    text = claims(name)
+
+    def at(key: str, epochs_quoted: list[int], digits: int = 3) -> str:
+        return ", ".join(f"{float(cosine[e][key]):.{digits}f}" for e in epochs_quoted)
+
+    # the path's numbers as the claims quote them, epoch by epoch
+    assert f"went {at('tau', [1])} → {at('tau', [6])} (epoch 6) → {at('tau', [12])} (epoch 12)" in text
+    assert f"last three epochs ran at τ {at('tau', [10, 11, 12])})" in text
+    assert f"(epochs 5–7, τ {at('tau', [5, 6, 7])})" in text
+    assert f"mean uniformity fell to {at('uniformity', [5, 6, 7])} and their mean tolerance rose to" in text
+    assert f"rose to {at('tolerance', [5, 6, 7])} (" in text
+    assert f"mean uniformity {at('uniformity', [8])} at epoch 8, {at('uniformity', [9])} at epoch 9" in text
+    last = {(e["configuration"], e["seed"]): e for e in epochs if e["epoch"] == "12"}
+    for row in rows(DOCS / name / "runs.csv"):  # the path's last epoch is the table's final value
+        for key in ("uniformity", "tolerance", "knn_acc"):
+            assert float(last[(row["configuration"], row["seed"])][key]) == pytest.approx(float(row[key]), rel=1e-6)
+
+
+def test_tau_report_paired_section_is_the_pages_comparisons_against_the_cosine():
+    """The report's ★ is the cosine (the highest mean kNN); its paired section gives, for each constant, the Δ and
+    interval the page's comparisons give (their sign turned: the report's Δ is row − ★, the page's cosine − constant)."""
+    name = "tau_study"
+    found = {(r["metric"], r["a"], r["b"]): r for r in rows(DOCS / name / "comparisons.csv")}
+    table = rows(DOCS / name / "table.csv")
+    star = [r["configuration"] for r in table if r["paired_reference"] == "1"]
+    assert star == ["InfoNCE τ=cosine:0.1-1:T=12"]
+    checked = 0
+    for row in table:
+        for metric, a, b in found:
+            if (a, b) != (star[0], row["configuration"]) or not row.get(f"{metric}_paired_delta"):
+                continue
+            mine = found[(metric, a, b)]
+            assert float(row[f"{metric}_paired_delta"]) == pytest.approx(-float(mine["delta"]), rel=1e-9, abs=1e-12)
+            assert float(row[f"{metric}_paired_low"]) == pytest.approx(-float(mine["high"]), rel=1e-7, abs=1e-9)
+            assert float(row[f"{metric}_paired_high"]) == pytest.approx(-float(mine["low"]), rel=1e-7, abs=1e-9)
+            checked += 1
+    assert checked == 3 * 9
