@@ -5,7 +5,8 @@ which Lightning imports in turn; benchmarks/README.md, "Errors and --help before
 answers first what needs none of it: ``list``, ``export`` and ``embed`` (their own modules, which import what
 they use), the top-level ``--help``, a missing or misspelled command, and the inputs ``ssl_app.cli.early`` checks
 (a ``--config`` file that is not a YAML mapping, a class path on the command line that names no class, an option
-no parser would take: its names are read from the classes' source, ``ssl_app.cli.source_signatures``).
+no parser would take: its names are read from the classes' source, ``ssl_app.cli.source_signatures``), and a
+``--help`` printed before for the same command line, configs and sources (``ssl_app.cli.help_cache``).
 Everything else goes to LightningCLI (``ssl_app.cli.app``), whose parser errors say "did you mean" too
 (``ssl_app.cli.parsing``).
 """
@@ -18,6 +19,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, NoReturn, Optional
 
+from ssl_app.cli import help_cache
 from ssl_app.cli.early import (
     OWN_SUBCOMMANDS,
     PROG,
@@ -47,6 +49,9 @@ def main(args: Optional[list[str]] = None) -> Any:
         known = [*TRAINER_COMMANDS, *OWN_SUBCOMMANDS]
         given = f"invalid choice: {command!r}{did_you_mean(command, known)}" if command else "no command given"
         refuse(f"{given}; choose from {', '.join(known)}", PROG)
+    wants = help_cache.wants_help(argv)
+    if wants and help_cache.serve(PROG, argv):  # the same help printed before, for the same sources and configs
+        sys.exit(0)
     if command is not None:
         try:
             check_config_files(argv)
@@ -61,6 +66,9 @@ def main(args: Optional[list[str]] = None) -> Any:
     with starting():
         from ssl_app.cli.app import main as run_trainer_command
 
+    if wants:  # LightningCLI prints the help and exits 0: kept for the next one (ssl_app.cli.help_cache)
+        with help_cache.keeping_help(PROG, argv):
+            return run_trainer_command(argv)
     return run_trainer_command(argv)
 
 
