@@ -3,7 +3,8 @@
 Importing Lightning takes seconds (6 on a quiet 2-core machine, most of it torchmetrics, torchvision and scipy,
 which Lightning imports in turn; benchmarks/README.md, "Errors and --help before the imports"), so ``main``
 answers first what needs none of it: ``list``, ``export`` and ``embed`` (their own modules, which import what
-they use), the top-level ``--help``, a missing or misspelled command, and the inputs ``ssl_app.cli.early`` checks
+they use; the options of the last two are parsed first by ``ssl_app.cli.tool_options``), the top-level ``--help``,
+a missing or misspelled command, and the inputs ``ssl_app.cli.early`` checks
 (a ``--config`` file that is not a YAML mapping, a class path on the command line that names no class, an option
 no parser would take: its names are read from the classes' source, ``ssl_app.cli.source_signatures``), and a
 ``--help`` printed before for the same command line, configs and sources (``ssl_app.cli.help_cache``).
@@ -30,6 +31,7 @@ from ssl_app.cli.early import (
     top_help,
 )
 from ssl_app.cli.suggest import did_you_mean
+from ssl_app.cli.tool_options import early_answer
 from ssl_app.errors import ConfigError
 
 
@@ -38,6 +40,9 @@ def main(args: Optional[list[str]] = None) -> Any:
     Trainer command; the other commands, ``--help`` and the inputs refused here exit (status 0 or 2)."""
     argv = list(sys.argv[1:] if args is None else args)
     if argv[:1] and argv[0] in OWN_SUBCOMMANDS:  # not a Trainer subcommand: no Trainer, no run folder
+        answered = early_answer(argv[0], argv[1:])  # export/embed: --help and bad options before torch
+        if answered is not None:
+            sys.exit(answered)
         with starting():
             command_module = importlib.import_module(OWN_SUBCOMMANDS[argv[0]])
         sys.exit(command_module.main(argv[1:]))

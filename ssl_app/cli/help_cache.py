@@ -153,9 +153,10 @@ def cached(key: Optional[tuple[str, str]]) -> Optional[str]:
         kept = json.loads(_file(key).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    if not isinstance(kept, dict) or kept.get("key") != list(key) or not isinstance(kept.get("text"), str):
+    if not isinstance(kept, dict) or kept.get("key") != list(key):
         return None
-    return kept["text"]
+    text = kept.get("text")
+    return text if isinstance(text, str) else None
 
 
 def keep(key: Optional[tuple[str, str]], text: str) -> None:
