@@ -54,7 +54,7 @@ def main(args: Optional[list[str]] = None) -> Any:
         known = [*TRAINER_COMMANDS, *OWN_SUBCOMMANDS]
         given = f"invalid choice: {command!r}{did_you_mean(command, known)}" if command else "no command given"
         refuse(f"{given}; choose from {', '.join(known)}", PROG)
-    wants = help_cache.wants_help(argv)
+    wants, fresh = help_cache.wants_help(argv), help_cache.fresh_process()
     if wants and help_cache.serve(PROG, argv):  # the same help printed before, for the same sources and configs
         sys.exit(0)
     if command is not None:
@@ -72,7 +72,7 @@ def main(args: Optional[list[str]] = None) -> Any:
         from ssl_app.cli.app import main as run_trainer_command
 
     if wants:  # LightningCLI prints the help and exits 0: kept for the next one (ssl_app.cli.help_cache)
-        with help_cache.keeping_help(PROG, argv):
+        with help_cache.keeping_help(PROG, argv, fresh):
             return run_trainer_command(argv)
     return run_trainer_command(argv)
 

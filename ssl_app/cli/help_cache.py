@@ -201,11 +201,21 @@ class _Tee:
         return getattr(self.stream, name)
 
 
+#: Modules whose import changes a LightningCLI help text (the "known subclasses" it lists): a process that imported
+#: any of them before the command (``main(args)`` called in-process) prints a text a fresh process would not.
+SHAPING_MODULES = ("lightning", "datamodules", "callbacks", "ssl_app.methods", "ssl_app.losses", "ssl_app.evaluation")
+
+
+def fresh_process() -> bool:
+    """Whether nothing that shapes a help text has been imported yet (as in ``python -m ssl_app ... --help``)."""
+    return not any(name in sys.modules for name in SHAPING_MODULES)
+
+
 @contextmanager
-def keeping_help(tool: str, argv: list[str]) -> Iterator[None]:
+def keeping_help(tool: str, argv: list[str], fresh: bool = True) -> Iterator[None]:
     """Run a block that prints ``--help`` and exits with status 0; what it printed on stdout is kept for ``tool`` and
-    ``argv``. Any other way out (an error, a return) keeps nothing."""
-    key = help_key(tool, argv)
+    ``argv`` when the process was ``fresh`` (see :func:`fresh_process`). Any other way out keeps nothing."""
+    key = help_key(tool, argv) if fresh else None
     tee = _Tee(sys.stdout)
     sys.stdout = tee
     try:

@@ -199,3 +199,16 @@ def test_fit_help_is_the_parser_s_then_served_without_lightning_and_never_stale(
         path.write_text('{"key": ["trunc')
     again = fit_help(args, cache)
     assert again == edited
+
+
+def test_a_help_printed_by_a_process_that_imported_lightning_before_is_not_kept(cache, capsys):
+    """``main(args)`` called in a process that imported Lightning, methods or datamodules already lists more "known
+    subclasses" than ``python -m ssl_app fit --help`` would: that text must not become the cached one."""
+    import lightning.pytorch  # noqa: F401 - what a notebook or a test has imported before
+
+    from ssl_app.cli import main
+
+    with pytest.raises(SystemExit) as stop:
+        main(["fit", "--help"])
+    assert stop.value.code in (0, None) and "--trainer.max_epochs" in capsys.readouterr().out
+    assert list(cache.glob("help-*.json")) == []
