@@ -20,7 +20,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, NoReturn, Optional
 
-from ssl_app.cli import help_cache
 from ssl_app.cli.early import (
     OWN_SUBCOMMANDS,
     PROG,
@@ -31,7 +30,6 @@ from ssl_app.cli.early import (
     top_help,
 )
 from ssl_app.cli.suggest import did_you_mean
-from ssl_app.cli.tool_options import early_answer
 from ssl_app.errors import ConfigError
 
 
@@ -40,6 +38,8 @@ def main(args: Optional[list[str]] = None) -> Any:
     Trainer command; the other commands, ``--help`` and the inputs refused here exit (status 0 or 2)."""
     argv = list(sys.argv[1:] if args is None else args)
     if argv[:1] and argv[0] in OWN_SUBCOMMANDS:  # not a Trainer subcommand: no Trainer, no run folder
+        from ssl_app.cli.tool_options import early_answer  # (export, embed: their parsers; a few ms, not for --help)
+
         answered = early_answer(argv[0], argv[1:])  # export/embed: --help and bad options before torch
         if answered is not None:
             sys.exit(answered)
@@ -54,6 +54,8 @@ def main(args: Optional[list[str]] = None) -> Any:
         known = [*TRAINER_COMMANDS, *OWN_SUBCOMMANDS]
         given = f"invalid choice: {command!r}{did_you_mean(command, known)}" if command else "no command given"
         refuse(f"{given}; choose from {', '.join(known)}", PROG)
+    from ssl_app.cli import help_cache  # (hashing the sources: not for the top-level --help)
+
     wants, fresh = help_cache.wants_help(argv), help_cache.fresh_process()
     if wants and help_cache.serve(PROG, argv):  # the same help printed before, for the same sources and configs
         sys.exit(0)

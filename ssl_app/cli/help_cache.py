@@ -107,7 +107,9 @@ def _named_files(argv: list[str], cwd: Path) -> Iterator[bytes]:
 
 
 def _strings_in(content: bytes) -> list[str]:
-    """Every string value and key of a YAML/JSON file (nothing for another kind of file)."""
+    """Every string value of a YAML/JSON file (nothing for another kind of file). Keys are option names
+    (``trainer.max_epochs``), never a file or a class: a key that looked like a class path of another package (a
+    ``data`` folder in the working directory) would keep the text from being kept."""
     import yaml
 
     try:
@@ -121,7 +123,7 @@ def _strings_in(content: bytes) -> list[str]:
         if isinstance(item, str):
             found.append(item)
         elif isinstance(item, dict):
-            stack += [*item.keys(), *item.values()]
+            stack += list(item.values())
         elif isinstance(item, list):
             stack += item
     return found

@@ -120,6 +120,16 @@ def test_a_class_of_another_package_is_never_kept(cache, sources, tmp_path, monk
     assert help_cache.help_key("prog", ["fit", "--model", "ssl_app.methods.SimCLR", "--help"]) is not None
 
 
+def test_an_option_name_in_a_config_is_not_taken_for_a_class_path(cache, sources, tmp_path, monkeypatch):
+    """``data.init_args.root:`` is a key, not a class of a package ``data`` (a folder of that name in the working
+    directory is importable as one): the text is kept."""
+    (tmp_path / "data").mkdir()
+    monkeypatch.syspath_prepend(str(tmp_path))
+    config = tmp_path / "dotted.yaml"
+    config.write_text("data.init_args.root: images\ntrainer.max_epochs: 3\n")
+    assert help_cache.help_key("prog", ["fit", "--config", str(config), "--help"], tmp_path) is not None
+
+
 WRITER = """
 import sys
 from ssl_app.cli import help_cache
