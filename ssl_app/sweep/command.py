@@ -178,8 +178,7 @@ def build_parser() -> argparse.ArgumentParser:
 def parse_args(argv: Optional[list[str]]) -> argparse.Namespace:
     """The sweep's options, checked (a bad one is one ``error:`` line and ``SystemExit(2)``), with the
     derived ``seed_list``, ``linear_extra`` and ``sbatch``; ``--data-root`` becomes the first extra option."""
-    parser = build_parser()
-    args = parser.parse_args(_joined_linear_args(sys.argv[1:] if argv is None else argv))
+    args = build_parser().parse_args(_joined_linear_args(sys.argv[1:] if argv is None else argv))
     if isinstance(args.status, str):
         if args.plan is not None or args.config:
             fail("--status DIR reads the runs from the sweep's folder: give it alone, or --status with the sweep's command")
