@@ -183,8 +183,11 @@ def serve(tool: str, argv: list[str], write: Optional[Callable[[str], Any]] = No
     text = cached(help_key(tool, argv))
     if text is None:
         return False
-    (write or sys.stdout.write)(text)
-    sys.stdout.flush()
+    try:
+        (write or sys.stdout.write)(text)
+        sys.stdout.flush()
+    except BrokenPipeError:  # `fit --help | head`: the reader has what it wanted
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - Python flushes stdout again at exit
     return True
 
 
