@@ -6,6 +6,10 @@ and after. ``--tree DIR`` measures another checkout (PYTHONPATH=DIR, run from DI
 ``git worktree``, side by side with this one::
 
     python benchmarks/cli_startup.py --rounds 5 --tree /tmp/old-main
+    python benchmarks/cli_startup.py --rounds 3 --caches cold cached --only "import torch (bare)" "fit --help"
+
+``--caches cold cached`` measures each command with an empty cache folder (the first call after an install or an
+edit: ``list`` and ``--help`` read the parser and the registries) and with a filled one (every later call).
 """
 
 from __future__ import annotations
@@ -15,8 +19,10 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
+from typing import Optional
 
 REPO = Path(__file__).resolve().parents[1]
 QUICKSTART = ["--config", "configs/quickstart.yaml"]
@@ -46,12 +52,26 @@ COMMANDS = {
     ],
     "fit: misspelled logger option": ["-m", "ssl_app", "fit", *QUICKSTART, "--trainer.logger.init_args.save_dirr=x"],
     "sweep: empty grid value": ["-m", "ssl_app.sweep", *QUICKSTART, "--grid", "tau=0.5,,0.2", "--dry-run"],
+    "fit --help": ["-m", "ssl_app", "fit", "--help"],
+    "fit --config --help": ["-m", "ssl_app", "fit", *QUICKSTART, "--help"],
+    "validate --help": ["-m", "ssl_app", "validate", "--help"],
+    "test --help": ["-m", "ssl_app", "test", "--help"],
+    "export --help": ["-m", "ssl_app", "export", "--help"],
+    "embed --help": ["-m", "ssl_app", "embed", "--help"],
+    "export: no --ckpt": ["-m", "ssl_app", "export", "--out", "encoder.pt"],
+    "report --help": ["-m", "ssl_app.report", "--help"],
+    "report: unknown option": ["-m", "ssl_app.report", "runs", "--bogus"],
+    "sweep --help": ["-m", "ssl_app.sweep", "--help"],
+    "sweep: bad --seeds": ["-m", "ssl_app.sweep", *QUICKSTART, "--seeds", "a"],
 }
+#: ``--caches``: ``cold``, every call with an empty cache folder (the first call after an install or an edit);
+#: ``cached``, one folder per tree filled by an untimed call of each command first; ``user``, the environment's.
+CACHES = ("cold", "cached", "user")
 
 
-def seconds(args: list[str], tree: Path) -> float:
-    """Wall-clock seconds of ``python args`` in ``tree`` (its output discarded)."""
-    env = {**os.environ, "PYTHONPATH": str(tree)}
+def seconds(args: list[str], tree: Path, cache: Optional[Path] = None) -> float:
+    """Wall-clock seconds of ``python args`` in ``tree`` (its output discarded), with ``SSL_APP_CACHE=cache`` if given."""
+    env = {**os.environ, "PYTHONPATH": str(tree), **({"SSL_APP_CACHE": str(cache)} if cache is not None else {})}
     start = time.perf_counter()
     subprocess.run([sys.executable, *args], cwd=tree, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return time.perf_counter() - start
@@ -62,24 +82,33 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--tree", type=Path, default=None, help="another checkout, measured beside this one")
     parser.add_argument("--only", nargs="*", default=None, help="names of COMMANDS to measure (default: all)")
+    parser.add_argument("--caches", nargs="+", choices=CACHES, default=["user"], help="see CACHES (default: user)")
     args = parser.parse_args()
     trees = {"this": REPO, **({"other": args.tree.resolve()} if args.tree else {})}
     chosen = {name: cmd for name, cmd in COMMANDS.items() if args.only is None or name in args.only}
-    times: dict[tuple[str, str], list[float]] = {}
-    load_before = os.getloadavg()
-    for _ in range(args.rounds):
-        for name, cmd in chosen.items():
-            for label, tree in trees.items():
-                if label != "this" and "(bare)" in name:
-                    continue
-                times.setdefault((name, label), []).append(seconds(cmd, tree))
-    load_after = os.getloadavg()
+    columns = [(label, mode) for label in trees for mode in args.caches]
+    times: dict[tuple[str, str, str], list[float]] = {}
+    with tempfile.TemporaryDirectory(prefix="cli_startup_") as scratch:
+        kept = {label: Path(scratch) / f"kept-{label}" for label in trees}
+        if "cached" in args.caches:
+            for cmd in chosen.values():
+                for label, tree in trees.items():
+                    seconds(cmd, tree, kept[label])
+        load_before = os.getloadavg()
+        for round_ in range(args.rounds):
+            for name, cmd in chosen.items():
+                for label, mode in columns:
+                    if label != "this" and "(bare)" in name:
+                        continue
+                    cache = {"cold": Path(scratch) / f"cold-{round_}-{name}-{label}", "cached": kept[label]}.get(mode)
+                    times.setdefault((name, label, mode), []).append(seconds(cmd, trees[label], cache))
+        load_after = os.getloadavg()
     print(f"load average (1, 5, 15 min) before {load_before}, after {load_after}; {os.cpu_count()} cores; {args.rounds} rounds")
-    print(f"{'command':<30}" + "".join(f"{label:>22}" for label in trees))
+    print(f"{'command':<30}" + "".join(f"{label + ' ' + mode:>22}" for label, mode in columns))
     for name in chosen:
         cells = []
-        for label in trees:
-            found = times.get((name, label))
+        for label, mode in columns:
+            found = times.get((name, label, mode))
             cells.append(f"{statistics.median(found):8.2f} s ({min(found):.1f}-{max(found):.1f})" if found else "")
         print(f"{name:<30}" + "".join(f"{cell:>22}" for cell in cells))
 

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-
-import torch
-import torch.nn.functional as F
-from torch import Tensor
+from typing import TYPE_CHECKING
 
 from ssl_app.checks import PositiveInt, is_a
 from ssl_app.errors import ConfigError
+
+if TYPE_CHECKING:  # torch is imported where tensors are made: ``embed --help`` reads the defaults below without it
+    from torch import Tensor
 
 #: TensorBoard's projector draws a sprite image of at most 8192 × 8192 pixels.
 MAX_SPRITE_SIDE = 8192
@@ -43,6 +43,8 @@ def projector_subset(n: int, max_samples: int, seed: int) -> Tensor:
     """The sorted indices of ``min(n, max_samples)`` samples of a split of ``n``, drawn without
     replacement by a generator seeded with ``seed``: the same subset at every call, in every run
     of the same data."""
+    import torch
+
     generator = torch.Generator().manual_seed(seed)
     return torch.randperm(n, generator=generator)[:max_samples].sort().values
 
@@ -50,6 +52,9 @@ def projector_subset(n: int, max_samples: int, seed: int) -> Tensor:
 def thumbnails(images: Tensor, size: int, mean: Sequence[float] | None, std: Sequence[float] | None) -> Tensor:
     """[B, 3, size, size] images in [0, 1] for the sprite: the eval-transform images with their
     normalisation undone (``mean``/``std``; ``None``: each image stretched to [0, 1])."""
+    import torch
+    import torch.nn.functional as F
+
     images = images.detach().float().cpu()
     if mean is not None and std is not None:
         images = images * torch.tensor(std).view(1, -1, 1, 1) + torch.tensor(mean).view(1, -1, 1, 1)

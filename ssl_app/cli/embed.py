@@ -33,13 +33,12 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, Dataset
 
-from ssl_app.cli.export import OneLineParser, TrainedEncoder, add_import_option, check_output, load_encoder, run_command
+from ssl_app.cli.export import TrainedEncoder, check_output, load_encoder, run_command
+from ssl_app.cli.tool_options import embed_parser as parser
 from ssl_app.errors import ConfigError, OutputError, causes, find_cause
 from ssl_app.io.atomic import atomic_file
 from ssl_app.normalisation import KEYS, settle_input, shown
 from ssl_app.projector import (
-    DEFAULT_SAMPLES,
-    DEFAULT_THUMBNAIL,
     check_projector_size,
     projector_subset,
     thumbnails,
@@ -47,8 +46,6 @@ from ssl_app.projector import (
 )
 from ssl_app.trust import import_trusted, is_known_class
 from ssl_app.workers import loader_options
-
-SPLITS = ("train", "val", "test")
 
 
 @dataclass
@@ -278,36 +275,6 @@ def write_npz(out: Path, arrays: dict[str, np.ndarray]) -> None:
             file.write(buffer.getvalue())
     except OSError as error:
         raise OutputError(f"cannot write {out}: {error.strerror or error}") from error
-
-
-def parser() -> OneLineParser:
-    parser = OneLineParser(
-        prog="python -m ssl_app embed",
-        description="Backbone features (and projections) of every image of a data set, through the run's clean "
-        "transform, saved as .npz (features, labels, indices, paths, classes, projections).",
-    )
-    parser.add_argument("--ckpt", required=True, help="a checkpoint written by python -m ssl_app fit")
-    parser.add_argument("--data", help="an image folder (PATH/<class>/* or PATH/*); default: the run's own data")
-    parser.add_argument("--split", choices=SPLITS, default="test", help="without --data: the run's split to embed (default test)")
-    parser.add_argument("--out", required=True, help="the .npz file to write")
-    parser.add_argument("--projections", action="store_true", help="also save the projection head's L2-normalised outputs")
-    parser.add_argument("--batch-size", type=int, default=256, help="images per batch (default 256)")
-    parser.add_argument("--num-workers", type=int, default=None, help="DataLoader workers (default: the run's; 0 for --data)")
-    parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto", help="auto: cuda when available")
-    parser.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
-    parser.add_argument(
-        "--projector",
-        metavar="DIR",
-        help="also write a seeded subset to TensorBoard's projector in DIR (tensorboard --logdir DIR): the projections "
-        "with --projections, else the features; labels, indices and thumbnails",
-    )
-    parser.add_argument("--projector-samples", type=int, default=DEFAULT_SAMPLES, help="images in the projector (default 1000)")
-    parser.add_argument("--projector-seed", type=int, default=0, help="the projector subset's seed (default 0)")
-    parser.add_argument(
-        "--thumbnail-size", type=int, default=DEFAULT_THUMBNAIL, help="sprite thumbnails' side in px (default 32)"
-    )
-    add_import_option(parser)
-    return parser
 
 
 def main(args: Sequence[str], out: Any = None, err: Any = None) -> int:

@@ -32,8 +32,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, Optional, TextIO
 
 from ssl_app.errors import ConfigError, NonFiniteError, OutputError, causes, find_cause
-from ssl_app.runs.record import DIVERGED, FAILED, INTERRUPTED
-from ssl_app.runs.spec import LR_KEY, RunSpec
 from ssl_app.signals import handling
 from ssl_app.workers import WorkerDeath, worker_death
 
@@ -135,6 +133,8 @@ def record_ending(error: BaseException, trainer: Any, interrupt: Optional[Interr
     """The record's status and exit reason for a run that ended with ``error``."""
     from lightning.pytorch.utilities.exceptions import SIGTERMException
 
+    from ssl_app.runs.record import DIVERGED, FAILED, INTERRUPTED
+
     nonfinite = find_cause(error, NonFiniteError)
     if nonfinite is not None:
         return DIVERGED, str(nonfinite).split("\n")[0]
@@ -207,6 +207,8 @@ def dead_worker(death: WorkerDeath, config: dict[str, Any]) -> str:
 def data_option(config: dict[str, Any], name: str) -> str:
     """``data.init_args.<name> (now <value>)``: the run's own key for a data option (a linear probe's data
     nests its encoder's), with its value when the config has one."""
+    from ssl_app.runs.spec import RunSpec
+
     key, value = RunSpec.from_config(config).data_option_key(name)
     return key if value is None else f"{key} (now {value})"
 
@@ -236,6 +238,8 @@ def recorder_config(trainer: Any) -> dict[str, Any]:
 def last_good_state(argv: list[str], interrupt: InterruptCheckpoint, recorder: RunRecorder) -> str:
     """The line after a divergence: where the last good state is and the command that resumes it with
     a lower learning rate (a resume takes this command's learning rate: ``ConfigWinsOnResume``)."""
+    from ssl_app.runs.spec import LR_KEY
+
     lower = _lower_lr(recorder.config)
     replace = [f"--{LR_KEY}={lower:g}"] if lower else []
     advice = (
@@ -256,6 +260,8 @@ def last_good_state(argv: list[str], interrupt: InterruptCheckpoint, recorder: R
 
 def _lower_lr(config: dict[str, Any]) -> float | None:
     """A tenth of the run's learning rate (``RunSpec.lr``), when the config has one."""
+    from ssl_app.runs.spec import RunSpec
+
     lr = RunSpec.from_config(config).lr
     return lr / 10 if lr is not None and lr > 0 else None
 

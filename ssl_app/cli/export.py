@@ -32,7 +32,6 @@ import argparse
 import inspect
 import io
 import json
-import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,6 +44,8 @@ from torch import Tensor, nn
 from ssl_app import __version__
 from ssl_app.checkpointing import output_error
 from ssl_app.cli.endings import say_error
+from ssl_app.cli.tool_options import export_parser as parser
+from ssl_app.cli.tool_options import parse_or_exit
 from ssl_app.errors import ConfigError, OutputError
 from ssl_app.io.atomic import atomic_file
 from ssl_app.normalisation import input_of
@@ -55,7 +56,6 @@ from ssl_app.trust import import_trusted
 #: The value of ``format`` in an exported file (``format_version`` counts incompatible changes).
 FILE_FORMAT = "ssl_app.encoder"
 FORMAT_VERSION = 1
-FORMATS = ("state_dict", "torch_export")
 #: Backbones that are a torchvision ResNet: ``(torchvision constructor, CIFAR stem)``.
 TORCHVISION_RESNETS = {"resnet18_cifar": ("resnet18", True), "resnet18": ("resnet18", False), "resnet50": ("resnet50", False)}
 BACKBONE_PREFIX = "backbone."
@@ -254,32 +254,6 @@ def check_output(out: Path, overwrite: bool, option: str = "--out") -> None:
         raise ConfigError(f"{option}: {out} exists; pass --overwrite to replace it")
 
 
-def parser() -> argparse.ArgumentParser:
-    parser = OneLineParser(
-        prog="python -m ssl_app export",
-        description="Write the trained backbone of a checkpoint (no heads, no optimiser) to a file that "
-        "torch.load(..., weights_only=True) reads; README, 'Use the trained encoder', shows how to load it.",
-    )
-    parser.add_argument("--ckpt", required=True, help="a checkpoint written by python -m ssl_app fit (RUN/checkpoints/last.ckpt)")
-    parser.add_argument("--out", required=True, help="the file to write (e.g. encoder.pt)")
-    parser.add_argument("--format", choices=FORMATS, default="state_dict",
-                        help="state_dict (default): weights and meta data; torch_export: a program torch.export.load runs "
-                        "(no ssl_app or torchvision needed; images of the run's crop size)")  # fmt: skip
-    parser.add_argument("--with-head", action="store_true", help="also export the projection head")
-    parser.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
-    add_import_option(parser)
-    return parser
-
-
-def add_import_option(parser: argparse.ArgumentParser) -> None:
-    """``--import MODULE`` (repeatable): the user's own modules that the checkpoint's classes live in."""
-    parser.add_argument(
-        "--import", dest="imports", action="append", metavar="MODULE",
-        help="import MODULE first (repeatable): the module of your own loss, method or datamodule that the checkpoint "
-        "names; a class path read from a checkpoint is never imported on its own",
-    )  # fmt: skip
-
-
 def main(args: Sequence[str], out: Any = None, err: Any = None) -> int:
     """Run ``export``; return the exit status (0; 2 with one ``error:`` line for bad input; 1 when unwritable)."""
     return run_command(parser(), args, write_encoder, out, err)
@@ -315,32 +289,3 @@ def run_command(
         return say_error(error, parser.prog.split()[-1], err)
     print("\n".join(lines), file=out)
     return 0
-
-
-class _BadArguments(Exception):
-    pass
-
-
-class OneLineParser(argparse.ArgumentParser):
-    """An argparse parser whose errors are raised (:func:`parse_or_exit` prints them as one line), and
-    which takes no abbreviations (``--with`` is no ``--with-head``)."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        kwargs.setdefault("allow_abbrev", False)
-        super().__init__(*args, **kwargs)
-
-    def error(self, message: str) -> Any:
-        raise _BadArguments(message)
-
-
-def parse_or_exit(parser: argparse.ArgumentParser, args: Sequence[str], err: Any) -> argparse.Namespace | int:
-    """``args`` parsed, or the exit status after ``--help`` (0) or after one ``error:`` line (2)."""
-    try:
-        return parser.parse_args(list(args))
-    except _BadArguments as error:
-        print(
-            f"error: {parser.prog.split()[-1]}: {error} (options: {parser.prog} --help)", file=sys.stderr if err is None else err
-        )
-        return 2
-    except SystemExit as stop:  # --help
-        return int(stop.code or 0)

@@ -13,21 +13,18 @@ import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ssl_app.cli.endings import say_error
+from ssl_app.cli.light_parser import CachedHelpParser, LazyChoices, keep_help
 from ssl_app.errors import ConfigError
 from ssl_app.quiet import known_noise_silenced
-from ssl_app.report.compare import matches
-from ssl_app.report.figures import FigureResult, draw_all
-from ssl_app.report.groups import group_runs
-from ssl_app.report.paired import reference_index
-from ssl_app.report.per_seed import RUNS_CSV, write_runs_csv
-from ssl_app.report.reference import REFERENCES
-from ssl_app.report.runs import load_study
-from ssl_app.report.summary import build_rows, fill_column
-from ssl_app.report.table import markdown_table, write_csv
-from ssl_app.report.tau_figures import draw_tau_figures
-from ssl_app.runs.headline import RunOptions, table_columns
+
+if TYPE_CHECKING:
+    from ssl_app.report.figures import FigureResult
+
+# The readers, the table and the figures (torch, matplotlib, TensorBoard's event reader) are imported below the
+# parsing, so that --help (kept in the user's cache, ssl_app.cli.light_parser) and a bad option print before them.
 
 TABLE_MD = "table.md"
 TABLE_CSV = "table.csv"
@@ -53,6 +50,17 @@ def make_report(
     ``ConfigError`` when there is nothing to report on. ``reference="table1"``: compare with the
     paper's Table 1 (``ssl_app.report.reference``). ``baseline``: the label of the configuration the
     others are compared with by paired differences (``ssl_app.report.paired``)."""
+    from ssl_app.report.compare import matches
+    from ssl_app.report.figures import draw_all
+    from ssl_app.report.groups import group_runs
+    from ssl_app.report.paired import reference_index
+    from ssl_app.report.per_seed import RUNS_CSV, write_runs_csv
+    from ssl_app.report.reference import REFERENCES
+    from ssl_app.report.runs import load_study
+    from ssl_app.report.summary import build_rows
+    from ssl_app.report.table import markdown_table, write_csv
+    from ssl_app.report.tau_figures import draw_tau_figures
+
     if reference is not None and reference not in REFERENCES:
         raise ConfigError(f"reference {reference!r} is not known; choose one of {', '.join(REFERENCES)}")
     out_dir = out_dir if out_dir is not None else runs_dir / "report"
@@ -92,18 +100,36 @@ def make_out_dir(out_dir: Path) -> None:
         raise ConfigError(f"--out {out_dir}: cannot create it{where}: {error.strerror or error}") from None
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
+def columns_epilog() -> str:
+    """The table's columns, as the metric registry and the callbacks' defaults name them: the help's epilog."""
+    from ssl_app.report.summary import fill_column
+    from ssl_app.runs.headline import RunOptions, table_columns
+
     defaults = RunOptions()
     shown = [fill_column(column, defaults) for column in table_columns()]
     columns = "\n".join(f"  {column.header}: {column.meaning} ({column.tag})" for column in shown)
-    parser = argparse.ArgumentParser(
+    return (
+        f"columns (final epoch, mean ± std over seeds):\n{columns}\n"
+        f"top-k (k={defaults.top_k}) and kNN's k and σ shown with the callbacks' defaults: the table reads each "
+        "run's own from its saved config (EmbeddingMetrics.top_k, KNNMonitor.k/temperature)\nsee docs/report.md"
+    )
+
+
+def _references() -> tuple[str, ...]:
+    from ssl_app.report.reference import REFERENCES
+
+    return REFERENCES
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    return build_parser().parse_args(argv)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = CachedHelpParser(
         prog="python -m ssl_app.report",
         description="Table 1 (Markdown on stdout, CSV) and figures from a directory of runs.",
-        epilog=(
-            f"columns (final epoch, mean ± std over seeds):\n{columns}\n"
-            f"top-k (k={defaults.top_k}) and kNN's k and σ shown with the callbacks' defaults: the table reads each "
-            "run's own from its saved config (EmbeddingMetrics.top_k, KNNMonitor.k/temperature)\nsee docs/report.md"
-        ),
+        epilog_from=columns_epilog,
         formatter_class=argparse.RawDescriptionHelpFormatter,
         allow_abbrev=False,  # --ref is no --reference: an abbreviation would be taken silently
     )
@@ -114,10 +140,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--title", default=None, help="heading of the table and the figures")
     parser.add_argument(
         "--reference",
-        choices=REFERENCES,
+        choices=LazyChoices("python -m ssl_app.report --reference", _references),
+        metavar="NAME",
         default=None,
         help="beside linear top-1, uniformity and tolerance: the paper's value (Wang & Liu, Table 1) and the "
-        "difference; its points in the uniformity–tolerance plane",
+        "difference; its points in the uniformity–tolerance plane (NAME: %(choices)s)",
     )
     parser.add_argument(
         "--baseline",
@@ -126,16 +153,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="the configuration (its label in the table) every other one is compared with by paired differences over "
         "shared seeds (default: the highest mean linear top-1, else kNN)",
     )
-    return parser.parse_args(argv)
+    return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    keep_help(build_parser())  # its columns are read below anyway: the next --help needs no import
     try:
         with known_noise_silenced():
             report = make_report(args.runs_dir, args.out, args.title, args.reference, args.baseline)
     except ConfigError as error:
         return say_error(error)
+    from ssl_app.report.per_seed import RUNS_CSV
+
     sys.stdout.write(report.markdown)
     print(
         f"wrote {report.csv_path}, {report.csv_path.with_name(TABLE_MD)} and {report.csv_path.with_name(RUNS_CSV)}",

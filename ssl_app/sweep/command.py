@@ -67,16 +67,45 @@ import signal
 import sys
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from ssl_app.cli.endings import fail, signal_status
+from ssl_app.cli.light_parser import CachedHelpParser, LazyChoices, keep_help
 from ssl_app.errors import ConfigError
 from ssl_app.quiet import known_noise_silenced
-from ssl_app.sweep.grid import planned_runs, recorded_runs, write_plan
-from ssl_app.sweep.local import execute
-from ssl_app.sweep.plans import DATA_SETS, PLANS, plan_points, root_options
-from ssl_app.sweep.preflight import check_out, validate
-from ssl_app.sweep.stages import PlannedRun, why_failed
+
+if TYPE_CHECKING:
+    from ssl_app.sweep.local import Outcome
+    from ssl_app.sweep.stages import PlannedRun
+
+# The sweep's own modules read the run spec and the τ policies (torch): imported below the parsing, so that
+# --help (kept in the user's cache, ssl_app.cli.light_parser) and a bad option print before any of it.
+
+
+def _plan_names() -> list[str]:
+    from ssl_app.sweep.plans import PLANS
+
+    return sorted(PLANS)
+
+
+def _data_set_names() -> list[str]:
+    from ssl_app.sweep.plans import DATA_SETS
+
+    return sorted(DATA_SETS)
+
+
+def validate(runs: list[PlannedRun]) -> None:
+    """Every run's config parsed before anything starts (``ssl_app.sweep.preflight.validate``)."""
+    from ssl_app.sweep.preflight import validate as parse_every_run
+
+    parse_every_run(runs)
+
+
+def execute(todo: list[PlannedRun], jobs: int) -> Outcome:
+    """Run ``todo``'s stages here, ``jobs`` at once (``ssl_app.sweep.local.execute``)."""
+    from ssl_app.sweep.local import execute as run_here
+
+    return run_here(todo, jobs)
 
 
 def print_to_reader(lines: Iterable[str]) -> int:
@@ -110,12 +139,16 @@ def _joined_linear_args(argv: list[str]) -> list[str]:
 def build_parser() -> argparse.ArgumentParser:
     """The sweep's options: what to run (``--config``/``--grid``/``--linear`` or ``--plan``/``--data``), how
     (``--jobs``, ``--launcher``, ``--slurm.*``), and the previews (``--status``, ``--dry-run``, ``--estimate``)."""
-    parser = argparse.ArgumentParser(prog="python -m ssl_app.sweep", description=__doc__.split("\n")[0], allow_abbrev=False)
+    parser = CachedHelpParser(prog="python -m ssl_app.sweep", description=__doc__.split("\n")[0], allow_abbrev=False)
     parser.add_argument("--config", action="append", default=[], help="a fit config; repeat to compose")
     parser.add_argument(
-        "--plan", choices=sorted(PLANS), default=None, help="a named plan (ssl_app.sweep.plans), instead of --config"
-    )
-    parser.add_argument("--data", choices=sorted(DATA_SETS), default=None, help="the plan's data set")
+        "--plan", choices=LazyChoices("python -m ssl_app.sweep --plan", _plan_names), default=None, metavar="PLAN",
+        help="a named plan (ssl_app.sweep.plans), instead of --config: %(choices)s",
+    )  # fmt: skip
+    parser.add_argument(
+        "--data", choices=LazyChoices("python -m ssl_app.sweep --data", _data_set_names), default=None, metavar="DATA",
+        help="the plan's data set: %(choices)s",
+    )  # fmt: skip
     parser.add_argument("--data-root", default=None, metavar="PATH",
                         help="with --plan: the data's folder, for every fit and linear evaluation")  # fmt: skip
     parser.add_argument("--estimate", action="store_true", help="with --plan: time a few steps here, print device-hours")
@@ -167,6 +200,8 @@ def parse_args(argv: Optional[list[str]]) -> argparse.Namespace:
             fail(f"config file {path} does not exist")
     args.extra = [a for a in args.extra if a != "--"]
     if args.data_root is not None:
+        from ssl_app.sweep.plans import root_options
+
         try:
             runs = not (args.dry_run or args.status or args.estimate)  # a preview may name another machine's folder
             fit_root, linear_root = root_options(args.data, args.data_root, runs)
@@ -187,6 +222,8 @@ def check_combinations(args: argparse.Namespace) -> None:
     if (args.plan is None) != (args.data is None):
         fail("--plan and --data go together")
     if args.plan is not None:
+        from ssl_app.sweep.plans import plan_points
+
         try:
             plan_points(args.plan, args.data)
         except (ValueError, FileNotFoundError) as error:
@@ -232,6 +269,11 @@ def main(argv: Optional[list[str]] = None) -> int:
 
 def _main(argv: Optional[list[str]]) -> int:
     args = parse_args(argv)
+    from ssl_app.sweep.grid import planned_runs, recorded_runs, write_plan
+    from ssl_app.sweep.preflight import check_out
+    from ssl_app.sweep.stages import why_failed
+
+    keep_help(build_parser())  # its plans are imported now: the next --help needs none of it
     if isinstance(args.status, str):
         return print_status(Path(args.status), recorded_runs(Path(args.status)))
     sweep_dir, runs = planned_runs(args)
