@@ -122,6 +122,13 @@ CASES = [
         ["trainer.devices"],
     ),
     ("gpu_without_gpu", lambda t: ["--trainer.accelerator=gpu"], ["trainer", "gpu"]),
+    # Lightning raises a TypeError, not a MisconfigurationException, for these (issue 40): once a traceback
+    ("devices_not_a_count", lambda t: ["--trainer.devices=abc"], ["trainer.devices: ", "int > 0", "'abc'"]),
+    (
+        "devices_not_a_count_on_cpu",
+        lambda t: ["--trainer.accelerator=cpu", "--trainer.devices=abc"],
+        ["trainer.devices: ", "int > 0", "'abc'"],
+    ),
     ("data_root_missing", lambda t: image_args(t / "no_such_folder"), ["no_such_folder"]),
     (
         "data_root_without_classes",
