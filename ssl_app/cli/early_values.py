@@ -62,6 +62,7 @@ def _check_class_node(key: str, node: Any, raw: dict[str, str]) -> None:
 
 def _check_options(prefix: str, options: dict, given: dict, raw: dict[str, str]) -> None:
     from ssl_app.cli.source_types import source_type
+    from ssl_app.cli.tau_words import is_tau_option, tau_problem
 
     for name, value in given.items():
         if name not in options:
@@ -70,6 +71,10 @@ def _check_options(prefix: str, options: dict, given: dict, raw: dict[str, str])
         if isinstance(value, dict):
             _check_class_node(option, value, raw)
             continue
+        if is_tau_option(option):
+            line = tau_problem(option, value)
+            if line is not None:
+                raise ConfigError(line)  # the sweep's words for what a τ is, not "Expected a path" (issue 40)
         kind = source_type(*options[name])
         if kind is None:
             continue

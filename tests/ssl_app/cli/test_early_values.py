@@ -12,6 +12,7 @@ import yaml
 
 from ssl_app.cli.early_values import check_values
 from ssl_app.cli.given_config import given_tree
+from ssl_app.cli.tau_words import CLASS_FORM, TAU_FORMS
 from ssl_app.errors import ConfigError
 from tests.ssl_app.cli.test_entry import QUICKSTART, REPO, probe
 
@@ -34,6 +35,11 @@ BAD = {
     "--model.init_args.loss.init_args.temperature=0": f"{TAU}: must be > 0 and finite, got 0",
     "--model.init_args.loss.temperature=-0.5": f"{TAU}: must be > 0 and finite, got -0.5",
     "--model.init_args.loss.init_args.temperature=nan": f"{TAU}: must be > 0 and finite, got nan",
+    "--model.init_args.loss.init_args.temperature=abc": f"{TAU}: 'abc' is not a τ; give {TAU_FORMS}, {CLASS_FORM}",
+    "--model.init_args.loss.init_args.temperature=Cosin": f"{TAU}: 'Cosin' is not a τ; give {TAU_FORMS}, {CLASS_FORM}",
+    "--model.init_args.loss.init_args.temperature=cosin:0.1-1": (
+        f"{TAU}: 'cosin:0.1-1' is not a τ (did you mean cosine:0.1-1?); give {TAU_FORMS}, {CLASS_FORM}"
+    ),
     "--model.init_args.loss=ssl_app.losses.InfoNCe": (
         "model.init_args.loss: ssl_app.losses has no class InfoNCe; did you mean ssl_app.losses.InfoNCE?"
     ),
@@ -71,6 +77,9 @@ BAD_IN_CONFIG = {
         "model.init_args.loss.init_args.temperature: must be > 0 and finite, got -1"
     ),
     "model:\n  init_args:\n    backbone: small_cnnn\n": BAD["--model.init_args.backbone=small_cnnn"],
+    "model:\n  init_args:\n    loss:\n      init_args:\n        temperature: abc\n": (
+        BAD["--model.init_args.loss.init_args.temperature=abc"]
+    ),
 }
 
 
@@ -149,6 +158,13 @@ def test_no_shipped_config_nor_any_of_its_values_given_again_is_refused():
         "--model.init_args.loss.init_args.temperature=cosine:0.1-1:T=3",
         "--model.init_args.loss.init_args.temperature=linear:1.0-0.1:L=10",
         "--model.init_args.loss.init_args.temperature=ssl_app.temperature.Cosine",
+        "--model.init_args.loss.init_args.temperature=Cosine",
+        "--model.init_args.loss.init_args.temperature=Linear",
+        "--model.init_args.loss.init_args.temperature=Learnable",
+        "--model.init_args.loss.init_args.temperature=Adaptive",
+        "--model.init_args.loss.init_args.temperature=Constant",
+        "--model.init_args.loss.init_args.temperature=learnable:0.07",
+        "--model.init_args.loss.init_args.temperature=adaptive:0.1",
         '--model.init_args.loss.init_args.temperature={"class_path":"ssl_app.temperature.Cosine"}',
         "--model.init_args.loss.init_args.temperature=1e-1",
         "--model.init_args.loss.init_args.temperature=0.07",
@@ -196,3 +212,11 @@ def test_a_class_s_mapping_without_class_path_over_an_include_is_left_to_the_par
     config = tmp_path / "over.yaml"
     config.write_text(f"config: {QUICKSTART}\n" + next(text for text in BAD_IN_CONFIG if "temperature" in text))
     check_values(["fit", "--config", str(config)], REPO)
+
+
+def test_the_tau_forms_said_before_torch_are_the_policies_own():
+    """Catches the early τ line going stale when a policy gains or changes its label form (``TAU_FORMS`` is text so
+    that the early check imports no torch)."""
+    from ssl_app.temperature.labels import accepted_forms
+
+    assert accepted_forms() == TAU_FORMS
