@@ -18,6 +18,9 @@ from typing import Any, Optional, Union
 
 from ssl_app.errors import ConfigError
 
+#: The type LightningCLI gives a top-level option of its own (``LightningCLI.add_core_arguments_to_parser``; the
+#: tests hold it equal to the parser's).
+TOP_LEVEL_TYPES: dict[str, tuple[Any, ...]] = {"seed_everything": (bool, int)}
 #: Keys of a class's node that are no init option.
 NOT_OPTIONS = {"class_path", "init_args", "dict_kwargs", "__path__"}
 
@@ -42,6 +45,11 @@ def check_values(argv: list[str], cwd: Optional[Path] = None) -> None:
             _check_options(group, options, subtree, raw)
     for group in SUBCLASS_GROUPS:
         _check_class_node(group, tree.get(group), raw)
+    for option, alternatives in TOP_LEVEL_TYPES.items():
+        if option in tree and not isinstance(tree[option], (dict, list)):
+            problem = union_problem(option, alternatives, tree[option], raw.get(option))
+            if problem is not None:
+                raise ConfigError(problem)
 
 
 def _check_class_node(key: str, node: Any, raw: dict[str, str]) -> None:

@@ -40,6 +40,15 @@ BAD = {
     "--model.init_args.loss.init_args.temperature=cosin:0.1-1": (
         f"{TAU}: 'cosin:0.1-1' is not a τ (did you mean cosine:0.1-1?); give {TAU_FORMS}, {CLASS_FORM}"
     ),
+    "--trainer.gradient_clip_val=0.x": "trainer.gradient_clip_val: expected one of: int, float, null; got '0.x'",
+    "--trainer.limit_train_batches=0.x": "trainer.limit_train_batches: expected one of: int, float, null; got '0.x'",
+    "--trainer.fast_dev_run=maybe": "trainer.fast_dev_run: expected one of: bool, int; got 'maybe'",
+    "--seed_everything=abc": "seed_everything: expected one of: bool, int; got 'abc'",
+    "--trainer.precision=bogus": (
+        "trainer.precision: expected one of: 16, 32, 64, '16', '16-mixed', '16-true', '32', '32-true', '64', "
+        "'64-true', 'bf16', 'bf16-mixed', 'bf16-true', 'transformer-engine', 'transformer-engine-float16', null; "
+        "got 'bogus'"
+    ),
     "--model.init_args.loss=ssl_app.losses.InfoNCe": (
         "model.init_args.loss: ssl_app.losses has no class InfoNCe; did you mean ssl_app.losses.InfoNCE?"
     ),
@@ -189,11 +198,35 @@ def test_what_the_parser_takes_is_not_refused(given):
     check_values(["fit", "--config", QUICKSTART, given], REPO)
 
 
-def test_a_union_whose_words_depend_on_the_order_is_left_to_the_parser():
-    """Catches the early line naming ``int`` where the parser names ``float``: ``Optional[Union[int, float]]`` is
-    ``Union[float, int, None]`` in the parser's process (``typing`` caches unions ignoring order)."""
-    check_values(["fit", "--config", QUICKSTART, "--trainer.gradient_clip_val=0.x"], REPO)
-    check_values(["fit", "--config", QUICKSTART, "--trainer.fast_dev_run=maybe"], REPO)
+def test_a_union_s_refusal_names_its_alternatives_in_one_order_whatever_order_typing_cached():
+    """Catches the line naming ``int`` in one process and ``float`` in another: ``Optional[Union[int, float]]`` is
+    ``Union[float, int, None]`` in a process that made ``Union[float, int]`` first (``typing`` caches unions
+    ignoring order), and jsonargparse words a union's error by its first alternative."""
+    from typing import Literal
+
+    from ssl_app.cli.early_values import union_problem
+
+    lines = {union_problem("x", order, None, "0.x") for order in [(int, float, type(None)), (float, int, type(None))]}
+    assert lines == {"x: expected one of: int, float, null; got '0.x'"}
+    choices = {union_problem("x", (Literal[order], type(None)), None, "b") for order in [(2, "a", 1), ("a", 1, 2)]}
+    assert choices == {"x: expected one of: 1, 2, 'a', null; got 'b'"}
+
+
+def test_the_top_level_option_types_are_the_parser_s():
+    """Catches ``TOP_LEVEL_TYPES`` going stale when LightningCLI changes ``seed_everything``'s type."""
+    from typing import get_args
+
+    from ssl_app.cli.app import SSLCLI
+    from ssl_app.cli.early_values import TOP_LEVEL_TYPES
+    from ssl_app.cli.parsing import OneLineParser
+
+    cli = SSLCLI.__new__(SSLCLI)
+    cli.seed_everything_default = True
+    parser = OneLineParser(exit_on_error=False)
+    cli.add_default_arguments_to_parser(parser)
+    for option, alternatives in TOP_LEVEL_TYPES.items():
+        action = next(action for action in parser._actions if action.dest == option)
+        assert set(get_args(action._typehint)) == set(alternatives), option
 
 
 def test_a_bad_value_in_a_config_overridden_on_the_command_line_is_let_through(tmp_path):
