@@ -69,6 +69,7 @@ def _check_class_node(key: str, node: Any, raw: dict[str, str]) -> None:
 
 
 def _check_options(prefix: str, options: dict, given: dict, raw: dict[str, str]) -> None:
+    from ssl_app.cli.source_signatures import dataclass_fields
     from ssl_app.cli.source_types import source_type
     from ssl_app.cli.tau_words import is_tau_option, tau_problem
 
@@ -77,7 +78,11 @@ def _check_options(prefix: str, options: dict, given: dict, raw: dict[str, str])
             continue  # an option the class does not take: check_option_names' business
         option = f"{prefix}.{name}"
         if isinstance(value, dict):
-            _check_class_node(option, value, raw)
+            fields = None if "class_path" in value else dataclass_fields(*options[name])
+            if fields is not None:  # a dataclass's fields (``optim.lr``), read from its source as a class's options
+                _check_options(option, fields, value, raw)
+            else:
+                _check_class_node(option, value, raw)
             continue
         if is_tau_option(option):
             line = tau_problem(option, value)

@@ -49,6 +49,13 @@ BAD = {
         "'64-true', 'bf16', 'bf16-mixed', 'bf16-true', 'transformer-engine', 'transformer-engine-float16', null; "
         "got 'bogus'"
     ),
+    "--model.init_args.optim.lr=abc": "model.init_args.optim.lr: Expected a <class 'float'>. Got value: abc",
+    "--model.init_args.optim.optimizer=adam": (
+        "model.init_args.optim.optimizer: Expected a typing.Literal['sgd', 'adamw', 'lars']. Got value: adam"
+    ),
+    "--model.init_args.optim.reference_batch_size=1.5": (
+        "model.init_args.optim.reference_batch_size: Expected a <class 'int'>. Got value: 1.5"
+    ),
     "--model.init_args.loss=ssl_app.losses.InfoNCe": (
         "model.init_args.loss: ssl_app.losses has no class InfoNCe; did you mean ssl_app.losses.InfoNCE?"
     ),
@@ -86,6 +93,7 @@ BAD_IN_CONFIG = {
         "model.init_args.loss.init_args.temperature: must be > 0 and finite, got -1"
     ),
     "model:\n  init_args:\n    backbone: small_cnnn\n": BAD["--model.init_args.backbone=small_cnnn"],
+    "model:\n  init_args:\n    optim:\n      lr: abc\n": BAD["--model.init_args.optim.lr=abc"],
     "model:\n  init_args:\n    loss:\n      init_args:\n        temperature: abc\n": (
         BAD["--model.init_args.loss.init_args.temperature=abc"]
     ),
