@@ -19,6 +19,9 @@ NOT_A_CLASS_PATH = (
     "Not a valid subclass of",
 )
 
+#: A range type's refusal of text that is no number (``Not of type PositiveInt: invalid literal for int() …: 'abc'``).
+NO_NUMBER = r"Not of type (\w+): (?:invalid literal for int\(\) with base 10|could not convert string to float): (.*)"
+
 
 def condense_parser_error(message: str) -> str:
     """jsonargparse's nested report → ``<option>: <innermost reason>`` (one line).
@@ -74,9 +77,15 @@ def condense_parser_error(message: str) -> str:
                 reason += f" by {class_path}"
             if reason.startswith(NOT_A_CLASS_PATH):
                 reason = _number_reason(lines) or reason
+            if re.match(r"Not of type \w+: does not conform to restriction", reason):  # in a union: no value
+                reason = _number_reason(lines) or reason
             restricted = re.match(r"Not of type (\w+): (.*) does not conform to restriction", reason)
             if restricted:  # a range of ssl_app.checks, said in words
                 reason = in_words(*restricted.groups()) or reason
+            no_number = re.match(NO_NUMBER, reason)
+            if no_number:  # text given to a range: its words too (not Python's "invalid literal for int()")
+                name, given = no_number.groups()
+                reason = in_words(name, _unquoted_number(given)) or reason
             break
     option = ".".join(keys)
     if not reason:
@@ -159,3 +168,15 @@ def _union_parts(text: str) -> Optional[tuple[set[str], list[Any], bool]]:
         elif position < len(text):
             return None
     return names, choices, none
+
+
+def _unquoted_number(text: str) -> str:
+    """``'1.5'`` → ``1.5`` (a number refused by an int range reads as one); other text stays quoted."""
+    inner = text[1:-1] if len(text) > 1 and text[0] == text[-1] == "'" else None
+    if inner is None:
+        return text
+    try:
+        float(inner)
+    except ValueError:
+        return text
+    return inner

@@ -25,7 +25,15 @@ BAD = {
     "--trainer.enable_progress_bar=maybe": "trainer.enable_progress_bar: Expected a <class 'bool'>",
     "--trainer.enable_progress_bar=1": "trainer.enable_progress_bar: Expected a <class 'bool'>",
     "--checkpoint.every_n_epochs=abc": "checkpoint.every_n_epochs: Expected a <class 'int'>",
-    "--data.init_args.batch_size=abc": "data.init_args.batch_size: Expected a <class 'int'>. Got value: abc",
+    "--data.init_args.batch_size=abc": "data.init_args.batch_size: must be an int >= 1, got 'abc'",
+    # ranges declared as types (issue 40): once refused by __init__ only, after the imports
+    "--data.init_args.batch_size=-3": "data.init_args.batch_size: must be an int >= 1, got -3",
+    "--data.init_args.num_workers=-1": "data.init_args.num_workers: must be an int >= 0, got -1",
+    "--data.init_args.train_size=0": "data.init_args.train_size: must be an int >= 1, got 0",
+    "--data.init_args.seed=-1": "data.init_args.seed: must be an int >= 0, got -1",
+    "--model.init_args.optim.lr=-1": "model.init_args.optim.lr: must be > 0 and finite, got -1",
+    "--model.init_args.optim.weight_decay=-0.1": "model.init_args.optim.weight_decay: must be >= 0 and finite, got -0.1",
+    "--model.init_args.optim.reference_batch_size=0": ("model.init_args.optim.reference_batch_size: must be an int >= 1, got 0"),
     "--model.init_args.proj_dim=0.x": "model.init_args.proj_dim: Expected a <class 'int'>. Got value: 0.x",
     "--model.init_args.backbone=small_cnnn": (
         "model.init_args.backbone: Expected a typing.Literal['small_cnn', 'resnet32_cifar', 'resnet18_cifar', "
@@ -49,12 +57,12 @@ BAD = {
         "'64-true', 'bf16', 'bf16-mixed', 'bf16-true', 'transformer-engine', 'transformer-engine-float16', null; "
         "got 'bogus'"
     ),
-    "--model.init_args.optim.lr=abc": "model.init_args.optim.lr: Expected a <class 'float'>. Got value: abc",
+    "--model.init_args.optim.lr=abc": "model.init_args.optim.lr: must be > 0 and finite, got 'abc'",
     "--model.init_args.optim.optimizer=adam": (
         "model.init_args.optim.optimizer: Expected a typing.Literal['sgd', 'adamw', 'lars']. Got value: adam"
     ),
     "--model.init_args.optim.reference_batch_size=1.5": (
-        "model.init_args.optim.reference_batch_size: Expected a <class 'int'>. Got value: 1.5"
+        "model.init_args.optim.reference_batch_size: must be an int >= 1, got 1.5"
     ),
     "--model.init_args.loss=ssl_app.losses.InfoNCe": (
         "model.init_args.loss: ssl_app.losses has no class InfoNCe; did you mean ssl_app.losses.InfoNCE?"
@@ -94,6 +102,7 @@ BAD_IN_CONFIG = {
     ),
     "model:\n  init_args:\n    backbone: small_cnnn\n": BAD["--model.init_args.backbone=small_cnnn"],
     "model:\n  init_args:\n    optim:\n      lr: abc\n": BAD["--model.init_args.optim.lr=abc"],
+    "data:\n  init_args:\n    batch_size: -3\n": BAD["--data.init_args.batch_size=-3"],
     "model:\n  init_args:\n    loss:\n      init_args:\n        temperature: abc\n": (
         BAD["--model.init_args.loss.init_args.temperature=abc"]
     ),
