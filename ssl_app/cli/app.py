@@ -394,6 +394,11 @@ def trainer_option_error(error: BaseException, given: Any) -> str:
     the option it names in backquotes, with its value (``trainer.devices: `devices` selected with `CPUAccelerator`
     should be an int > 0, got 'abc'``), else the whole ``trainer``. Lightning raises a ``TypeError`` or a
     ``ValueError`` (its ``MisconfigurationException`` is one) for a value it cannot use."""
+    from ssl_app.cli.early_values import devices_problem
+
+    devices = devices_problem(given.get("devices")) if isinstance(given, (dict, Namespace)) else None
+    if devices is not None:
+        return devices  # the words said before the imports too
     message = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
     for name in re.findall(r"`(\w+)`", message):
         if isinstance(given, (dict, Namespace)) and name in given:

@@ -196,6 +196,11 @@ def test_no_shipped_config_nor_any_of_its_values_given_again_is_refused():
         "--model.init_args.loss.init_args.temperature=0.07",
         "--model.init_args.optim.lr=1e-3",
         "--trainer.max_epochs=null",
+        "--trainer.devices=auto",
+        "--trainer.devices=1",
+        "--trainer.devices=-1",
+        "--trainer.devices=0,1",
+        "--trainer.devices=[0, 1]",
         "--trainer.max_epochs=-1",
         "--trainer.enable_progress_bar=yes",
         "--trainer.precision=bf16-mixed",
@@ -213,6 +218,12 @@ def test_what_the_parser_takes_is_not_refused(given):
     """Catches a false refusal of a τ preset or policy (expanded later, by ``ssl_app.cli.tau_presets``), a number
     written as YAML reads it (``1e-3``), ``null`` for an optional option, a union's other alternative."""
     check_values(["fit", "--config", QUICKSTART, given], REPO)
+
+
+def test_devices_no_accelerator_reads_is_refused_early():
+    """Catches ``--trainer.devices=abc`` waiting for the imports (the parser takes any text for it)."""
+    with pytest.raises(ConfigError, match=r"trainer.devices: must be auto, .*got 'abc'"):
+        check_values(["fit", "--config", QUICKSTART, "--trainer.devices=abc"], REPO)
 
 
 def test_a_union_s_refusal_names_its_alternatives_in_one_order_whatever_order_typing_cached():
