@@ -45,6 +45,15 @@ COMMANDS = {
         "--trainer.logger.class_path=lightning.pytorch.loggers.TensorBoardLoger",
     ],
     "fit: misspelled logger option": ["-m", "ssl_app", "fit", *QUICKSTART, "--trainer.logger.init_args.save_dirr=x"],
+    "fit: devices not a count": ["-m", "ssl_app", "fit", *QUICKSTART, "--trainer.devices=abc"],
+    "fit: tau not a tau": ["-m", "ssl_app", "fit", *QUICKSTART, "--model.init_args.loss.init_args.temperature=abc"],
+    "fit: gradient_clip_val 0.x": ["-m", "ssl_app", "fit", *QUICKSTART, "--trainer.gradient_clip_val=0.x"],
+    "fit: limit_train_batches 0.x": ["-m", "ssl_app", "fit", *QUICKSTART, "--trainer.limit_train_batches=0.x"],
+    "fit: precision bogus": ["-m", "ssl_app", "fit", *QUICKSTART, "--trainer.precision=bogus"],
+    "fit: seed_everything abc": ["-m", "ssl_app", "fit", *QUICKSTART, "--seed_everything=abc"],
+    "fit: fast_dev_run maybe": ["-m", "ssl_app", "fit", *QUICKSTART, "--trainer.fast_dev_run=maybe"],
+    "fit: dataclass lr abc": ["-m", "ssl_app", "fit", *QUICKSTART, "--model.init_args.optim.lr=abc"],
+    "fit: negative batch size": ["-m", "ssl_app", "fit", *QUICKSTART, "--data.init_args.batch_size=-3"],
     "sweep: empty grid value": ["-m", "ssl_app.sweep", *QUICKSTART, "--grid", "tau=0.5,,0.2", "--dry-run"],
 }
 
