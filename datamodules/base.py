@@ -36,7 +36,7 @@ from datamodules.long_tail import (
 from datamodules.multiview import Labelled, MultiViewDataset
 from datamodules.resumable import ResumableDataLoader, ResumableDistributedSampler
 from datamodules.view_graphs import ViewGraphs
-from ssl_app.checks import AtLeastOne, PositiveInt, check, check_int
+from ssl_app.checks import AtLeastOne, NonNegativeInt, PositiveInt, check, check_int
 from ssl_app.errors import ConfigError
 from ssl_app.workers import loader_options
 
@@ -148,13 +148,13 @@ class ContrastiveDataModule(LightningDataModule):
 
     def __init__(
         self,
-        batch_size: int = 256,
-        num_workers: Optional[int] = None,
+        batch_size: PositiveInt = 256,
+        num_workers: Optional[NonNegativeInt] = None,
         augmentation: ViewAugmentation = ViewAugmentation(),
-        val_seed: int = 0,
+        val_seed: NonNegativeInt = 0,
         pin_memory: Optional[bool] = None,
         imbalance_factor: AtLeastOne = 1.0,
-        imbalance_seed: int = 0,
+        imbalance_seed: NonNegativeInt = 0,
         augment_on: AugmentOn = "workers",
         eval_on: EvalOn = "auto",
         eval_batch_size: Union[int, Literal["auto"]] = "auto",

@@ -11,7 +11,7 @@ from torchvision.transforms import v2
 
 from datamodules.base import ContrastiveDataModule
 from datamodules.multiview import Labelled
-from ssl_app.checks import check_int
+from ssl_app.checks import NonNegativeInt, PositiveInt, UnitIntervalOpenAbove, check_int, check_optional_int
 from ssl_app.errors import ConfigError
 from ssl_app.workers import loader_options
 
@@ -46,9 +46,9 @@ class LinearEvalDataModule(LightningDataModule):
     def __init__(
         self,
         data: ContrastiveDataModule,
-        val_fraction: float = 0.1,
-        batch_size: int = 256,
-        num_workers: Optional[int] = None,
+        val_fraction: UnitIntervalOpenAbove = 0.1,
+        batch_size: PositiveInt = 256,
+        num_workers: Optional[NonNegativeInt] = None,
         split_seed: int = 0,
     ) -> None:
         super().__init__()
@@ -57,8 +57,9 @@ class LinearEvalDataModule(LightningDataModule):
         if not 0.0 <= val_fraction < 1.0:
             raise ConfigError(f"LinearEvalDataModule: val_fraction must be in [0, 1), got {val_fraction!r}")
         batch_size = check_int(batch_size, "LinearEvalDataModule: batch_size")
+        num_workers = check_optional_int(num_workers, "LinearEvalDataModule: num_workers", minimum=0)
         self.data = data
-        self.val_fraction = val_fraction
+        self.val_fraction = float(val_fraction)
         self.batch_size = batch_size
         self.num_workers = data.num_workers if num_workers is None else num_workers
         self.split_seed = split_seed

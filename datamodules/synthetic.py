@@ -21,7 +21,7 @@ from datamodules.arrays import PixelArray
 from datamodules.augment import ViewAugmentation
 from datamodules.base import SPLITS, ContrastiveDataModule, Split
 from datamodules.registry import DATAMODULES
-from ssl_app.checks import check_int
+from ssl_app.checks import NonNegativeInt, PositiveInt, check_int
 from ssl_app.errors import ConfigError
 
 ShapeFn = Callable[[Tensor, Tensor], Tensor]
@@ -157,11 +157,11 @@ class SyntheticDataModule(ContrastiveDataModule):
     def __init__(
         self,
         num_classes: int = 10,
-        train_size: int = 2000,
-        val_size: int = 500,
-        test_size: int = 500,
+        train_size: PositiveInt = 2000,
+        val_size: PositiveInt = 500,
+        test_size: PositiveInt = 500,
         image_size: int = 32,
-        seed: int = 0,
+        seed: NonNegativeInt = 0,
         *,
         augmentation: ViewAugmentation = SYNTHETIC_AUGMENTATION,
         **kwargs: Any,
@@ -173,12 +173,12 @@ class SyntheticDataModule(ContrastiveDataModule):
                 f"{name}: num_classes must be in [2, {len(SHAPES)}] (one shape per class: "
                 f"{', '.join(SHAPE_NAMES)}), got {num_classes}"
             )
-        for option, value in (("train_size", train_size), ("val_size", val_size), ("test_size", test_size)):
-            check_int(value, f"{name}: {option}")
-        check_int(image_size, f"{name}: image_size", minimum=8)
-        check_int(seed, f"{name}: seed", minimum=0)
+        sizes = {"train": train_size, "val": val_size, "test": test_size}
+        sizes = {split: check_int(value, f"{name}: {split}_size") for split, value in sizes.items()}  # plain ints
+        image_size = check_int(image_size, f"{name}: image_size", minimum=8)
+        seed = check_int(seed, f"{name}: seed", minimum=0)
         self._num_classes = num_classes
-        self.sizes = {"train": train_size, "val": val_size, "test": test_size}
+        self.sizes = sizes
         self.image_size = image_size
         self.seed = seed
 

@@ -26,6 +26,7 @@ import torch
 from lightly.utils.lars import LARS
 from torch.optim.lr_scheduler import LambdaLR
 
+from ssl_app.checks import NonNegativeFinite, PositiveFinite, PositiveInt
 from ssl_app.errors import ConfigError
 from ssl_app.temperature.base import Progress
 
@@ -48,17 +49,25 @@ class Optimization:
     """
 
     optimizer: Literal["sgd", "adamw", "lars"] = "sgd"
-    lr: float = 0.03
-    momentum: float = 0.9
-    weight_decay: float = 5e-4
+    lr: PositiveFinite = 0.03
+    momentum: NonNegativeFinite = 0.9
+    weight_decay: NonNegativeFinite = 5e-4
     schedule: Literal["cosine", "multistep", "constant"] = "cosine"
     milestones: list[int] = field(default_factory=lambda: [160, 190])
     gamma: float = 0.1
-    warmup_epochs: float = 0.0
+    warmup_epochs: NonNegativeFinite = 0.0
     scale_lr: Literal["none", "linear", "sqrt"] = "none"
-    reference_batch_size: int = 256
+    reference_batch_size: PositiveInt = 256
 
     def __post_init__(self) -> None:
+        # The ranges are declared as types so the parser refuses a value out of range as it parses (issue 40); the
+        # values are kept plain numbers (jsonargparse gives its range types), so a checkpoint holds no such type.
+        for name in ("lr", "momentum", "weight_decay", "warmup_epochs", "gamma"):
+            value = getattr(self, name)
+            if isinstance(value, float) and type(value) is not float:
+                setattr(self, name, float(value))
+        if isinstance(self.reference_batch_size, int) and type(self.reference_batch_size) not in (int, bool):
+            self.reference_batch_size = int(self.reference_batch_size)
         checks = [
             (self.lr > 0, f"optim.lr must be > 0, got {self.lr}"),
             (self.momentum >= 0, f"optim.momentum must be >= 0, got {self.momentum}"),

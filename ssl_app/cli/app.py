@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import shutil
 import sys
 import threading
@@ -183,7 +184,11 @@ class SSLCLI(LightningCLI):
         plugins = [] if plugins is None else list(plugins) if isinstance(plugins, list) else [plugins]
         if not any(isinstance(plugin, CheckpointIO) for plugin in plugins):
             plugins.append(AtomicCheckpointIO())
-        return super().instantiate_trainer(plugins=plugins, **kwargs)
+        try:
+            return super().instantiate_trainer(plugins=plugins, **kwargs)
+        except (TypeError, ValueError) as error:  # Lightning's own checks of a Trainer option (issue 40)
+            trainer = self._get(self.config_init, "trainer", default={}) or {}
+            raise ConfigError(trainer_option_error(error, trainer)) from error
 
     # --- the subcommands: vet the checkpoint, keep the record, remove what a failed start left ----
     def fit(self, model: Any, **kwargs: Any) -> None:
@@ -382,6 +387,23 @@ def _check_devices(accelerator: Any, devices: Any) -> None:
             f"trainer.devices={devices}: this machine has {available} CPU core(s) for accelerator={accelerator}; "
             f"use at most {available} (or -1 for all)"
         )
+
+
+def trainer_option_error(error: BaseException, given: Any) -> str:
+    """One line for ``error``, raised by Lightning while the Trainer is built from the user's ``given`` options:
+    the option it names in backquotes, with its value (``trainer.devices: `devices` selected with `CPUAccelerator`
+    should be an int > 0, got 'abc'``), else the whole ``trainer``. Lightning raises a ``TypeError`` or a
+    ``ValueError`` (its ``MisconfigurationException`` is one) for a value it cannot use."""
+    from ssl_app.cli.early_values import devices_problem
+
+    devices = devices_problem(given.get("devices")) if isinstance(given, (dict, Namespace)) else None
+    if devices is not None:
+        return devices  # the words said before the imports too
+    message = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    for name in re.findall(r"`(\w+)`", message):
+        if isinstance(given, (dict, Namespace)) and name in given:
+            return f"trainer.{name}: {message.rstrip('.')}, got {given[name]!r}"
+    return f"trainer: {message}"
 
 
 def _log_dir(trainer: Any) -> str | None:

@@ -13,11 +13,15 @@ from __future__ import annotations
 
 import itertools
 import numbers
+import re
 from pathlib import Path
 from typing import Any, Optional, Union
 
 from ssl_app.errors import ConfigError
 
+#: The type LightningCLI gives a top-level option of its own (``LightningCLI.add_core_arguments_to_parser``; the
+#: tests hold it equal to the parser's).
+TOP_LEVEL_TYPES: dict[str, tuple[Any, ...]] = {"seed_everything": (bool, int)}
 #: Keys of a class's node that are no init option.
 NOT_OPTIONS = {"class_path", "init_args", "dict_kwargs", "__path__"}
 
@@ -42,6 +46,28 @@ def check_values(argv: list[str], cwd: Optional[Path] = None) -> None:
             _check_options(group, options, subtree, raw)
     for group in SUBCLASS_GROUPS:
         _check_class_node(group, tree.get(group), raw)
+    trainer = tree.get("trainer")
+    problem = devices_problem(trainer.get("devices")) if isinstance(trainer, dict) else None
+    if problem is not None:
+        raise ConfigError(problem)
+    for option, alternatives in TOP_LEVEL_TYPES.items():
+        if option in tree and not isinstance(tree[option], (dict, list)):
+            problem = union_problem(option, alternatives, tree[option], raw.get(option))
+            if problem is not None:
+                raise ConfigError(problem)
+
+
+#: The text Lightning reads as ``trainer.devices`` on some accelerator: ``auto``, a count, ``-1`` (all), indices.
+DEVICES_TEXT = re.compile(r"\s*(?:auto|-1|\d+|\d+(?:\s*,\s*\d+)*\s*,?)\s*")
+
+
+def devices_problem(value: Any) -> Optional[str]:
+    """The line for ``trainer.devices`` given text no accelerator reads (``abc``): the parser takes any text (its
+    type is ``Union[list[int], str, int]``) and Lightning refuses it while the Trainer is built, in words that
+    depend on the accelerator; this line is said early and then (``ssl_app.cli.app.trainer_option_error``)."""
+    if not isinstance(value, str) or DEVICES_TEXT.fullmatch(value):
+        return None
+    return f"trainer.devices: must be auto, a count, -1 (every device) or device indices ('0,1'), got {value!r}"
 
 
 def _check_class_node(key: str, node: Any, raw: dict[str, str]) -> None:
@@ -61,15 +87,25 @@ def _check_class_node(key: str, node: Any, raw: dict[str, str]) -> None:
 
 
 def _check_options(prefix: str, options: dict, given: dict, raw: dict[str, str]) -> None:
+    from ssl_app.cli.source_signatures import dataclass_fields
     from ssl_app.cli.source_types import source_type
+    from ssl_app.cli.tau_words import is_tau_option, tau_problem
 
     for name, value in given.items():
         if name not in options:
             continue  # an option the class does not take: check_option_names' business
         option = f"{prefix}.{name}"
         if isinstance(value, dict):
-            _check_class_node(option, value, raw)
+            fields = None if "class_path" in value else dataclass_fields(*options[name])
+            if fields is not None:  # a dataclass's fields (``optim.lr``), read from its source as a class's options
+                _check_options(option, fields, value, raw)
+            else:
+                _check_class_node(option, value, raw)
             continue
+        if is_tau_option(option):
+            line = tau_problem(option, value)
+            if line is not None:
+                raise ConfigError(line)  # the sweep's words for what a τ is, not "Expected a path" (issue 40)
         kind = source_type(*options[name])
         if kind is None:
             continue

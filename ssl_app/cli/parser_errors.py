@@ -4,7 +4,9 @@
 
 from __future__ import annotations
 
+import ast
 import re
+from typing import Any, Optional
 
 from ssl_app.checks import in_words
 
@@ -16,6 +18,9 @@ NOT_A_CLASS_PATH = (
     "Unexpected import path format",
     "Not a valid subclass of",
 )
+
+#: A range type's refusal of text that is no number (``Not of type PositiveInt: invalid literal for int() …: 'abc'``).
+NO_NUMBER = r"Not of type (\w+): (?:invalid literal for int\(\) with base 10|could not convert string to float): (.*)"
 
 
 def condense_parser_error(message: str) -> str:
@@ -35,7 +40,7 @@ def condense_parser_error(message: str) -> str:
     reason = ""
     class_path = ""
     skipping_indent: int | None = None
-    for line in lines:
+    for index, line in enumerate(lines):
         indent = len(line) - len(line.lstrip())
         text = line.strip()
         if skipping_indent is not None:
@@ -59,6 +64,11 @@ def condense_parser_error(message: str) -> str:
         if match:
             class_path = match.group(1)
             continue
+        if text.startswith("Does not validate against any of the Union subtypes") and not reason:
+            canonical = union_reason(lines[index + 1 :])
+            if canonical is not None:
+                reason = canonical
+                break
         if text.startswith(("Does not validate against", "Subtypes:", "Errors:", "- Problem with")):
             continue
         if not reason:
@@ -67,9 +77,15 @@ def condense_parser_error(message: str) -> str:
                 reason += f" by {class_path}"
             if reason.startswith(NOT_A_CLASS_PATH):
                 reason = _number_reason(lines) or reason
+            if re.match(r"Not of type \w+: does not conform to restriction", reason):  # in a union: no value
+                reason = _number_reason(lines) or reason
             restricted = re.match(r"Not of type (\w+): (.*) does not conform to restriction", reason)
             if restricted:  # a range of ssl_app.checks, said in words
                 reason = in_words(*restricted.groups()) or reason
+            no_number = re.match(NO_NUMBER, reason)
+            if no_number:  # text given to a range: its words too (not Python's "invalid literal for int()")
+                name, given = no_number.groups()
+                reason = in_words(name, _unquoted_number(given)) or reason
             break
     option = ".".join(keys)
     if not reason:
@@ -91,3 +107,76 @@ def _number_reason(lines: list[str]) -> str:
         value = given.removeprefix("Given value: ")
         return f"Not of type {found.group(1)}: {value} does not conform to restriction"
     return ""
+
+
+#: The plain types a union's alternatives are named by, in the order they are listed (``null`` last).
+PLAIN_TYPES = ("bool", "int", "float", "str")
+
+
+def union_reason(block: list[str]) -> Optional[str]:
+    """A union's refusal in words that do not depend on the order of its alternatives (``typing`` caches unions
+    ignoring order, so jsonargparse's first reason, ``Expected a <class 'int'>``, may name ``float`` in another
+    process): ``expected one of: int, float, null; got '0.x'``, a ``Literal``'s choices listed. Only for a union of
+    plain types and literals with two alternatives or more besides ``None``, or a literal; else None (its own words).
+    ``block``: the lines after ``Does not validate against any of the Union subtypes``."""
+    subtypes = next((line.strip() for line in block if line.strip().startswith("Subtypes: [")), None)
+    given = next((line.strip() for line in block if line.strip().startswith("Given value: ")), None)
+    if subtypes is None or given is None:
+        return None
+    parts = _union_parts(subtypes.removeprefix("Subtypes: [").removesuffix("]"))
+    if parts is None:
+        return None
+    names, choices, none = parts
+    if len(names) < 2 and not choices:
+        return None  # Optional[int]: "Expected a <class 'int'>" is already the one reading
+    numbers = sorted({choice for choice in choices if not isinstance(choice, str)}, key=float)
+    texts = sorted({choice for choice in choices if isinstance(choice, str)})
+    shown = [name for name in PLAIN_TYPES if name in names] + [repr(choice) for choice in [*numbers, *texts]]
+    shown += ["null"] if none else []
+    return f"expected one of: {', '.join(shown)}; got {given.removeprefix('Given value: ')!r}"
+
+
+def _union_parts(text: str) -> Optional[tuple[set[str], list[Any], bool]]:
+    """The plain type names, the literal choices and whether ``None`` is among a ``Subtypes: [...]`` list; None
+    when any alternative is something else (a class, a container)."""
+    names: set[str] = set()
+    choices: list[Any] = []
+    none = False
+    pattern = re.compile(r"<class '(\w+)'>|typing\.Literal\[(.*?)\](?=, <class|, typing|$)")
+    position = 0
+    while position < len(text):
+        found = pattern.match(text, position)
+        if found is None:
+            return None
+        if found.group(1) == "NoneType":
+            none = True
+        elif found.group(1) in PLAIN_TYPES:
+            names.add(found.group(1))
+        elif found.group(1):
+            return None
+        else:
+            try:
+                literal = ast.literal_eval(f"[{found.group(2)}]")
+            except (ValueError, SyntaxError):
+                return None
+            if not all(isinstance(choice, (int, str)) for choice in literal):
+                return None
+            choices += literal
+        position = found.end()
+        if text.startswith(", ", position):
+            position += 2
+        elif position < len(text):
+            return None
+    return names, choices, none
+
+
+def _unquoted_number(text: str) -> str:
+    """``'1.5'`` → ``1.5`` (a number refused by an int range reads as one); other text stays quoted."""
+    inner = text[1:-1] if len(text) > 1 and text[0] == text[-1] == "'" else None
+    if inner is None:
+        return text
+    try:
+        float(inner)
+    except ValueError:
+        return text
+    return inner

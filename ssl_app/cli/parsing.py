@@ -13,6 +13,7 @@ from lightning.pytorch.cli import LightningArgumentParser
 from ssl_app.cli.parser_errors import condense_parser_error
 from ssl_app.cli.suggest import class_path_problem, class_suggestion, did_you_mean, parameters_of
 from ssl_app.cli.tau_presets import expand_in_config
+from ssl_app.cli.tau_words import is_tau_option, tau_problem
 
 
 class OneLineParser(LightningArgumentParser):
@@ -66,6 +67,11 @@ def with_suggestion(line: str, parser: OneLineParser) -> str:
         key, name, class_path = option.groups()
         prefix = f"{key}.init_args." if key else ""
         return line + did_you_mean(prefix + name, [prefix + known for known in parameters_of(class_path)])
+    tau = re.fullmatch(r"(\S+): Expected a path but (\S+) either not accessible or invalid", line)
+    if tau and is_tau_option(tau.group(1)):
+        found = tau_problem(tau.group(1), tau.group(2))
+        if found is not None:
+            return found
     path = re.fullmatch(r"(\S+): (?:Expected a path but (\S+) either not accessible or invalid|" + NO_ATTRIBUTE + ")", line)
     if path:
         key = path.group(1)

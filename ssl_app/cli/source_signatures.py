@@ -442,3 +442,32 @@ def _resolve_base(tree: ast.Module, module: str, path: Path, base: ast.expr, dep
         aliased = module_alias(tree, module, path, base.value.id)
         return None if aliased is None else find_class(aliased, base.attr, depth=depth + 1)
     return None
+
+
+def dataclass_fields(module: str, annotation: Optional[ast.expr]) -> Optional[dict[str, tuple[str, Optional[ast.expr]]]]:
+    """The fields of the dataclass an option's ``annotation`` (declared in ``module``) names, each → ``(module,
+    annotation)`` as :func:`init_annotations` gives a class's options (``optim: Optimization`` → ``lr``, ...); None
+    when it names no plain ``@dataclass`` defined in source (one with bases, or not found, is left to the parser)."""
+    if isinstance(annotation, ast.Name):
+        found = find_class(module, annotation.id, depth=0)
+    else:
+        found = None
+    if found is None:
+        return None
+    where, cls = found
+    if cls.bases or not any(_is_dataclass_decorator(decorator) for decorator in cls.decorator_list):
+        return None
+    fields: dict[str, tuple[str, Optional[ast.expr]]] = {}
+    for node in cls.body:
+        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            if "ClassVar" in ast.unparse(node.annotation) or "InitVar" in ast.unparse(node.annotation):
+                return None
+            fields[node.target.id] = (where, node.annotation)
+    return fields
+
+
+def _is_dataclass_decorator(decorator: ast.expr) -> bool:
+    target = decorator.func if isinstance(decorator, ast.Call) else decorator
+    return (isinstance(target, ast.Name) and target.id == "dataclass") or (
+        isinstance(target, ast.Attribute) and target.attr == "dataclass"
+    )

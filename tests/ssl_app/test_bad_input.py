@@ -122,6 +122,13 @@ CASES = [
         ["trainer.devices"],
     ),
     ("gpu_without_gpu", lambda t: ["--trainer.accelerator=gpu"], ["trainer", "gpu"]),
+    # Lightning raises a TypeError, not a MisconfigurationException, for these (issue 40): once a traceback
+    ("devices_not_a_count", lambda t: ["--trainer.devices=abc"], ["trainer.devices: must be auto", "'abc'"]),
+    (
+        "devices_not_a_count_on_cpu",
+        lambda t: ["--trainer.accelerator=cpu", "--trainer.devices=abc"],
+        ["trainer.devices: must be auto", "'abc'"],
+    ),
     ("data_root_missing", lambda t: image_args(t / "no_such_folder"), ["no_such_folder"]),
     (
         "data_root_without_classes",
@@ -297,3 +304,21 @@ def test_corrupt_data_on_one_rank_fails_every_rank_without_hanging(tmp_path):
     assert len(named) == 1 and "broken.png" in named[0], err[-3000:]
     assert "another process of this run failed" in err, err[-3000:]
     assert "Traceback" not in err, err[-3000:]
+
+
+@pytest.mark.parametrize("accelerator", ["auto", "cpu"])
+def test_devices_no_accelerator_reads_is_one_line_after_the_imports_too(accelerator, tmp_path, monkeypatch, capsys):
+    """Catches Lightning's TypeError while the Trainer is built (``devices`` selected with ``CPUAccelerator`` should
+    be an int > 0) ending in a traceback (issue 40), and its line differing from the early check's: the Trainer
+    command is run past the early check (``ssl_app.cli.app.main``)."""
+    from ssl_app.cli.app import main as trainer_command
+    from ssl_app.cli.early_values import devices_problem
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exit_info:
+        trainer_command(["fit", "--config", QUICKSTART, *SMALL, f"--trainer.accelerator={accelerator}", "--trainer.devices=abc"])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2, err[-3000:]
+    assert [line for line in err.splitlines() if line.startswith("error:")] == [f"error: {devices_problem('abc')}"]
+    assert "Traceback" not in err
+    assert list(tmp_path.iterdir()) == []

@@ -128,3 +128,13 @@ def test_sgd_and_adamw_are_fused_when_every_parameter_is_on_cuda_only():
     for name in ("sgd", "adamw", "lars"):
         built = Optimization(optimizer=name).build([on_cpu], 256, 10, 100)["optimizer"]
         assert not built.defaults.get("fused")
+
+
+def test_ranges_parsed_as_types_are_kept_as_plain_numbers():
+    """Catches jsonargparse's range types (what the parser gives ``optim.lr: PositiveFinite``) reaching the model's
+    hyper-parameters and so a checkpoint, which ``weights_only=True`` could then not load."""
+    from ssl_app.checks import NonNegativeFinite, PositiveFinite, PositiveInt
+    from ssl_app.optim import Optimization
+
+    optim = Optimization(lr=PositiveFinite(0.1), weight_decay=NonNegativeFinite(0.0), reference_batch_size=PositiveInt(64))
+    assert (type(optim.lr), type(optim.weight_decay), type(optim.reference_batch_size)) == (float, float, int)
