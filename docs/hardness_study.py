@@ -24,7 +24,6 @@ Deterministic: running it again on the same runs rewrites the same files.
 
 from __future__ import annotations
 
-import csv
 import statistics
 import sys
 from pathlib import Path
@@ -33,6 +32,8 @@ import numpy as np
 
 OUT = Path(__file__).resolve().parent / "hardness_study"
 sys.path.insert(0, str(OUT.parent.parent))
+
+from paired_studies import write_csv  # noqa: E402  (docs/, the script's own folder)
 
 from ssl_app.report.groups import group_runs  # noqa: E402
 from ssl_app.report.hardness import _last_profile  # noqa: E402
@@ -83,14 +84,6 @@ def slopes(rows) -> tuple[list[dict], list[dict]]:
                 "share_le_0": float(negatives[share <= 0].sum() / negatives.sum()),
             })  # fmt: skip
     return bins, runs
-
-
-def write_csv(path: Path, rows: list[dict]) -> None:
-    with path.open("w", encoding="utf-8", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=list(rows[0]), lineterminator="\n")
-        writer.writeheader()
-        for row in rows:
-            writer.writerow({k: repr(v) if isinstance(v, float) else v for k, v in row.items()})
 
 
 def plain(value: float, digits: int) -> str:

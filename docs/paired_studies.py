@@ -139,11 +139,12 @@ def compare(values: dict[tuple[str, str], dict[str, float]], family: Family) -> 
 
 
 def write_csv(path: Path, rows: list[dict]) -> None:
+    """``rows`` as CSV: floats by ``repr`` (every digit kept), ``None`` as an empty cell."""
     with path.open("w", encoding="utf-8", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=list(rows[0]), lineterminator="\n")
         writer.writeheader()
         for row in rows:
-            writer.writerow({k: repr(v) if isinstance(v, float) else v for k, v in row.items()})
+            writer.writerow({k: "" if v is None else repr(v) if isinstance(v, float) else v for k, v in row.items()})
 
 
 def write_markdown(path: Path, rows: list[dict], family: Family) -> None:

@@ -17,13 +17,14 @@ Deterministic: running it again on the same runs rewrites the same files.
 
 from __future__ import annotations
 
-import csv
 import statistics
 import sys
 from pathlib import Path
 
 OUT = Path(__file__).resolve().parent / "tau_study"
 sys.path.insert(0, str(OUT.parent.parent))
+
+from paired_studies import write_csv  # noqa: E402  (docs/, the script's own folder)
 
 from ssl_app.report.groups import group_runs  # noqa: E402
 from ssl_app.report.runs import load_runs  # noqa: E402
@@ -77,14 +78,6 @@ def epoch_means(epochs: list[dict]) -> list[dict]:
             row |= {key: statistics.fmean(e[key] for e in at) for key in EPOCH_TAGS}
             found.append(row)
     return found
-
-
-def write_csv(path: Path, rows: list[dict]) -> None:
-    with path.open("w", encoding="utf-8", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=list(rows[0]), lineterminator="\n")
-        writer.writeheader()
-        for row in rows:
-            writer.writerow({k: "" if v is None else repr(v) if isinstance(v, float) else v for k, v in row.items()})
 
 
 def mean_std(values: list[float], digits: int) -> str:

@@ -29,7 +29,6 @@ import shutil
 import sys
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from importlib import metadata
 from pathlib import Path
 from typing import Any, Optional
 
@@ -61,12 +60,7 @@ def help_key(tool: str, argv: list[str], cwd: Optional[Path] = None) -> Optional
             digest.update(b"\0" + line)
     except _NotKept:
         return None
-    versions = []
-    for name in HELP_DISTRIBUTIONS:
-        try:
-            versions.append(f"{name}={metadata.version(name)}")
-        except metadata.PackageNotFoundError:
-            versions.append(f"{name}=-")
+    versions = listing_cache.installed_versions(HELP_DISTRIBUTIONS)
     digest.update("\0".join(versions).encode())
     try:
         sources = listing_cache.sources_key(listing_cache.package_folders())

@@ -18,6 +18,7 @@ import hashlib
 import json
 import os
 import platform
+from collections.abc import Iterable
 from importlib import metadata
 from pathlib import Path
 from typing import Optional
@@ -50,16 +51,22 @@ def package_folders() -> list[Path]:
     return folders
 
 
+def installed_versions(names: Iterable[str]) -> list[str]:
+    """``name=version`` of each installed distribution, ``name=-`` for one that is not installed."""
+    found = []
+    for name in names:
+        try:
+            found.append(f"{name}={metadata.version(name)}")
+        except metadata.PackageNotFoundError:
+            found.append(f"{name}=-")
+    return found
+
+
 def sources_key(folders: list[Path]) -> str:
     """A hash of every ``.py`` file under ``folders`` (path relative to its package's parent, and bytes) and of the
     versions in ``DISTRIBUTIONS``."""
     digest = hashlib.sha256()
-    versions = [platform.python_version()]
-    for name in DISTRIBUTIONS:
-        try:
-            versions.append(f"{name}={metadata.version(name)}")
-        except metadata.PackageNotFoundError:
-            versions.append(f"{name}=-")
+    versions = [platform.python_version(), *installed_versions(DISTRIBUTIONS)]
     digest.update("\n".join(versions).encode())
     for folder in folders:
         for path in sorted(folder.rglob("*.py")):
