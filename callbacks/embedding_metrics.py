@@ -32,7 +32,7 @@ from callbacks.labels import missing_labels, say_skipped
 from callbacks.plots import SIMILARITY_RANGE, find_tensorboard
 from callbacks.schedule import check_every_n_epochs, evaluation_due
 from ssl_app.checkpointing import first_nonfinite
-from ssl_app.checks import check_int, check_optional_int
+from ssl_app.checks import IntAtLeast2, PositiveInt, check_int, check_optional_int, plain
 from ssl_app.errors import ConfigError, NonFiniteError
 from ssl_app.io.changes import OnChange
 from ssl_app.metrics import DEFAULT_TOP_K, EmbeddingInputs, EmbeddingReport, evaluate_metrics
@@ -198,9 +198,9 @@ class EmbeddingMetrics(Callback):
     def __init__(
         self,
         split: Literal["train", "val", "test"] | None = None,
-        every_n_epochs: int = 1,
-        max_samples: int | None = None,
-        top_k: int = DEFAULT_TOP_K,
+        every_n_epochs: PositiveInt = 1,
+        max_samples: IntAtLeast2 | None = None,
+        top_k: PositiveInt = DEFAULT_TOP_K,
         uniformity_inputs: UniformityInputs = "clean",
         log_histograms: bool = True,
         collapse: CollapseCriteria = CollapseCriteria(),
@@ -210,7 +210,7 @@ class EmbeddingMetrics(Callback):
         similarity_range: tuple[float, float] = SIMILARITY_RANGE,
         figure_process: bool = True,
         lidar_views: int = 0,
-        lidar_samples: int | None = 1000,
+        lidar_samples: IntAtLeast2 | None = 1000,
     ) -> None:
         super().__init__()
         if lidar_views != 0:  # 0: off; else q >= 2 views per image
@@ -236,13 +236,13 @@ class EmbeddingMetrics(Callback):
             raise ConfigError(f"EmbeddingMetrics: collapse must be a callbacks.CollapseCriteria, got {type(collapse).__name__}")
         self.split = split
         self.every_n_epochs = every_n_epochs
-        self.max_samples = max_samples
-        self.top_k = top_k
+        self.max_samples = plain(max_samples)
+        self.top_k = plain(top_k)
         self.uniformity_inputs = uniformity_inputs
         self.negatives_from = negatives_from
         self.log_histograms = log_histograms
         self.lidar_views = lidar_views
-        self.lidar_samples = lidar_samples
+        self.lidar_samples = plain(lidar_samples)
         self.alarm = CollapseAlarm(collapse)
         self.stop_on_collapse = stop_on_collapse
         self.stop_on_nonfinite = bool(stop_on_nonfinite)

@@ -12,7 +12,7 @@ from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from callbacks.embedding_pass import Features, embed_split, encoder, require_embedding_dataloader
 from callbacks.labels import missing_labels, say_skipped
 from callbacks.schedule import check_every_n_epochs, evaluation_due
-from ssl_app.checks import check_optional_int
+from ssl_app.checks import PositiveFinite, PositiveInt, check_optional_int, plain
 from ssl_app.metrics import WeightedKNNAccuracy
 from ssl_app.metrics.knn import DEFAULT_K, DEFAULT_TAIL_K, DEFAULT_TEMPERATURE
 from ssl_app.metrics.long_tail import (
@@ -69,15 +69,15 @@ class KNNMonitor(Callback):
 
     def __init__(
         self,
-        k: int = DEFAULT_K,
-        temperature: float = DEFAULT_TEMPERATURE,
-        every_n_epochs: int = 1,
-        max_train_samples: Optional[int] = None,
+        k: PositiveInt = DEFAULT_K,
+        temperature: PositiveFinite = DEFAULT_TEMPERATURE,
+        every_n_epochs: PositiveInt = 1,
+        max_train_samples: Optional[PositiveInt] = None,
         features: Features = "projection",
         batch_size: Optional[int] = None,
         chunk_size: Optional[int] = None,
         shot_groups: bool = True,
-        tail_k: Optional[int] = DEFAULT_TAIL_K,
+        tail_k: Optional[PositiveInt] = DEFAULT_TAIL_K,
         many_shot_above: int = MANY_SHOT_ABOVE,
         few_shot_below: int = FEW_SHOT_BELOW,
     ) -> None:
@@ -87,8 +87,8 @@ class KNNMonitor(Callback):
         tail_k = check_optional_int(tail_k, "KNNMonitor: tail_k")
         self.many_shot_above, self.few_shot_below = check_thresholds(many_shot_above, few_shot_below, "KNNMonitor")
         WeightedKNNAccuracy(1, k, temperature, chunk_size)  # validates k, temperature, chunk_size now
-        self.k = k
-        self.temperature = temperature
+        self.k = plain(k)
+        self.temperature = plain(temperature)
         self.every_n_epochs = every_n_epochs
         self.max_train_samples = max_train_samples
         self.features = features

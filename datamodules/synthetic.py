@@ -21,7 +21,7 @@ from datamodules.arrays import PixelArray
 from datamodules.augment import ViewAugmentation
 from datamodules.base import SPLITS, ContrastiveDataModule, Split
 from datamodules.registry import DATAMODULES
-from ssl_app.checks import NonNegativeInt, PositiveInt, check_int
+from ssl_app.checks import IntAtLeast8, NonNegativeInt, PositiveInt, ShapeCount, check_int
 from ssl_app.errors import ConfigError
 
 ShapeFn = Callable[[Tensor, Tensor], Tensor]
@@ -156,11 +156,11 @@ class SyntheticDataModule(ContrastiveDataModule):
 
     def __init__(
         self,
-        num_classes: int = 10,
+        num_classes: ShapeCount = 10,
         train_size: PositiveInt = 2000,
         val_size: PositiveInt = 500,
         test_size: PositiveInt = 500,
-        image_size: int = 32,
+        image_size: IntAtLeast8 = 32,
         seed: NonNegativeInt = 0,
         *,
         augmentation: ViewAugmentation = SYNTHETIC_AUGMENTATION,
@@ -177,7 +177,7 @@ class SyntheticDataModule(ContrastiveDataModule):
         sizes = {split: check_int(value, f"{name}: {split}_size") for split, value in sizes.items()}  # plain ints
         image_size = check_int(image_size, f"{name}: image_size", minimum=8)
         seed = check_int(seed, f"{name}: seed", minimum=0)
-        self._num_classes = num_classes
+        self._num_classes = int(num_classes)  # a plain int (the parser gives a ShapeCount)
         self.sizes = sizes
         self.image_size = image_size
         self.seed = seed

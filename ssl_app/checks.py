@@ -39,6 +39,7 @@ PositiveFinite = restricted_number_type("PositiveFinite", float, [(">", 0), ("<"
 NonNegativeFinite = restricted_number_type("NonNegativeFinite", float, [(">=", 0), ("<", math.inf)], docstring=">= 0 and finite")
 Finite = restricted_number_type("Finite", float, [(">", -math.inf), ("<", math.inf)], docstring="a finite number")
 UnitIntervalOpenAbove = restricted_number_type("UnitIntervalOpenAbove", float, [(">=", 0), ("<", 1)], docstring="in [0, 1)")
+UnitIntervalOpenBelow = restricted_number_type("UnitIntervalOpenBelow", float, [(">", 0), ("<=", 1)], docstring="in (0, 1]")
 AtLeastOne = restricted_number_type("AtLeastOne", float, [(">=", 1), ("<", math.inf)], docstring="a finite number >= 1")
 # isort: on
 #: How a message says each range (ours say it in their docstrings).
@@ -60,10 +61,19 @@ def int_at_least(minimum: int) -> type:
     return restricted_number_type(f"IntAtLeast{minimum}", int, (">=", minimum), docstring=f"an int >= {minimum}")
 
 
+# Declared here by their own names: an annotation names them (read from source by ``ssl_app.cli.source_types``) and
+# the CLI's error says them in words (``in_words`` finds a range by the name in jsonargparse's "Not of type X").
+IntAtLeast2 = int_at_least(2)
+IntAtLeast8 = int_at_least(8)
+#: The synthetic shapes' ``num_classes`` (one shape per class, ``datamodules.synthetic.SHAPES``; a test holds it equal).
+ShapeCount = restricted_number_type("ShapeCount", int, [(">=", 2), ("<=", 10)], docstring="an int in [2, 10]")
+
+
 __all__ = [
-    "AtLeastOne", "ClosedUnitInterval", "Finite", "NonNegativeFinite", "NonNegativeInt", "OpenUnitInterval",
-    "PositiveFinite", "PositiveInt", "UnitIntervalOpenAbove", "check", "check_all", "check_int", "check_momentum",
-    "check_optional_int", "describe", "int_at_least", "is_a",
+    "AtLeastOne", "ClosedUnitInterval", "Finite", "IntAtLeast2", "IntAtLeast8", "NonNegativeFinite", "NonNegativeInt",
+    "OpenUnitInterval", "PositiveFinite", "PositiveInt", "ShapeCount", "UnitIntervalOpenAbove", "UnitIntervalOpenBelow",
+    "check", "check_all", "check_int", "check_momentum", "check_optional_int", "describe", "int_at_least", "is_a",
+    "plain",
 ]  # fmt: skip
 
 
@@ -102,6 +112,18 @@ def check_all(kind: type, values: Any, option: str) -> list:
         if not is_a(kind, item):
             raise ConfigError(f"{option} must be a list, each {describe(kind)}, got {item!r} in {items!r}")
     return [check(kind, item, option) for item in items]
+
+
+def plain(value: Any) -> Any:
+    """``value`` as a plain ``int`` or ``float`` when it is a range's value (jsonargparse parses ``PositiveInt`` into
+    an ``int`` subclass, which a checkpoint loaded with ``weights_only=True`` cannot hold); anything else as it is."""
+    if isinstance(value, bool) or type(value) in (int, float):
+        return value
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        return float(value)
+    return value
 
 
 def _integral(value: Any) -> bool:

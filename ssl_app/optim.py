@@ -26,7 +26,7 @@ import torch
 from lightly.utils.lars import LARS
 from torch.optim.lr_scheduler import LambdaLR
 
-from ssl_app.checks import NonNegativeFinite, PositiveFinite, PositiveInt
+from ssl_app.checks import NonNegativeFinite, PositiveFinite, PositiveInt, UnitIntervalOpenBelow
 from ssl_app.errors import ConfigError
 from ssl_app.temperature.base import Progress
 
@@ -54,7 +54,7 @@ class Optimization:
     weight_decay: NonNegativeFinite = 5e-4
     schedule: Literal["cosine", "multistep", "constant"] = "cosine"
     milestones: list[int] = field(default_factory=lambda: [160, 190])
-    gamma: float = 0.1
+    gamma: UnitIntervalOpenBelow = 0.1
     warmup_epochs: NonNegativeFinite = 0.0
     scale_lr: Literal["none", "linear", "sqrt"] = "none"
     reference_batch_size: PositiveInt = 256

@@ -70,7 +70,8 @@ def devices_problem(value: Any) -> Optional[str]:
     return f"trainer.devices: must be auto, a count, -1 (every device) or device indices ('0,1'), got {value!r}"
 
 
-def _check_class_node(key: str, node: Any, raw: dict[str, str]) -> None:
+def _check_class_node(key: str, node: Any, raw: dict[str, str], item_class: str = "") -> None:
+    """``item_class``: the class of the list item ``node`` is in (``trainer.callbacks``), named in the line."""
     from ssl_app.cli.source_signatures import init_annotations
 
     class_path = node.get("class_path") if isinstance(node, dict) else None
@@ -83,10 +84,11 @@ def _check_class_node(key: str, node: Any, raw: dict[str, str]) -> None:
     init_args = node.get("init_args")
     if isinstance(init_args, dict):
         given.update(init_args)
-    _check_options(f"{key}.init_args", options, given, raw)
+    _check_options(f"{key}.init_args", options, given, raw, item_class)
 
 
-def _check_options(prefix: str, options: dict, given: dict, raw: dict[str, str]) -> None:
+def _check_options(prefix: str, options: dict, given: dict, raw: dict[str, str], item_class: str = "") -> None:
+    from ssl_app.cli.parser_errors import list_item_option
     from ssl_app.cli.source_signatures import dataclass_fields
     from ssl_app.cli.source_types import source_type
     from ssl_app.cli.tau_words import is_tau_option, tau_problem
@@ -98,9 +100,12 @@ def _check_options(prefix: str, options: dict, given: dict, raw: dict[str, str])
         if isinstance(value, dict):
             fields = None if "class_path" in value else dataclass_fields(*options[name])
             if fields is not None:  # a dataclass's fields (``optim.lr``), read from its source as a class's options
-                _check_options(option, fields, value, raw)
+                _check_options(option, fields, value, raw, item_class)
             else:
-                _check_class_node(option, value, raw)
+                _check_class_node(option, value, raw, item_class)
+            continue
+        if isinstance(value, list):
+            _check_class_list(option, value, raw)
             continue
         if is_tau_option(option):
             line = tau_problem(option, value)
@@ -114,7 +119,21 @@ def _check_options(prefix: str, options: dict, given: dict, raw: dict[str, str])
             continue
         if kind.has_class and not (_is_number(value) and problem.split(": ", 1)[-1].startswith("must be ")):
             continue  # a class path may be what was meant: the parser's words are not known here
+        if item_class and problem.startswith(f"{option}: "):
+            problem = f"{list_item_option(option, item_class)}: {problem.removeprefix(f'{option}: ')}"
         raise ConfigError(problem)
+
+
+def _check_class_list(option: str, items: list, raw: dict[str, str]) -> None:
+    """``trainer.callbacks: [{class_path: …}, …]`` in a config file: the parser names an item's option by the list's
+    key and the item's class, ``trainer.callbacks.init_args.k (callbacks.KNNMonitor)`` (``parser_errors``). A list
+    given on the command line is left to the parser: written out there, any bad item makes it say ``Expected a path
+    but [...]``."""
+    if option.replace(".init_args.", ".") in raw:
+        return
+    for item in items:
+        if isinstance(item, dict) and isinstance(item.get("class_path"), str):
+            _check_class_node(option, item, raw, item["class_path"])
 
 
 def _is_number(value: Any) -> bool:

@@ -39,6 +39,7 @@ def condense_parser_error(message: str) -> str:
     depth_of: list[int] = []
     reason = ""
     class_path = ""
+    item_class = ""  # the class of a list's item (``trainer.callbacks``): its options' path does not tell which
     skipping_indent: int | None = None
     for index, line in enumerate(lines):
         indent = len(line) - len(line.lstrip())
@@ -63,6 +64,8 @@ def condense_parser_error(message: str) -> str:
         match = re.match(r"(?:- )?Problem with given class_path '([^']+)':", text)
         if match:
             class_path = match.group(1)
+            if not item_class and _in_a_list(lines, index, indent):
+                item_class = class_path
             continue
         if text.startswith("Does not validate against any of the Union subtypes") and not reason:
             canonical = union_reason(lines[index + 1 :])
@@ -90,7 +93,30 @@ def condense_parser_error(message: str) -> str:
     option = ".".join(keys)
     if not reason:
         return " ".join(line.strip() for line in lines)
+    if item_class and item_class not in reason:
+        option = list_item_option(option, item_class)
     return f"{option}: {reason}" if option else reason
+
+
+def list_item_option(option: str, class_path: str) -> str:
+    """An option of a list's item named with the item's class: ``trainer.callbacks.init_args.every_n_epochs
+    (callbacks.KNNMonitor)``, since ``EmbeddingMetrics`` in the same list has an ``every_n_epochs`` too."""
+    return f"{option} ({class_path})"
+
+
+#: What a union of ``list[Callback]`` and ``Callback`` is given for a list's item: the list (a config's), or one
+#: item's option (``--trainer.callbacks+=callbacks.KNNMonitor --trainer.callbacks.k=0``).
+LIST_GIVEN = ("Given value type: <class 'list'>", "Given value type: <class 'jsonargparse._util.NestedArg'>")
+
+
+def _in_a_list(lines: list[str], index: int, indent: int) -> bool:
+    """Whether the alternative whose error starts at ``lines[index]`` (at ``indent``) is of a union that takes a list
+    (``Subtypes: [list[...], ...]``) and was given a list's item."""
+    before = [line.strip() for line in lines[:index] if len(line) - len(line.lstrip()) < indent]
+    after = [line.strip() for line in lines[index + 1 :] if len(line) - len(line.lstrip()) < indent]
+    subtypes = next((line for line in reversed(before) if line.startswith("Subtypes: [")), "")
+    given = next((line for line in after if line.startswith("Given value type: ")), "")
+    return "list[" in subtypes and given in LIST_GIVEN
 
 
 def _number_reason(lines: list[str]) -> str:

@@ -10,7 +10,7 @@ from jsonargparse import lazy_instance
 from torch import Tensor
 
 from ssl_app import distributed
-from ssl_app.checks import check_momentum, check_optional_int
+from ssl_app.checks import PositiveInt, UnitIntervalOpenAbove, check_momentum, check_optional_int
 from ssl_app.errors import ConfigError
 from ssl_app.losses import ContrastiveLoss, InfoNCE
 from ssl_app.losses.base import MaskedSimilarities
@@ -73,9 +73,9 @@ class MemoryBank(ContrastiveMethod):
         self,
         loss: ContrastiveLoss = lazy_instance(InfoNCE, temperature=0.07),
         proj_layers: int = 1,
-        bank_momentum: float = 0.5,
-        bank_size: Optional[int] = None,
-        num_negatives: Optional[int] = None,
+        bank_momentum: UnitIntervalOpenAbove = 0.5,
+        bank_size: Optional[PositiveInt] = None,
+        num_negatives: Optional[PositiveInt] = None,
         **kwargs: Any,
     ) -> None:
         bank_momentum = check_momentum(bank_momentum, "MemoryBank: bank_momentum")

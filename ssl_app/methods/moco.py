@@ -13,7 +13,7 @@ from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from torch import Tensor, nn
 
 from ssl_app import distributed
-from ssl_app.checks import check_int, check_momentum
+from ssl_app.checks import IntAtLeast2, PositiveInt, UnitIntervalOpenAbove, check_int, check_momentum
 from ssl_app.errors import ConfigError
 from ssl_app.losses import ContrastiveLoss, InfoNCE
 from ssl_app.losses.base import MaskedSimilarities
@@ -95,11 +95,11 @@ class MoCo(ContrastiveMethod):
     def __init__(
         self,
         loss: ContrastiveLoss = lazy_instance(InfoNCE, temperature=0.2),
-        queue_size: int = 4096,
-        momentum: float = 0.99,
+        queue_size: PositiveInt = 4096,
+        momentum: UnitIntervalOpenAbove = 0.99,
         momentum_schedule: MomentumSchedule = "constant",
         key_bn: KeyBatchNorm = "auto",
-        split_bn_groups: int = 8,
+        split_bn_groups: IntAtLeast2 = 8,
         symmetric: bool = False,
         batch_negatives: bool = False,
         query_candidates: bool = False,

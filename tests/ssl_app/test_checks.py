@@ -10,14 +10,19 @@ from jsonargparse import ArgumentParser
 from ssl_app.checks import (
     AtLeastOne,
     ClosedUnitInterval,
+    IntAtLeast2,
+    IntAtLeast8,
     NonNegativeFinite,
     OpenUnitInterval,
     PositiveFinite,
     PositiveInt,
+    ShapeCount,
     UnitIntervalOpenAbove,
+    UnitIntervalOpenBelow,
     check,
     check_all,
     int_at_least,
+    is_a,
 )
 from ssl_app.cli.parsing import condense_parser_error
 from ssl_app.errors import ConfigError
@@ -31,6 +36,10 @@ CASES = [  # (range, inside, outside)
     (AtLeastOne, [1, 100], [0.5, math.inf]),
     (PositiveInt, [1, 7], [0, -2, 1.5, 2.0]),
     (int_at_least(3), [3, 10], [2, 3.0]),
+    (UnitIntervalOpenBelow, [1, 0.1], [0, 1.01, math.nan]),
+    (IntAtLeast2, [2, 100], [1, 0]),
+    (IntAtLeast8, [8, 32], [7, 8.0]),
+    (ShapeCount, [2, 10], [1, 11]),
 ]
 
 
@@ -82,3 +91,31 @@ def test_a_value_of_a_range_dumps_as_its_number():
         "temperature": 0.5,
         "k": 3,
     }
+
+
+@pytest.mark.parametrize(
+    ("kind", "given", "line"),
+    [
+        (UnitIntervalOpenBelow, "0", "owner.rate: must be in (0, 1], got 0"),
+        (IntAtLeast8, "4", "owner.rate: must be an int >= 8, got 4"),
+        (IntAtLeast2, "abc", "owner.rate: must be an int >= 2, got 'abc'"),
+        (ShapeCount, "11", "owner.rate: must be an int in [2, 10], got 11"),
+    ],
+    ids=lambda value: getattr(value, "__name__", ""),
+)
+def test_the_ranges_made_for_one_option_are_said_in_words_too(kind, given, line):
+    """Catches a range made by ``int_at_least`` (``IntAtLeast8``) or declared later whose refusal reaches the user as
+    jsonargparse's ``Not of type IntAtLeast8: 4 does not conform to restriction v>=8``: the CLI finds a range's words
+    by the name jsonargparse gives, so each must be declared in ``ssl_app.checks`` by that name."""
+    parser = ArgumentParser(exit_on_error=False)
+    parser.add_argument("--owner.rate", type=kind)
+    with pytest.raises(Exception) as error:
+        parser.parse_args([f"--owner.rate={given}"])
+    assert condense_parser_error(str(error.value)) == line
+
+
+def test_the_shape_count_range_is_the_number_of_shapes():
+    """Catches a shape added to (or removed from) the synthetic data while ``num_classes``' range keeps the old count."""
+    from datamodules.synthetic import SHAPES
+
+    assert is_a(ShapeCount, len(SHAPES)) and not is_a(ShapeCount, len(SHAPES) + 1) and not is_a(ShapeCount, 1)

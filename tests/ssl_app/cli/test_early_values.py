@@ -34,6 +34,12 @@ BAD = {
     "--model.init_args.optim.lr=-1": "model.init_args.optim.lr: must be > 0 and finite, got -1",
     "--model.init_args.optim.weight_decay=-0.1": "model.init_args.optim.weight_decay: must be >= 0 and finite, got -0.1",
     "--model.init_args.optim.reference_batch_size=0": ("model.init_args.optim.reference_batch_size: must be an int >= 1, got 0"),
+    # ranges once checked only in __init__ (issue 40, item 7: the second batch)
+    "--data.init_args.image_size=4": "data.init_args.image_size: must be an int >= 8, got 4",
+    "--data.init_args.num_classes=11": "data.init_args.num_classes: must be an int in [2, 10], got 11",
+    "--data.init_args.num_classes=1": "data.init_args.num_classes: must be an int in [2, 10], got 1",
+    "--model.init_args.optim.gamma=0": "model.init_args.optim.gamma: must be in (0, 1], got 0",
+    "--model.init_args.optim.gamma=1.5": "model.init_args.optim.gamma: must be in (0, 1], got 1.5",
     "--model.init_args.proj_dim=0.x": "model.init_args.proj_dim: Expected a <class 'int'>. Got value: 0.x",
     "--model.init_args.backbone=small_cnnn": (
         "model.init_args.backbone: Expected a typing.Literal['small_cnn', 'resnet32_cifar', 'resnet18_cifar', "
@@ -93,6 +99,52 @@ BAD = {
         "lightning.pytorch.loggers.TensorBoardLogger?"
     ),
 }
+
+
+def callbacks(name: str, option: str, value: object) -> str:
+    """A config whose ``trainer.callbacks`` list gives callback ``name`` (after another one) ``option: value``."""
+    return yaml.safe_dump(
+        {
+            "trainer": {
+                "callbacks": [{"class_path": "callbacks.LongTailAccuracy"}, {"class_path": name, "init_args": {option: value}}]
+            }
+        }
+    )
+
+
+def method(name: str, option: str, value: object) -> str:
+    """A config that makes the model ``name`` with ``option: value``."""
+    return yaml.safe_dump({"model": {"class_path": name, "init_args": {option: value}}})
+
+
+#: (callback, option, bad value, reason): ranges of the callbacks, once checked only in ``__init__``. The parser's
+#: line names the item's class (``every_n_epochs`` is an option of two callbacks of the list): ``callback_line``.
+CALLBACK_RANGES = [
+    ("callbacks.KNNMonitor", "k", 0, "must be an int >= 1, got 0"),
+    ("callbacks.KNNMonitor", "temperature", -1, "must be > 0 and finite, got -1"),
+    ("callbacks.KNNMonitor", "max_train_samples", 0, "must be an int >= 1, got 0"),
+    ("callbacks.KNNMonitor", "tail_k", 0, "must be an int >= 1, got 0"),
+    ("callbacks.KNNMonitor", "every_n_epochs", 0, "must be an int >= 1, got 0"),
+    ("callbacks.EmbeddingMetrics", "every_n_epochs", 0, "must be an int >= 1, got 0"),
+    ("callbacks.EmbeddingMetrics", "top_k", 0, "must be an int >= 1, got 0"),
+    ("callbacks.EmbeddingMetrics", "max_samples", 1, "must be an int >= 2, got 1"),
+    ("callbacks.EmbeddingMetrics", "lidar_samples", 1, "must be an int >= 2, got 1"),
+]
+
+
+def callback_line(name: str, option: str, reason: str) -> str:
+    return f"trainer.callbacks.init_args.{option} ({name}): {reason}"
+
+
+#: (method, option, bad value, the parser's line): the methods' ranges (saved as hyper-parameters as plain numbers).
+METHOD_RANGES = [
+    ("ssl_app.methods.MoCo", "queue_size", 0, "model.init_args.queue_size: must be an int >= 1, got 0"),
+    ("ssl_app.methods.MoCo", "momentum", 1, "model.init_args.momentum: must be in [0, 1), got 1"),
+    ("ssl_app.methods.MoCo", "split_bn_groups", 1, "model.init_args.split_bn_groups: must be an int >= 2, got 1"),
+    ("ssl_app.methods.MemoryBank", "bank_size", 0, "model.init_args.bank_size: must be an int >= 1, got 0"),
+    ("ssl_app.methods.MemoryBank", "bank_momentum", -0.5, "model.init_args.bank_momentum: must be in [0, 1), got -0.5"),
+    ("ssl_app.methods.MemoryBank", "num_negatives", 0, "model.init_args.num_negatives: must be an int >= 1, got 0"),
+]
 #: The same kind of values written in a config file (a YAML mapping merged over the quickstart's).
 BAD_IN_CONFIG = {
     "trainer:\n  max_epochs: abc\n": "trainer.max_epochs: Expected a <class 'int'>",
@@ -103,6 +155,8 @@ BAD_IN_CONFIG = {
     "model:\n  init_args:\n    backbone: small_cnnn\n": BAD["--model.init_args.backbone=small_cnnn"],
     "model:\n  init_args:\n    optim:\n      lr: abc\n": BAD["--model.init_args.optim.lr=abc"],
     "data:\n  init_args:\n    batch_size: -3\n": BAD["--data.init_args.batch_size=-3"],
+    **{callbacks(name, option, value): callback_line(name, option, why) for name, option, value, why in CALLBACK_RANGES},
+    **{method(name, option, value): line for name, option, value, line in METHOD_RANGES},
     "model:\n  init_args:\n    loss:\n      init_args:\n        temperature: abc\n": (
         BAD["--model.init_args.loss.init_args.temperature=abc"]
     ),
@@ -195,6 +249,13 @@ def test_no_shipped_config_nor_any_of_its_values_given_again_is_refused():
         "--model.init_args.loss.init_args.temperature=1e-1",
         "--model.init_args.loss.init_args.temperature=0.07",
         "--model.init_args.optim.lr=1e-3",
+        "--model.init_args.optim.gamma=1",
+        "--data.init_args.image_size=8",
+        "--data.init_args.num_classes=2",
+        "--data.init_args.num_classes=10",
+        "--trainer.callbacks=[{class_path: callbacks.KNNMonitor, init_args: {k: 1, tail_k: null, temperature: 0.1}}]",
+        "--trainer.callbacks=[{class_path: callbacks.EmbeddingMetrics, init_args: {max_samples: 2, top_k: 1}}]",
+        "--trainer.callbacks=configs/callbacks/metrics_knn20.yaml",
         "--trainer.max_epochs=null",
         "--trainer.devices=auto",
         "--trainer.devices=1",
@@ -281,3 +342,28 @@ def test_the_tau_forms_said_before_torch_are_the_policies_own():
     from ssl_app.temperature.labels import accepted_forms
 
     assert accepted_forms() == TAU_FORMS
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        method("ssl_app.methods.MoCo", "momentum", 0.0),
+        method("ssl_app.methods.MoCo", "split_bn_groups", 2),
+        method("ssl_app.methods.MemoryBank", "bank_size", None),
+        callbacks("callbacks.KNNMonitor", "max_train_samples", 1),
+        callbacks("callbacks.EmbeddingMetrics", "max_samples", None),
+    ],
+)
+def test_a_range_s_edge_in_a_config_is_not_refused(tmp_path, text):
+    """Catches a range declared one step too narrow (``momentum: 0`` is in [0, 1); ``null`` where ``None`` is taken)."""
+    path = tmp_path / "edge.yaml"
+    path.write_text(text)
+    check_values(["fit", "--config", QUICKSTART, "--config", str(path)], REPO)
+
+
+def test_a_callback_list_written_out_on_the_command_line_is_left_to_the_parser():
+    """Catches the early line naming ``k`` where the parser says ``trainer.callbacks: Expected a path but [...]``: a
+    list given inline is refused as a whole (a config file's list, or a file named by the option, is checked)."""
+    check_values(
+        ["fit", "--config", QUICKSTART, "--trainer.callbacks=[{class_path: callbacks.KNNMonitor, init_args: {k: 0}}]"], REPO
+    )
