@@ -79,7 +79,7 @@ TAU = tuple((metric, a, b) for metric in TAU_METRICS for a, b in TAU_PAIRS)
 TAU += tuple((metric, COS, b) for metric in TAU_LOWEST for b in (T01, T05, T1))
 
 # --- docs/study.md: the pairs its claims read, in each of the four headline metrics --------------------------------
-#: Fixed from the first recording's sentences before the re-run's values were read: τ within InfoNCE (every pair:
+#: Chosen from the first recording's sentences before any re-run comparison was computed: τ within InfoNCE (every pair:
 #: its steps and τ 0.07 against 0.7 and 1.0), τ steps within the hard loss, the hard loss against InfoNCE at each τ,
 #: Simple against InfoNCE's lowest and highest τ, HardSimple against Simple, InfoNCE τ = 0.07 and the hard loss at
 #: its highest τ (HardSimple is the hard loss's τ → ∞, as Simple is InfoNCE's).
