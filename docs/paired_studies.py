@@ -8,7 +8,9 @@ reads (``FAMILIES`` below: metric, a, b), this writes the report's paired differ
 paired t-test's two-sided p) and Holm's adjustment over all m of the page's comparisons at once
 (``ssl_app.report.significance.holm_adjusted``): a difference is *called* where p̃ ≤ 0.05. Into ``docs/<study>/``:
 ``comparisons.csv`` (one row per comparison, with the seeds, the differences and the quote the page uses,
-``Δ +0.362 [+0.118, +0.606] (p̃ 0.351, not called)``) and ``comparisons.md`` (the same as a table).
+``Δ +0.362 [+0.118, +0.606] (p̃ 0.351, not called)``) and ``comparisons.md`` (the same as a table); for a family
+with a ``seed_table``, ``per_seed.md``: each configuration's values seed by seed, the table the page shows beside
+the report's.
 
 Only committed files are read, so running it again rewrites the same files.
 """
@@ -41,6 +43,8 @@ class Family:
     title: str
     sources: tuple[str, ...]
     comparisons: tuple[tuple[str, str, str], ...]
+    #: (column, heading) of the per-seed table the page shows beside the report's (``per_seed.md``); none if empty.
+    seed_table: tuple[tuple[str, str], ...] = ()
 
 
 # --- docs/hardness_study.md --------------------------------------------------------------------------------------
@@ -74,9 +78,30 @@ TAU_LOWEST = ("uniformity_min_epochs5to7", "tolerance_max_epochs5to7")
 TAU = tuple((metric, a, b) for metric in TAU_METRICS for a, b in TAU_PAIRS)
 TAU += tuple((metric, COS, b) for metric in TAU_LOWEST for b in (T01, T05, T1))
 
+# --- docs/study.md: the pairs its claims read, in each of the four headline metrics --------------------------------
+#: Chosen from the first recording's sentences before any re-run comparison was computed: τ within InfoNCE (every pair:
+#: its steps and τ 0.07 against 0.7 and 1.0), τ steps within the hard loss, the hard loss against InfoNCE at each τ,
+#: Simple against InfoNCE's lowest and highest τ, HardSimple against Simple, InfoNCE τ = 0.07 and the hard loss at
+#: its highest τ (HardSimple is the hard loss's τ → ∞, as Simple is InfoNCE's).
+NCE = {t: f"InfoNCE τ={t}" for t in ("0.07", "0.3", "0.7", "1")}
+HCE = {t: f"HardContrastive τ={t} K=128" for t in NCE}
+SIMPLE, HSIMPLE = "Simple", "HardSimple K=128"
+STUDY_PAIRS = (
+    *[(NCE[a], NCE[b]) for i, a in enumerate(NCE) for b in list(NCE)[i + 1:]],
+    *[(HCE[a], HCE[b]) for a, b in (("0.07", "0.3"), ("0.3", "0.7"), ("0.7", "1"))],
+    *[(HCE[t], NCE[t]) for t in NCE],
+    (SIMPLE, NCE["0.07"]), (SIMPLE, NCE["1"]),
+    (HSIMPLE, SIMPLE), (HSIMPLE, NCE["0.07"]), (HSIMPLE, HCE["1"]),
+)  # fmt: skip
+STUDY_METRICS = ("knn_acc", "linear_top1", "uniformity", "tolerance")
+STUDY = tuple((metric, a, b) for metric in STUDY_METRICS for a, b in STUDY_PAIRS)
+STUDY_SEED_TABLE = (("linear_top1", "linear top-1 (%)"), ("knn_acc", "kNN (%)"), ("uniformity", "uniformity"))
+STUDY_SEED_TABLE += (("tolerance", "tolerance"),)
+
 FAMILIES = {
     "hardness_study": Family("Hardness study", ("runs.csv", "profile_slopes.csv"), HARDNESS),
     "tau_study": Family("τ study", ("runs.csv", "run_averages.csv"), TAU),
+    "study": Family("CIFAR-10 at CPU scale", ("runs.csv",), STUDY, seed_table=STUDY_SEED_TABLE),
 }
 
 
@@ -166,12 +191,32 @@ def write_markdown(path: Path, rows: list[dict], family: Family) -> None:
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
+def write_seed_table(path: Path, folder: Path, family: Family) -> None:
+    """Each configuration's values seed by seed (seeds in order, as the page quotes them), in runs.csv's row order."""
+    found = read_rows(folder / "runs.csv")
+    labels = list(dict.fromkeys(row["configuration"] for row in found))
+    lines = [
+        "| configuration | seeds | " + " | ".join(heading for _, heading in family.seed_table) + " |",
+        "|---|---|" + "---|" * len(family.seed_table),
+    ]
+    for label in labels:
+        mine = sorted((row for row in found if row["configuration"] == label), key=lambda row: int(row["seed"]))
+        cells = [", ".join(row["seed"] for row in mine)]
+        for key, _ in family.seed_table:
+            d = DIGITS.get(key, 3)
+            cells.append(", ".join(f"{float(row[key]):.{d}f}" if row[key] else "–" for row in mine))
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
 def main(names: list[str]) -> None:
     for name in names or list(FAMILIES):
         family, folder = FAMILIES[name], DOCS / name
         rows = compare(per_seed(folder, family.sources), family)
         write_csv(folder / "comparisons.csv", rows)
         write_markdown(folder / "comparisons.md", rows, family)
+        if family.seed_table:
+            write_seed_table(folder / "per_seed.md", folder, family)
         print(f"{name}: m = {len(rows)}, Holm calls {sum(row['holm'] == 'called' for row in rows)}")
 
 

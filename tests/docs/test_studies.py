@@ -1,21 +1,16 @@
 """The recorded studies read under the report's statistics (issue 40 item 11), checked from their committed files.
 
-Re-run studies (``RERUN``: docs/hardness_study.md so far) keep their per-seed values beside their tables: the
-report's ``runs.csv`` (every run's configuration, seed and final values) and the page's scripts' per-run CSVs.
-Here the report's table (means, stds, n, and its paired section against ★ with Holm over its m) is recomputed
-from ``runs.csv``; every comparison the page makes is scipy's paired test on the committed per-seed values, Holm's
-step-down (written out as the rule) over the page's stated m; every quoted comparison is one recorded row; every
-"mean ± std" a page quotes is a configuration's mean and sample std in a committed file and every other decimal
-of its claims rounds from a number of its own folder; and the hardness profiles' slopes are refitted on the bins
-they name from the recorded per-bin shares. docs/beyond_study.md (issue 41 item 3) is checked the same way from
-its ``per_seed.csv``.
-
-Studies recorded before per-seed values were kept (docs/study.md; docs/tau_study.md until its re-run lands) keep
-what was recorded (``table.csv``: means, stds, n, and for the τ study the report's paired intervals) and what
-``docs/reread_studies.py`` derived from it (``comparisons.csv``): scipy recomputes every derived number from the
-recorded ones (paired t-tests on constructed differences with the recorded mean and std). No sentence of any page
-calls a pair "separated" or "distinguishable" (except in reporting a page's earlier reading). No training: a few
-CSVs and four pages.
+Every study (``RERUN``: docs/study.md, docs/hardness_study.md, docs/tau_study.md) was re-run with its per-seed
+values kept beside its tables: the report's ``runs.csv`` (every run's configuration, seed and final values), the
+run records' ``fits.csv`` (commit, status and wall time of every fit and evaluation) and the page's scripts'
+per-run CSVs. Here the report's table (means, stds, n, and its paired section against ★ with Holm over its m) is
+recomputed from ``runs.csv``; every comparison the page makes is scipy's paired test on the committed per-seed
+values, Holm's step-down (written out as the rule) over the page's stated m; every quoted comparison is one
+recorded row; every "mean ± std" a page quotes is a configuration's mean and sample std in a committed file and
+every other decimal of its claims rounds from a number of its own folder; the hardness profiles' slopes are
+refitted on the bins they name from the recorded per-bin shares. docs/beyond_study.md (issue 41 item 3) is checked
+the same way from its ``per_seed.csv``. No sentence of any page calls a pair "separated" or "distinguishable"
+(except in reporting a page's earlier reading). No training: a few CSVs and four pages.
 """
 
 from __future__ import annotations
@@ -34,16 +29,10 @@ from scipy import stats
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 ALPHA = 0.05
 MINUS = "−"
-SUMMARY_STUDIES = ("study",)
 #: The studies re-run with per-seed values kept: their folder holds the report's table.csv and runs.csv, the
 #: page's per-seed script outputs, and docs/paired_studies.py's comparisons.csv.
-RERUN = ("hardness_study", "tau_study")
+RERUN = ("study", "hardness_study", "tau_study")
 CLAIMS_HEADING = re.compile(r"^## What it (?:shows|reproduces)", re.MULTILINE)
-#: "Δ +0.431 (paired ±0.010–0.193; excludes 0, Holm: depends on the pairing)"
-SUMMARY_QUOTE = re.compile(
-    r"Δ ([+−]\d+\.\d+) \(paired ±(\d+\.\d+)–(\d+\.\d+); (excludes 0|covers 0|depends on the pairing), "
-    r"Holm: (called|not called|depends on the pairing)\)"
-)
 DECIMAL = re.compile(r"(?<![\w.])\d+\.\d+(?![\w.]*\d)")
 
 
@@ -69,12 +58,6 @@ def digits(text: str) -> int:
     return len(text.split(".")[1])
 
 
-def paired_test(delta: float, sd: float, n: int):
-    """scipy's one-sample t-test (= the paired test) on n differences with mean ``delta`` and sample std ``sd``."""
-    centred = [-1.0, 0.0, 1.0] if n == 3 else [-1 / math.sqrt(2), 1 / math.sqrt(2)]
-    return stats.ttest_1samp([delta + sd * c for c in centred], 0.0)
-
-
 def holm_rejects(p_values: list[float]) -> list[bool]:
     """Holm's step-down rule: reject p_(1), p_(2), … while p_(i) ≤ α / (m − i + 1); stop at the first that is not."""
     order = sorted(range(len(p_values)), key=lambda i: p_values[i])
@@ -86,80 +69,10 @@ def holm_rejects(p_values: list[float]) -> list[bool]:
     return rejected
 
 
-# --- docs/study and docs/hardness_study: comparisons bounded from means and stds --------------------------------
-
-
-@pytest.mark.parametrize("name", SUMMARY_STUDIES)
-def test_summary_comparisons_are_recomputed_from_the_recorded_table(name):
-    """Δ, the paired interval's half-width range over the seeds' unrecorded pairing (|s_a − s_b| ≤ s_d ≤ s_a + s_b),
-    its verdict, Welch's interval and Holm's decisions (monotone: worst-case p all called, best-case p none)."""
-    table = {row["configuration"]: row for row in rows(DOCS / name / "table.csv")}
-    found = rows(DOCS / name / "comparisons.csv")
-    assert len(found) > 20
-    best, worst = [], []
-    for row in found:
-        a, b, metric = table[row["a"]], table[row["b"]], row["metric"]
-        ma, sa, mb, sb = (float(x[f"{metric}_{part}"]) for x in (a, b) for part in ("mean", "std"))
-        n = int(row["n"])
-        assert n == 3 == int(a[f"{metric}_n"]) == int(b[f"{metric}_n"])
-        delta = ma - mb
-        assert float(row["delta"]) == pytest.approx(delta, abs=1e-12)
-        narrow, wide = (paired_test(delta, sd, n) for sd in (abs(sa - sb), sa + sb))
-        for test, half in ((narrow, "paired_half_min"), (wide, "paired_half_max")):
-            low, high = test.confidence_interval(0.95)
-            assert float(row[half]) == pytest.approx((high - low) / 2, rel=1e-9, abs=1e-12)
-        assert float(row["paired_p_max"]) == pytest.approx(wide.pvalue, rel=1e-9)
-        best.append(narrow.pvalue if abs(sa - sb) > 0 else 0.0)
-        worst.append(wide.pvalue)
-        if abs(delta) > float(row["paired_half_max"]):
-            assert row["paired_interval"] == "excludes 0"
-        elif abs(delta) <= float(row["paired_half_min"]):
-            assert row["paired_interval"] == "covers 0"
-        else:
-            assert row["paired_interval"] == "depends on the pairing"
-        welch = stats.ttest_ind_from_stats(ma, sa, n, mb, sb, n, equal_var=False)
-        dof = (sa**2 / n + sb**2 / n) ** 2 / ((sa**2 / n) ** 2 / (n - 1) + (sb**2 / n) ** 2 / (n - 1))
-        half = stats.t.ppf(0.975, dof) * math.sqrt(sa**2 / n + sb**2 / n)
-        assert float(row["welch_low"]) == pytest.approx(delta - half, abs=1e-9)
-        assert stats.t.sf(abs(welch.statistic), dof) * 2 == pytest.approx(welch.pvalue, rel=1e-9)
-        assert row["sd_separated"] == str(abs(delta) > sa + sb)
-        assert int(row["holm_m"]) == len(found)
-    for row, lucky, unlucky in zip(found, holm_rejects(best), holm_rejects(worst)):
-        assert row["holm"] == ("called" if unlucky else "not called" if not lucky else "depends on the pairing")
-
-
-def summary_quote(row: dict[str, str]) -> str:
-    d = 2 if row["metric"] in ("knn_acc", "linear_top1") else 3
-    delta = float(row["delta"])
-    sign = MINUS if delta < 0 else "+"
-    half = f"±{float(row['paired_half_min']):.{d}f}–{float(row['paired_half_max']):.{d}f}"
-    return f"Δ {sign}{abs(delta):.{d}f} (paired {half}; {row['paired_interval']}, Holm: {row['holm']})"
-
-
-@pytest.mark.parametrize("name", SUMMARY_STUDIES)
-def test_every_quoted_comparison_is_a_recorded_row(name):
-    """Each "Δ … (paired ±…; verdict, Holm: decision)" of a page is one row of its comparisons.csv, verdicts
-    included, and the page states the number of comparisons Holm adjusts for."""
-    found = rows(DOCS / name / "comparisons.csv")
-    recorded = {summary_quote(row) for row in found}
-    text = claims(name)
-    quotes = [match.group(0) for match in SUMMARY_QUOTE.finditer(text)]
-    assert len(quotes) >= 10, f"{name}.md quotes too few paired comparisons"
-    assert [q for q in quotes if q not in recorded] == []
-    assert f"m = {len(found)}" in text
-    called = sum(row["holm"] == "called" for row in found)
-    stated = re.search(r"Only (\d+) of the (\d+)\s+are called|Holm calls none of\s+the (\d+)", text)
-    assert stated, "the page states how many comparisons Holm calls"
-    if stated.group(1):
-        assert (int(stated.group(1)), int(stated.group(2))) == (called, len(found))
-    else:
-        assert called == 0 and int(stated.group(3)) == len(found)
-
-
 # --- every page ------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", (*SUMMARY_STUDIES, *RERUN, "beyond_study"))
+@pytest.mark.parametrize("name", (*RERUN, "beyond_study"))
 def test_no_sentence_claims_a_separation(name):
     """ "separated" / "distinguishable" (not negated) appear only where a page reports its earlier reading."""
     for sentence in re.split(r"(?<=[.;])\s+(?=[A-Z(*])", claims(name)):
@@ -183,7 +96,7 @@ def recorded_numbers() -> set[float]:
     return found
 
 
-@pytest.mark.parametrize("name", (*SUMMARY_STUDIES, "beyond_study"))
+@pytest.mark.parametrize("name", ("beyond_study",))
 def test_every_quoted_decimal_is_recorded(name):
     """Each decimal a claim quotes rounds from a number of a committed file: nothing quoted from a lost run."""
     recorded = recorded_numbers()
@@ -410,6 +323,9 @@ def test_rerun_page_quotes_recorded_comparisons(name):
     called = sum(row["holm"] == "called" for row in found)
     assert f"m = {len(found)}" in text
     assert re.search(rf"Holm calls {called} of\s+the {len(found)}", text), "the page states how many Holm calls"
+    report_m = re.search(r"Comparisons tested: m = (\d+) ", (DOCS / name / "table.md").read_text(encoding="utf-8"))
+    stated = {int(m) for m in re.findall(r"\bm = (\d+)", text)}
+    assert stated <= {len(found), int(report_m.group(1))}, "every m the claims state is the page's or the report's"
 
 
 #: Files too many-valued to vouch for a quoted decimal by themselves (a 3-digit number is found in them by chance):
@@ -478,11 +394,12 @@ def test_every_number_a_rerun_page_quotes_is_recorded(name):
 
 @pytest.mark.parametrize("name", RERUN)
 def test_a_rerun_page_shows_the_committed_tables(name):
-    """The page's tables are the report's first tables (``table.md`` up to its paired section), line for line."""
+    """The page's tables are the report's first tables (``table.md`` up to its paired section), line for line, with
+    the legend that states the report's m."""
     page = (DOCS / f"{name}.md").read_text(encoding="utf-8")
     table = (DOCS / name / "table.md").read_text(encoding="utf-8").split("### Paired")[0]
-    lines = [line for line in table.splitlines() if line.startswith("| ")]
-    assert len(lines) >= 10
+    lines = [line for line in table.splitlines() if line.startswith(("| ", "Marks in the accuracy columns"))]
+    assert len(lines) >= 10 and any("Comparisons tested: m = " in line for line in lines)
     assert [line for line in lines if line not in page] == []
 
 
@@ -588,3 +505,58 @@ def test_tau_report_paired_section_is_the_pages_comparisons_against_the_cosine()
             assert float(row[f"{metric}_paired_high"]) == pytest.approx(-float(mine["low"]), rel=1e-7, abs=1e-9)
             checked += 1
     assert checked == 3 * 9
+
+
+# --- docs/study: the linear evaluations' times, and a within-run comparison ------------------------------------
+
+#: "18 to 47 s a linear evaluation (median 25 s)": the probes' wall time, from the run records
+LINEAR_TIMES = re.compile(r"(\d+) to (\d+) s a linear evaluation \(median (\d+(?:\.\d+)?) s\)")
+#: "the top-10 negative similarity lies above the positive similarity in 30 of the 30 runs"
+ABOVE_POSITIVE = re.compile(r"top-10 negative similarity lies above the positive similarity in (\d+) of the (\d+) runs")
+
+
+def test_study_records_every_fit_and_its_linear_evaluation():
+    """Each of the study's 30 fits has its linear evaluation (``evaluations/linear_0``), every record ended done, and
+    the probes' times the page states are theirs (fastest, slowest, median)."""
+    found = rows(DOCS / "study" / "fits.csv")
+    fits = {row["run"] for row in found if row["kind"] == "fit"}
+    probes = [row for row in found if row["kind"] == "linear"]
+    assert len(fits) == 30 and {row["run"] for row in probes} == {f"{fit}/evaluations/linear_0" for fit in fits}
+    assert {row["status"] for row in found} == {"done"}
+    assert {row["run"] for row in rows(DOCS / "study" / "runs.csv")} == fits
+    seconds = [float(row["seconds"]) for row in probes]
+    page = " ".join((DOCS / "study.md").read_text(encoding="utf-8").split())
+    stated = LINEAR_TIMES.search(page)
+    assert stated, "study.md states no linear evaluation times"
+    assert (int(stated.group(1)), int(stated.group(2))) == (round(min(seconds)), round(max(seconds)))
+    assert stated.group(3) == f"{statistics.median(seconds):g}"
+
+
+def test_study_counts_the_runs_whose_hardest_negatives_beat_the_positive():
+    """The page's count of runs whose top-10 negative similarity exceeds their positive similarity (both on the two
+    augmented views of the same images, so a within-run difference) is the recorded runs' count."""
+    seeds = rows(DOCS / "study" / "runs.csv")
+    above = sum(float(row["top10_neg_sim"]) > float(row["pos_sim"]) for row in seeds)
+    stated = ABOVE_POSITIVE.search(claims("study"))
+    assert stated, "study.md states no count of runs with the hardest negatives above the positive"
+    assert (int(stated.group(1)), int(stated.group(2))) == (above, len(seeds))
+
+
+def test_study_page_shows_every_seed_beside_the_table():
+    """The per-seed table on the page holds, for every configuration, each seed's recorded value of the four headline
+    metrics (runs.csv, rounded as the report rounds them), in seed order: the seeds the table's means come from."""
+    family = paired_studies().FAMILIES["study"]
+    found = rows(DOCS / "study" / "runs.csv")
+    page = (DOCS / "study.md").read_text(encoding="utf-8")
+    table = [line.strip("| ").split(" | ") for line in page.splitlines() if line.startswith("| ")]
+    shown = {cells[0]: cells[1:] for cells in table if len(cells) == 6 and ", " in cells[1]}
+    labels = dict.fromkeys(row["configuration"] for row in found)
+    assert len(labels) == 10 and set(shown) == set(labels)
+    for label in labels:
+        mine = sorted((row for row in found if row["configuration"] == label), key=lambda row: int(row["seed"]))
+        assert [row["seed"] for row in mine] == ["0", "1", "2"]
+        cells = shown[label]
+        assert cells[0] == "0, 1, 2"
+        for (key, _), cell in zip(family.seed_table, cells[1:], strict=True):
+            d = 2 if key in ("linear_top1", "knn_acc") else 3
+            assert [float(x) for x in cell.split(", ")] == [round(float(row[key]), d) for row in mine], (label, key)
