@@ -57,6 +57,7 @@ from ssl_app.cli.endings import command_ending, record_ending, report, signals_b
 from ssl_app.cli.parsing import OneLineParser
 from ssl_app.cli.plan import RunPlan, info, plan_run
 from ssl_app.cli.tau_presets import expand_in_argv
+from ssl_app.cli.trainer_values import devices_problem, trainer_problem
 from ssl_app.errors import ConfigError
 from ssl_app.health import NumericalHealth
 from ssl_app.normalisation import settle_input, trained_input
@@ -184,11 +185,20 @@ class SSLCLI(LightningCLI):
         plugins = [] if plugins is None else list(plugins) if isinstance(plugins, list) else [plugins]
         if not any(isinstance(plugin, CheckpointIO) for plugin in plugins):
             plugins.append(AtomicCheckpointIO())
+        problem = trainer_problem(self._get(self.config_init, "trainer", default={}))
+        if problem is not None:  # said before the imports too (ssl_app.cli.early_values); here for what that missed
+            raise ConfigError(problem)
         try:
-            return super().instantiate_trainer(plugins=plugins, **kwargs)
+            trainer = super().instantiate_trainer(plugins=plugins, **kwargs)
         except (TypeError, ValueError) as error:  # Lightning's own checks of a Trainer option (issue 40)
-            trainer = self._get(self.config_init, "trainer", default={}) or {}
-            raise ConfigError(trainer_option_error(error, trainer)) from error
+            options = self._get(self.config_init, "trainer", default={}) or {}
+            raise ConfigError(trainer_option_error(error, options)) from error
+        if trainer.fast_dev_run:
+            # fast_dev_run saves no checkpoint, but ModelCheckpoint's on_train_end still writes last.ckpt when
+            # save_last is set (Lightning 2.6), into ./checkpoints since no logger names a folder
+            for callback in trainer.checkpoint_callbacks:
+                callback.save_last = False
+        return trainer
 
     # --- the subcommands: vet the checkpoint, keep the record, remove what a failed start left ----
     def fit(self, model: Any, **kwargs: Any) -> None:
@@ -277,7 +287,7 @@ class SSLCLI(LightningCLI):
                 point = read_sweep_point(folder) if folder is not None else None
                 for logger in trainer.loggers:
                     write_hparams(logger, self.config_snapshot, values, point)
-            elif parent is not None:
+            elif parent is not None and not trainer.fast_dev_run:  # a smoke test's values are no evaluation's
                 write_evaluation(parent, kind, values, self._evaluated_step)
         except OSError as error:
             info(f"the run's values were not added to TensorBoard's HParams tab: {error}")
@@ -285,7 +295,8 @@ class SSLCLI(LightningCLI):
         if record is not None and folder is not None:  # from the record, as a re-run of the finished run prints it
             lines = record_summary_lines(record, folder)
         else:
-            lines = summary_lines(_label(kind), ending, folder, values, self.config_snapshot)
+            nowhere = "fast_dev_run logs and saves nothing" if trainer.fast_dev_run else None
+            lines = summary_lines(_label(kind), ending, folder, values, self.config_snapshot, nowhere=nowhere)
         print("\n".join(lines), flush=True)
 
     def _already_finished(self, trainer: Any, kind: str, finished: Finished) -> None:
@@ -394,8 +405,6 @@ def trainer_option_error(error: BaseException, given: Any) -> str:
     the option it names in backquotes, with its value (``trainer.devices: `devices` selected with `CPUAccelerator`
     should be an int > 0, got 'abc'``), else the whole ``trainer``. Lightning raises a ``TypeError`` or a
     ``ValueError`` (its ``MisconfigurationException`` is one) for a value it cannot use."""
-    from ssl_app.cli.early_values import devices_problem
-
     devices = devices_problem(given.get("devices")) if isinstance(given, (dict, Namespace)) else None
     if devices is not None:
         return devices  # the words said before the imports too

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import itertools
 import numbers
-import re
 from pathlib import Path
 from typing import Any, Optional, Union
 
@@ -32,6 +31,7 @@ def check_values(argv: list[str], cwd: Optional[Path] = None) -> None:
     from ssl_app.cli.early import GROUPS, SUBCLASS_GROUPS
     from ssl_app.cli.given_config import NOT_KEYS, given_tree, options_and_values
     from ssl_app.cli.source_signatures import init_annotations
+    from ssl_app.cli.trainer_values import trainer_problem
 
     raw: dict[str, str] = {}
     for option, value in options_and_values(argv):
@@ -46,8 +46,7 @@ def check_values(argv: list[str], cwd: Optional[Path] = None) -> None:
             _check_options(group, options, subtree, raw)
     for group in SUBCLASS_GROUPS:
         _check_class_node(group, tree.get(group), raw)
-    trainer = tree.get("trainer")
-    problem = devices_problem(trainer.get("devices")) if isinstance(trainer, dict) else None
+    problem = trainer_problem(tree.get("trainer"))  # a type the parser takes, a value Lightning cannot use
     if problem is not None:
         raise ConfigError(problem)
     for option, alternatives in TOP_LEVEL_TYPES.items():
@@ -55,19 +54,6 @@ def check_values(argv: list[str], cwd: Optional[Path] = None) -> None:
             problem = union_problem(option, alternatives, tree[option], raw.get(option))
             if problem is not None:
                 raise ConfigError(problem)
-
-
-#: The text Lightning reads as ``trainer.devices`` on some accelerator: ``auto``, a count, ``-1`` (all), indices.
-DEVICES_TEXT = re.compile(r"\s*(?:auto|-1|\d+|\d+(?:\s*,\s*\d+)*\s*,?)\s*")
-
-
-def devices_problem(value: Any) -> Optional[str]:
-    """The line for ``trainer.devices`` given text no accelerator reads (``abc``): the parser takes any text (its
-    type is ``Union[list[int], str, int]``) and Lightning refuses it while the Trainer is built, in words that
-    depend on the accelerator; this line is said early and then (``ssl_app.cli.app.trainer_option_error``)."""
-    if not isinstance(value, str) or DEVICES_TEXT.fullmatch(value):
-        return None
-    return f"trainer.devices: must be auto, a count, -1 (every device) or device indices ('0,1'), got {value!r}"
 
 
 def _check_class_node(key: str, node: Any, raw: dict[str, str], item_class: str = "") -> None:

@@ -70,8 +70,8 @@ class RunRecorder(Callback):
         """
         self.config, self.run_id = config, run_id
         logger = trainer.logger
-        if logger is None or not trainer.is_global_zero:
-            return None
+        if logger is None or logger.log_dir is None or not trainer.is_global_zero:
+            return None  # no logger, or Lightning's stand-in for one (``fast_dev_run``): nothing is recorded
         folder = claim(logger, next_name)
         lock = RunLock(folder)
         if not lock.acquire():

@@ -66,11 +66,19 @@ def headline(values: Mapping[str, float], options: RunOptions | None = None) -> 
 
 
 def summary_lines(
-    kind: str, ending: str, folder: Path | None, values: Mapping[str, float], config: Mapping[str, Any] | None = None
+    kind: str,
+    ending: str,
+    folder: Path | None,
+    values: Mapping[str, float],
+    config: Mapping[str, Any] | None = None,
+    *,
+    nowhere: str | None = None,
 ) -> list[str]:
-    """The console summary: one line naming the command, how it ended and its folder, then the headline."""
+    """The console summary: one line naming the command, how it ended and its folder (else why there is none:
+    ``nowhere``, by default the lack of a folder logger), then the headline."""
     options = read_options(dict(config) if config else None, [])
-    where = f": {shown_path(folder)}" if folder is not None else " (no run folder: no TensorBoard/CSV logger)"
+    why = nowhere or "no TensorBoard/CSV logger"
+    where = f": {shown_path(folder)}" if folder is not None else f" (no run folder: {why})"
     lines = [f"{kind} {ending}{where}"]
     rows = headline(values, options)
     width = max((len(header) for header, _ in rows), default=0)

@@ -312,7 +312,7 @@ def test_devices_no_accelerator_reads_is_one_line_after_the_imports_too(accelera
     be an int > 0) ending in a traceback (issue 40), and its line differing from the early check's: the Trainer
     command is run past the early check (``ssl_app.cli.app.main``)."""
     from ssl_app.cli.app import main as trainer_command
-    from ssl_app.cli.early_values import devices_problem
+    from ssl_app.cli.trainer_values import devices_problem
 
     monkeypatch.chdir(tmp_path)
     with pytest.raises(SystemExit) as exit_info:
@@ -321,4 +321,38 @@ def test_devices_no_accelerator_reads_is_one_line_after_the_imports_too(accelera
     assert exit_info.value.code == 2, err[-3000:]
     assert [line for line in err.splitlines() if line.startswith("error:")] == [f"error: {devices_problem('abc')}"]
     assert "Traceback" not in err
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    "given", ["accumulate_grad_batches=0", "check_val_every_n_epoch=0", "val_check_interval=0", "min_epochs=-3"]
+)
+def test_a_trainer_value_lightning_cannot_use_is_one_line_after_the_imports_too(given, tmp_path, monkeypatch, capsys):
+    """Catches ``accumulate_grad_batches=0``, ``check_val_every_n_epoch=0`` and ``val_check_interval=0`` ending in a
+    ZeroDivisionError traceback once training starts, and ``min_epochs=-3`` being trained with (issue 40): the
+    Trainer command run past the early check says the early check's line, and writes nothing."""
+    from ssl_app.cli.app import main as trainer_command
+    from ssl_app.cli.trainer_values import trainer_problem
+
+    monkeypatch.chdir(tmp_path)
+    name, _, text = given.partition("=")
+    with pytest.raises(SystemExit) as exit_info:
+        trainer_command(["fit", "--config", QUICKSTART, *SMALL, f"--trainer.{given}"])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2, err[-3000:]
+    assert [line for line in err.splitlines() if line.startswith("error:")] == [f"error: {trainer_problem({name: int(text)})}"]
+    assert "Traceback" not in err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_fast_dev_run_trains_a_step_and_writes_nothing(tmp_path, monkeypatch, capsys):
+    """Catches ``--trainer.fast_dev_run=true`` ending in a TypeError (Lightning's stand-in logger has no folder,
+    and the run record claimed one) and leaving ``./checkpoints/last.ckpt`` behind (ModelCheckpoint's
+    ``save_last`` at the end of training, which fast_dev_run does not stop in Lightning 2.6)."""
+    from ssl_app.cli.app import main as trainer_command
+
+    monkeypatch.chdir(tmp_path)
+    trainer_command(["fit", "--config", QUICKSTART, *SMALL, "--trainer.fast_dev_run=true"])
+    out = capsys.readouterr().out
+    assert "fit done, finished at epoch 1, step 1 (no run folder: fast_dev_run logs and saves nothing)" in out
     assert list(tmp_path.iterdir()) == []
