@@ -47,9 +47,9 @@ def validate(runs: list[PlannedRun]) -> None:
             if key in seen:
                 continue
             seen.add(key)
-            errors = io.StringIO()
+            errors, printed = io.StringIO(), io.StringIO()
             code = 0
-            with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(errors):
+            with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(errors):
                 try:
                     main([*args, "--print_config"])
                 except SystemExit as exit_:
@@ -58,3 +58,21 @@ def validate(runs: list[PlannedRun]) -> None:
                 message = errors.getvalue().strip().splitlines()
                 first = next((line for line in message if line.startswith("error:")), message[0] if message else "")
                 fail(f"point {run.point}: {first.removeprefix('error: ')}")
+            if _fast_dev_run(printed.getvalue()):
+                fail(
+                    f"point {run.point}: trainer.fast_dev_run: a sweep reads each run's folder and record, which "
+                    "fast_dev_run does not write; smoke-test one command first (python -m ssl_app fit ... "
+                    "--trainer.fast_dev_run=true), or see the sweep's commands with --dry-run"
+                )
+
+
+def _fast_dev_run(printed_config: str) -> bool:
+    """Whether the config ``--print_config`` printed sets ``trainer.fast_dev_run`` (true or a count > 0)."""
+    import yaml
+
+    try:
+        config = yaml.safe_load(printed_config)
+    except yaml.YAMLError:
+        return False
+    trainer = config.get("trainer") if isinstance(config, dict) else None
+    return isinstance(trainer, dict) and bool(trainer.get("fast_dev_run"))

@@ -58,6 +58,18 @@ def test_a_key_that_does_not_exist_is_one_error_before_anything_runs(tmp_path, c
     assert not list(tmp_path.iterdir())
 
 
+@pytest.mark.parametrize("given", ["--trainer.fast_dev_run=true", "--trainer.fast_dev_run=2"])
+def test_fast_dev_run_is_one_error_before_anything_runs(given, tmp_path, capsys):
+    """Catches a sweep of smoke tests failing each run as "no run record (it failed before it started)": a
+    fast_dev_run writes no run folder, and the sweep reads each run's record."""
+    with pytest.raises(SystemExit) as exit_:
+        main(["--config", QUICKSTART, "--grid", "tau=0.5", "--out", str(tmp_path), *FAST, given])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: point tau=0.5: trainer.fast_dev_run: a sweep reads each run's folder"), err
+    assert not list(tmp_path.iterdir())
+
+
 @pytest.mark.slow
 def test_sweep_then_report_end_to_end_and_a_rerun_finishes_only_what_is_missing(tmp_path, capsys):
     args = ["--config", QUICKSTART, "--grid", f"{TAU}=0.2,0.5", "--seeds", "0,1", "--out", str(tmp_path), "--name", "tau",
