@@ -26,6 +26,8 @@ from typing import Optional
 
 REPO = Path(__file__).resolve().parents[1]
 QUICKSTART = ["--config", "configs/quickstart.yaml"]
+#: A linear probe of a checkpoint that need not exist: the error measured comes before it is read.
+LINEAR = ["--config", "configs/linear.yaml", "--model.init_args.checkpoint=last.ckpt"]
 #: name → arguments after ``python``: each answers before any work (status 0 or 2).
 COMMANDS = {
     "import torch (bare)": ["-c", "import torch"],
@@ -66,6 +68,9 @@ COMMANDS = {
     "fit: max_epochs -5": ["-m", "ssl_app", "fit", *QUICKSTART, "--trainer.max_epochs=-5"],
     "fit: val_check_interval abc": ["-m", "ssl_app", "fit", *QUICKSTART, "--trainer.val_check_interval=abc"],
     "fit: MoCo queue_size 0": ["-m", "ssl_app", "fit", "--config", "configs/moco.yaml", "--model.init_args.queue_size=0"],
+    "fit: proj_dim 0": ["-m", "ssl_app", "fit", *QUICKSTART, "--model.init_args.proj_dim=0"],
+    "fit: bank proj_layers": ["-m", "ssl_app", "fit", "--config", "configs/memory_bank.yaml", "--model.init_args.proj_layers=0"],
+    "fit: probe num_classes 1": ["-m", "ssl_app", "fit", *LINEAR, "--model.init_args.num_classes=1"],
     "sweep: empty grid value": ["-m", "ssl_app.sweep", *QUICKSTART, "--grid", "tau=0.5,,0.2", "--dry-run"],
     "fit --help": ["-m", "ssl_app", "fit", "--help"],
     "fit --config --help": ["-m", "ssl_app", "fit", *QUICKSTART, "--help"],

@@ -14,6 +14,7 @@ number here), so nothing jsonargparse-typed reaches a checkpoint or a record.
 
 from __future__ import annotations
 
+import copy
 import functools
 import math
 import numbers
@@ -73,7 +74,7 @@ __all__ = [
     "AtLeastOne", "ClosedUnitInterval", "Finite", "IntAtLeast2", "IntAtLeast8", "NonNegativeFinite", "NonNegativeInt",
     "OpenUnitInterval", "PositiveFinite", "PositiveInt", "ShapeCount", "UnitIntervalOpenAbove", "UnitIntervalOpenBelow",
     "check", "check_all", "check_int", "check_momentum", "check_optional_int", "describe", "int_at_least", "is_a",
-    "plain",
+    "plain", "plain_hyperparameters",
 ]  # fmt: skip
 
 
@@ -124,6 +125,30 @@ def plain(value: Any) -> Any:
     if isinstance(value, float):
         return float(value)
     return value
+
+
+def plain_hyperparameters(module: Any) -> None:
+    """Turn every range's value in the hyper-parameters ``module.save_hyperparameters()`` has just collected into a
+    plain number (:func:`plain`, inside lists, tuples and mappings too), in place; call it right after that call.
+
+    Lightning collects them from the constructors' frames, the subclass's over the base's, so a value a subclass passes
+    on through ``**kwargs`` (``proj_dim``) is kept as jsonargparse parsed it, a range type, whatever the base converts;
+    and a model rebuilt from a checkpoint (``load_from_checkpoint``: Lightning parses the saved config again) gets
+    range types too. Such a value would make the next checkpoint unloadable with ``weights_only=True`` and
+    ``hparams.yaml`` hold ``!!python/object`` tags. Both places are set here: ``hparams`` (what a checkpoint saves)
+    through its public mapping, and ``hparams_initial`` (what the logger writes) as ``save_hyperparameters`` itself
+    sets it last: a copy of ``hparams``."""
+    hparams = module.hparams
+    hparams.update({key: _plain_tree(value) for key, value in hparams.items()})
+    module._hparams_initial = copy.deepcopy(hparams)
+
+
+def _plain_tree(value: Any) -> Any:
+    if type(value) is dict:
+        return {key: _plain_tree(item) for key, item in value.items()}
+    if type(value) in (list, tuple):
+        return type(value)(_plain_tree(item) for item in value)
+    return plain(value)
 
 
 def _integral(value: Any) -> bool:

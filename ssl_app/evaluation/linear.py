@@ -27,6 +27,7 @@ from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor, nn
 from torchmetrics.classification import MulticlassAccuracy
 
+from ssl_app.checks import IntAtLeast2, NonNegativeInt, check, plain_hyperparameters
 from ssl_app.errors import ConfigError
 from ssl_app.metrics.long_tail import (
     FEW_SHOT_BELOW,
@@ -134,19 +135,19 @@ class LinearProbe(L.LightningModule):
     def __init__(
         self,
         checkpoint: str,
-        num_classes: Optional[int] = None,
+        num_classes: Optional[IntAtLeast2] = None,
         optim: Optimization = paper_linear_optim(),
         cache_features: FeatureCache = "none",
-        many_shot_above: int = MANY_SHOT_ABOVE,
-        few_shot_below: int = FEW_SHOT_BELOW,
+        many_shot_above: NonNegativeInt = MANY_SHOT_ABOVE,
+        few_shot_below: NonNegativeInt = FEW_SHOT_BELOW,
     ) -> None:
         super().__init__()
         self.many_shot_above, self.few_shot_below = check_thresholds(many_shot_above, few_shot_below, "LinearProbe")
         if cache_features not in ("none", "clean", "flips"):
             raise ConfigError(f"LinearProbe: cache_features must be none, clean or flips, got {cache_features!r}")
-        if num_classes is not None and (not isinstance(num_classes, int) or num_classes < 2):
-            raise ConfigError(f"LinearProbe: num_classes must be an int >= 2 or null, got {num_classes!r}")
+        num_classes = check(IntAtLeast2, num_classes, "LinearProbe: num_classes", none=True)
         self.save_hyperparameters()
+        plain_hyperparameters(self)
         method = load_method(checkpoint)
         self.backbone = method.backbone
         self.feature_dim = method.feature_dim

@@ -17,6 +17,7 @@ from jsonargparse import lazy_instance
 from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor, nn
 
+from ssl_app.checks import PositiveInt, plain, plain_hyperparameters
 from ssl_app.errors import ConfigError
 from ssl_app.handover import MaskedSimilarities
 from ssl_app.losses import ContrastiveLoss, InfoNCE
@@ -84,9 +85,9 @@ class ContrastiveMethod(L.LightningModule, ABC):
         loss: ContrastiveLoss = lazy_instance(InfoNCE, temperature=0.5),
         backbone: BackboneName = "resnet18_cifar",
         backbone_norm: NormName = "batch",
-        proj_dim: int = 128,
-        proj_hidden_dim: int = 512,
-        proj_layers: int = 2,
+        proj_dim: PositiveInt = 128,
+        proj_hidden_dim: PositiveInt = 512,
+        proj_layers: PositiveInt = 2,
         proj_batch_norm: bool = True,
         proj_output_batch_norm: bool = True,
         optim: Optimization = Optimization(),
@@ -99,9 +100,10 @@ class ContrastiveMethod(L.LightningModule, ABC):
         if not (isinstance(channels_last, bool) or channels_last == "auto"):
             raise ConfigError(f"model.channels_last must be true, false or auto, got {channels_last!r}")
         self.save_hyperparameters(ignore=["loss"])
+        plain_hyperparameters(self)  # a subclass's **kwargs reach them as parsed: range types (proj_dim)
         self.loss = own_copy(loss)
         self.optim = dataclasses.replace(optim)  # a copy: the default instance is shared
-        self.embedding_dim = proj_dim
+        self.embedding_dim = plain(proj_dim)
         self.backbone, self.feature_dim = build_backbone(backbone, backbone_norm)
         self.projection_head = build_projection_head(
             self.feature_dim, proj_hidden_dim, proj_dim, proj_layers, proj_batch_norm, proj_output_batch_norm

@@ -72,7 +72,7 @@ class MemoryBank(ContrastiveMethod):
     def __init__(
         self,
         loss: ContrastiveLoss = lazy_instance(InfoNCE, temperature=0.07),
-        proj_layers: int = 1,
+        proj_layers: PositiveInt = 1,
         bank_momentum: UnitIntervalOpenAbove = 0.5,
         bank_size: Optional[PositiveInt] = None,
         num_negatives: Optional[PositiveInt] = None,

@@ -23,6 +23,7 @@ from ssl_app.checks import (
     check_all,
     int_at_least,
     is_a,
+    plain_hyperparameters,
 )
 from ssl_app.cli.parsing import condense_parser_error
 from ssl_app.errors import ConfigError
@@ -119,3 +120,27 @@ def test_the_shape_count_range_is_the_number_of_shapes():
     from datamodules.synthetic import SHAPES
 
     assert is_a(ShapeCount, len(SHAPES)) and not is_a(ShapeCount, len(SHAPES) + 1) and not is_a(ShapeCount, 1)
+
+
+def test_plain_hyperparameters_reaches_a_subclass_s_kwargs_and_nested_values():
+    """Catches the conversion missing what Lightning collected from a subclass's frame (``**kwargs`` as parsed, over
+    the base's converted value) or a range's value inside a list or a mapping, in ``hparams`` or ``hparams_initial``."""
+    from lightning.pytorch.core.mixins import HyperparametersMixin
+
+    class Base(HyperparametersMixin):
+        def __init__(self, width: int = 1, sizes: tuple = (), extra: dict | None = None) -> None:
+            super().__init__()
+            width = int(width)  # converted here: Lightning still keeps the subclass's value
+            self.save_hyperparameters()
+            plain_hyperparameters(self)
+
+    class Child(Base):
+        def __init__(self, rate: float = 0.5, **kwargs) -> None:
+            super().__init__(**kwargs)
+
+    given = dict(rate=UnitIntervalOpenAbove(0.5), width=PositiveInt(3), sizes=(PositiveInt(2),), extra={"k": [IntAtLeast8(8)]})
+    child = Child(**given)
+    for saved in (child.hparams, child.hparams_initial):
+        assert dict(saved) == {"rate": 0.5, "width": 3, "sizes": (2,), "extra": {"k": [8]}}
+        kinds = [type(saved["rate"]), type(saved["width"]), type(saved["sizes"][0]), type(saved["extra"]["k"][0])]
+        assert kinds == [float, int, int, int]

@@ -40,7 +40,11 @@ BAD = {
     "--data.init_args.num_classes=1": "data.init_args.num_classes: must be an int in [2, 10], got 1",
     "--model.init_args.optim.gamma=0": "model.init_args.optim.gamma: must be in (0, 1], got 0",
     "--model.init_args.optim.gamma=1.5": "model.init_args.optim.gamma: must be in (0, 1], got 1.5",
-    "--model.init_args.proj_dim=0.x": "model.init_args.proj_dim: Expected a <class 'int'>. Got value: 0.x",
+    # the head's ranges (issue 40, item 7: saved as plain numbers by checks.plain_hyperparameters)
+    "--model.init_args.proj_dim=0.x": "model.init_args.proj_dim: must be an int >= 1, got '0.x'",
+    "--model.init_args.proj_dim=0": "model.init_args.proj_dim: must be an int >= 1, got 0",
+    "--model.init_args.proj_hidden_dim=-8": "model.init_args.proj_hidden_dim: must be an int >= 1, got -8",
+    "--model.init_args.proj_layers=0": "model.init_args.proj_layers: must be an int >= 1, got 0",
     "--model.init_args.backbone=small_cnnn": (
         "model.init_args.backbone: Expected a typing.Literal['small_cnn', 'resnet32_cifar', 'resnet18_cifar', "
         "'resnet18', 'resnet50']. Got value: small_cnnn"
@@ -144,6 +148,12 @@ METHOD_RANGES = [
     ("ssl_app.methods.MemoryBank", "bank_size", 0, "model.init_args.bank_size: must be an int >= 1, got 0"),
     ("ssl_app.methods.MemoryBank", "bank_momentum", -0.5, "model.init_args.bank_momentum: must be in [0, 1), got -0.5"),
     ("ssl_app.methods.MemoryBank", "num_negatives", 0, "model.init_args.num_negatives: must be an int >= 1, got 0"),
+    ("ssl_app.methods.SimCLR", "proj_dim", 0, "model.init_args.proj_dim: must be an int >= 1, got 0"),
+    ("ssl_app.methods.MoCo", "proj_hidden_dim", 0, "model.init_args.proj_hidden_dim: must be an int >= 1, got 0"),
+    ("ssl_app.methods.MemoryBank", "proj_layers", 0, "model.init_args.proj_layers: must be an int >= 1, got 0"),
+    ("ssl_app.evaluation.LinearProbe", "num_classes", 1, "model.init_args.num_classes: must be an int >= 2, got 1"),
+    ("ssl_app.evaluation.LinearProbe", "many_shot_above", -1, "model.init_args.many_shot_above: must be an int >= 0, got -1"),
+    ("ssl_app.evaluation.LinearProbe", "few_shot_below", -3, "model.init_args.few_shot_below: must be an int >= 0, got -3"),
 ]
 #: The same kind of values written in a config file (a YAML mapping merged over the quickstart's).
 BAD_IN_CONFIG = {
@@ -350,6 +360,9 @@ def test_the_tau_forms_said_before_torch_are_the_policies_own():
         method("ssl_app.methods.MoCo", "momentum", 0.0),
         method("ssl_app.methods.MoCo", "split_bn_groups", 2),
         method("ssl_app.methods.MemoryBank", "bank_size", None),
+        method("ssl_app.methods.MemoryBank", "proj_layers", 1),
+        method("ssl_app.evaluation.LinearProbe", "num_classes", 2),
+        method("ssl_app.evaluation.LinearProbe", "few_shot_below", 0),
         callbacks("callbacks.KNNMonitor", "max_train_samples", 1),
         callbacks("callbacks.EmbeddingMetrics", "max_samples", None),
     ],
