@@ -74,9 +74,11 @@ def with_suggestion(line: str, parser: OneLineParser) -> str:
         found = tau_problem(tau.group(1), tau.group(2))
         if found is not None:
             return found
-    bare = re.fullmatch(r"(\S+): Expected a path but (\w+) either not accessible or invalid", line)
-    if bare:  # a class's name alone (``--trainer.logger=TensorBoardLoger``): no such class, not "a path"
-        found = short_name_problem(*bare.groups())
+    bare = re.fullmatch(
+        r"(\S+): Expected (?:a path but (\w+) either not accessible or invalid|a dot import path string: (\w+))", line
+    )
+    if bare:  # a class's name alone (``--trainer.logger=TensorBoardLoger``, ``….class_path=``): no such class
+        found = short_name_problem(bare.group(1), bare.group(2) or bare.group(3))
         if isinstance(found, str):
             return f"{bare.group(1)}: {found}"
     path = re.fullmatch(r"(\S+): (?:Expected a path but (\S+) either not accessible or invalid|" + NO_ATTRIBUTE + ")", line)

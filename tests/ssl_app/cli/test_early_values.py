@@ -18,6 +18,9 @@ from ssl_app.errors import ConfigError
 from tests.ssl_app.cli.test_entry import QUICKSTART, REPO, probe
 
 TAU = "model.init_args.loss.init_args.temperature"
+BAD_LOGGER_NAME = (
+    "trainer.logger: no Logger class is named TensorBoardLoger; did you mean lightning.pytorch.loggers.TensorBoardLogger?"
+)
 #: Bad options, each with the line the parser says for it (held equal to the real parser's below).
 BAD = {
     "--trainer.max_epochs=abc": "trainer.max_epochs: Expected a <class 'int'>",
@@ -108,10 +111,9 @@ BAD = {
         "trainer.logger: lightning.pytorch.loggers has no class TensorBoardLoger; did you mean "
         "lightning.pytorch.loggers.TensorBoardLogger?"
     ),
-    "--trainer.logger=TensorBoardLoger": (
-        "trainer.logger: no Logger class is named TensorBoardLoger; did you mean lightning.pytorch.loggers.TensorBoardLogger?"
-    ),
+    "--trainer.logger=TensorBoardLoger": BAD_LOGGER_NAME,
     "--trainer.logger=bogus": "trainer.logger: no Logger class is named bogus",
+    "--trainer.logger.class_path=TensorBoardLoger": BAD_LOGGER_NAME,
     "--trainer.callbacks+=callbacks.KNNMonitorr": (
         "trainer.callbacks: callbacks has no class KNNMonitorr; did you mean callbacks.KNNMonitor?"
     ),

@@ -82,5 +82,7 @@ def test_the_parser_s_expected_a_path_for_a_name_alone_is_said_as_the_early_chec
     assert with_suggestion(line, None) == (  # type: ignore[arg-type] - the parser is read only for options
         "trainer.logger: no Logger class is named TensorBoardLoger; did you mean lightning.pytorch.loggers.TensorBoardLogger?"
     )
+    as_class_path = "trainer.logger: Expected a dot import path string: TensorBoardLoger"  # ``….class_path=`` given it
+    assert with_suggestion(as_class_path, None) == with_suggestion(line, None)  # type: ignore[arg-type]
     known = "trainer.logger: Expected a path but Logger either not accessible or invalid"
     assert with_suggestion(known, None) == known  # type: ignore[arg-type]
