@@ -60,14 +60,30 @@ def top_help() -> str:
 def check_class_paths(argv: list[str]) -> None:
     """Raise a ``ConfigError`` for a class path given on the command line that names no class, with the closest
     registered ones: ``--model.init_args.loss=ssl_app.losses.InfoNCe`` or ``--model.init_args.loss.class_path=...``
-    (``--model``, ``--data``, a loss, a τ policy; any ``*.class_path``). Config files are checked by the parser.
+    (``--model``, ``--data``, a loss, a τ policy, ``--trainer.logger``, ``--trainer.callbacks+``; any
+    ``*.class_path``), and for a class's name alone no class of the option's type has (``ssl_app.cli.short_names``).
+    Config files are checked by the parser.
     Told from source where it can be (``ssl_app.cli.source_classes``), else by importing the module, as the parser
     does (and the registries, for "did you mean")."""
     from ssl_app.cli import source_classes
+    from ssl_app.cli.short_names import SHORT_NAME_OPTIONS, class_path_packages, short_name_problem
 
+    packages: Optional[list[str]] = None
     for option, value in given_options(argv):
-        key = option.removesuffix(".class_path")
-        if not (option.endswith(".class_path") or (key in REGISTRY_OF_OPTION and key != "--model.init_args.backbone")):
+        key = option.removesuffix(".class_path").rstrip("+")
+        by_name = key.lstrip("-") in SHORT_NAME_OPTIONS
+        if by_name and Path(value).exists():
+            continue  # a config file of the option's class
+        if by_name and "." not in value:
+            if packages is None:
+                from ssl_app.cli.given_config import given_tree
+
+                packages = class_path_packages(given_tree(argv))
+            found = short_name_problem(key, value, packages)
+            if isinstance(found, str):
+                raise ConfigError(f"{key.lstrip('-')}: {found}")
+            continue
+        if not (option.endswith(".class_path") or by_name or (key in REGISTRY_OF_OPTION and key != "--model.init_args.backbone")):
             continue
         problem = source_classes.class_path_problem(value)
         if problem is source_classes.UNSETTLED:  # the module it names is imported to tell, as jsonargparse would

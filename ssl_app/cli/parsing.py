@@ -11,6 +11,7 @@ import yaml
 from lightning.pytorch.cli import LightningArgumentParser
 
 from ssl_app.cli.parser_errors import condense_parser_error
+from ssl_app.cli.short_names import short_name_problem
 from ssl_app.cli.suggest import class_path_problem, class_suggestion, did_you_mean, parameters_of
 from ssl_app.cli.tau_presets import expand_in_config
 from ssl_app.cli.tau_words import is_tau_option, tau_problem
@@ -56,7 +57,8 @@ def with_suggestion(line: str, parser: OneLineParser) -> str:
     """A condensed parser error with "did you mean …" (``ssl_app.cli.suggest``): for an unrecognised
     ``--option``, the parser's closest options; for an option a class does not take, the class's closest
     init options; for a class path that names no class, why (no such module, or no such class in it, in place
-    of jsonargparse's "Expected a path") and the closest registered classes."""
+    of jsonargparse's "Expected a path") and the closest registered classes; for a class's name alone that no class
+    of the option's type has, the closest of those (``ssl_app.cli.short_names``)."""
     unknown = re.fullmatch(r"unrecognized arguments: (.*)", line)
     if unknown:
         hints = [did_you_mean(arg.split("=", 1)[0], parser.option_names()) for arg in unknown.group(1).split()]
@@ -72,6 +74,13 @@ def with_suggestion(line: str, parser: OneLineParser) -> str:
         found = tau_problem(tau.group(1), tau.group(2))
         if found is not None:
             return found
+    bare = re.fullmatch(
+        r"(\S+): Expected (?:a path but (\w+) either not accessible or invalid|a dot import path string: (\w+))", line
+    )
+    if bare:  # a class's name alone (``--trainer.logger=TensorBoardLoger``, ``….class_path=``): no such class
+        found = short_name_problem(bare.group(1), bare.group(2) or bare.group(3))
+        if isinstance(found, str):
+            return f"{bare.group(1)}: {found}"
     path = re.fullmatch(r"(\S+): (?:Expected a path but (\S+) either not accessible or invalid|" + NO_ATTRIBUTE + ")", line)
     if path:
         key = path.group(1)

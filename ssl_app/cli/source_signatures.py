@@ -404,7 +404,7 @@ def _bases_options(module: str, cls: ast.ClassDef, depth: int) -> Optional[Optio
             base = base.value
         if isinstance(base, ast.Name) and base.id in NO_OPTIONS:
             continue
-        found = _resolve_base(tree, module, path, base, depth)
+        found = resolve_base(tree, module, path, base, depth)
         if found is None:
             return None
         if _defines_init(*found, depth=depth + 1):
@@ -425,13 +425,14 @@ def _defines_init(module: str, cls: ast.ClassDef, depth: int) -> bool:
         base = base.value if isinstance(base, ast.Subscript) else base
         if isinstance(base, ast.Name) and base.id in NO_OPTIONS:
             continue
-        found = _resolve_base(tree, module, path, base, depth)
+        found = resolve_base(tree, module, path, base, depth)
         if found is None or _defines_init(*found, depth=depth + 1):
             return True
     return False
 
 
-def _resolve_base(tree: ast.Module, module: str, path: Path, base: ast.expr, depth: int) -> Optional[tuple[str, ast.ClassDef]]:
+def resolve_base(tree: ast.Module, module: str, path: Path, base: ast.expr, depth: int) -> Optional[tuple[str, ast.ClassDef]]:
+    """``(module, class node)`` of a base ``base`` of a class of ``module`` (a name, or ``alias.Name``), or None."""
     if isinstance(base, ast.Name):
         for node in tree.body:
             if isinstance(node, ast.ClassDef) and node.name == base.id:

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from ssl_app.cli.early import check_class_paths
 from ssl_app.cli.early_values import check_values
 from ssl_app.cli.given_config import given_tree
 from ssl_app.cli.tau_words import CLASS_FORM, TAU_FORMS
@@ -17,6 +18,9 @@ from ssl_app.errors import ConfigError
 from tests.ssl_app.cli.test_entry import QUICKSTART, REPO, probe
 
 TAU = "model.init_args.loss.init_args.temperature"
+BAD_LOGGER_NAME = (
+    "trainer.logger: no Logger class is named TensorBoardLoger; did you mean lightning.pytorch.loggers.TensorBoardLogger?"
+)
 #: Bad options, each with the line the parser says for it (held equal to the real parser's below).
 BAD = {
     "--trainer.max_epochs=abc": "trainer.max_epochs: Expected a <class 'int'>",
@@ -102,7 +106,43 @@ BAD = {
         "trainer.logger: lightning.pytorch.loggers has no class TensorBoardLoger; did you mean "
         "lightning.pytorch.loggers.TensorBoardLogger?"
     ),
+    # a class path or a class's name alone for a union with a class (issue 40, item 7): once "Expected a path"
+    "--trainer.logger=lightning.pytorch.loggers.TensorBoardLoger": (
+        "trainer.logger: lightning.pytorch.loggers has no class TensorBoardLoger; did you mean "
+        "lightning.pytorch.loggers.TensorBoardLogger?"
+    ),
+    "--trainer.logger=TensorBoardLoger": BAD_LOGGER_NAME,
+    "--trainer.logger=bogus": "trainer.logger: no Logger class is named bogus",
+    "--trainer.logger.class_path=TensorBoardLoger": BAD_LOGGER_NAME,
+    "--trainer.callbacks+=callbacks.KNNMonitorr": (
+        "trainer.callbacks: callbacks has no class KNNMonitorr; did you mean callbacks.KNNMonitor?"
+    ),
+    "--trainer.callbacks+=KNNMonitorr": (
+        "trainer.callbacks: no Callback class is named KNNMonitorr; did you mean callbacks.KNNMonitor?"
+    ),
+    "--trainer.callbacks+=LearningRateMonitr": (
+        "trainer.callbacks: no Callback class is named LearningRateMonitr; did you mean "
+        "lightning.pytorch.callbacks.LearningRateMonitor?"
+    ),
 }
+#: Classes given by path or by name alone that the parser takes (``test_the_named_classes_are_the_parser_s``).
+GOOD_CLASSES = [
+    "--trainer.logger=false",
+    "--trainer.logger=true",
+    "--trainer.logger=null",
+    "--trainer.logger=TensorBoardLogger",
+    "--trainer.logger=CSVLogger",
+    "--trainer.logger=DummyLogger",
+    "--trainer.logger=lightning.pytorch.loggers.CSVLogger",
+    "--trainer.logger.class_path=CSVLogger",
+    "--trainer.callbacks+=callbacks.KNNMonitor",
+    "--trainer.callbacks+=KNNMonitor",
+    "--trainer.callbacks+=LearningRateMonitor",
+    "--trainer.callbacks+=lightning.pytorch.callbacks.LearningRateMonitor",
+    "--trainer.callbacks=LearningRateMonitor",
+    "--trainer.callbacks+=RunRecorder",
+    "--trainer.callbacks=configs/callbacks/metrics_knn20.yaml",
+]
 
 
 def callbacks(name: str, option: str, value: object) -> str:
@@ -237,6 +277,7 @@ def test_no_shipped_config_nor_any_of_its_values_given_again_is_refused():
         for key, value in leaves(given_tree(argv, REPO)):
             text = value if isinstance(value, str) else json.dumps(value)
             check_values([*argv, f"--{key}={text}"], REPO)
+            check_class_paths([*argv, f"--{key}={text}"])
             checked += 1
     assert checked > 500
 
@@ -289,6 +330,27 @@ def test_what_the_parser_takes_is_not_refused(given):
     """Catches a false refusal of a τ preset or policy (expanded later, by ``ssl_app.cli.tau_presets``), a number
     written as YAML reads it (``1e-3``), ``null`` for an optional option, a union's other alternative."""
     check_values(["fit", "--config", QUICKSTART, given], REPO)
+
+
+@pytest.mark.parametrize("given", GOOD_CLASSES)
+def test_a_class_the_parser_takes_by_path_or_name_alone_is_not_refused(given):
+    """Catches a false refusal of a class's name alone the parser resolves (``TensorBoardLogger``, one of our
+    callbacks or Lightning's), of ``false`` for the logger, or of a config file named by a class's option."""
+    argv = ["fit", "--config", QUICKSTART, given]
+    check_class_paths(argv)
+    check_values(argv, REPO)
+
+
+@pytest.mark.slow
+def test_the_named_classes_are_the_parser_s(capsys):
+    """Catches ``GOOD_CLASSES`` holding a value the real parser refuses (then the test above proves nothing)."""
+    from ssl_app.cli.app import main as parser_main
+
+    for given in GOOD_CLASSES:
+        with pytest.raises(SystemExit) as stop:
+            parser_main(["fit", "--config", QUICKSTART, given, "--print_config"])
+        assert stop.value.code == 0, (given, capsys.readouterr().err)
+    capsys.readouterr()
 
 
 def test_devices_no_accelerator_reads_is_refused_early():

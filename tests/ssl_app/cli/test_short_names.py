@@ -1,0 +1,88 @@
+"""A class given by its name alone (``ssl_app.cli.short_names``): refused only when the parser cannot resolve it,
+with the classes it may have meant, before Lightning is imported and in the parser's own error alike (issue 40)."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from ssl_app.cli.short_names import (
+    SHORT_NAME_OPTIONS,
+    class_names,
+    class_path_packages,
+    offered_paths,
+    short_name_problem,
+)
+from tests.ssl_app.cli.test_early_values import GOOD_CLASSES
+from tests.ssl_app.cli.test_entry import QUICKSTART
+
+
+@pytest.mark.slow
+def test_every_class_the_parser_can_resolve_by_name_is_known_from_source(capsys):
+    """Catches a false refusal: a subclass of the logger's or a callback's type the parser has imported (and so
+    resolves by its name alone) whose ``class`` statement lies outside the packages read (a new package imported by
+    the app, a class made by a call). The parser runs first, so that what it imports is imported."""
+    from jsonargparse._typehints import get_all_subclass_paths
+    from lightning.pytorch.callbacks import Callback
+    from lightning.pytorch.loggers import Logger
+
+    from ssl_app.cli.app import main as parser_main
+
+    for given in GOOD_CLASSES:
+        with pytest.raises(SystemExit):
+            parser_main(["fit", "--config", QUICKSTART, given, "--print_config"])
+    capsys.readouterr()
+    for option, base in (("trainer.logger", Logger), ("trainer.callbacks", Callback)):
+        resolved = {path.rpartition(".")[2] for path in get_all_subclass_paths(base, include_abstract=True)}
+        known = class_names(SHORT_NAME_OPTIONS[option].scanned)
+        assert isinstance(known, set) and resolved and resolved <= known, resolved - known
+
+
+def test_what_is_offered_is_a_subclass_of_the_option_s_type():
+    """Catches "did you mean" offering a class the parser would refuse for the option: ``LitLogger`` derives from
+    Fabric's ``Logger``, not Lightning's; ``CollapseCriteria`` (exported by ``callbacks``) is no callback."""
+    loggers = offered_paths(SHORT_NAME_OPTIONS["trainer.logger"])
+    callbacks = offered_paths(SHORT_NAME_OPTIONS["trainer.callbacks"])
+    assert "lightning.pytorch.loggers.TensorBoardLogger" in loggers and "lightning.pytorch.loggers.CSVLogger" in loggers
+    assert "lightning.pytorch.loggers.LitLogger" not in loggers
+    assert {"callbacks.KNNMonitor", "callbacks.EmbeddingMetrics", "lightning.pytorch.callbacks.LearningRateMonitor"} <= set(
+        callbacks
+    )
+    assert "callbacks.CollapseCriteria" not in callbacks
+
+
+@pytest.mark.parametrize("value", ["false", "True", "null", "1", "TensorBoardLogger", "Logger", "a.b", "[x]"])
+def test_a_value_that_is_no_unknown_name_alone_is_let_through(value):
+    """Catches ``false`` (no logger), a known name or a class path refused as a misspelled class's name."""
+    assert short_name_problem("trainer.logger", value) is None
+
+
+def test_a_class_of_a_package_a_config_names_is_let_through(tmp_path, monkeypatch):
+    """Catches a user's callback, imported by the parser for a config's class path and then resolved by its name
+    alone, refused because the packages read are only ours and Lightning's."""
+    package = tmp_path / "mycallbacks"
+    package.mkdir()
+    (package / "__init__.py").write_text("from lightning.pytorch import Callback\n\n\nclass UserRunHook(Callback):\n    pass\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    sys.modules.pop("mycallbacks", None)
+    tree = {"trainer": {"callbacks": [{"class_path": "mycallbacks.UserRunHook"}, {"class_path": "callbacks.KNNMonitor"}]}}
+    assert class_path_packages(tree) == ["mycallbacks", "callbacks"]
+    assert short_name_problem("trainer.callbacks", "UserRunHook", class_path_packages(tree)) is None
+    assert short_name_problem("trainer.callbacks", "UserRunHook") == "no Callback class is named UserRunHook"
+
+
+def test_the_parser_s_expected_a_path_for_a_name_alone_is_said_as_the_early_check_says_it():
+    """Catches the parser's own error (a config's value, or a name the early check could not settle) still saying
+    ``Expected a path but TensorBoardLoger either not accessible or invalid``; a name the parser knows but refuses
+    (``Logger`` is abstract) keeps its own line."""
+    from ssl_app.cli.parsing import with_suggestion
+
+    line = "trainer.logger: Expected a path but TensorBoardLoger either not accessible or invalid"
+    assert with_suggestion(line, None) == (  # type: ignore[arg-type] - the parser is read only for options
+        "trainer.logger: no Logger class is named TensorBoardLoger; did you mean lightning.pytorch.loggers.TensorBoardLogger?"
+    )
+    as_class_path = "trainer.logger: Expected a dot import path string: TensorBoardLoger"  # ``….class_path=`` given it
+    assert with_suggestion(as_class_path, None) == with_suggestion(line, None)  # type: ignore[arg-type]
+    known = "trainer.logger: Expected a path but Logger either not accessible or invalid"
+    assert with_suggestion(known, None) == known  # type: ignore[arg-type]
