@@ -34,7 +34,9 @@ def test_every_class_the_parser_can_resolve_by_name_is_known_from_source(capsys)
             parser_main(["fit", "--config", QUICKSTART, given, "--print_config"])
     capsys.readouterr()
     for option, base in (("trainer.logger", Logger), ("trainer.callbacks", Callback)):
-        resolved = {path.rpartition(".")[2] for path in get_all_subclass_paths(base, include_abstract=True)}
+        paths = get_all_subclass_paths(base, include_abstract=True)
+        # a test's own subclass (another test module's RecordingLogger, imported first in a full run) is no user's
+        resolved = {path.rpartition(".")[2] for path in paths if not path.startswith("tests.")}
         known = class_names(SHORT_NAME_OPTIONS[option].scanned)
         assert isinstance(known, set) and resolved and resolved <= known, resolved - known
 
